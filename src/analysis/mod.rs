@@ -1,0 +1,338 @@
+//! Analyses over the model. [`run`] performs them all and returns [`Analysis`], which the
+//! report stage writes out.
+
+pub mod node_stats;
+pub mod step;
+
+use serde::Serialize;
+
+use crate::diagnostics::Diagnostics;
+use crate::ingest::kineto::TimeConvention;
+use crate::ingest::snapshot::Action;
+use crate::model::Trace;
+
+pub use node_stats::NodeStat;
+pub use step::{Detection, Iteration, Node, Phase, Step};
+
+/// Knobs for the analyses.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Options {}
+
+/// How the snapshot's clock lines up with the trace's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotJoin {
+    /// Snapshot file name.
+    pub file: String,
+    /// History entries (all devices).
+    pub entries: usize,
+    /// Segments alive at snapshot time.
+    pub segments: usize,
+    /// Bytes reserved in those segments.
+    pub reserved_bytes: u64,
+    /// Whether the history starts before the trace's first event (it then holds parameters and
+    /// optimizer state allocated earlier).
+    pub history_before_trace: bool,
+    /// Median of snapshot `time_us` − trace time for `ProfilerStep#N` starts found in
+    /// `external_annotations`, µs.
+    pub annotation_offset_us: Option<f64>,
+    /// How many ranges matched.
+    pub annotation_matches: usize,
+    /// Median of the same difference over allocations matched by address and size, µs.
+    pub alloc_offset_us: Option<f64>,
+    /// How many allocations matched.
+    pub alloc_matches: usize,
+}
+
+/// How the Execution Trace joins the Kineto trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecTraceJoin {
+    /// File name.
+    pub file: String,
+    /// `schema`.
+    pub schema: String,
+    /// Nodes in the ET.
+    pub nodes: usize,
+    /// Kineto ops with a `Record function id`.
+    pub ops_with_rf_id: usize,
+    /// Of those, how many have an ET node with the same `rf_id` and name.
+    pub ops_matched: usize,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// steptrace version.
+    pub steptrace_version: &'static str,
+    /// Trace file name.
+    pub trace: String,
+    /// Profiled iterations.
+    pub iterations: usize,
+    /// How they were found.
+    pub iteration_detection: Detection,
+    /// Their labels.
+    pub iteration_labels: Vec<String>,
+    /// Nodes in the aligned step (union over iterations).
+    pub nodes_per_iteration: usize,
+    /// Median iteration span, s.
+    pub step_time_s: f64,
+    /// Each iteration's span, s.
+    pub step_times_s: Vec<f64>,
+    /// Median union of GPU activity per iteration, s.
+    pub gpu_busy_s: f64,
+    /// Median sum of GPU activity durations per iteration, s.
+    pub gpu_time_s: f64,
+    /// Largest `Total Allocated` inside the profiled iterations.
+    pub peak_allocated_bytes: Option<i64>,
+    /// Node during which that peak happened.
+    pub peak_node: Option<String>,
+    /// Iteration label of the peak.
+    pub peak_iteration: Option<String>,
+    /// GPU name.
+    pub device: Option<String>,
+    /// GPU memory, bytes.
+    pub device_memory_bytes: Option<i64>,
+    /// How `ts` maps to wall-clock time.
+    pub time_convention: TimeConvention,
+    /// Events in `traceEvents`.
+    pub trace_events: usize,
+    /// Whether the trace ended early.
+    pub truncated: bool,
+    /// Snapshot join, when a snapshot was given.
+    pub snapshot: Option<SnapshotJoin>,
+    /// Execution Trace join, when one was given.
+    pub execution_trace: Option<ExecTraceJoin>,
+    /// Anomalies, one line per kind.
+    pub warnings: Vec<String>,
+}
+
+/// Everything analyze computes.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    /// The rebuilt step.
+    pub step: Step,
+    /// Per-node medians, in rank order.
+    pub node_stats: Vec<NodeStat>,
+    /// The summary.
+    pub summary: Summary,
+}
+
+/// Median of a slice of f64 (mean of the middle two for even lengths); `None` when empty.
+pub fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Seconds from nanoseconds, as the f64 nearest the 9-decimal value (so JSON shows
+/// `0.05912032`, not `0.059120320000000004`).
+pub fn ns_to_s(ns: f64) -> f64 {
+    format!("{:.9}", ns * 1e-9).parse().unwrap_or(0.0)
+}
+
+/// Lower median of integers (an element of the data, so byte counts stay whole).
+pub fn median_low(v: &mut [i64]) -> Option<i64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    Some(v[(v.len() - 1) / 2])
+}
+
+fn file_name(p: &std::path::Path) -> String {
+    p.file_name().unwrap_or_default().to_string_lossy().into_owned()
+}
+
+/// Runs every analysis.
+pub fn run(t: &mut Trace, _opts: &Options, diag: &mut Diagnostics) -> Analysis {
+    let step = step::compute(t, diag);
+    let node_stats = node_stats::compute(t, &step, diag);
+    let snapshot = t.snapshot.as_ref().map(|_| snapshot_join(t, &step, diag));
+    let execution_trace = exec_trace_join(t);
+
+    let step_ns: Vec<f64> = step.iterations.iter().map(|i| (i.end - i.start) as f64).collect();
+    let step_times: Vec<f64> = step_ns.iter().map(|&v| ns_to_s(v)).collect();
+    let mut v = step_ns.clone();
+    let step_time_s = ns_to_s(median(&mut v).unwrap_or(0.0));
+    let mut busy: Vec<f64> = step.iterations.iter().map(|i| i.gpu_busy as f64).collect();
+    let mut gt: Vec<f64> = step.iterations.iter().map(|i| i.gpu_time as f64).collect();
+
+    // The peak: the first event carrying the largest total inside any iteration.
+    let mut peak: Option<(i64, i64)> = None; // (bytes, ts)
+    for it in &step.iterations {
+        for m in t.memory.iter().filter(|m| m.ts >= it.start && m.ts <= it.end) {
+            if peak.is_none_or(|(b, _)| m.total_allocated > b) {
+                peak = Some((m.total_allocated, m.ts));
+            }
+        }
+    }
+    let (peak_node, peak_iteration) = match peak {
+        Some((_, ts)) => {
+            let it = step.iterations.iter().find(|i| ts >= i.start && ts <= i.end);
+            let node = it.and_then(|it| {
+                // Innermost in time: the latest-starting node that contains the event.
+                step.nodes[it.nodes.clone()]
+                    .iter()
+                    .filter(|n| {
+                        let o = t.op(n.op);
+                        o.start <= ts && ts <= o.end()
+                    })
+                    .max_by_key(|n| (t.op(n.op).start, n.rank))
+                    .map(|n| n.name.clone())
+            });
+            (node, it.map(|i| i.label.clone()))
+        }
+        None => (None, None),
+    };
+    let dev = t.device.unwrap_or(0);
+    let devinfo = t.kineto.header.devices.iter().find(|d| d.id == dev);
+    let summary = Summary {
+        steptrace_version: env!("CARGO_PKG_VERSION"),
+        trace: file_name(&t.kineto.path),
+        iterations: step.iterations.len(),
+        iteration_detection: step.detection,
+        iteration_labels: step.iterations.iter().map(|i| i.label.clone()).collect(),
+        nodes_per_iteration: node_stats.len(),
+        step_time_s,
+        step_times_s: step_times,
+        gpu_busy_s: ns_to_s(median(&mut busy).unwrap_or(0.0)),
+        gpu_time_s: ns_to_s(median(&mut gt).unwrap_or(0.0)),
+        peak_allocated_bytes: peak.map(|p| p.0),
+        peak_node,
+        peak_iteration,
+        device: t.device_name().map(str::to_owned),
+        device_memory_bytes: devinfo.and_then(|d| d.total_memory_bytes),
+        time_convention: t.kineto.header.time_convention,
+        trace_events: t.kineto.event_count,
+        truncated: t.kineto.truncated.is_some(),
+        snapshot,
+        execution_trace,
+        warnings: Vec::new(),
+    };
+    Analysis {
+        step,
+        node_stats,
+        summary,
+    }
+}
+
+/// Lines up the snapshot's clock with the trace's, through `ProfilerStep#N` annotations and
+/// through allocations seen by both (same address and size).
+fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> SnapshotJoin {
+    let s = t.snapshot.as_ref().expect("called with a snapshot");
+    let k = &t.kineto;
+    let mut ann: Vec<f64> = Vec::new();
+    for it in &step.iterations {
+        if let Some(a) = s
+            .annotations
+            .iter()
+            .find(|a| a.start && s.str(a.name) == it.label)
+        {
+            ann.push(a.time_us as f64 - k.epoch_us(it.start));
+        }
+    }
+    // Allocations: each trace alloc against the nearest snapshot alloc of the same block.
+    let mut by_block: rustc_hash::FxHashMap<(u64, u64), Vec<i64>> = rustc_hash::FxHashMap::default();
+    for dev in &s.device_traces {
+        for e in dev {
+            if e.action == Action::Alloc {
+                if let Some(ts) = e.time_us {
+                    by_block.entry((e.addr, e.size)).or_default().push(ts);
+                }
+            }
+        }
+    }
+    let mut allocs: Vec<f64> = Vec::new();
+    for m in t.memory.iter().filter(|m| m.bytes > 0) {
+        if let Some(times) = by_block.get(&(m.addr, m.bytes as u64)) {
+            let te = k.epoch_us(m.ts);
+            if let Some(best) = times
+                .iter()
+                .map(|&x| x as f64 - te)
+                .min_by(|a, b| a.abs().total_cmp(&b.abs()))
+            {
+                allocs.push(best);
+            }
+        }
+    }
+    let first_trace_ts = k.ops.iter().map(|o| o.start).min().map(|t0| k.epoch_us(t0));
+    let first_snap = s.device_traces.iter().flatten().filter_map(|e| e.time_us).min();
+    let join = SnapshotJoin {
+        file: file_name(&s.path),
+        entries: s.device_traces.iter().map(Vec::len).sum(),
+        segments: s.segments.len(),
+        reserved_bytes: s.segments.iter().map(|g| g.total_size).sum(),
+        history_before_trace: matches!((first_snap, first_trace_ts), (Some(a), Some(b)) if (a as f64) < b),
+        annotation_matches: ann.len(),
+        annotation_offset_us: median(&mut ann),
+        alloc_matches: allocs.len(),
+        alloc_offset_us: median(&mut allocs),
+    };
+    // Measured on PyTorch 2.11: both clocks agree to ~0.1 ms. Beyond 1 ms, joins by time are
+    // not to be trusted.
+    for (what, off) in [("ProfilerStep annotations", join.annotation_offset_us), ("allocations", join.alloc_offset_us)] {
+        if let Some(o) = off {
+            if o.abs() > 1000.0 {
+                diag.warn(
+                    "snapshot_clock_mismatch",
+                    format!("snapshot and trace clocks differ by {o:.0} µs (median over {what})"),
+                );
+            }
+        }
+    }
+    if join.annotation_matches == 0 && join.alloc_matches == 0 {
+        diag.warn(
+            "snapshot_not_joined",
+            format!("{}: no annotation or allocation matches the trace; is it from the same run?", join.file),
+        );
+    }
+    join
+}
+
+fn exec_trace_join(t: &Trace) -> Option<ExecTraceJoin> {
+    let et = t.exec_trace.as_ref()?;
+    let mut by_rf: rustc_hash::FxHashMap<i64, &str> = rustc_hash::FxHashMap::default();
+    for n in &et.nodes {
+        if let Some(rf) = n.rf_id {
+            by_rf.insert(rf, et.strings.resolve(n.name));
+        }
+    }
+    let mut with = 0;
+    let mut matched = 0;
+    for o in &t.kineto.ops {
+        if let Some(rf) = o.rf_id {
+            with += 1;
+            if by_rf.get(&rf).is_some_and(|n| *n == t.kineto.str(o.name)) {
+                matched += 1;
+            }
+        }
+    }
+    Some(ExecTraceJoin {
+        file: file_name(&et.path),
+        schema: et.schema.clone(),
+        nodes: et.nodes.len(),
+        ops_with_rf_id: with,
+        ops_matched: matched,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median_low(&mut [4, 1, 3, 2]), Some(2));
+        assert_eq!(median_low(&mut [5]), Some(5));
+    }
+}

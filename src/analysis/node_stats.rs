@@ -1,0 +1,245 @@
+//! Per-node medians over iterations (MuTWO's choice: medians resist the odd slow iteration),
+//! after aligning the iterations' node sequences by node name.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::step::{Node, Phase, Step};
+use super::{median, median_low};
+use crate::diagnostics::Diagnostics;
+use crate::intern::StrId;
+use crate::model::Trace;
+
+/// What a node's allocations are, by lifetime (the best rule available from allocator events
+/// alone; see docs/analysis.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    /// Parameters.
+    Param,
+    /// Activations: made in forward, alive until backward.
+    Act,
+    /// Parameter gradients: made in backward, alive past it.
+    Grad,
+    /// Optimizer state: made in the optimizer, alive past the iteration.
+    OptState,
+    /// Inputs copied to the device before forward.
+    Input,
+    /// Freed within the phase that made them.
+    Temp,
+    /// Anything else (and nodes that allocate nothing).
+    Other,
+}
+
+impl Category {
+    /// Upper-case name used in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Param => "PARAM",
+            Category::Act => "ACT",
+            Category::Grad => "GRAD",
+            Category::OptState => "OPT_STATE",
+            Category::Input => "INPUT",
+            Category::Temp => "TEMP",
+            Category::Other => "OTHER",
+        }
+    }
+}
+
+/// One row of `node_stats.csv`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeStat {
+    /// Execution rank in the aligned step.
+    pub rank: u32,
+    /// Stable node name.
+    pub node_name: String,
+    /// Op name.
+    pub op: StrId,
+    /// Category of what it allocates.
+    pub node_type: Category,
+    /// Phase.
+    pub gtype: Phase,
+    /// Module path.
+    pub module: Option<StrId>,
+    /// Autograd function (backward nodes).
+    pub autograd_fn: Option<StrId>,
+    /// Recomputation inside backward.
+    pub recompute: bool,
+    /// Median GPU time, s.
+    pub median_run_time_s: f64,
+    /// Median CPU time, s.
+    pub median_cpu_time_s: f64,
+    /// Median GPU span, s.
+    pub median_gpu_span_s: f64,
+    /// Median peak allocated bytes while it ran.
+    pub median_peak_mem_bytes: i64,
+    /// Median allocated bytes before it started.
+    pub median_active_mem_bytes: i64,
+    /// Median bytes allocated inside it.
+    pub median_alloc_bytes: i64,
+    /// Median bytes freed inside it.
+    pub median_free_bytes: i64,
+    /// Median number of GPU activities.
+    pub kernels: i64,
+    /// `cuda:N` when it ran GPU work, else `cpu`.
+    pub device: String,
+    /// In how many iterations it appeared.
+    pub iterations_present: u32,
+}
+
+/// Aligns node sequences by name: the longest iteration's order, with names seen only in
+/// other iterations inserted after their predecessor there.
+fn aligned_order(step: &Step) -> Vec<&str> {
+    let Some(longest) = step
+        .iterations
+        .iter()
+        .max_by(|a, b| a.nodes.len().cmp(&b.nodes.len()).then(b.index.cmp(&a.index)))
+    else {
+        return Vec::new();
+    };
+    let mut order: Vec<&str> = step.nodes[longest.nodes.clone()].iter().map(|n| n.name.as_str()).collect();
+    let mut present: FxHashSet<&str> = order.iter().copied().collect();
+    for it in &step.iterations {
+        let mut prev: Option<&str> = None;
+        for n in &step.nodes[it.nodes.clone()] {
+            let name = n.name.as_str();
+            if present.insert(name) {
+                let at = match prev {
+                    Some(p) => order.iter().position(|x| *x == p).map_or(order.len(), |i| i + 1),
+                    None => 0,
+                };
+                order.insert(at, name);
+            }
+            prev = Some(name);
+        }
+    }
+    order
+}
+
+/// Categorises each node instance by the lifetimes of the blocks it allocates: an allocation
+/// is matched to the next free of the same address.
+fn categories(t: &Trace, step: &Step) -> Vec<Category> {
+    // Free time of each allocation event index.
+    let mut free_at: Vec<Option<i64>> = vec![None; t.memory.len()];
+    let mut live: FxHashMap<u64, usize> = FxHashMap::default();
+    for (i, m) in t.memory.iter().enumerate() {
+        if m.bytes > 0 {
+            live.insert(m.addr, i);
+        } else if let Some(a) = live.remove(&m.addr) {
+            free_at[a] = Some(m.ts);
+        }
+    }
+    step.nodes
+        .iter()
+        .map(|n| {
+            let it = &step.iterations[n.iteration as usize];
+            let op = t.op(n.op);
+            let (s, e) = (op.start, op.end());
+            let lo = t.memory.partition_point(|m| m.ts < s);
+            let mut bytes: FxHashMap<Category, i64> = FxHashMap::default();
+            for (i, m) in t.memory[lo..].iter().enumerate().take_while(|(_, m)| m.ts <= e) {
+                if m.bytes <= 0 || m.thread != op.thread {
+                    continue;
+                }
+                let freed = free_at[lo + i];
+                let freed_in_node = freed.is_some_and(|f| f <= e);
+                let bw = it.backward;
+                let c = match n.phase {
+                    _ if freed_in_node => Category::Temp,
+                    Phase::Forward => match (bw, freed) {
+                        (Some((bs, _)), Some(f)) if f < bs => Category::Temp,
+                        (None, Some(f)) if f <= it.end => Category::Temp,
+                        _ => Category::Act,
+                    },
+                    Phase::Backward => match (bw, freed) {
+                        (Some((_, be)), Some(f)) if f <= be => Category::Temp,
+                        _ => Category::Grad,
+                    },
+                    Phase::Optimizer => match freed {
+                        Some(f) if f <= it.end => Category::Temp,
+                        _ => Category::OptState,
+                    },
+                    Phase::Other if n.rank == 0 || op.start < bw.map_or(i64::MAX, |b| b.0) => Category::Input,
+                    _ => Category::Other,
+                };
+                *bytes.entry(c).or_default() += m.bytes;
+            }
+            bytes
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map_or(Category::Other, |(c, _)| c)
+        })
+        .collect()
+}
+
+/// Medians per aligned node.
+pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Vec<NodeStat> {
+    let order = aligned_order(step);
+    let cats = categories(t, step);
+    let mut by_name: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
+    for (i, n) in step.nodes.iter().enumerate() {
+        by_name.entry(n.name.as_str()).or_default().push(i);
+    }
+    let n_iter = step.iterations.len() as u32;
+    let device = format!("cuda:{}", t.device.unwrap_or(0));
+    let mut missing = 0u64;
+    let mut example = String::new();
+    let stats: Vec<NodeStat> = order
+        .iter()
+        .enumerate()
+        .map(|(rank, name)| {
+            let idx = &by_name[name];
+            let nodes: Vec<&Node> = idx.iter().map(|&i| &step.nodes[i]).collect();
+            let first = nodes[0];
+            let f = |g: &dyn Fn(&Node) -> i64| {
+                let mut v: Vec<f64> = nodes.iter().map(|n| g(n) as f64 * 1e-9).collect();
+                median(&mut v).unwrap_or(0.0)
+            };
+            let m = |g: &dyn Fn(&Node) -> i64| {
+                let mut v: Vec<i64> = nodes.iter().map(|n| g(n)).collect();
+                median_low(&mut v).unwrap_or(0)
+            };
+            // The category seen most often across iterations (ties: the first iteration's).
+            let mut votes: FxHashMap<Category, usize> = FxHashMap::default();
+            for &i in idx {
+                *votes.entry(cats[i]).or_default() += 1;
+            }
+            let node_type = votes
+                .iter()
+                .max_by(|a, b| a.1.cmp(b.1).then((*b.0 != cats[idx[0]]).cmp(&(*a.0 != cats[idx[0]]))))
+                .map_or(Category::Other, |(c, _)| *c);
+            let present = nodes.len() as u32;
+            if present < n_iter {
+                missing += 1;
+                if example.is_empty() {
+                    example = format!("{name} appears in {present} of {n_iter} iterations");
+                }
+            }
+            let kernels = m(&|n| n.kernels as i64);
+            NodeStat {
+                rank: rank as u32,
+                node_name: (*name).to_owned(),
+                op: t.op(first.op).name,
+                node_type,
+                gtype: first.phase,
+                module: first.module,
+                autograd_fn: first.autograd_fn,
+                recompute: first.recompute,
+                median_run_time_s: f(&|n| n.gpu_time),
+                median_cpu_time_s: f(&|n| n.cpu_time),
+                median_gpu_span_s: f(&|n| n.gpu_span),
+                median_peak_mem_bytes: m(&|n| n.peak),
+                median_active_mem_bytes: m(&|n| n.active_before),
+                median_alloc_bytes: m(&|n| n.alloc_bytes),
+                median_free_bytes: m(&|n| n.free_bytes),
+                kernels,
+                device: if nodes.iter().any(|n| n.kernels > 0) {
+                    device.clone()
+                } else {
+                    "cpu".into()
+                },
+                iterations_present: present,
+            }
+        })
+        .collect();
+    diag.warn_n("nodes_missing_in_some_iterations", missing, example);
+    stats
+}

@@ -1,0 +1,599 @@
+//! Rebuilding the training step: iterations, phases and nodes, with each node's GPU time and
+//! memory in each iteration.
+//!
+//! ```text
+//!            |<------------------- iteration k ------------------->|
+//!  main      [to][to][conv2d][bn]...[loss]                [Optimizer.step ...][item]
+//!  autograd                              [eval_fn: ...Backward0] ...
+//!  phase      other   forward ........      backward ............  optimizer     other
+//! ```
+//! Iterations come from `ProfilerStep#N` ranges. Without them every autograd backward pass
+//! closes one iteration: the next one begins at the first host→device input copy after the
+//! optimizer (else at the first op with an autograd sequence number).
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::diagnostics::Diagnostics;
+use crate::ingest::kineto::{GpuKind, OpKind, ThreadId};
+use crate::intern::StrId;
+use crate::model::{GpuId, OpId, Trace, EVALUATE_FUNCTION};
+
+/// How iterations were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Detection {
+    /// `ProfilerStep#N` ranges.
+    ProfilerStep,
+    /// One iteration per autograd backward pass.
+    BackwardCycle,
+    /// Neither: the whole trace is one iteration.
+    WholeTrace,
+}
+
+/// Training phase of a node (the seed's `gtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Forward pass (the loss included).
+    Forward,
+    /// Autograd backward pass.
+    Backward,
+    /// Optimizer step.
+    Optimizer,
+    /// `zero_grad`.
+    ZeroGrad,
+    /// Input copies and anything outside the phases above.
+    Other,
+}
+
+impl Phase {
+    /// Lower-case name used in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+            Phase::ZeroGrad => "zero_grad",
+            Phase::Other => "other",
+        }
+    }
+}
+
+/// One node in one iteration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// The op.
+    pub op: OpId,
+    /// Iteration index (0-based among the profiled iterations).
+    pub iteration: u32,
+    /// Execution order within the iteration.
+    pub rank: u32,
+    /// Name stable across iterations.
+    pub name: String,
+    /// Phase.
+    pub phase: Phase,
+    /// Autograd function for backward nodes, e.g. `ConvolutionBackward0`.
+    pub autograd_fn: Option<StrId>,
+    /// Module path (backward nodes inherit their forward op's).
+    pub module: Option<StrId>,
+    /// Whether it is forward recomputation inside backward (activation checkpointing).
+    pub recompute: bool,
+    /// Sum of its GPU activities' durations, ns.
+    pub gpu_time: i64,
+    /// First GPU start to last GPU end, ns (0 without GPU work).
+    pub gpu_span: i64,
+    /// Number of GPU activities (kernels, memcpys, memsets).
+    pub kernels: u32,
+    /// CPU duration of the op, ns.
+    pub cpu_time: i64,
+    /// Allocated bytes just before it started.
+    pub active_before: i64,
+    /// Highest allocated bytes while it ran.
+    pub peak: i64,
+    /// Bytes allocated inside it (its thread).
+    pub alloc_bytes: i64,
+    /// Bytes freed inside it (its thread).
+    pub free_bytes: i64,
+}
+
+/// One profiled iteration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Iteration {
+    /// 0-based index.
+    pub index: u32,
+    /// `ProfilerStep#N` or `iteration k`.
+    pub label: String,
+    /// Start, ns.
+    pub start: i64,
+    /// End, ns.
+    pub end: i64,
+    /// Nodes, as a range of [`Step::nodes`].
+    pub nodes: std::ops::Range<usize>,
+    /// Sum of all GPU activity launched in the iteration, ns.
+    pub gpu_time: i64,
+    /// Union of those activities' intervals, ns.
+    pub gpu_busy: i64,
+    /// GPU time of activity launched outside every node, ns.
+    pub gpu_unattributed: i64,
+    /// Peak allocated bytes inside the iteration.
+    pub peak_allocated: Option<i64>,
+    /// Backward pass span, ns.
+    pub backward: Option<(i64, i64)>,
+}
+
+/// The rebuilt step.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// How iterations were found.
+    pub detection: Detection,
+    /// Iterations in time order.
+    pub iterations: Vec<Iteration>,
+    /// Nodes, grouped by iteration, in rank order.
+    pub nodes: Vec<Node>,
+    /// Top-level ops that fell outside every iteration.
+    pub nodes_outside: usize,
+}
+
+fn is_autograd_wrapper(name: &str) -> bool {
+    if name.starts_with(EVALUATE_FUNCTION) || name.starts_with("torch::autograd::") || name.starts_with("autograd::") {
+        return true;
+    }
+    // Autograd node ranges: `ConvolutionBackward0`, `CheckpointFunctionBackward`, ...
+    !name.contains("::") && name.trim_end_matches(|c: char| c.is_ascii_digit()).ends_with("Backward")
+}
+
+/// Collects the node ops under `op`: the op itself, unless it is an annotation or an autograd
+/// wrapper, in which case its children are searched.
+fn collect_nodes(t: &Trace, children: &[Vec<OpId>], op: OpId, out: &mut Vec<OpId>) {
+    let o = t.op(op);
+    let name = t.kineto.str(o.name);
+    let transparent = o.kind == OpKind::Annotation || (is_autograd_wrapper(name) && !children[op.0 as usize].is_empty());
+    if transparent {
+        for &c in &children[op.0 as usize] {
+            collect_nodes(t, children, c, out);
+        }
+    } else {
+        out.push(op);
+    }
+}
+
+/// Per-op facts the reconstruction reads repeatedly.
+struct OpFacts {
+    /// Nearest `evaluate_function` ancestor's autograd function name.
+    autograd_fn: Vec<Option<StrId>>,
+    /// Inside `Optimizer.step#` / `Optimizer.zero_grad#` ranges.
+    in_optimizer: Vec<bool>,
+    in_zero_grad: Vec<bool>,
+}
+
+/// Rebuilds iterations, phases and nodes.
+pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
+    let n_ops = t.kineto.ops.len();
+    let mut children: Vec<Vec<OpId>> = vec![Vec::new(); n_ops];
+    let mut roots: Vec<OpId> = Vec::new();
+    for list in &t.thread_ops {
+        for &o in list {
+            match t.parent[o.0 as usize] {
+                Some(p) => children[p.0 as usize].push(o),
+                None => roots.push(o),
+            }
+        }
+    }
+    let mut node_ops = Vec::new();
+    for &r in &roots {
+        collect_nodes(t, &children, r, &mut node_ops);
+    }
+
+    // Names of autograd functions are interned once, as they are reported per node.
+    let mut facts = OpFacts {
+        autograd_fn: vec![None; n_ops],
+        in_optimizer: vec![false; n_ops],
+        in_zero_grad: vec![false; n_ops],
+    };
+    let mut fn_names: FxHashMap<StrId, StrId> = FxHashMap::default();
+    for &o in &node_ops {
+        let ancestors: Vec<OpId> = t.ancestors(o).collect();
+        for a in ancestors {
+            let name_id = t.op(a).name;
+            let name = t.kineto.str(name_id);
+            let fn_name = name.strip_prefix(EVALUATE_FUNCTION).map(str::to_owned);
+            let (opt, zg) = (name.starts_with("Optimizer.step#"), name.starts_with("Optimizer.zero_grad#"));
+            if facts.autograd_fn[o.0 as usize].is_none() {
+                if let Some(f) = fn_name {
+                    let id = *fn_names.entry(name_id).or_insert_with(|| t.kineto.strings.intern(&f));
+                    facts.autograd_fn[o.0 as usize] = Some(id);
+                }
+            }
+            facts.in_optimizer[o.0 as usize] |= opt;
+            facts.in_zero_grad[o.0 as usize] |= zg;
+        }
+    }
+    let is_bw = |o: OpId| facts.autograd_fn[o.0 as usize].is_some();
+    // Threads the autograd engine ran on; other side threads (data loading, pinning) are not
+    // backward work.
+    let mut autograd_thread = vec![false; t.kineto.threads.len()];
+    for &o in &node_ops {
+        if is_bw(o) {
+            autograd_thread[t.op(o).thread.0 as usize] = true;
+        }
+    }
+
+    // GPU activities per node op.
+    let mut node_of: Vec<u32> = vec![u32::MAX; n_ops];
+    for (i, &o) in node_ops.iter().enumerate() {
+        node_of[o.0 as usize] = i as u32;
+    }
+    let mut gpu_of_node: Vec<Vec<GpuId>> = vec![Vec::new(); node_ops.len()];
+    let mut unattributed: Vec<(GpuId, i64)> = Vec::new();
+    for (gi, l) in t.launch.iter().enumerate() {
+        let Some((op, launch_ts)) = *l else {
+            continue;
+        };
+        let owner = std::iter::once(op)
+            .chain(t.ancestors(op))
+            .find(|a| node_of[a.0 as usize] != u32::MAX);
+        match owner {
+            Some(a) => gpu_of_node[node_of[a.0 as usize] as usize].push(GpuId(gi as u32)),
+            None => unattributed.push((GpuId(gi as u32), launch_ts)),
+        }
+    }
+    let has_htod = |ni: usize| {
+        gpu_of_node[ni].iter().any(|g| {
+            let a = &t.kineto.gpu[g.0 as usize];
+            a.kind == GpuKind::Memcpy && t.kineto.str(a.name).contains("HtoD")
+        })
+    };
+
+    let main = t.main_thread;
+    let (detection, windows) = find_iterations(t, &node_ops, &is_bw, &has_htod, main);
+
+    // Assign nodes to iterations by start time.
+    let mut per_iter: Vec<Vec<usize>> = vec![Vec::new(); windows.len()];
+    let mut outside = 0usize;
+    for (ni, &o) in node_ops.iter().enumerate() {
+        let s = t.op(o).start;
+        let w = windows.partition_point(|w| w.1 <= s);
+        if w < windows.len() && windows[w].0 <= s {
+            per_iter[w].push(ni);
+        } else {
+            outside += 1;
+        }
+    }
+
+    // Module of forward ops by sequence number, so backward nodes can name their module.
+    let mut module_by_seq: FxHashMap<i64, StrId> = FxHashMap::default();
+    for &o in &node_ops {
+        if let (Some(seq), Some(m)) = (t.op(o).seq, t.module[o.0 as usize]) {
+            if !is_bw(o) {
+                module_by_seq.entry(seq).or_insert(m);
+            }
+        }
+    }
+    let seq_of_bw = |o: OpId| -> Option<i64> {
+        t.ancestors(o)
+            .find(|a| t.kineto.str(t.op(*a).name).starts_with(EVALUATE_FUNCTION))
+            .and_then(|a| t.op(a).seq)
+    };
+    let has_opt_annotations = facts.in_optimizer.iter().any(|&b| b);
+
+    let mut nodes = Vec::with_capacity(node_ops.len());
+    let mut iterations = Vec::with_capacity(windows.len());
+    for (ii, (ws, we, label)) in windows.iter().enumerate() {
+        let mut idx = std::mem::take(&mut per_iter[ii]);
+        idx.sort_by_key(|&ni| {
+            let o = t.op(node_ops[ni]);
+            (o.start, Some(o.thread) != main, o.thread, node_ops[ni])
+        });
+        let bw: Vec<OpId> = idx.iter().map(|&ni| node_ops[ni]).filter(|&o| is_bw(o)).collect();
+        let backward = (!bw.is_empty()).then(|| {
+            (
+                bw.iter().map(|&o| t.op(o).start).min().unwrap_or(0),
+                bw.iter().map(|&o| t.op(o).end()).max().unwrap_or(0),
+            )
+        });
+        let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
+        let first = nodes.len();
+        let mut seen_compute = false;
+        for (rank, &ni) in idx.iter().enumerate() {
+            let o = node_ops[ni];
+            let op = t.op(o);
+            let phase = if facts.in_zero_grad[o.0 as usize] {
+                Phase::ZeroGrad
+            } else if facts.in_optimizer[o.0 as usize] {
+                Phase::Optimizer
+            } else if is_bw(o) || (Some(op.thread) != main && autograd_thread[op.thread.0 as usize]) {
+                Phase::Backward
+            } else if Some(op.thread) != main {
+                Phase::Other
+            } else {
+                match backward {
+                    Some((bs, be)) if op.start >= bs && op.start < be => Phase::Backward,
+                    Some((_, be)) if op.start >= be => {
+                        if has_opt_annotations || is_dtoh_read(t, &gpu_of_node[ni]) {
+                            Phase::Other
+                        } else {
+                            Phase::Optimizer
+                        }
+                    }
+                    _ => {
+                        if !seen_compute && has_htod(ni) {
+                            Phase::Other
+                        } else {
+                            seen_compute = true;
+                            Phase::Forward
+                        }
+                    }
+                }
+            };
+            let autograd_fn = facts.autograd_fn[o.0 as usize];
+            let module = t.module[o.0 as usize].or_else(|| {
+                if phase == Phase::Backward {
+                    seq_of_bw(o).and_then(|s| module_by_seq.get(&s).copied())
+                } else {
+                    None
+                }
+            });
+            // Forward ops inside backward recompute checkpointed activations: they run under
+            // an autograd node but are not the node's own backward formula.
+            let recompute = phase == Phase::Backward && t.module[o.0 as usize].is_some();
+            let key = (phase, module, op.name);
+            let k = counters.entry(key).or_insert(0);
+            let name = match module {
+                Some(m) => format!("{}:{}/{}#{}", phase.as_str(), t.kineto.str(m), t.kineto.str(op.name), k),
+                None => format!("{}:{}#{}", phase.as_str(), t.kineto.str(op.name), k),
+            };
+            *k += 1;
+            let (gpu_time, gpu_span, kernels) = gpu_totals(t, &gpu_of_node[ni]);
+            let mem = node_memory(t, op.thread, op.start, op.end());
+            nodes.push(Node {
+                op: o,
+                iteration: ii as u32,
+                rank: rank as u32,
+                name,
+                phase,
+                autograd_fn,
+                module,
+                recompute,
+                gpu_time,
+                gpu_span,
+                kernels,
+                cpu_time: op.dur,
+                active_before: mem.0,
+                peak: mem.1,
+                alloc_bytes: mem.2,
+                free_bytes: mem.3,
+            });
+        }
+        // Iteration totals over everything launched in its window.
+        let mut acts: Vec<(i64, i64)> = Vec::new();
+        let mut gpu_time = 0;
+        for (gi, l) in t.launch.iter().enumerate() {
+            if let Some((_, ts)) = *l {
+                if ts >= *ws && ts < *we {
+                    let g = &t.kineto.gpu[gi];
+                    gpu_time += g.dur;
+                    acts.push((g.start, g.start + g.dur));
+                }
+            }
+        }
+        let gpu_unattributed: i64 = unattributed
+            .iter()
+            .filter(|(_, ts)| *ts >= *ws && *ts < *we)
+            .map(|(g, _)| t.kineto.gpu[g.0 as usize].dur)
+            .sum();
+        let peak_allocated = t
+            .memory
+            .iter()
+            .filter(|m| m.ts >= *ws && m.ts <= *we)
+            .map(|m| m.total_allocated)
+            .max();
+        iterations.push(Iteration {
+            index: ii as u32,
+            label: label.clone(),
+            start: *ws,
+            end: *we,
+            nodes: first..nodes.len(),
+            gpu_time,
+            gpu_busy: union_len(&mut acts),
+            gpu_unattributed,
+            peak_allocated,
+            backward,
+        });
+    }
+    let unattributed_total: u64 = unattributed.len() as u64;
+    diag.warn_n(
+        "gpu_activity_outside_nodes",
+        unattributed_total,
+        format!("{unattributed_total} GPU activities were launched by ops that are not nodes"),
+    );
+    if outside > 0 && detection == Detection::ProfilerStep {
+        diag.warn_n(
+            "nodes_outside_iterations",
+            outside as u64,
+            format!("{outside} top-level ops lie outside every ProfilerStep range"),
+        );
+    }
+    Step {
+        detection,
+        iterations,
+        nodes,
+        nodes_outside: outside,
+    }
+}
+
+/// Whether a node's GPU work is a device→host read (`.item()`, printing a loss).
+fn is_dtoh_read(t: &Trace, gpus: &[GpuId]) -> bool {
+    !gpus.is_empty()
+        && gpus.iter().all(|g| {
+            let a = &t.kineto.gpu[g.0 as usize];
+            a.kind == GpuKind::Memcpy && t.kineto.str(a.name).contains("DtoH")
+        })
+}
+
+fn gpu_totals(t: &Trace, gpus: &[GpuId]) -> (i64, i64, u32) {
+    if gpus.is_empty() {
+        return (0, 0, 0);
+    }
+    let mut sum = 0;
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    for g in gpus {
+        let a = &t.kineto.gpu[g.0 as usize];
+        sum += a.dur;
+        lo = lo.min(a.start);
+        hi = hi.max(a.start + a.dur);
+    }
+    (sum, hi - lo, gpus.len() as u32)
+}
+
+/// (active before, peak, allocated, freed) for a node running on `thread` over `[s, e]`.
+fn node_memory(t: &Trace, thread: ThreadId, s: i64, e: i64) -> (i64, i64, i64, i64) {
+    let mem = &t.memory;
+    if mem.is_empty() {
+        return (0, 0, 0, 0);
+    }
+    let i = mem.partition_point(|m| m.ts < s);
+    let before = if i > 0 {
+        mem[i - 1].total_allocated
+    } else {
+        // Nothing earlier: the state before the first event is its total minus its own size.
+        mem[0].total_allocated - mem[0].bytes
+    };
+    let (mut peak, mut alloc, mut free) = (before, 0, 0);
+    for m in mem[i..].iter().take_while(|m| m.ts <= e) {
+        peak = peak.max(m.total_allocated);
+        if m.thread == thread {
+            if m.bytes > 0 {
+                alloc += m.bytes;
+            } else {
+                free -= m.bytes;
+            }
+        }
+    }
+    (before, peak, alloc, free)
+}
+
+/// Total length of the union of intervals.
+fn union_len(iv: &mut [(i64, i64)]) -> i64 {
+    iv.sort_unstable();
+    let mut total = 0;
+    let mut cur: Option<(i64, i64)> = None;
+    for &(s, e) in iv.iter() {
+        match &mut cur {
+            Some((_, ce)) if s <= *ce => *ce = (*ce).max(e),
+            _ => {
+                if let Some((cs, ce)) = cur {
+                    total += ce - cs;
+                }
+                cur = Some((s, e));
+            }
+        }
+    }
+    if let Some((cs, ce)) = cur {
+        total += ce - cs;
+    }
+    total
+}
+
+type Window = (i64, i64, String);
+
+fn find_iterations(
+    t: &Trace,
+    node_ops: &[OpId],
+    is_bw: &dyn Fn(OpId) -> bool,
+    has_htod: &dyn Fn(usize) -> bool,
+    main: Option<ThreadId>,
+) -> (Detection, Vec<Window>) {
+    let mut steps: Vec<Window> = t
+        .kineto
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Annotation && t.kineto.str(o.name).starts_with("ProfilerStep#"))
+        .map(|o| (o.start, o.end(), t.kineto.str(o.name).to_owned()))
+        .collect();
+    if !steps.is_empty() {
+        steps.sort_by_key(|w| w.0);
+        return (Detection::ProfilerStep, steps);
+    }
+    // Main-thread nodes that are not backward, in time order, with their node index.
+    let mut main_nodes: Vec<(i64, i64, usize)> = node_ops
+        .iter()
+        .enumerate()
+        .filter(|(_, &o)| Some(t.op(o).thread) == main && !is_bw(o))
+        .map(|(i, &o)| (t.op(o).start, t.op(o).end(), i))
+        .collect();
+    main_nodes.sort();
+    let mut bw: Vec<(i64, i64)> = node_ops
+        .iter()
+        .filter(|&&o| is_bw(o))
+        .map(|&o| (t.op(o).start, t.op(o).end()))
+        .collect();
+    bw.sort();
+    let all_start = node_ops.iter().map(|&o| t.op(o).start).min();
+    let all_end = node_ops.iter().map(|&o| t.op(o).end()).max();
+    let (Some(all_start), Some(all_end)) = (all_start, all_end) else {
+        return (Detection::WholeTrace, Vec::new());
+    };
+    if bw.is_empty() {
+        return (Detection::WholeTrace, vec![(all_start, all_end + 1, "iteration 0".into())]);
+    }
+    // Backward passes: runs of backward nodes with no main-thread node starting in between.
+    let mut passes: Vec<(i64, i64)> = Vec::new();
+    for &(s, e) in &bw {
+        if let Some(last) = passes.last_mut() {
+            let lo = main_nodes.partition_point(|m| m.0 < last.1);
+            let interrupted = main_nodes.get(lo).is_some_and(|m| m.0 < s);
+            if !interrupted {
+                last.1 = last.1.max(e);
+                continue;
+            }
+        }
+        passes.push((s, e));
+    }
+    // Cut before pass k: the first input copy after pass k-1 (or the trace start), else the
+    // first main-thread op with an autograd sequence number, else pass k's start. What comes
+    // before the first cut is the tail of an iteration the profiler did not see whole.
+    let mut bounds = Vec::with_capacity(passes.len() + 1);
+    let mut prev_end = all_start;
+    for &(next_start, end) in &passes {
+        let lo = main_nodes.partition_point(|m| m.0 < prev_end);
+        let hi = main_nodes.partition_point(|m| m.0 < next_start);
+        let gap = &main_nodes[lo..hi];
+        let cut = gap
+            .iter()
+            .find(|m| has_htod(m.2))
+            .or_else(|| gap.iter().find(|m| t.op(node_ops[m.2]).seq.is_some()))
+            .map_or(next_start, |m| m.0);
+        bounds.push(cut);
+        prev_end = end;
+    }
+    bounds.push(all_end + 1);
+    let windows = bounds
+        .windows(2)
+        .enumerate()
+        .map(|(i, b)| (b[0], b[1], format!("iteration {i}")))
+        .collect();
+    (Detection::BackwardCycle, windows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn union_of_overlapping_intervals() {
+        assert_eq!(union_len(&mut [(0, 10), (5, 15), (20, 25)]), 20);
+        assert_eq!(union_len(&mut []), 0);
+        assert_eq!(union_len(&mut [(3, 4), (0, 10)]), 10);
+    }
+
+    #[test]
+    fn autograd_wrappers_are_recognised() {
+        assert!(is_autograd_wrapper("autograd::engine::evaluate_function: MmBackward0"));
+        assert!(is_autograd_wrapper("MmBackward0"));
+        assert!(is_autograd_wrapper("CheckpointFunctionBackward"));
+        assert!(is_autograd_wrapper("torch::autograd::AccumulateGrad"));
+        assert!(!is_autograd_wrapper("aten::convolution_backward"));
+        assert!(!is_autograd_wrapper("c10d::allreduce_"));
+    }
+}

@@ -1,0 +1,829 @@
+//! Kineto Chrome traces (`torch.profiler` `export_chrome_trace`, `tensorboard_trace_handler`,
+//! libtorch `ProfilerResult::save`): the file is read once, `traceEvents` is cut into chunks at
+//! event boundaries, and the chunks are parsed and converted on all threads into owned,
+//! interned event tables. Chunks are merged in file order, so the tables do not depend on the
+//! number of threads.
+
+pub(crate) mod raw;
+
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+use self::raw::{IdOrName, RawEvent, RawHeader};
+use super::json_scan;
+use super::source;
+use super::Error;
+use crate::diagnostics::Diagnostics;
+use crate::intern::{Interner, StrId};
+
+/// Bytes of `traceEvents` per parse task. Small enough that a 10 MB trace still spreads over
+/// several threads, large enough that per-task overhead is noise (see docs/performance.md).
+const CHUNK_BYTES: usize = 2 << 20;
+
+/// Index of a (pid, tid) pair in [`KinetoTrace::threads`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId(pub u32);
+
+/// A `pid` or `tid` as written: usually a number, sometimes a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ThreadKey {
+    /// Numeric id.
+    Num(i64),
+    /// Text label such as "Spans".
+    Name(StrId),
+}
+
+/// One (pid, tid) pair seen in the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ThreadInfo {
+    /// Process id (0 for GPU device rows).
+    pub pid: ThreadKey,
+    /// Thread id (the stream for GPU rows).
+    pub tid: ThreadKey,
+}
+
+/// What kind of CPU-side range an [`CpuOp`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// An operator (`cat: cpu_op`, older `Operator`): aten ops, autograd nodes, wrappers.
+    Op,
+    /// A `record_function` range (`cat: user_annotation`): ProfilerStep#N, Optimizer.step#...
+    Annotation,
+}
+
+/// Operator inputs as recorded with `record_shapes`, kept as raw JSON text and parsed only by
+/// the analyses that need them (most ops never are).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OpInputs {
+    /// `Input Dims`.
+    pub dims: Option<Box<str>>,
+    /// `Input type`.
+    pub types: Option<Box<str>>,
+    /// `Concrete Inputs`.
+    pub concrete: Option<Box<str>>,
+}
+
+/// A CPU range: operator or annotation. Times are integer nanoseconds on the trace's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuOp {
+    /// Op or annotation name.
+    pub name: StrId,
+    /// Operator or annotation.
+    pub kind: OpKind,
+    /// Thread it ran on.
+    pub thread: ThreadId,
+    /// Start, ns.
+    pub start: i64,
+    /// Duration, ns (never negative).
+    pub dur: i64,
+    /// `External id`: links to runtime calls on older traces and to GPU annotations.
+    pub ext_id: Option<i64>,
+    /// `Record function id`: equals the Execution Trace's `rf_id`.
+    pub rf_id: Option<i64>,
+    /// Autograd `Sequence number`: forward op ↔ backward node.
+    pub seq: Option<i64>,
+    /// `Fwd thread id` on backward nodes.
+    pub fwd_tid: Option<i64>,
+    /// Shapes and types of the inputs, when recorded.
+    pub inputs: Option<Box<OpInputs>>,
+}
+
+impl CpuOp {
+    /// End time, ns.
+    pub fn end(&self) -> i64 {
+        self.start + self.dur
+    }
+}
+
+/// A CUDA runtime or driver call (`cudaLaunchKernel`, `cudaMemcpyAsync`, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeCall {
+    /// API name.
+    pub name: StrId,
+    /// Calling thread.
+    pub thread: ThreadId,
+    /// Start, ns.
+    pub start: i64,
+    /// Duration, ns.
+    pub dur: i64,
+    /// Correlation id shared with the GPU activity it launched.
+    pub correlation: Option<i64>,
+}
+
+/// What a GPU activity is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GpuKind {
+    /// A kernel.
+    Kernel,
+    /// A memcpy (any direction).
+    Memcpy,
+    /// A memset.
+    Memset,
+}
+
+/// A kernel, memcpy or memset on the GPU timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuActivity {
+    /// Kernel or copy name.
+    pub name: StrId,
+    /// Kind.
+    pub kind: GpuKind,
+    /// Start, ns.
+    pub start: i64,
+    /// Duration, ns.
+    pub dur: i64,
+    /// CUDA device index.
+    pub device: i64,
+    /// CUDA stream.
+    pub stream: i64,
+    /// Correlation id of the launching runtime call.
+    pub correlation: Option<i64>,
+    /// Bytes moved (memcpy, memset).
+    pub bytes: Option<i64>,
+}
+
+/// An allocator event (`[memory]` instant): one allocation (`bytes > 0`) or free (`< 0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemEvent {
+    /// Thread that allocated or freed.
+    pub thread: ThreadId,
+    /// Time, ns.
+    pub ts: i64,
+    /// Block address.
+    pub addr: u64,
+    /// Signed size.
+    pub bytes: i64,
+    /// Allocator's allocated bytes after the event.
+    pub total_allocated: i64,
+    /// Allocator's reserved bytes after the event.
+    pub total_reserved: i64,
+    /// c10 device type (1 = CUDA, 0 = CPU).
+    pub device_type: i64,
+    /// Device index.
+    pub device_id: i64,
+}
+
+/// An `nn.Module: Name_k` range recorded with `with_modules` (or `with_stack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleSpan {
+    /// Module label without the `nn.Module: ` prefix, e.g. `Conv2d_3`.
+    pub name: StrId,
+    /// Thread.
+    pub thread: ThreadId,
+    /// Start, ns.
+    pub start: i64,
+    /// Duration, ns.
+    pub dur: i64,
+}
+
+/// One end of a `fwdbwd` flow: the start sits in a forward op, the end in its backward node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowEnd {
+    /// Flow id.
+    pub id: i64,
+    /// Thread.
+    pub thread: ThreadId,
+    /// Time, ns.
+    pub ts: i64,
+    /// `ph: s` (true) or `ph: f`.
+    pub is_start: bool,
+}
+
+/// How `ts` relates to wall-clock time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeConvention {
+    /// `ts` in µs relative to `baseTimeNanoseconds` (PyTorch 2.4+).
+    RelativeToBase,
+    /// `ts` in absolute Unix-epoch µs (older PyTorch).
+    AbsoluteEpoch,
+}
+
+/// A GPU from `deviceProperties`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeviceInfo {
+    /// Device index.
+    pub id: i64,
+    /// Name, e.g. "NVIDIA H200".
+    pub name: String,
+    /// Memory, bytes.
+    pub total_memory_bytes: Option<i64>,
+    /// Compute capability, e.g. (9, 0).
+    pub compute_capability: Option<(i64, i64)>,
+    /// Multiprocessors.
+    pub num_sms: Option<i64>,
+}
+
+/// The trace's top-level members.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Header {
+    /// `schemaVersion`.
+    pub schema_version: Option<i64>,
+    /// `baseTimeNanoseconds`, when present.
+    pub base_time_ns: Option<i64>,
+    /// How to turn `ts` into wall-clock time.
+    pub time_convention: TimeConvention,
+    /// `deviceProperties`.
+    pub devices: Vec<DeviceInfo>,
+    /// Recording flags: record_shapes, profile_memory, with_stack, with_modules, with_flops.
+    pub flags: [Option<bool>; 5],
+    /// `cuda_runtime_version`.
+    pub cuda_runtime_version: Option<i64>,
+    /// Rank under torch.distributed.
+    pub rank: Option<i64>,
+    /// World size under torch.distributed.
+    pub world_size: Option<i64>,
+}
+
+/// How much of a truncated trace was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    /// Byte offset (in the decompressed text) where the first incomplete event starts.
+    pub at_byte: usize,
+    /// Bytes after that point that could not be used.
+    pub bytes_lost: usize,
+    /// Whether the gzip stream itself ended early.
+    pub gzip_stream_cut: bool,
+}
+
+/// Everything steptrace takes from one Kineto trace.
+#[derive(Debug, Clone)]
+pub struct KinetoTrace {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Top-level members.
+    pub header: Header,
+    /// Names of ops, kernels, modules, labels.
+    pub strings: Interner,
+    /// (pid, tid) pairs, indexed by [`ThreadId`].
+    pub threads: Vec<ThreadInfo>,
+    /// CPU operators and annotations, in file order.
+    pub ops: Vec<CpuOp>,
+    /// CUDA runtime and driver calls.
+    pub runtime: Vec<RuntimeCall>,
+    /// Kernels, memcpys, memsets.
+    pub gpu: Vec<GpuActivity>,
+    /// Allocator events, sorted by time (stable).
+    pub memory: Vec<MemEvent>,
+    /// `nn.Module` ranges.
+    pub modules: Vec<ModuleSpan>,
+    /// `fwdbwd` flow ends.
+    pub flows: Vec<FlowEnd>,
+    /// Process names from `M` events.
+    pub process_names: Vec<(i64, String)>,
+    /// Elements of `traceEvents` read.
+    pub event_count: usize,
+    /// Set when the file ended early.
+    pub truncated: Option<Truncation>,
+    /// Uncompressed size, bytes.
+    pub text_bytes: usize,
+}
+
+impl KinetoTrace {
+    /// Converts a trace time (ns) to Unix-epoch µs, the memory snapshot's clock.
+    pub fn epoch_us(&self, t_ns: i64) -> f64 {
+        let base = match self.header.time_convention {
+            TimeConvention::RelativeToBase => self.header.base_time_ns.unwrap_or(0),
+            TimeConvention::AbsoluteEpoch => 0,
+        };
+        (base as f64 + t_ns as f64) / 1000.0
+    }
+
+    /// The string behind an id.
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.resolve(id)
+    }
+}
+
+/// Reads and parses a Kineto trace file (`.json` or gzip).
+pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
+    let src = source::read(path)?;
+    from_bytes(path, src.bytes, src.truncated_gzip, diag)
+}
+
+/// Parses Kineto trace text already in memory.
+pub fn from_bytes(
+    path: &Path,
+    buf: Vec<u8>,
+    gzip_cut: bool,
+    diag: &mut Diagnostics,
+) -> Result<KinetoTrace, Error> {
+    let fmt_err = |what: String| Error::Format {
+        path: path.to_path_buf(),
+        what,
+    };
+    if json_scan::skip_ws(&buf, 0) >= buf.len() {
+        return Err(fmt_err("the file is empty".into()));
+    }
+    let found = json_scan::find_top_level_key(&buf, b"traceEvents").map_err(|off| {
+        if off == 0 || buf.get(json_scan::skip_ws(&buf, 0)) != Some(&b'{') {
+            fmt_err("not a JSON object (a Chrome trace starts with '{')".into())
+        } else {
+            fmt_err(format!("malformed JSON near byte {off}"))
+        }
+    })?;
+    let Some(found) = found else {
+        return Err(fmt_err("JSON without a \"traceEvents\" array: not a Chrome trace".into()));
+    };
+    let arr_start = found.value_start;
+    let chunks = json_scan::chunk_array(&buf, arr_start, CHUNK_BYTES).map_err(|off| {
+        fmt_err(format!("\"traceEvents\" is not a well-formed array (byte {off})"))
+    })?;
+
+    let header = parse_header(&buf, arr_start, chunks.end).map_err(fmt_err)?;
+    let truncated = match (chunks.end, chunks.cut_at) {
+        (None, cut) => {
+            let at = cut.unwrap_or(buf.len());
+            Some(Truncation {
+                at_byte: at,
+                bytes_lost: buf.len() - at,
+                gzip_stream_cut: gzip_cut,
+            })
+        }
+        (Some(_), _) if gzip_cut => Some(Truncation {
+            at_byte: buf.len(),
+            bytes_lost: 0,
+            gzip_stream_cut: true,
+        }),
+        _ => None,
+    };
+    if let Some(t) = truncated {
+        diag.warn(
+            "truncated_trace",
+            format!(
+                "{}: the trace ends early (byte {} of the text{}); analysed the {} complete events before it",
+                path.display(),
+                t.at_byte,
+                if t.gzip_stream_cut { ", gzip stream cut" } else { "" },
+                chunks.elements
+            ),
+        );
+    }
+
+    let partials: Vec<Partial> = chunks
+        .chunks
+        .par_iter()
+        .map(|&(s, e)| parse_chunk(&buf, s, e))
+        .collect();
+
+    let mut trace = KinetoTrace {
+        path: path.to_path_buf(),
+        header,
+        strings: Interner::new(),
+        threads: Vec::new(),
+        ops: Vec::new(),
+        runtime: Vec::new(),
+        gpu: Vec::new(),
+        memory: Vec::new(),
+        modules: Vec::new(),
+        flows: Vec::new(),
+        process_names: Vec::new(),
+        event_count: chunks.elements,
+        truncated,
+        text_bytes: buf.len(),
+    };
+    drop(buf);
+    merge(&mut trace, partials, diag);
+    if trace.ops.is_empty() && trace.gpu.is_empty() && trace.memory.is_empty() {
+        diag.warn(
+            "empty_trace",
+            format!("{}: no operator, kernel or memory events", path.display()),
+        );
+    }
+    Ok(trace)
+}
+
+fn parse_header(buf: &[u8], arr_start: usize, arr_end: Option<usize>) -> Result<Header, String> {
+    // The header is the document with the events array replaced by `[]`; for a truncated file
+    // whatever followed the array is gone, so close the object instead.
+    let mut text = Vec::with_capacity(arr_start + 64);
+    text.extend_from_slice(&buf[..arr_start]);
+    text.extend_from_slice(b"[]");
+    match arr_end {
+        Some(end) => text.extend_from_slice(&buf[end..]),
+        None => text.push(b'}'),
+    }
+    let raw: RawHeader = match serde_json::from_slice(&text) {
+        Ok(h) => h,
+        // A header that does not parse (odd member types) is not worth refusing the events.
+        Err(_) => RawHeader::default(),
+    };
+    let base = raw.base_time_ns.i64();
+    let devices = raw
+        .device_properties
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| DeviceInfo {
+            id: d.id.i64().unwrap_or(0),
+            name: d.name.unwrap_or_default(),
+            total_memory_bytes: d.total_global_mem.i64(),
+            compute_capability: d.compute_major.i64().zip(d.compute_minor.i64()),
+            num_sms: d.num_sms.i64(),
+        })
+        .collect();
+    let flag = |l: raw::Lenient| l.i64().map(|v| v != 0);
+    let (rank, world_size) = raw
+        .distributed_info
+        .map(|d| (d.rank.i64(), d.world_size.i64()))
+        .unwrap_or((None, None));
+    Ok(Header {
+        schema_version: raw.schema_version.i64(),
+        base_time_ns: base,
+        time_convention: if base.is_some() {
+            TimeConvention::RelativeToBase
+        } else {
+            TimeConvention::AbsoluteEpoch
+        },
+        devices,
+        flags: [
+            flag(raw.record_shapes),
+            flag(raw.profile_memory),
+            flag(raw.with_stack),
+            flag(raw.with_modules),
+            flag(raw.with_flops),
+        ],
+        cuda_runtime_version: raw.cuda_runtime_version.i64(),
+        rank,
+        world_size,
+    })
+}
+
+/// Local thread key before merging: strings are chunk-local ids.
+type LocalThreadKey = (ThreadKey, ThreadKey);
+
+/// What one chunk yields: tables with chunk-local string and thread ids.
+#[derive(Default)]
+struct Partial {
+    strings: Interner,
+    threads: Vec<LocalThreadKey>,
+    thread_index: FxHashMap<LocalThreadKey, ThreadId>,
+    ops: Vec<CpuOp>,
+    runtime: Vec<RuntimeCall>,
+    gpu: Vec<GpuActivity>,
+    memory: Vec<MemEvent>,
+    modules: Vec<ModuleSpan>,
+    flows: Vec<FlowEnd>,
+    process_names: Vec<(i64, String)>,
+    /// (kind, message) of anomalies, in order.
+    anomalies: Vec<(&'static str, String)>,
+}
+
+/// Microseconds (as written) to integer nanoseconds.
+fn to_ns(us: f64) -> i64 {
+    (us * 1000.0).round() as i64
+}
+
+impl Partial {
+    fn key(&mut self, v: &Option<IdOrName<'_>>) -> ThreadKey {
+        match v {
+            Some(IdOrName::Num(n)) => ThreadKey::Num(*n),
+            Some(IdOrName::Name(s)) => ThreadKey::Name(self.strings.intern(s)),
+            None => ThreadKey::Num(-1),
+        }
+    }
+
+    fn thread(&mut self, ev: &RawEvent<'_>) -> ThreadId {
+        let k = (self.key(&ev.pid), self.key(&ev.tid));
+        if let Some(&t) = self.thread_index.get(&k) {
+            return t;
+        }
+        let t = ThreadId(self.threads.len() as u32);
+        self.threads.push(k);
+        self.thread_index.insert(k, t);
+        t
+    }
+
+    fn add(&mut self, ev: RawEvent<'_>, offset: usize) {
+        let ph = ev.ph.0.as_deref().unwrap_or("");
+        let cat = ev.cat.0.as_deref().unwrap_or("");
+        let name = ev.name.0.as_deref().unwrap_or("");
+        match ph {
+            "X" => self.add_complete(&ev, cat, name, offset),
+            "i" | "I" if name == "[memory]" => self.add_memory(&ev, offset),
+            "s" | "f" if cat == "fwdbwd" => {
+                let (Some(ts), Some(id)) = (ev.ts.f64(), ev.id.as_ref()) else {
+                    return;
+                };
+                let id = match id {
+                    IdOrName::Num(n) => *n,
+                    IdOrName::Name(s) => s.parse().unwrap_or(-1),
+                };
+                let thread = self.thread(&ev);
+                self.flows.push(FlowEnd {
+                    id,
+                    thread,
+                    ts: to_ns(ts),
+                    is_start: ph == "s",
+                });
+            }
+            "M" if name == "process_name" => {
+                if let (Some(IdOrName::Num(pid)), Some(args)) = (&ev.pid, &ev.args) {
+                    if let Some(n) = &args.name.0 {
+                        self.process_names.push((*pid, n.to_string()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add_complete(&mut self, ev: &RawEvent<'_>, cat: &str, name: &str, offset: usize) {
+        let Some(ts) = ev.ts.f64().filter(|t| t.is_finite()) else {
+            self.anomalies
+                .push(("event_without_time", format!("'{name}' at byte {offset} has no usable ts")));
+            return;
+        };
+        let mut dur = ev.dur.f64().unwrap_or(0.0);
+        if !dur.is_finite() || dur < 0.0 {
+            self.anomalies.push((
+                "negative_duration",
+                format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
+            ));
+            dur = 0.0;
+        }
+        let start = to_ns(ts);
+        let dur = to_ns(dur);
+        let default_args = raw::RawArgs::default();
+        let args = ev.args.as_ref().unwrap_or(&default_args);
+        let lc = cat.to_ascii_lowercase();
+        match lc.as_str() {
+            "cpu_op" | "operator" | "user_annotation" => {
+                let inputs = if args.input_dims.is_some() || args.input_type.is_some() {
+                    Some(Box::new(OpInputs {
+                        dims: args.input_dims.map(|r| r.get().into()),
+                        types: args.input_type.map(|r| r.get().into()),
+                        concrete: args.concrete_inputs.map(|r| r.get().into()),
+                    }))
+                } else {
+                    None
+                };
+                let thread = self.thread(ev);
+                let name = self.strings.intern(name);
+                self.ops.push(CpuOp {
+                    name,
+                    kind: if lc == "user_annotation" {
+                        OpKind::Annotation
+                    } else {
+                        OpKind::Op
+                    },
+                    thread,
+                    start,
+                    dur,
+                    ext_id: args.ext_id.i64(),
+                    rf_id: args.rf_id.i64(),
+                    seq: args.seq.i64().filter(|&s| s >= 0),
+                    fwd_tid: args.fwd_tid.i64(),
+                    inputs,
+                });
+            }
+            "cuda_runtime" | "runtime" | "cuda_driver" => {
+                let thread = self.thread(ev);
+                let name = self.strings.intern(name);
+                self.runtime.push(RuntimeCall {
+                    name,
+                    thread,
+                    start,
+                    dur,
+                    correlation: args.correlation.i64(),
+                });
+            }
+            "kernel" | "gpu_memcpy" | "memcpy" | "gpu_memset" | "memset" => {
+                let kind = match lc.as_str() {
+                    "kernel" => GpuKind::Kernel,
+                    "gpu_memcpy" | "memcpy" => GpuKind::Memcpy,
+                    _ => GpuKind::Memset,
+                };
+                let stream = args.stream.i64().unwrap_or_else(|| match ev.tid {
+                    Some(IdOrName::Num(t)) => t,
+                    _ => -1,
+                });
+                let device = args.device.i64().unwrap_or_else(|| match ev.pid {
+                    Some(IdOrName::Num(p)) => p,
+                    _ => 0,
+                });
+                let name = self.strings.intern(name);
+                self.gpu.push(GpuActivity {
+                    name,
+                    kind,
+                    start,
+                    dur,
+                    device,
+                    stream,
+                    correlation: args.correlation.i64(),
+                    bytes: args.bytes.i64(),
+                });
+            }
+            "python_function" => {
+                if let Some(m) = name.strip_prefix("nn.Module: ") {
+                    let thread = self.thread(ev);
+                    let name = self.strings.intern(m);
+                    self.modules.push(ModuleSpan {
+                        name,
+                        thread,
+                        start,
+                        dur,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add_memory(&mut self, ev: &RawEvent<'_>, offset: usize) {
+        let Some(args) = &ev.args else {
+            return;
+        };
+        let (Some(ts), Some(bytes)) = (ev.ts.f64(), args.signed_bytes.i64()) else {
+            self.anomalies
+                .push(("malformed_memory_event", format!("[memory] at byte {offset} lacks ts or Bytes")));
+            return;
+        };
+        let thread = self.thread(ev);
+        self.memory.push(MemEvent {
+            thread,
+            ts: to_ns(ts),
+            addr: args.addr.u64().unwrap_or(0),
+            bytes,
+            total_allocated: args.total_allocated.i64().unwrap_or(-1),
+            total_reserved: args.total_reserved.i64().unwrap_or(-1),
+            device_type: args.device_type.i64().unwrap_or(-1),
+            device_id: args.device_id.i64().unwrap_or(-1),
+        });
+    }
+}
+
+fn parse_chunk(buf: &[u8], start: usize, end: usize) -> Partial {
+    let mut p = Partial::default();
+    let mut pos = start;
+    while pos < end {
+        pos = json_scan::skip_ws(buf, pos);
+        if pos < end && buf[pos] == b',' {
+            pos += 1;
+            continue;
+        }
+        if pos >= end {
+            break;
+        }
+        let slice = &buf[pos..end];
+        let mut stream = serde_json::Deserializer::from_slice(slice).into_iter::<RawEvent>();
+        match stream.next() {
+            Some(Ok(ev)) => {
+                let used = stream.byte_offset();
+                p.add(ev, pos);
+                pos += used;
+            }
+            Some(Err(e)) => {
+                // One malformed event does not spoil the rest: skip it structurally.
+                let next = json_scan::skip_value(buf, pos).unwrap_or(end).min(end);
+                p.anomalies.push((
+                    "malformed_event",
+                    format!("event at byte {pos} could not be read ({e}); skipped"),
+                ));
+                pos = next.max(pos + 1);
+            }
+            None => break,
+        }
+    }
+    p
+}
+
+fn merge(trace: &mut KinetoTrace, partials: Vec<Partial>, diag: &mut Diagnostics) {
+    let mut thread_index: FxHashMap<(ThreadKey, ThreadKey), ThreadId> = FxHashMap::default();
+    for mut p in partials {
+        let smap = trace.strings.absorb(&p.strings);
+        let s = |id: StrId| smap[id.0 as usize];
+        let k = |key: ThreadKey| match key {
+            ThreadKey::Name(id) => ThreadKey::Name(s(id)),
+            n => n,
+        };
+        let tmap: Vec<ThreadId> = p
+            .threads
+            .iter()
+            .map(|&(pid, tid)| {
+                let key = (k(pid), k(tid));
+                *thread_index.entry(key).or_insert_with(|| {
+                    trace.threads.push(ThreadInfo {
+                        pid: key.0,
+                        tid: key.1,
+                    });
+                    ThreadId(trace.threads.len() as u32 - 1)
+                })
+            })
+            .collect();
+        let t = |id: ThreadId| tmap[id.0 as usize];
+        trace.ops.extend(p.ops.drain(..).map(|mut o| {
+            o.name = s(o.name);
+            o.thread = t(o.thread);
+            o
+        }));
+        trace.runtime.extend(p.runtime.drain(..).map(|mut r| {
+            r.name = s(r.name);
+            r.thread = t(r.thread);
+            r
+        }));
+        trace.gpu.extend(p.gpu.drain(..).map(|mut g| {
+            g.name = s(g.name);
+            g
+        }));
+        trace.memory.extend(p.memory.drain(..).map(|mut m| {
+            m.thread = t(m.thread);
+            m
+        }));
+        trace.modules.extend(p.modules.drain(..).map(|mut m| {
+            m.name = s(m.name);
+            m.thread = t(m.thread);
+            m
+        }));
+        trace.flows.extend(p.flows.drain(..).map(|mut f| {
+            f.thread = t(f.thread);
+            f
+        }));
+        trace.process_names.append(&mut p.process_names);
+        for (kind, msg) in p.anomalies {
+            diag.warn(kind, format!("{}: {msg}", trace.path.display()));
+        }
+    }
+    // Allocator events must be replayed in time order; a stable sort keeps file order on ties,
+    // which is the allocator's own order for events of one thread.
+    trace.memory.sort_by_key(|m| m.ts);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> (KinetoTrace, Diagnostics) {
+        let mut d = Diagnostics::default();
+        let t = from_bytes(Path::new("t.json"), text.as_bytes().to_vec(), false, &mut d).unwrap();
+        (t, d)
+    }
+
+    const SMALL: &str = r#"{"schemaVersion":1,"deviceProperties":[{"id":0,"name":"GPU X","totalGlobalMem":100}],
+      "baseTimeNanoseconds": 1000000000,
+      "traceEvents":[
+        {"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":10.5,"dur":2,"args":{"External id":3,"Sequence number":7,"Input Dims":[[2,3],[3,4]]}},
+        {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":11,"dur":0.5,"args":{"correlation":9}},
+        {"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":12,"dur":1,"args":{"device":0,"stream":7,"correlation":9}},
+        {"ph":"i","cat":"cpu_instant_event","s":"t","name":"[memory]","pid":1,"tid":1,"ts":10.6,"args":{"Addr":64,"Bytes":512,"Total Allocated":512,"Total Reserved":2048,"Device Type":1,"Device Id":0}},
+        {"ph":"X","cat":"Trace","name":"x","pid":"Spans","tid":"PyTorch Profiler","ts":1,"dur":1}
+      ],"traceName":"t"}"#;
+
+    #[test]
+    fn parses_tables_and_header() {
+        let (t, d) = parse(SMALL);
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(t.header.base_time_ns, Some(1_000_000_000));
+        assert_eq!(t.header.devices[0].name, "GPU X");
+        assert_eq!(t.ops.len(), 1);
+        assert_eq!(t.ops[0].start, 10_500);
+        assert_eq!(t.ops[0].seq, Some(7));
+        assert_eq!(t.ops[0].inputs.as_ref().unwrap().dims.as_deref(), Some("[[2,3],[3,4]]"));
+        assert_eq!(t.gpu[0].correlation, Some(9));
+        assert_eq!(t.runtime[0].correlation, Some(9));
+        assert_eq!(t.memory[0].total_allocated, 512);
+        assert_eq!(t.event_count, 5);
+        assert!(t.truncated.is_none());
+        assert_eq!(t.epoch_us(10_500), 1_000_010.5);
+    }
+
+    #[test]
+    fn truncated_text_keeps_complete_events() {
+        let cut = &SMALL[..SMALL.find("\"ph\":\"i\"").unwrap() + 20];
+        let (t, d) = parse(cut);
+        assert_eq!(t.event_count, 3);
+        assert_eq!(t.gpu.len(), 1);
+        assert!(t.truncated.is_some());
+        assert!(d.count("truncated_trace") == 1);
+    }
+
+    #[test]
+    fn malformed_event_is_skipped_and_counted() {
+        let text = r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":1},
+            {"ph":"X","cat":"cpu_op","name":"b","ts":{"x":1}],"dur":1},
+            {"ph":"X","cat":"cpu_op","name":"c","pid":1,"tid":1,"ts":3,"dur":-1}]}"#;
+        let mut d = Diagnostics::default();
+        let r = from_bytes(Path::new("t.json"), text.as_bytes().to_vec(), false, &mut d);
+        // Mismatched brackets inside an event make the array itself malformed.
+        assert!(r.is_err() || d.count("malformed_event") == 1);
+    }
+
+    #[test]
+    fn negative_duration_is_clamped_and_counted() {
+        let text = r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"c","pid":1,"tid":1,"ts":3,"dur":-1}]}"#;
+        let (t, d) = parse(text);
+        assert_eq!(t.ops[0].dur, 0);
+        assert_eq!(d.count("negative_duration"), 1);
+        assert_eq!(t.header.time_convention, TimeConvention::AbsoluteEpoch);
+    }
+
+    #[test]
+    fn rejects_non_traces() {
+        let mut d = Diagnostics::default();
+        for bad in ["", "[1,2]", "{\"a\":1}", "{\"traceEvents\": 5}", "not json"] {
+            let r = from_bytes(Path::new("x.json"), bad.as_bytes().to_vec(), false, &mut d);
+            assert!(r.is_err(), "{bad}");
+        }
+    }
+}

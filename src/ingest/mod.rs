@@ -1,0 +1,283 @@
+//! Reading input files: find them (a run directory or explicit paths), then read the Kineto
+//! trace, the memory snapshot and the Execution Trace side by side.
+
+pub mod exec_trace;
+pub(crate) mod json_scan;
+pub mod kineto;
+pub mod snapshot;
+pub mod source;
+
+use std::path::{Path, PathBuf};
+
+use crate::diagnostics::Diagnostics;
+
+/// Why an input could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file could not be opened or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file was read but is not what it should be.
+    #[error("{}: {what}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// A run directory that does not hold (exactly) what analyze needs.
+    #[error("{}: {what}", path.display())]
+    Discovery {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// The files of one analysis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inputs {
+    /// Kineto Chrome trace.
+    pub trace: PathBuf,
+    /// CUDA memory snapshot pickle.
+    pub snapshot: Option<PathBuf>,
+    /// Execution Trace JSON.
+    pub exec_trace: Option<PathBuf>,
+    /// `manifest.json` of a capture run directory.
+    pub manifest: Option<PathBuf>,
+}
+
+/// What each file in a directory looks like it is, from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Trace,
+    Snapshot,
+    ExecTrace,
+    Other,
+}
+
+fn classify(name: &str) -> Kind {
+    let lower = name.to_ascii_lowercase();
+    let base = lower.strip_suffix(".gz").unwrap_or(&lower);
+    if base.ends_with(".pickle") || base.ends_with(".pkl") {
+        return Kind::Snapshot;
+    }
+    if !base.ends_with(".json") {
+        return Kind::Other;
+    }
+    if base.contains("exec_trace") || base.contains("execution_trace") || base.starts_with("et_") || base == "et.json" {
+        return Kind::ExecTrace;
+    }
+    // References and timelines that sit beside the trace in sample directories.
+    if base.contains("memory_timeline") || base == "reference.json" || base == "manifest.json" {
+        return Kind::Other;
+    }
+    if base.contains("trace") {
+        return Kind::Trace;
+    }
+    Kind::Other
+}
+
+/// Files listed by a capture's `manifest.json` (`files.trace`, `files.snapshot`,
+/// `files.exec_trace`, relative to the directory).
+#[derive(Debug, serde::Deserialize)]
+struct Manifest {
+    #[serde(default)]
+    files: ManifestFiles,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ManifestFiles {
+    trace: Option<String>,
+    snapshot: Option<String>,
+    exec_trace: Option<String>,
+}
+
+/// Resolves the command line's input (a trace file or a run directory) and the optional
+/// explicit snapshot and Execution Trace into the files to read. Explicit paths win over what
+/// a directory holds.
+pub fn discover(input: &Path, snapshot: Option<&Path>, et: Option<&Path>) -> Result<Inputs, Error> {
+    let meta = std::fs::metadata(input).map_err(|source| Error::Io {
+        path: input.to_path_buf(),
+        source,
+    })?;
+    let mut found = if meta.is_dir() {
+        discover_dir(input)?
+    } else {
+        Inputs {
+            trace: input.to_path_buf(),
+            snapshot: None,
+            exec_trace: None,
+            manifest: None,
+        }
+    };
+    if let Some(s) = snapshot {
+        found.snapshot = Some(s.to_path_buf());
+    }
+    if let Some(e) = et {
+        found.exec_trace = Some(e.to_path_buf());
+    }
+    Ok(found)
+}
+
+fn discover_dir(dir: &Path) -> Result<Inputs, Error> {
+    let manifest_path = dir.join("manifest.json");
+    if manifest_path.is_file() {
+        let text = std::fs::read(&manifest_path).map_err(|source| Error::Io {
+            path: manifest_path.clone(),
+            source,
+        })?;
+        let m: Manifest = serde_json::from_slice(&text).map_err(|e| Error::Format {
+            path: manifest_path.clone(),
+            what: format!("not a steptrace manifest: {e}"),
+        })?;
+        if let Some(trace) = m.files.trace {
+            return Ok(Inputs {
+                trace: dir.join(trace),
+                snapshot: m.files.snapshot.map(|s| dir.join(s)),
+                exec_trace: m.files.exec_trace.map(|s| dir.join(s)),
+                manifest: Some(manifest_path),
+            });
+        }
+    }
+    let rd = std::fs::read_dir(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut names: Vec<(String, PathBuf)> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .collect();
+    names.sort();
+    let pick = |kind: Kind| -> Vec<PathBuf> {
+        names
+            .iter()
+            .filter(|(n, _)| classify(n) == kind)
+            .map(|(_, p)| p.clone())
+            .collect()
+    };
+    let traces = pick(Kind::Trace);
+    let snapshots = pick(Kind::Snapshot);
+    let ets = pick(Kind::ExecTrace);
+    let list = |v: &[PathBuf]| {
+        v.iter()
+            .map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let trace = match traces.len() {
+        0 => {
+            return Err(Error::Discovery {
+                path: dir.to_path_buf(),
+                what: "no Kineto trace (*trace*.json or .json.gz) in this directory".into(),
+            })
+        }
+        1 => traces[0].clone(),
+        _ => {
+            return Err(Error::Discovery {
+                path: dir.to_path_buf(),
+                what: format!("several traces ({}); name the one to analyse", list(&traces)),
+            })
+        }
+    };
+    let one = |v: Vec<PathBuf>, what: &str| -> Result<Option<PathBuf>, Error> {
+        match v.len() {
+            0 => Ok(None),
+            1 => Ok(v.into_iter().next()),
+            _ => Err(Error::Discovery {
+                path: dir.to_path_buf(),
+                what: format!("several {what} files ({}); pass the one to use", list(&v)),
+            }),
+        }
+    };
+    Ok(Inputs {
+        trace,
+        snapshot: one(snapshots, "snapshot")?,
+        exec_trace: one(ets, "Execution Trace")?,
+        manifest: None,
+    })
+}
+
+/// Everything read for one analysis.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The Kineto trace.
+    pub kineto: kineto::KinetoTrace,
+    /// The memory snapshot, if given.
+    pub snapshot: Option<snapshot::Snapshot>,
+    /// The Execution Trace, if given.
+    pub exec_trace: Option<exec_trace::ExecTrace>,
+    /// Anomalies met while reading.
+    pub diagnostics: Diagnostics,
+}
+
+/// Reads all inputs, the three files in parallel. Diagnostics are merged in a fixed order.
+pub fn load_all(inputs: &Inputs) -> Result<Loaded, Error> {
+    let ((kin, snap), et) = rayon::join(
+        || {
+            rayon::join(
+                || {
+                    let mut d = Diagnostics::default();
+                    kineto::load(&inputs.trace, &mut d).map(|t| (t, d))
+                },
+                || {
+                    inputs.snapshot.as_deref().map(|p| {
+                        let mut d = Diagnostics::default();
+                        snapshot::load(p, &mut d).map(|s| (s, d))
+                    })
+                },
+            )
+        },
+        || {
+            inputs.exec_trace.as_deref().map(|p| {
+                let mut d = Diagnostics::default();
+                exec_trace::load(p, &mut d).map(|e| (e, d))
+            })
+        },
+    );
+    let (kineto, mut diagnostics) = kin?;
+    let snapshot = match snap.transpose()? {
+        Some((s, d)) => {
+            diagnostics.extend(d);
+            Some(s)
+        }
+        None => None,
+    };
+    let exec_trace = match et.transpose()? {
+        Some((e, d)) => {
+            diagnostics.extend(d);
+            Some(e)
+        }
+        None => None,
+    };
+    Ok(Loaded {
+        kineto,
+        snapshot,
+        exec_trace,
+        diagnostics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_file_names() {
+        assert_eq!(classify("trace.json.gz"), Kind::Trace);
+        assert_eq!(classify("host_123.1700000000.pt.trace.json"), Kind::Trace);
+        assert_eq!(classify("exec_trace.json.gz"), Kind::ExecTrace);
+        assert_eq!(classify("snapshot.pickle.gz"), Kind::Snapshot);
+        assert_eq!(classify("memory_timeline_torch.json.gz"), Kind::Other);
+        assert_eq!(classify("reference.json"), Kind::Other);
+        assert_eq!(classify("notes.txt"), Kind::Other);
+    }
+}

@@ -1,0 +1,349 @@
+//! CUDA caching-allocator memory snapshots (`torch.cuda.memory._snapshot()` dumped with
+//! pickle, or libtorch `_memory_snapshot_pickled()`), plain or gzip, read without executing
+//! anything (see [`unpickle`]).
+
+pub mod unpickle;
+
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap;
+
+use self::unpickle::{Pickle, Value, ValueId};
+use super::{source, Error};
+use crate::diagnostics::Diagnostics;
+use crate::intern::{Interner, StrId};
+
+/// Index of a frame in [`Snapshot::frames`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(pub u32);
+
+/// One stack frame (Python or C++).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Function.
+    pub name: StrId,
+    /// File.
+    pub filename: StrId,
+    /// Line (0 for C++ frames without line info).
+    pub line: i64,
+}
+
+/// What a trace entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    /// A block handed to a tensor.
+    Alloc,
+    /// The tensor released the block (stream uses may still be pending).
+    FreeRequested,
+    /// The block returned to the cache.
+    FreeCompleted,
+    /// cudaMalloc of a new segment.
+    SegmentAlloc,
+    /// cudaFree of a segment.
+    SegmentFree,
+    /// Segment mapped (expandable segments).
+    SegmentMap,
+    /// Segment unmapped.
+    SegmentUnmap,
+    /// Snapshot taken.
+    Snapshot,
+    /// Out of memory.
+    Oom,
+    /// An action this reader does not know.
+    Other,
+}
+
+impl Action {
+    fn parse(s: &str) -> Action {
+        match s {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" | "free" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "snapshot" => Action::Snapshot,
+            "oom" => Action::Oom,
+            _ => Action::Other,
+        }
+    }
+}
+
+/// One allocator history entry of `device_traces`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceEntry {
+    /// What happened.
+    pub action: Action,
+    /// Block or segment address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// CUDA stream.
+    pub stream: i64,
+    /// Unix-epoch µs (absent before PyTorch 2.1).
+    pub time_us: Option<i64>,
+    /// Stack at the event, innermost first.
+    pub frames: Vec<FrameId>,
+}
+
+/// A segment (one cudaMalloc) alive when the snapshot was taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    /// Device index.
+    pub device: i64,
+    /// Base address.
+    pub address: u64,
+    /// Size, bytes.
+    pub total_size: u64,
+    /// Bytes in allocated blocks.
+    pub allocated_size: u64,
+    /// Stream.
+    pub stream: i64,
+    /// "large" or "small" pool.
+    pub segment_type: Option<StrId>,
+    /// Blocks: (address, size, state).
+    pub blocks: Vec<Block>,
+}
+
+/// A block inside a segment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    /// Address.
+    pub address: u64,
+    /// Size, bytes.
+    pub size: u64,
+    /// Requested size.
+    pub requested_size: Option<u64>,
+    /// `active_allocated`, `active_pending_free`, `active_awaiting_free`, `inactive`.
+    pub state: StrId,
+}
+
+/// A `record_function` range boundary recorded by the allocator (`external_annotations`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Annotation {
+    /// `START` (true) or `END`.
+    pub start: bool,
+    /// Range name, e.g. `ProfilerStep#3`.
+    pub name: StrId,
+    /// Device.
+    pub device: i64,
+    /// Unix-epoch µs.
+    pub time_us: i64,
+}
+
+/// Everything steptrace takes from a memory snapshot.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The file.
+    pub path: PathBuf,
+    /// Names, file names, states.
+    pub strings: Interner,
+    /// Distinct frames.
+    pub frames: Vec<Frame>,
+    /// Segments alive at snapshot time.
+    pub segments: Vec<Segment>,
+    /// History per device, in recorded order.
+    pub device_traces: Vec<Vec<TraceEntry>>,
+    /// `external_annotations`.
+    pub annotations: Vec<Annotation>,
+    /// Whether the pickle's layout predates `device_traces` timestamps.
+    pub legacy_layout: bool,
+}
+
+impl Snapshot {
+    /// The string behind an id.
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.resolve(id)
+    }
+}
+
+/// Reads a snapshot pickle (plain or gzip).
+pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
+    let src = source::read(path)?;
+    if src.truncated_gzip {
+        diag.warn(
+            "truncated_snapshot",
+            format!("{}: gzip stream ends early; the pickle cannot be complete", path.display()),
+        );
+    }
+    from_bytes(path, &src.bytes, diag)
+}
+
+/// Parses snapshot pickle bytes.
+pub fn from_bytes(path: &Path, bytes: &[u8], diag: &mut Diagnostics) -> Result<Snapshot, Error> {
+    let pk = unpickle::parse(bytes).map_err(|e| Error::Format {
+        path: path.to_path_buf(),
+        what: e.to_string(),
+    })?;
+    Extractor::new(path, &pk, diag).run()
+}
+
+struct Extractor<'a> {
+    path: &'a Path,
+    pk: &'a Pickle,
+    diag: &'a mut Diagnostics,
+    strings: Interner,
+    frames: Vec<Frame>,
+    frame_index: FxHashMap<ValueId, FrameId>,
+}
+
+impl<'a> Extractor<'a> {
+    fn new(path: &'a Path, pk: &'a Pickle, diag: &'a mut Diagnostics) -> Self {
+        Extractor {
+            path,
+            pk,
+            diag,
+            strings: Interner::new(),
+            frames: Vec::new(),
+            frame_index: FxHashMap::default(),
+        }
+    }
+
+    fn err(&self, what: &str) -> Error {
+        Error::Format {
+            path: self.path.to_path_buf(),
+            what: format!("not a CUDA memory snapshot: {what}"),
+        }
+    }
+
+    fn str_of(&mut self, id: Option<ValueId>) -> Option<StrId> {
+        let s = self.pk.as_str(id?)?;
+        Some(self.strings.intern(s))
+    }
+
+    fn u64_of(&self, id: Option<ValueId>) -> Option<u64> {
+        self.pk.as_i64(id?).and_then(|v| u64::try_from(v).ok())
+    }
+
+    fn frames_of(&mut self, id: Option<ValueId>) -> Vec<FrameId> {
+        let Some(id) = id else {
+            return Vec::new();
+        };
+        let items = self.pk.items(id).to_vec();
+        items.into_iter().filter_map(|f| self.frame(f)).collect()
+    }
+
+    fn frame(&mut self, id: ValueId) -> Option<FrameId> {
+        if let Some(&f) = self.frame_index.get(&id) {
+            return Some(f);
+        }
+        let name = self.str_of(self.pk.dict_get(id, "name"))?;
+        let filename = self
+            .str_of(self.pk.dict_get(id, "filename"))
+            .unwrap_or_else(|| self.strings.intern(""));
+        let line = self.pk.dict_get(id, "line").and_then(|l| self.pk.as_i64(l)).unwrap_or(0);
+        let f = FrameId(self.frames.len() as u32);
+        self.frames.push(Frame {
+            name,
+            filename,
+            line,
+        });
+        self.frame_index.insert(id, f);
+        Some(f)
+    }
+
+    fn run(mut self) -> Result<Snapshot, Error> {
+        let pk = self.pk;
+        let root = pk.root;
+        // Before PyTorch 2.1 some tools pickled the segment list alone.
+        let (segments_id, traces_id, annotations_id) = match pk.get(root) {
+            Value::Dict(_) => (
+                pk.dict_get(root, "segments"),
+                pk.dict_get(root, "device_traces"),
+                pk.dict_get(root, "external_annotations"),
+            ),
+            Value::List(_) => (Some(root), None, None),
+            _ => return Err(self.err("the pickle holds neither a dict nor a list")),
+        };
+        let Some(segments_id) = segments_id else {
+            return Err(self.err("no 'segments' member"));
+        };
+        let mut legacy = traces_id.is_none();
+        let mut segments = Vec::new();
+        for &s in pk.items(segments_id) {
+            let g = |k: &str| pk.dict_get(s, k);
+            let mut blocks = Vec::new();
+            for &b in g("blocks").map(|b| pk.items(b)).unwrap_or(&[]) {
+                let state = self
+                    .str_of(pk.dict_get(b, "state"))
+                    .unwrap_or_else(|| self.strings.intern("unknown"));
+                blocks.push(Block {
+                    address: self.u64_of(pk.dict_get(b, "address")).unwrap_or(0),
+                    size: self.u64_of(pk.dict_get(b, "size")).unwrap_or(0),
+                    requested_size: self.u64_of(pk.dict_get(b, "requested_size")),
+                    state,
+                });
+                // Pre-2.1 snapshots kept the history inside blocks instead of device_traces.
+                if pk.dict_get(b, "history").is_some() {
+                    legacy = true;
+                }
+            }
+            let segment_type = self.str_of(g("segment_type"));
+            segments.push(Segment {
+                device: g("device").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+                address: self.u64_of(g("address")).unwrap_or(0),
+                total_size: self.u64_of(g("total_size")).unwrap_or(0),
+                allocated_size: self.u64_of(g("allocated_size")).unwrap_or(0),
+                stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+                segment_type,
+                blocks,
+            });
+        }
+        let mut device_traces = Vec::new();
+        if let Some(t) = traces_id {
+            for &dev in pk.items(t) {
+                let mut entries = Vec::with_capacity(pk.items(dev).len());
+                for &e in pk.items(dev) {
+                    let g = |k: &str| pk.dict_get(e, k);
+                    let Some(action) = g("action").and_then(|a| pk.as_str(a)) else {
+                        self.diag.warn(
+                            "snapshot_entry_without_action",
+                            format!("{}: a device_traces entry has no action", self.path.display()),
+                        );
+                        continue;
+                    };
+                    let action = Action::parse(action);
+                    let frames = self.frames_of(g("frames"));
+                    entries.push(TraceEntry {
+                        action,
+                        addr: self.u64_of(g("addr")).unwrap_or(0),
+                        size: self.u64_of(g("size")).unwrap_or(0),
+                        stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+                        time_us: g("time_us").and_then(|v| pk.as_i64(v)),
+                        frames,
+                    });
+                }
+                device_traces.push(entries);
+            }
+        }
+        let mut annotations = Vec::new();
+        if let Some(a) = annotations_id {
+            for &e in pk.items(a) {
+                let g = |k: &str| pk.dict_get(e, k);
+                let (Some(stage), Some(name), Some(time_us)) = (
+                    g("stage").and_then(|v| pk.as_str(v)),
+                    self.str_of(g("name")),
+                    g("time_us").and_then(|v| pk.as_i64(v)),
+                ) else {
+                    continue;
+                };
+                annotations.push(Annotation {
+                    start: stage == "START",
+                    name,
+                    device: g("device").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+                    time_us,
+                });
+            }
+        }
+        Ok(Snapshot {
+            path: self.path.to_path_buf(),
+            strings: self.strings,
+            frames: self.frames,
+            segments,
+            device_traces,
+            annotations,
+            legacy_layout: legacy,
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! steptrace: rebuild one PyTorch training step from profiler output.
+//!
+//! ```text
+//!  trace.json[.gz] ─┐
+//!  snapshot.pickle ─┼─ ingest ──▶ model ──▶ analysis ──▶ report
+//!  exec_trace.json ─┘  (parse,     (op trees,  (iterations,   (CSV, JSON,
+//!                       parallel)   launches)   phases, nodes,  console)
+//!                                               medians)
+//! ```
+//!
+//! Each stage only depends on the ones before it. The library never prints and never exits;
+//! the `steptrace` binary does.
+//!
+//! ```text
+//! steptrace analyze sample_traces/resnet18            # a run directory
+//! steptrace analyze trace.json.gz snapshot.pickle --out results/
+//! ```
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+pub mod analysis;
+pub mod diagnostics;
+pub mod ingest;
+pub mod intern;
+pub mod model;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+
+use diagnostics::Diagnostics;
+
+/// Why `analyze` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An input could not be found, read or understood.
+    #[error(transparent)]
+    Input(#[from] ingest::Error),
+    /// The inputs were read but hold nothing to analyse.
+    #[error("{}: {what}", path.display())]
+    Analysis {
+        /// The trace.
+        path: PathBuf,
+        /// What is missing.
+        what: String,
+    },
+    /// Results could not be written.
+    #[error(transparent)]
+    Output(#[from] report::Error),
+}
+
+/// What to analyse and where to write.
+#[derive(Debug, Clone, Default)]
+pub struct AnalyzeProps {
+    /// A trace file or a run directory.
+    pub input: PathBuf,
+    /// Memory snapshot pickle.
+    pub snapshot: Option<PathBuf>,
+    /// Execution Trace.
+    pub exec_trace: Option<PathBuf>,
+    /// Output directory (default: beside the input, named after it).
+    pub out: Option<PathBuf>,
+    /// Rows in the console's top-N tables.
+    pub top: usize,
+}
+
+/// What `analyze` produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Where the files went.
+    pub out_dir: PathBuf,
+    /// The console summary.
+    pub console: String,
+    /// The analysis itself.
+    pub analysis: analysis::Analysis,
+    /// Anomalies found.
+    pub diagnostics: Diagnostics,
+}
+
+/// The default output directory: `<input stem>.steptrace` beside the input.
+pub fn default_out_dir(input: &Path) -> PathBuf {
+    let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    let mut stem = name.as_str();
+    for ext in [".gz", ".json", ".pt.trace"] {
+        stem = stem.strip_suffix(ext).unwrap_or(stem);
+    }
+    let stem = if stem.is_empty() { "trace" } else { stem };
+    input.with_file_name(format!("{stem}.steptrace"))
+}
+
+/// Reads, reconstructs, analyses and writes, returning the console summary.
+pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
+    let inputs = ingest::discover(&props.input, props.snapshot.as_deref(), props.exec_trace.as_deref())?;
+    let loaded = ingest::load_all(&inputs)?;
+    let mut diag = Diagnostics::default();
+    let mut trace = model::Trace::build(loaded, &mut diag);
+    if trace.kineto.ops.is_empty() {
+        return Err(Error::Analysis {
+            path: inputs.trace.clone(),
+            what: "the trace holds no CPU operators: record with torch.profiler's CPU activity".into(),
+        });
+    }
+    let analysis = analysis::run(&mut trace, &analysis::Options::default(), &mut diag);
+    let out_dir = props.out.clone().unwrap_or_else(|| default_out_dir(&props.input));
+    report::write_all(&out_dir, &trace, &analysis, &diag)?;
+    let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
+    Ok(Outcome {
+        out_dir,
+        console,
+        analysis,
+        diagnostics: diag,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_out_dir_names() {
+        assert_eq!(default_out_dir(Path::new("a/trace.json.gz")), PathBuf::from("a/trace.steptrace"));
+        assert_eq!(default_out_dir(Path::new("runs/resnet18")), PathBuf::from("runs/resnet18.steptrace"));
+        assert_eq!(default_out_dir(Path::new("h.123.pt.trace.json")), PathBuf::from("h.123.steptrace"));
+    }
+}

@@ -1,0 +1,62 @@
+//! The `steptrace` binary: parse arguments, run, map errors to exit codes.
+//!
+//! Exit codes: 0 success; 1 analysis failure (nothing to analyse, output not writable);
+//! 2 bad usage or unreadable input. A closed stdout pipe exits 0 quietly.
+
+mod cli;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            for cause in err.chain() {
+                if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+                    if io.kind() == std::io::ErrorKind::BrokenPipe {
+                        return ExitCode::SUCCESS;
+                    }
+                }
+            }
+            eprintln!("steptrace: error: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    match err.downcast_ref::<steptrace::Error>() {
+        Some(steptrace::Error::Input(_)) => 2,
+        Some(_) => 1,
+        None => 1,
+    }
+}
+
+fn run(cli: cli::Cli) -> anyhow::Result<()> {
+    match cli.command {
+        cli::Command::Analyze(args) => {
+            if let Some(n) = args.threads {
+                rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global()?;
+            }
+            let outcome = steptrace::analyze(&args.props())?;
+            if !args.quiet {
+                let mut out = std::io::stdout().lock();
+                out.write_all(outcome.console.as_bytes())?;
+                writeln!(out, "\nwrote {}", outcome.out_dir.display())?;
+                out.flush()?;
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The model: the ingested tables plus the structure the analyses need: which op encloses
+//! which on each thread, which op launched each GPU activity, which module each op ran in,
+//! and which thread and device are the training loop's.
+//!
+//! ```text
+//!  main thread   [ProfilerStep#3 ............................................]
+//!                 [aten::conv2d [aten::convolution [cudaLaunchKernel]]] ...
+//!  GPU stream 7                                      [kernel (correlation 42)]
+//! ```
+//! A kernel belongs to the innermost op that encloses its launching runtime call (same
+//! correlation id); that op's outermost node is charged for the kernel's time.
+
+use rustc_hash::FxHashMap;
+
+use crate::diagnostics::Diagnostics;
+use crate::ingest::exec_trace::ExecTrace;
+use crate::ingest::kineto::{CpuOp, KinetoTrace, MemEvent, OpKind, ThreadId};
+use crate::ingest::snapshot::Snapshot;
+use crate::ingest::Loaded;
+use crate::intern::StrId;
+
+/// Index into [`KinetoTrace::ops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u32);
+
+/// Index into [`KinetoTrace::gpu`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GpuId(pub u32);
+
+/// The reconstructed trace.
+#[derive(Debug)]
+pub struct Trace {
+    /// The Kineto trace's tables.
+    pub kineto: KinetoTrace,
+    /// The memory snapshot, if given.
+    pub snapshot: Option<Snapshot>,
+    /// The Execution Trace, if given.
+    pub exec_trace: Option<ExecTrace>,
+    /// Enclosing op of each op on its thread (annotations included).
+    pub parent: Vec<Option<OpId>>,
+    /// Ops of each thread, ordered by (start, longer first, file order).
+    pub thread_ops: Vec<Vec<OpId>>,
+    /// For each GPU activity: the innermost op enclosing its launch, and the launch time.
+    pub launch: Vec<Option<(OpId, i64)>>,
+    /// `/`-joined module path of each op, when it ran inside `nn.Module` ranges.
+    pub module: Vec<Option<StrId>>,
+    /// The thread that runs the training loop: the one holding `ProfilerStep#` ranges, else the
+    /// one with the most top-level ops outside backward.
+    pub main_thread: Option<ThreadId>,
+    /// The CUDA device whose allocator events are analysed (the one with the most).
+    pub device: Option<i64>,
+    /// Allocator events of that device, in time order.
+    pub memory: Vec<MemEvent>,
+}
+
+/// Prefix of the autograd engine's per-node wrapper op.
+pub const EVALUATE_FUNCTION: &str = "autograd::engine::evaluate_function: ";
+
+impl Trace {
+    /// Builds the model from what ingest read.
+    pub fn build(loaded: Loaded, diag: &mut Diagnostics) -> Trace {
+        let Loaded {
+            mut kineto,
+            snapshot,
+            exec_trace,
+            diagnostics,
+        } = loaded;
+        diag.extend(diagnostics);
+        let mut thread_ops: Vec<Vec<OpId>> = vec![Vec::new(); kineto.threads.len()];
+        for (i, op) in kineto.ops.iter().enumerate() {
+            thread_ops[op.thread.0 as usize].push(OpId(i as u32));
+        }
+        let ops = &kineto.ops;
+        for list in &mut thread_ops {
+            // Longer first on equal starts, so a parent precedes the child it encloses;
+            // annotations before ops, since record_function ranges wrap the ops they time.
+            list.sort_by(|&a, &b| {
+                let (x, y) = (&ops[a.0 as usize], &ops[b.0 as usize]);
+                x.start
+                    .cmp(&y.start)
+                    .then(y.dur.cmp(&x.dur))
+                    .then((x.kind == OpKind::Op).cmp(&(y.kind == OpKind::Op)))
+                    .then(a.cmp(&b))
+            });
+        }
+        let parent = build_forest(ops, &thread_ops, diag);
+        let launch = attribute_launches(&kineto, &thread_ops, &parent, diag);
+        let main_thread = find_main_thread(&kineto, &thread_ops, &parent);
+        let (device, memory) = select_device_memory(&kineto);
+        let module = module_paths(&mut kineto, &thread_ops);
+        Trace {
+            kineto,
+            snapshot,
+            exec_trace,
+            parent,
+            thread_ops,
+            launch,
+            module,
+            main_thread,
+            device,
+            memory,
+        }
+    }
+
+    /// The op behind an id.
+    pub fn op(&self, id: OpId) -> &CpuOp {
+        &self.kineto.ops[id.0 as usize]
+    }
+
+    /// The name of an op.
+    pub fn op_name(&self, id: OpId) -> &str {
+        self.kineto.str(self.op(id).name)
+    }
+
+    /// Ancestors of an op, innermost first.
+    pub fn ancestors(&self, id: OpId) -> impl Iterator<Item = OpId> + '_ {
+        std::iter::successors(self.parent[id.0 as usize], move |p| self.parent[p.0 as usize])
+    }
+
+    /// The GPU device's name from `deviceProperties`.
+    pub fn device_name(&self) -> Option<&str> {
+        let dev = self.device.unwrap_or(0);
+        let devs = &self.kineto.header.devices;
+        devs.iter()
+            .find(|d| d.id == dev)
+            .or_else(|| devs.first())
+            .map(|d| d.name.as_str())
+    }
+}
+
+/// Nests each thread's ops by time with a stack. Ranges that overlap without nesting are
+/// counted (`overlapping_ops`) and treated as nested in the earlier one.
+fn build_forest(ops: &[CpuOp], thread_ops: &[Vec<OpId>], diag: &mut Diagnostics) -> Vec<Option<OpId>> {
+    let mut parent = vec![None; ops.len()];
+    let mut overlaps = 0u64;
+    let mut example = String::new();
+    for list in thread_ops {
+        let mut stack: Vec<OpId> = Vec::new();
+        for &id in list {
+            let op = &ops[id.0 as usize];
+            while let Some(&top) = stack.last() {
+                if ops[top.0 as usize].end() <= op.start && !(op.dur == 0 && ops[top.0 as usize].end() == op.start && ops[top.0 as usize].dur == 0) {
+                    stack.pop();
+                } else {
+                    break;
+                }
+            }
+            if let Some(&top) = stack.last() {
+                if op.end() > ops[top.0 as usize].end() {
+                    overlaps += 1;
+                    if example.is_empty() {
+                        example = format!("op at {} ns overlaps its enclosing op without nesting", op.start);
+                    }
+                }
+                parent[id.0 as usize] = Some(top);
+            }
+            stack.push(id);
+        }
+    }
+    diag.warn_n("overlapping_ops", overlaps, example);
+    parent
+}
+
+/// The innermost op on `thread` that encloses time `t`.
+fn enclosing_op(ops: &[CpuOp], list: &[OpId], parent: &[Option<OpId>], t: i64) -> Option<OpId> {
+    let idx = list.partition_point(|&o| ops[o.0 as usize].start <= t);
+    let mut cur = if idx == 0 { None } else { Some(list[idx - 1]) };
+    while let Some(o) = cur {
+        if ops[o.0 as usize].end() >= t {
+            return Some(o);
+        }
+        cur = parent[o.0 as usize];
+    }
+    None
+}
+
+fn attribute_launches(
+    k: &KinetoTrace,
+    thread_ops: &[Vec<OpId>],
+    parent: &[Option<OpId>],
+    diag: &mut Diagnostics,
+) -> Vec<Option<(OpId, i64)>> {
+    let mut by_corr: FxHashMap<i64, usize> = FxHashMap::default();
+    for (i, r) in k.runtime.iter().enumerate() {
+        if let Some(c) = r.correlation {
+            by_corr.insert(c, i);
+        }
+    }
+    let mut no_launch = 0u64;
+    let mut no_op = 0u64;
+    let out = k
+        .gpu
+        .iter()
+        .map(|g| {
+            let Some(&ri) = g.correlation.and_then(|c| by_corr.get(&c)) else {
+                no_launch += 1;
+                return None;
+            };
+            let r = &k.runtime[ri];
+            let op = enclosing_op(&k.ops, &thread_ops[r.thread.0 as usize], parent, r.start);
+            if op.is_none() {
+                no_op += 1;
+            }
+            op.map(|o| (o, r.start))
+        })
+        .collect();
+    diag.warn_n(
+        "gpu_activity_without_launch",
+        no_launch,
+        format!("{no_launch} GPU activities have no CUDA runtime call with their correlation id"),
+    );
+    diag.warn_n(
+        "launch_outside_ops",
+        no_op,
+        format!("{no_op} GPU activities were launched outside any CPU op"),
+    );
+    out
+}
+
+/// Interns the `/`-joined path of `nn.Module` ranges enclosing each op on its thread.
+fn module_paths(k: &mut KinetoTrace, thread_ops: &[Vec<OpId>]) -> Vec<Option<StrId>> {
+    let mut out = vec![None; k.ops.len()];
+    if k.modules.is_empty() {
+        return out;
+    }
+    let mut per_thread: Vec<Vec<usize>> = vec![Vec::new(); k.threads.len()];
+    for (i, m) in k.modules.iter().enumerate() {
+        per_thread[m.thread.0 as usize].push(i);
+    }
+    for (t, spans) in per_thread.iter_mut().enumerate() {
+        if spans.is_empty() {
+            continue;
+        }
+        let mods = &k.modules;
+        spans.sort_by(|&a, &b| {
+            let (x, y) = (&mods[a], &mods[b]);
+            x.start.cmp(&y.start).then(y.dur.cmp(&x.dur)).then(a.cmp(&b))
+        });
+        // Nest the module ranges and name each by its path from the root module.
+        let mut parent: Vec<Option<usize>> = vec![None; spans.len()];
+        let mut path: Vec<StrId> = Vec::with_capacity(spans.len());
+        let mut stack: Vec<usize> = Vec::new();
+        for (pos, &mi) in spans.iter().enumerate() {
+            let m = k.modules[mi];
+            while let Some(&top) = stack.last() {
+                let tm = k.modules[spans[top]];
+                if tm.start + tm.dur < m.start + m.dur {
+                    stack.pop();
+                } else {
+                    break;
+                }
+            }
+            parent[pos] = stack.last().copied();
+            let name = k.strings.resolve(m.name).to_owned();
+            let full = match parent[pos] {
+                Some(p) => format!("{}/{}", k.strings.resolve(path[p]), name),
+                None => name,
+            };
+            path.push(k.strings.intern(&full));
+            stack.push(pos);
+        }
+        for &o in &thread_ops[t] {
+            let op = &k.ops[o.0 as usize];
+            let idx = spans.partition_point(|&mi| k.modules[mi].start <= op.start);
+            let mut cur = idx.checked_sub(1);
+            while let Some(p) = cur {
+                let m = k.modules[spans[p]];
+                if m.start + m.dur >= op.start + op.dur {
+                    out[o.0 as usize] = Some(path[p]);
+                    break;
+                }
+                cur = parent[p];
+            }
+        }
+    }
+    out
+}
+
+/// The training loop's thread: where `ProfilerStep#` ranges are, else the thread with the most
+/// top-level ops that are not autograd engine work.
+fn find_main_thread(k: &KinetoTrace, thread_ops: &[Vec<OpId>], parent: &[Option<OpId>]) -> Option<ThreadId> {
+    for op in &k.ops {
+        if op.kind == OpKind::Annotation && k.str(op.name).starts_with("ProfilerStep#") {
+            return Some(op.thread);
+        }
+    }
+    let mut best: Option<(usize, ThreadId)> = None;
+    for (t, list) in thread_ops.iter().enumerate() {
+        let n = list
+            .iter()
+            .filter(|&&o| parent[o.0 as usize].is_none() && !k.str(k.ops[o.0 as usize].name).starts_with(EVALUATE_FUNCTION))
+            .count();
+        if n > 0 && best.is_none_or(|(b, _)| n > b) {
+            best = Some((n, ThreadId(t as u32)));
+        }
+    }
+    best.map(|(_, t)| t)
+}
+
+/// Allocator events of the CUDA device with the most of them (ties: lowest index).
+fn select_device_memory(k: &KinetoTrace) -> (Option<i64>, Vec<MemEvent>) {
+    let mut counts: std::collections::BTreeMap<i64, usize> = std::collections::BTreeMap::new();
+    for m in &k.memory {
+        if m.device_type == 1 {
+            *counts.entry(m.device_id).or_default() += 1;
+        }
+    }
+    let device = counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(&d, _)| d);
+    let device = device.or_else(|| k.gpu.first().map(|g| g.device));
+    let memory = k
+        .memory
+        .iter()
+        .filter(|m| m.device_type == 1 && Some(m.device_id) == device)
+        .copied()
+        .collect();
+    (device, memory)
+}

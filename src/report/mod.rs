@@ -1,0 +1,322 @@
+//! Writing results: CSV tables, `summary.json`, and the console summary (returned as text;
+//! the CLI prints it).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::analysis::{Analysis, Summary};
+use crate::diagnostics::Diagnostics;
+use crate::model::Trace;
+
+/// Why output could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be created or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Names of the files [`write_all`] creates.
+pub const FILES: [&str; 4] = ["summary.json", "node_stats.csv", "node_iterations.csv", "iterations.csv"];
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
+    move |e| Error::Io {
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+/// Formats seconds with enough digits for nanosecond inputs, without float noise.
+fn secs(v: f64) -> String {
+    let s = format!("{v:.9}");
+    let s = s.trim_end_matches('0');
+    s.strip_suffix('.').unwrap_or(s).to_owned()
+}
+
+/// The summary with the diagnostics folded in.
+pub fn summary_with_warnings(a: &Analysis, diag: &Diagnostics) -> Summary {
+    let mut s = a.summary.clone();
+    s.warnings = diag.lines();
+    s
+}
+
+/// Writes every output file into `dir` (created if missing).
+pub fn write_all(dir: &Path, t: &Trace, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let p = dir.join("summary.json");
+    let mut w = BufWriter::new(File::create(&p).map_err(io(&p))?);
+    serde_json::to_writer_pretty(&mut w, &summary_with_warnings(a, diag)).map_err(|e| Error::Io {
+        path: p.clone(),
+        source: e.into(),
+    })?;
+    w.write_all(b"\n").map_err(io(&p))?;
+    w.flush().map_err(io(&p))?;
+    write_node_stats(&dir.join("node_stats.csv"), t, a)?;
+    write_node_iterations(&dir.join("node_iterations.csv"), t, a)?;
+    write_iterations(&dir.join("iterations.csv"), a)?;
+    Ok(())
+}
+
+fn opt(t: &Trace, id: Option<crate::intern::StrId>) -> &str {
+    id.map_or("", |i| t.kineto.str(i))
+}
+
+fn write_node_stats(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
+    w.write_record([
+        "rank",
+        "node_name",
+        "op",
+        "node_type",
+        "gtype",
+        "module",
+        "autograd_fn",
+        "recompute",
+        "median_run_time_s",
+        "median_cpu_time_s",
+        "median_gpu_span_s",
+        "median_peak_mem_bytes",
+        "median_active_mem_bytes",
+        "median_alloc_bytes",
+        "median_free_bytes",
+        "kernels",
+        "device",
+        "iterations_present",
+    ])
+    .map_err(csv_err(path))?;
+    for s in &a.node_stats {
+        w.write_record([
+            s.rank.to_string(),
+            s.node_name.clone(),
+            t.kineto.str(s.op).to_owned(),
+            s.node_type.as_str().to_owned(),
+            s.gtype.as_str().to_owned(),
+            opt(t, s.module).to_owned(),
+            opt(t, s.autograd_fn).to_owned(),
+            s.recompute.to_string(),
+            secs(s.median_run_time_s),
+            secs(s.median_cpu_time_s),
+            secs(s.median_gpu_span_s),
+            s.median_peak_mem_bytes.to_string(),
+            s.median_active_mem_bytes.to_string(),
+            s.median_alloc_bytes.to_string(),
+            s.median_free_bytes.to_string(),
+            s.kernels.to_string(),
+            s.device.clone(),
+            s.iterations_present.to_string(),
+        ])
+        .map_err(csv_err(path))?;
+    }
+    w.flush().map_err(io(path))
+}
+
+fn write_node_iterations(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
+    w.write_record([
+        "iteration",
+        "rank",
+        "node_name",
+        "op",
+        "gtype",
+        "start_ns",
+        "cpu_time_ns",
+        "gpu_time_ns",
+        "gpu_span_ns",
+        "kernels",
+        "active_mem_bytes",
+        "peak_mem_bytes",
+        "alloc_bytes",
+        "free_bytes",
+    ])
+    .map_err(csv_err(path))?;
+    for n in &a.step.nodes {
+        let op = t.op(n.op);
+        let it = &a.step.iterations[n.iteration as usize];
+        w.write_record([
+            it.label.clone(),
+            n.rank.to_string(),
+            n.name.clone(),
+            t.kineto.str(op.name).to_owned(),
+            n.phase.as_str().to_owned(),
+            (op.start - it.start).to_string(),
+            n.cpu_time.to_string(),
+            n.gpu_time.to_string(),
+            n.gpu_span.to_string(),
+            n.kernels.to_string(),
+            n.active_before.to_string(),
+            n.peak.to_string(),
+            n.alloc_bytes.to_string(),
+            n.free_bytes.to_string(),
+        ])
+        .map_err(csv_err(path))?;
+    }
+    w.flush().map_err(io(path))
+}
+
+fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {
+    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
+    w.write_record([
+        "iteration",
+        "span_s",
+        "nodes",
+        "gpu_time_s",
+        "gpu_busy_s",
+        "gpu_unattributed_s",
+        "peak_allocated_bytes",
+        "backward_s",
+    ])
+    .map_err(csv_err(path))?;
+    for it in &a.step.iterations {
+        w.write_record([
+            it.label.clone(),
+            secs((it.end - it.start) as f64 * 1e-9),
+            it.nodes.len().to_string(),
+            secs(it.gpu_time as f64 * 1e-9),
+            secs(it.gpu_busy as f64 * 1e-9),
+            secs(it.gpu_unattributed as f64 * 1e-9),
+            it.peak_allocated.map_or(String::new(), |p| p.to_string()),
+            it.backward.map_or(String::new(), |(s, e)| secs((e - s) as f64 * 1e-9)),
+        ])
+        .map_err(csv_err(path))?;
+    }
+    w.flush().map_err(io(path))
+}
+
+/// Bytes in binary units, e.g. `283.1 MiB`.
+pub fn human_bytes(b: i64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v.abs() >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// Seconds in a readable unit.
+pub fn human_time(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.1} us", s * 1e6)
+    }
+}
+
+/// The console summary: the step, the peak, and the top nodes by GPU time and by memory.
+pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) -> String {
+    let s = &a.summary;
+    let mut o = String::new();
+    let dev = s.device.as_deref().unwrap_or("unknown GPU");
+    o += &format!(
+        "{}: {} iterations ({}), {} nodes per iteration, on {}\n",
+        s.trace,
+        s.iterations,
+        match s.iteration_detection {
+            crate::analysis::Detection::ProfilerStep => "ProfilerStep markers",
+            crate::analysis::Detection::BackwardCycle => "found from backward passes",
+            crate::analysis::Detection::WholeTrace => "no step structure found: whole trace",
+        },
+        s.nodes_per_iteration,
+        dev
+    );
+    o += &format!(
+        "step time {} (median), GPU busy {} ({:.0}%), GPU kernel time {}\n",
+        human_time(s.step_time_s),
+        human_time(s.gpu_busy_s),
+        if s.step_time_s > 0.0 { 100.0 * s.gpu_busy_s / s.step_time_s } else { 0.0 },
+        human_time(s.gpu_time_s)
+    );
+    if let Some(p) = s.peak_allocated_bytes {
+        o += &format!(
+            "peak allocated {} at {} ({})\n",
+            human_bytes(p),
+            s.peak_node.as_deref().unwrap_or("no node"),
+            s.peak_iteration.as_deref().unwrap_or("")
+        );
+    }
+    let total_gpu: f64 = a.node_stats.iter().map(|n| n.median_run_time_s).sum();
+    let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
+    by_time.sort_by(|x, y| y.median_run_time_s.total_cmp(&x.median_run_time_s).then(x.rank.cmp(&y.rank)));
+    o += &format!("\nTop {top} nodes by GPU time (median per iteration)\n");
+    o += &format!("{:>5}  {:<60} {:>10} {:>7} {:>8} {:>11}\n", "rank", "node", "GPU time", "GPU %", "kernels", "CPU time");
+    for n in by_time.iter().take(top) {
+        o += &format!(
+            "{:>5}  {:<60} {:>10} {:>6.1}% {:>8} {:>11}\n",
+            n.rank,
+            truncate(&n.node_name, 60),
+            human_time(n.median_run_time_s),
+            if total_gpu > 0.0 { 100.0 * n.median_run_time_s / total_gpu } else { 0.0 },
+            n.kernels,
+            human_time(n.median_cpu_time_s)
+        );
+    }
+    let mut by_mem: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
+    by_mem.sort_by(|x, y| y.median_alloc_bytes.cmp(&x.median_alloc_bytes).then(x.rank.cmp(&y.rank)));
+    o += &format!("\nTop {top} nodes by memory allocated (median per iteration)\n");
+    o += &format!("{:>5}  {:<60} {:>11} {:>11} {:>10}\n", "rank", "node", "allocated", "peak", "type");
+    for n in by_mem.iter().take(top) {
+        o += &format!(
+            "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
+            n.rank,
+            truncate(&n.node_name, 60),
+            human_bytes(n.median_alloc_bytes),
+            human_bytes(n.median_peak_mem_bytes),
+            n.node_type.as_str()
+        );
+    }
+    let _ = t;
+    let lines = diag.lines();
+    if !lines.is_empty() {
+        o += "\nwarnings:\n";
+        for l in lines {
+            o += &format!("  {l}\n");
+        }
+    }
+    o
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        let keep: String = s.chars().rev().take(n - 1).collect::<Vec<_>>().into_iter().rev().collect();
+        format!("…{keep}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(secs(0.000123456789), "0.000123457");
+        assert_eq!(secs(2.0), "2");
+        assert_eq!(secs(0.0), "0");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(296840192), "283.1 MiB");
+        assert_eq!(human_time(0.0647), "64.700 ms");
+        assert_eq!(truncate("abcdef", 4), "…def");
+    }
+}
