@@ -79,7 +79,10 @@ pub struct Outcome {
 
 /// The default output directory: `<input stem>.steptrace` beside the input.
 pub fn default_out_dir(input: &Path) -> PathBuf {
-    let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    let name = input
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".into());
     let mut stem = name.as_str();
     for ext in [".gz", ".json", ".pt.trace"] {
         stem = stem.strip_suffix(ext).unwrap_or(stem);
@@ -90,18 +93,26 @@ pub fn default_out_dir(input: &Path) -> PathBuf {
 
 /// Reads, reconstructs, analyses and writes, returning the console summary.
 pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
-    let inputs = ingest::discover(&props.input, props.snapshot.as_deref(), props.exec_trace.as_deref())?;
+    let inputs = ingest::discover(
+        &props.input,
+        props.snapshot.as_deref(),
+        props.exec_trace.as_deref(),
+    )?;
     let loaded = ingest::load_all(&inputs)?;
     let mut diag = Diagnostics::default();
     let mut trace = model::Trace::build(loaded, &mut diag);
     if trace.kineto.ops.is_empty() {
         return Err(Error::Analysis {
             path: inputs.trace.clone(),
-            what: "the trace holds no CPU operators: record with torch.profiler's CPU activity".into(),
+            what: "the trace holds no CPU operators: record with torch.profiler's CPU activity"
+                .into(),
         });
     }
     let analysis = analysis::run(&mut trace, &analysis::Options::default(), &mut diag);
-    let out_dir = props.out.clone().unwrap_or_else(|| default_out_dir(&props.input));
+    let out_dir = props
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out_dir(&props.input));
     report::write_all(&out_dir, &trace, &analysis, &diag)?;
     let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
     Ok(Outcome {
@@ -118,8 +129,17 @@ mod tests {
 
     #[test]
     fn default_out_dir_names() {
-        assert_eq!(default_out_dir(Path::new("a/trace.json.gz")), PathBuf::from("a/trace.steptrace"));
-        assert_eq!(default_out_dir(Path::new("runs/resnet18")), PathBuf::from("runs/resnet18.steptrace"));
-        assert_eq!(default_out_dir(Path::new("h.123.pt.trace.json")), PathBuf::from("h.123.steptrace"));
+        assert_eq!(
+            default_out_dir(Path::new("a/trace.json.gz")),
+            PathBuf::from("a/trace.steptrace")
+        );
+        assert_eq!(
+            default_out_dir(Path::new("runs/resnet18")),
+            PathBuf::from("runs/resnet18.steptrace")
+        );
+        assert_eq!(
+            default_out_dir(Path::new("h.123.pt.trace.json")),
+            PathBuf::from("h.123.steptrace")
+        );
     }
 }

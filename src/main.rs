@@ -47,7 +47,9 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
     match cli.command {
         cli::Command::Analyze(args) => {
             if let Some(n) = args.threads {
-                rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global()?;
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n.max(1))
+                    .build_global()?;
             }
             let outcome = steptrace::analyze(&args.props())?;
             if !args.quiet {

@@ -147,7 +147,10 @@ pub fn median_low(v: &mut [i64]) -> Option<i64> {
 }
 
 fn file_name(p: &std::path::Path) -> String {
-    p.file_name().unwrap_or_default().to_string_lossy().into_owned()
+    p.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Runs every analysis.
@@ -157,7 +160,11 @@ pub fn run(t: &mut Trace, _opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let snapshot = t.snapshot.as_ref().map(|_| snapshot_join(t, &step, diag));
     let execution_trace = exec_trace_join(t);
 
-    let step_ns: Vec<f64> = step.iterations.iter().map(|i| (i.end - i.start) as f64).collect();
+    let step_ns: Vec<f64> = step
+        .iterations
+        .iter()
+        .map(|i| (i.end - i.start) as f64)
+        .collect();
     let step_times: Vec<f64> = step_ns.iter().map(|&v| ns_to_s(v)).collect();
     let mut v = step_ns.clone();
     let step_time_s = ns_to_s(median(&mut v).unwrap_or(0.0));
@@ -167,7 +174,11 @@ pub fn run(t: &mut Trace, _opts: &Options, diag: &mut Diagnostics) -> Analysis {
     // The peak: the first event carrying the largest total inside any iteration.
     let mut peak: Option<(i64, i64)> = None; // (bytes, ts)
     for it in &step.iterations {
-        for m in t.memory.iter().filter(|m| m.ts >= it.start && m.ts <= it.end) {
+        for m in t
+            .memory
+            .iter()
+            .filter(|m| m.ts >= it.start && m.ts <= it.end)
+        {
             if peak.is_none_or(|(b, _)| m.total_allocated > b) {
                 peak = Some((m.total_allocated, m.ts));
             }
@@ -175,7 +186,10 @@ pub fn run(t: &mut Trace, _opts: &Options, diag: &mut Diagnostics) -> Analysis {
     }
     let (peak_node, peak_iteration) = match peak {
         Some((_, ts)) => {
-            let it = step.iterations.iter().find(|i| ts >= i.start && ts <= i.end);
+            let it = step
+                .iterations
+                .iter()
+                .find(|i| ts >= i.start && ts <= i.end);
             let node = it.and_then(|it| {
                 // Innermost in time: the latest-starting node that contains the event.
                 step.nodes[it.nodes.clone()]
@@ -239,7 +253,8 @@ fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> SnapshotJoin
         }
     }
     // Allocations: each trace alloc against the nearest snapshot alloc of the same block.
-    let mut by_block: rustc_hash::FxHashMap<(u64, u64), Vec<i64>> = rustc_hash::FxHashMap::default();
+    let mut by_block: rustc_hash::FxHashMap<(u64, u64), Vec<i64>> =
+        rustc_hash::FxHashMap::default();
     for dev in &s.device_traces {
         for e in dev {
             if e.action == Action::Alloc {
@@ -263,7 +278,12 @@ fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> SnapshotJoin
         }
     }
     let first_trace_ts = k.ops.iter().map(|o| o.start).min().map(|t0| k.epoch_us(t0));
-    let first_snap = s.device_traces.iter().flatten().filter_map(|e| e.time_us).min();
+    let first_snap = s
+        .device_traces
+        .iter()
+        .flatten()
+        .filter_map(|e| e.time_us)
+        .min();
     let join = SnapshotJoin {
         file: file_name(&s.path),
         entries: s.device_traces.iter().map(Vec::len).sum(),
@@ -277,7 +297,10 @@ fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> SnapshotJoin
     };
     // Measured on PyTorch 2.11: both clocks agree to ~0.1 ms. Beyond 1 ms, joins by time are
     // not to be trusted.
-    for (what, off) in [("ProfilerStep annotations", join.annotation_offset_us), ("allocations", join.alloc_offset_us)] {
+    for (what, off) in [
+        ("ProfilerStep annotations", join.annotation_offset_us),
+        ("allocations", join.alloc_offset_us),
+    ] {
         if let Some(o) = off {
             if o.abs() > 1000.0 {
                 diag.warn(
@@ -290,7 +313,10 @@ fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> SnapshotJoin
     if join.annotation_matches == 0 && join.alloc_matches == 0 {
         diag.warn(
             "snapshot_not_joined",
-            format!("{}: no annotation or allocation matches the trace; is it from the same run?", join.file),
+            format!(
+                "{}: no annotation or allocation matches the trace; is it from the same run?",
+                join.file
+            ),
         );
     }
     join

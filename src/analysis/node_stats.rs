@@ -88,14 +88,18 @@ pub struct NodeStat {
 /// Aligns node sequences by name: the longest iteration's order, with names seen only in
 /// other iterations inserted after their predecessor there.
 fn aligned_order(step: &Step) -> Vec<&str> {
-    let Some(longest) = step
-        .iterations
-        .iter()
-        .max_by(|a, b| a.nodes.len().cmp(&b.nodes.len()).then(b.index.cmp(&a.index)))
-    else {
+    let Some(longest) = step.iterations.iter().max_by(|a, b| {
+        a.nodes
+            .len()
+            .cmp(&b.nodes.len())
+            .then(b.index.cmp(&a.index))
+    }) else {
         return Vec::new();
     };
-    let mut order: Vec<&str> = step.nodes[longest.nodes.clone()].iter().map(|n| n.name.as_str()).collect();
+    let mut order: Vec<&str> = step.nodes[longest.nodes.clone()]
+        .iter()
+        .map(|n| n.name.as_str())
+        .collect();
     let mut present: FxHashSet<&str> = order.iter().copied().collect();
     for it in &step.iterations {
         let mut prev: Option<&str> = None;
@@ -103,7 +107,10 @@ fn aligned_order(step: &Step) -> Vec<&str> {
             let name = n.name.as_str();
             if present.insert(name) {
                 let at = match prev {
-                    Some(p) => order.iter().position(|x| *x == p).map_or(order.len(), |i| i + 1),
+                    Some(p) => order
+                        .iter()
+                        .position(|x| *x == p)
+                        .map_or(order.len(), |i| i + 1),
                     None => 0,
                 };
                 order.insert(at, name);
@@ -135,7 +142,11 @@ fn categories(t: &Trace, step: &Step) -> Vec<Category> {
             let (s, e) = (op.start, op.end());
             let lo = t.memory.partition_point(|m| m.ts < s);
             let mut bytes: FxHashMap<Category, i64> = FxHashMap::default();
-            for (i, m) in t.memory[lo..].iter().enumerate().take_while(|(_, m)| m.ts <= e) {
+            for (i, m) in t.memory[lo..]
+                .iter()
+                .enumerate()
+                .take_while(|(_, m)| m.ts <= e)
+            {
                 if m.bytes <= 0 || m.thread != op.thread {
                     continue;
                 }
@@ -157,7 +168,9 @@ fn categories(t: &Trace, step: &Step) -> Vec<Category> {
                         Some(f) if f <= it.end => Category::Temp,
                         _ => Category::OptState,
                     },
-                    Phase::Other if n.rank == 0 || op.start < bw.map_or(i64::MAX, |b| b.0) => Category::Input,
+                    Phase::Other if n.rank == 0 || op.start < bw.map_or(i64::MAX, |b| b.0) => {
+                        Category::Input
+                    }
                     _ => Category::Other,
                 };
                 *bytes.entry(c).or_default() += m.bytes;
@@ -204,7 +217,10 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Vec<NodeStat> 
             }
             let node_type = votes
                 .iter()
-                .max_by(|a, b| a.1.cmp(b.1).then((*b.0 != cats[idx[0]]).cmp(&(*a.0 != cats[idx[0]]))))
+                .max_by(|a, b| {
+                    a.1.cmp(b.1)
+                        .then((*b.0 != cats[idx[0]]).cmp(&(*a.0 != cats[idx[0]])))
+                })
                 .map_or(Category::Other, |(c, _)| *c);
             let present = nodes.len() as u32;
             if present < n_iter {

@@ -136,11 +136,17 @@ pub struct Step {
 }
 
 fn is_autograd_wrapper(name: &str) -> bool {
-    if name.starts_with(EVALUATE_FUNCTION) || name.starts_with("torch::autograd::") || name.starts_with("autograd::") {
+    if name.starts_with(EVALUATE_FUNCTION)
+        || name.starts_with("torch::autograd::")
+        || name.starts_with("autograd::")
+    {
         return true;
     }
     // Autograd node ranges: `ConvolutionBackward0`, `CheckpointFunctionBackward`, ...
-    !name.contains("::") && name.trim_end_matches(|c: char| c.is_ascii_digit()).ends_with("Backward")
+    !name.contains("::")
+        && name
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .ends_with("Backward")
 }
 
 /// Collects the node ops under `op`: the op itself, unless it is an annotation or an autograd
@@ -148,7 +154,8 @@ fn is_autograd_wrapper(name: &str) -> bool {
 fn collect_nodes(t: &Trace, children: &[Vec<OpId>], op: OpId, out: &mut Vec<OpId>) {
     let o = t.op(op);
     let name = t.kineto.str(o.name);
-    let transparent = o.kind == OpKind::Annotation || (is_autograd_wrapper(name) && !children[op.0 as usize].is_empty());
+    let transparent = o.kind == OpKind::Annotation
+        || (is_autograd_wrapper(name) && !children[op.0 as usize].is_empty());
     if transparent {
         for &c in &children[op.0 as usize] {
             collect_nodes(t, children, c, out);
@@ -198,10 +205,15 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
             let name_id = t.op(a).name;
             let name = t.kineto.str(name_id);
             let fn_name = name.strip_prefix(EVALUATE_FUNCTION).map(str::to_owned);
-            let (opt, zg) = (name.starts_with("Optimizer.step#"), name.starts_with("Optimizer.zero_grad#"));
+            let (opt, zg) = (
+                name.starts_with("Optimizer.step#"),
+                name.starts_with("Optimizer.zero_grad#"),
+            );
             if facts.autograd_fn[o.0 as usize].is_none() {
                 if let Some(f) = fn_name {
-                    let id = *fn_names.entry(name_id).or_insert_with(|| t.kineto.strings.intern(&f));
+                    let id = *fn_names
+                        .entry(name_id)
+                        .or_insert_with(|| t.kineto.strings.intern(&f));
                     facts.autograd_fn[o.0 as usize] = Some(id);
                 }
             }
@@ -285,7 +297,11 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
             let o = t.op(node_ops[ni]);
             (o.start, Some(o.thread) != main, o.thread, node_ops[ni])
         });
-        let bw: Vec<OpId> = idx.iter().map(|&ni| node_ops[ni]).filter(|&o| is_bw(o)).collect();
+        let bw: Vec<OpId> = idx
+            .iter()
+            .map(|&ni| node_ops[ni])
+            .filter(|&o| is_bw(o))
+            .collect();
         let backward = (!bw.is_empty()).then(|| {
             (
                 bw.iter().map(|&o| t.op(o).start).min().unwrap_or(0),
@@ -302,7 +318,8 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
                 Phase::ZeroGrad
             } else if facts.in_optimizer[o.0 as usize] {
                 Phase::Optimizer
-            } else if is_bw(o) || (Some(op.thread) != main && autograd_thread[op.thread.0 as usize]) {
+            } else if is_bw(o) || (Some(op.thread) != main && autograd_thread[op.thread.0 as usize])
+            {
                 Phase::Backward
             } else if Some(op.thread) != main {
                 Phase::Other
@@ -340,7 +357,13 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
             let key = (phase, module, op.name);
             let k = counters.entry(key).or_insert(0);
             let name = match module {
-                Some(m) => format!("{}:{}/{}#{}", phase.as_str(), t.kineto.str(m), t.kineto.str(op.name), k),
+                Some(m) => format!(
+                    "{}:{}/{}#{}",
+                    phase.as_str(),
+                    t.kineto.str(m),
+                    t.kineto.str(op.name),
+                    k
+                ),
                 None => format!("{}:{}#{}", phase.as_str(), t.kineto.str(op.name), k),
             };
             *k += 1;
@@ -508,7 +531,9 @@ fn find_iterations(
         .kineto
         .ops
         .iter()
-        .filter(|o| o.kind == OpKind::Annotation && t.kineto.str(o.name).starts_with("ProfilerStep#"))
+        .filter(|o| {
+            o.kind == OpKind::Annotation && t.kineto.str(o.name).starts_with("ProfilerStep#")
+        })
         .map(|o| (o.start, o.end(), t.kineto.str(o.name).to_owned()))
         .collect();
     if !steps.is_empty() {
@@ -535,7 +560,10 @@ fn find_iterations(
         return (Detection::WholeTrace, Vec::new());
     };
     if bw.is_empty() {
-        return (Detection::WholeTrace, vec![(all_start, all_end + 1, "iteration 0".into())]);
+        return (
+            Detection::WholeTrace,
+            vec![(all_start, all_end + 1, "iteration 0".into())],
+        );
     }
     // Backward passes: runs of backward nodes with no main-thread node starting in between.
     let mut passes: Vec<(i64, i64)> = Vec::new();
@@ -589,7 +617,9 @@ mod tests {
 
     #[test]
     fn autograd_wrappers_are_recognised() {
-        assert!(is_autograd_wrapper("autograd::engine::evaluate_function: MmBackward0"));
+        assert!(is_autograd_wrapper(
+            "autograd::engine::evaluate_function: MmBackward0"
+        ));
         assert!(is_autograd_wrapper("MmBackward0"));
         assert!(is_autograd_wrapper("CheckpointFunctionBackward"));
         assert!(is_autograd_wrapper("torch::autograd::AccumulateGrad"));

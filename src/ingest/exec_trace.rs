@@ -135,8 +135,14 @@ pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<ExecTrace, Error> {
                 _ => {}
             }
         }
-        let inputs = n.inputs.map(|io| tensors(&io, &mut strings)).unwrap_or_default();
-        let outputs = n.outputs.map(|io| tensors(&io, &mut strings)).unwrap_or_default();
+        let inputs = n
+            .inputs
+            .map(|io| tensors(&io, &mut strings))
+            .unwrap_or_default();
+        let outputs = n
+            .outputs
+            .map(|io| tensors(&io, &mut strings))
+            .unwrap_or_default();
         nodes.push(ExecNode {
             id: n.id,
             name: strings.intern(&n.name),
@@ -175,7 +181,8 @@ fn tensors(io: &RawIo<'_>, strings: &mut Interner) -> Vec<TensorRef> {
 }
 
 fn tensor(text: &str, strings: &mut Interner) -> Option<TensorRef> {
-    let (a, b, c, d, e, dev): (i64, i64, i64, i64, i64, Cow<'_, str>) = serde_json::from_str(text).ok()?;
+    let (a, b, c, d, e, dev): (i64, i64, i64, i64, i64, Cow<'_, str>) =
+        serde_json::from_str(text).ok()?;
     Some(TensorRef {
         tensor_id: a,
         storage_id: b,

@@ -65,7 +65,8 @@ pub(crate) fn skip_value(buf: &[u8], i: usize) -> Option<usize> {
         _ => {
             // Number, true, false, null: runs until a delimiter.
             let mut j = i;
-            while j < buf.len() && !matches!(buf[j], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+            while j < buf.len()
+                && !matches!(buf[j], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
             {
                 j += 1;
             }
@@ -139,7 +140,11 @@ pub(crate) struct ArrayChunks {
 }
 
 /// Cuts the array starting at `start` (its `[`) into chunks of about `chunk_bytes`.
-pub(crate) fn chunk_array(buf: &[u8], start: usize, chunk_bytes: usize) -> Result<ArrayChunks, usize> {
+pub(crate) fn chunk_array(
+    buf: &[u8],
+    start: usize,
+    chunk_bytes: usize,
+) -> Result<ArrayChunks, usize> {
     if buf.get(start) != Some(&b'[') {
         return Err(start);
     }

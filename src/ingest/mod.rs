@@ -72,7 +72,11 @@ fn classify(name: &str) -> Kind {
     if !base.ends_with(".json") {
         return Kind::Other;
     }
-    if base.contains("exec_trace") || base.contains("execution_trace") || base.starts_with("et_") || base == "et.json" {
+    if base.contains("exec_trace")
+        || base.contains("execution_trace")
+        || base.starts_with("et_")
+        || base == "et.json"
+    {
         return Kind::ExecTrace;
     }
     // References and timelines that sit beside the trace in sample directories.
@@ -169,7 +173,12 @@ fn discover_dir(dir: &Path) -> Result<Inputs, Error> {
     let ets = pick(Kind::ExecTrace);
     let list = |v: &[PathBuf]| {
         v.iter()
-            .map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned())
+            .map(|p| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -184,7 +193,10 @@ fn discover_dir(dir: &Path) -> Result<Inputs, Error> {
         _ => {
             return Err(Error::Discovery {
                 path: dir.to_path_buf(),
-                what: format!("several traces ({}); name the one to analyse", list(&traces)),
+                what: format!(
+                    "several traces ({}); name the one to analyse",
+                    list(&traces)
+                ),
             })
         }
     };

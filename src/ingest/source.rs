@@ -31,6 +31,12 @@ pub fn read(path: &Path) -> Result<Source, Error> {
             path: path.to_path_buf(),
             what: format!("corrupt gzip stream: {e}"),
         })?;
+        if bytes.is_empty() && truncated_gzip {
+            return Err(Error::Format {
+                path: path.to_path_buf(),
+                what: "gzip stream ends before any data".into(),
+            });
+        }
         Ok(Source {
             bytes,
             file_len,
@@ -94,7 +100,9 @@ mod tests {
 
     #[test]
     fn truncated_stream_yields_prefix() {
-        let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
         let z = gz(&data);
         let (out, truncated) = inflate(&z[..z.len() / 2]).unwrap();
         assert!(truncated);

@@ -114,7 +114,9 @@ impl Trace {
 
     /// Ancestors of an op, innermost first.
     pub fn ancestors(&self, id: OpId) -> impl Iterator<Item = OpId> + '_ {
-        std::iter::successors(self.parent[id.0 as usize], move |p| self.parent[p.0 as usize])
+        std::iter::successors(self.parent[id.0 as usize], move |p| {
+            self.parent[p.0 as usize]
+        })
     }
 
     /// The GPU device's name from `deviceProperties`.
@@ -130,7 +132,11 @@ impl Trace {
 
 /// Nests each thread's ops by time with a stack. Ranges that overlap without nesting are
 /// counted (`overlapping_ops`) and treated as nested in the earlier one.
-fn build_forest(ops: &[CpuOp], thread_ops: &[Vec<OpId>], diag: &mut Diagnostics) -> Vec<Option<OpId>> {
+fn build_forest(
+    ops: &[CpuOp],
+    thread_ops: &[Vec<OpId>],
+    diag: &mut Diagnostics,
+) -> Vec<Option<OpId>> {
     let mut parent = vec![None; ops.len()];
     let mut overlaps = 0u64;
     let mut example = String::new();
@@ -139,7 +145,11 @@ fn build_forest(ops: &[CpuOp], thread_ops: &[Vec<OpId>], diag: &mut Diagnostics)
         for &id in list {
             let op = &ops[id.0 as usize];
             while let Some(&top) = stack.last() {
-                if ops[top.0 as usize].end() <= op.start && !(op.dur == 0 && ops[top.0 as usize].end() == op.start && ops[top.0 as usize].dur == 0) {
+                if ops[top.0 as usize].end() <= op.start
+                    && !(op.dur == 0
+                        && ops[top.0 as usize].end() == op.start
+                        && ops[top.0 as usize].dur == 0)
+                {
                     stack.pop();
                 } else {
                     break;
@@ -149,7 +159,10 @@ fn build_forest(ops: &[CpuOp], thread_ops: &[Vec<OpId>], diag: &mut Diagnostics)
                 if op.end() > ops[top.0 as usize].end() {
                     overlaps += 1;
                     if example.is_empty() {
-                        example = format!("op at {} ns overlaps its enclosing op without nesting", op.start);
+                        example = format!(
+                            "op at {} ns overlaps its enclosing op without nesting",
+                            op.start
+                        );
                     }
                 }
                 parent[id.0 as usize] = Some(top);
@@ -234,7 +247,10 @@ fn module_paths(k: &mut KinetoTrace, thread_ops: &[Vec<OpId>]) -> Vec<Option<Str
         let mods = &k.modules;
         spans.sort_by(|&a, &b| {
             let (x, y) = (&mods[a], &mods[b]);
-            x.start.cmp(&y.start).then(y.dur.cmp(&x.dur)).then(a.cmp(&b))
+            x.start
+                .cmp(&y.start)
+                .then(y.dur.cmp(&x.dur))
+                .then(a.cmp(&b))
         });
         // Nest the module ranges and name each by its path from the root module.
         let mut parent: Vec<Option<usize>> = vec![None; spans.len()];
@@ -278,7 +294,11 @@ fn module_paths(k: &mut KinetoTrace, thread_ops: &[Vec<OpId>]) -> Vec<Option<Str
 
 /// The training loop's thread: where `ProfilerStep#` ranges are, else the thread with the most
 /// top-level ops that are not autograd engine work.
-fn find_main_thread(k: &KinetoTrace, thread_ops: &[Vec<OpId>], parent: &[Option<OpId>]) -> Option<ThreadId> {
+fn find_main_thread(
+    k: &KinetoTrace,
+    thread_ops: &[Vec<OpId>],
+    parent: &[Option<OpId>],
+) -> Option<ThreadId> {
     for op in &k.ops {
         if op.kind == OpKind::Annotation && k.str(op.name).starts_with("ProfilerStep#") {
             return Some(op.thread);
@@ -288,7 +308,12 @@ fn find_main_thread(k: &KinetoTrace, thread_ops: &[Vec<OpId>], parent: &[Option<
     for (t, list) in thread_ops.iter().enumerate() {
         let n = list
             .iter()
-            .filter(|&&o| parent[o.0 as usize].is_none() && !k.str(k.ops[o.0 as usize].name).starts_with(EVALUATE_FUNCTION))
+            .filter(|&&o| {
+                parent[o.0 as usize].is_none()
+                    && !k
+                        .str(k.ops[o.0 as usize].name)
+                        .starts_with(EVALUATE_FUNCTION)
+            })
             .count();
         if n > 0 && best.is_none_or(|(b, _)| n > b) {
             best = Some((n, ThreadId(t as u32)));

@@ -24,7 +24,12 @@ pub enum Error {
 }
 
 /// Names of the files [`write_all`] creates.
-pub const FILES: [&str; 4] = ["summary.json", "node_stats.csv", "node_iterations.csv", "iterations.csv"];
+pub const FILES: [&str; 4] = [
+    "summary.json",
+    "node_stats.csv",
+    "node_iterations.csv",
+    "iterations.csv",
+];
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
@@ -59,9 +64,11 @@ pub fn write_all(dir: &Path, t: &Trace, a: &Analysis, diag: &Diagnostics) -> Res
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let p = dir.join("summary.json");
     let mut w = BufWriter::new(File::create(&p).map_err(io(&p))?);
-    serde_json::to_writer_pretty(&mut w, &summary_with_warnings(a, diag)).map_err(|e| Error::Io {
-        path: p.clone(),
-        source: e.into(),
+    serde_json::to_writer_pretty(&mut w, &summary_with_warnings(a, diag)).map_err(|e| {
+        Error::Io {
+            path: p.clone(),
+            source: e.into(),
+        }
     })?;
     w.write_all(b"\n").map_err(io(&p))?;
     w.flush().map_err(io(&p))?;
@@ -189,7 +196,8 @@ fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {
             secs(it.gpu_busy as f64 * 1e-9),
             secs(it.gpu_unattributed as f64 * 1e-9),
             it.peak_allocated.map_or(String::new(), |p| p.to_string()),
-            it.backward.map_or(String::new(), |(s, e)| secs((e - s) as f64 * 1e-9)),
+            it.backward
+                .map_or(String::new(), |(s, e)| secs((e - s) as f64 * 1e-9)),
         ])
         .map_err(csv_err(path))?;
     }
@@ -244,7 +252,11 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         "step time {} (median), GPU busy {} ({:.0}%), GPU kernel time {}\n",
         human_time(s.step_time_s),
         human_time(s.gpu_busy_s),
-        if s.step_time_s > 0.0 { 100.0 * s.gpu_busy_s / s.step_time_s } else { 0.0 },
+        if s.step_time_s > 0.0 {
+            100.0 * s.gpu_busy_s / s.step_time_s
+        } else {
+            0.0
+        },
         human_time(s.gpu_time_s)
     );
     if let Some(p) = s.peak_allocated_bytes {
@@ -257,24 +269,42 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     }
     let total_gpu: f64 = a.node_stats.iter().map(|n| n.median_run_time_s).sum();
     let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
-    by_time.sort_by(|x, y| y.median_run_time_s.total_cmp(&x.median_run_time_s).then(x.rank.cmp(&y.rank)));
+    by_time.sort_by(|x, y| {
+        y.median_run_time_s
+            .total_cmp(&x.median_run_time_s)
+            .then(x.rank.cmp(&y.rank))
+    });
     o += &format!("\nTop {top} nodes by GPU time (median per iteration)\n");
-    o += &format!("{:>5}  {:<60} {:>10} {:>7} {:>8} {:>11}\n", "rank", "node", "GPU time", "GPU %", "kernels", "CPU time");
+    o += &format!(
+        "{:>5}  {:<60} {:>10} {:>7} {:>8} {:>11}\n",
+        "rank", "node", "GPU time", "GPU %", "kernels", "CPU time"
+    );
     for n in by_time.iter().take(top) {
         o += &format!(
             "{:>5}  {:<60} {:>10} {:>6.1}% {:>8} {:>11}\n",
             n.rank,
             truncate(&n.node_name, 60),
             human_time(n.median_run_time_s),
-            if total_gpu > 0.0 { 100.0 * n.median_run_time_s / total_gpu } else { 0.0 },
+            if total_gpu > 0.0 {
+                100.0 * n.median_run_time_s / total_gpu
+            } else {
+                0.0
+            },
             n.kernels,
             human_time(n.median_cpu_time_s)
         );
     }
     let mut by_mem: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
-    by_mem.sort_by(|x, y| y.median_alloc_bytes.cmp(&x.median_alloc_bytes).then(x.rank.cmp(&y.rank)));
+    by_mem.sort_by(|x, y| {
+        y.median_alloc_bytes
+            .cmp(&x.median_alloc_bytes)
+            .then(x.rank.cmp(&y.rank))
+    });
     o += &format!("\nTop {top} nodes by memory allocated (median per iteration)\n");
-    o += &format!("{:>5}  {:<60} {:>11} {:>11} {:>10}\n", "rank", "node", "allocated", "peak", "type");
+    o += &format!(
+        "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
+        "rank", "node", "allocated", "peak", "type"
+    );
     for n in by_mem.iter().take(top) {
         o += &format!(
             "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
@@ -300,7 +330,14 @@ fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_owned()
     } else {
-        let keep: String = s.chars().rev().take(n - 1).collect::<Vec<_>>().into_iter().rev().collect();
+        let keep: String = s
+            .chars()
+            .rev()
+            .take(n - 1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         format!("…{keep}")
     }
 }

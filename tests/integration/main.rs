@@ -1,1 +1,9 @@
-fn main(){}
+//! Integration tests: one test binary (one link) with a module per concern.
+
+mod cli;
+mod common;
+mod determinism;
+mod golden;
+mod samples;
+mod synthetic;
+mod truncated;

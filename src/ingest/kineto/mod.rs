@@ -325,11 +325,15 @@ pub fn from_bytes(
         }
     })?;
     let Some(found) = found else {
-        return Err(fmt_err("JSON without a \"traceEvents\" array: not a Chrome trace".into()));
+        return Err(fmt_err(
+            "JSON without a \"traceEvents\" array: not a Chrome trace".into(),
+        ));
     };
     let arr_start = found.value_start;
     let chunks = json_scan::chunk_array(&buf, arr_start, CHUNK_BYTES).map_err(|off| {
-        fmt_err(format!("\"traceEvents\" is not a well-formed array (byte {off})"))
+        fmt_err(format!(
+            "\"traceEvents\" is not a well-formed array (byte {off})"
+        ))
     })?;
 
     let header = parse_header(&buf, arr_start, chunks.end).map_err(fmt_err)?;
@@ -405,11 +409,8 @@ fn parse_header(buf: &[u8], arr_start: usize, arr_end: Option<usize>) -> Result<
         Some(end) => text.extend_from_slice(&buf[end..]),
         None => text.push(b'}'),
     }
-    let raw: RawHeader = match serde_json::from_slice(&text) {
-        Ok(h) => h,
-        // A header that does not parse (odd member types) is not worth refusing the events.
-        Err(_) => RawHeader::default(),
-    };
+    // A header that does not parse (odd member types) is not worth refusing the events.
+    let raw: RawHeader = serde_json::from_slice(&text).unwrap_or_default();
     let base = raw.base_time_ns.i64();
     let devices = raw
         .device_properties
@@ -531,8 +532,10 @@ impl Partial {
 
     fn add_complete(&mut self, ev: &RawEvent<'_>, cat: &str, name: &str, offset: usize) {
         let Some(ts) = ev.ts.f64().filter(|t| t.is_finite()) else {
-            self.anomalies
-                .push(("event_without_time", format!("'{name}' at byte {offset} has no usable ts")));
+            self.anomalies.push((
+                "event_without_time",
+                format!("'{name}' at byte {offset} has no usable ts"),
+            ));
             return;
         };
         let mut dur = ev.dur.f64().unwrap_or(0.0);
@@ -595,11 +598,11 @@ impl Partial {
                     "gpu_memcpy" | "memcpy" => GpuKind::Memcpy,
                     _ => GpuKind::Memset,
                 };
-                let stream = args.stream.i64().unwrap_or_else(|| match ev.tid {
+                let stream = args.stream.i64().unwrap_or(match ev.tid {
                     Some(IdOrName::Num(t)) => t,
                     _ => -1,
                 });
-                let device = args.device.i64().unwrap_or_else(|| match ev.pid {
+                let device = args.device.i64().unwrap_or(match ev.pid {
                     Some(IdOrName::Num(p)) => p,
                     _ => 0,
                 });
@@ -636,8 +639,10 @@ impl Partial {
             return;
         };
         let (Some(ts), Some(bytes)) = (ev.ts.f64(), args.signed_bytes.i64()) else {
-            self.anomalies
-                .push(("malformed_memory_event", format!("[memory] at byte {offset} lacks ts or Bytes")));
+            self.anomalies.push((
+                "malformed_memory_event",
+                format!("[memory] at byte {offset} lacks ts or Bytes"),
+            ));
             return;
         };
         let thread = self.thread(ev);
@@ -779,7 +784,10 @@ mod tests {
         assert_eq!(t.ops.len(), 1);
         assert_eq!(t.ops[0].start, 10_500);
         assert_eq!(t.ops[0].seq, Some(7));
-        assert_eq!(t.ops[0].inputs.as_ref().unwrap().dims.as_deref(), Some("[[2,3],[3,4]]"));
+        assert_eq!(
+            t.ops[0].inputs.as_ref().unwrap().dims.as_deref(),
+            Some("[[2,3],[3,4]]")
+        );
         assert_eq!(t.gpu[0].correlation, Some(9));
         assert_eq!(t.runtime[0].correlation, Some(9));
         assert_eq!(t.memory[0].total_allocated, 512);

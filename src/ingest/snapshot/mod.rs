@@ -164,7 +164,10 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
     if src.truncated_gzip {
         diag.warn(
             "truncated_snapshot",
-            format!("{}: gzip stream ends early; the pickle cannot be complete", path.display()),
+            format!(
+                "{}: gzip stream ends early; the pickle cannot be complete",
+                path.display()
+            ),
         );
     }
     from_bytes(path, &src.bytes, diag)
@@ -232,7 +235,11 @@ impl<'a> Extractor<'a> {
         let filename = self
             .str_of(self.pk.dict_get(id, "filename"))
             .unwrap_or_else(|| self.strings.intern(""));
-        let line = self.pk.dict_get(id, "line").and_then(|l| self.pk.as_i64(l)).unwrap_or(0);
+        let line = self
+            .pk
+            .dict_get(id, "line")
+            .and_then(|l| self.pk.as_i64(l))
+            .unwrap_or(0);
         let f = FrameId(self.frames.len() as u32);
         self.frames.push(Frame {
             name,
@@ -299,7 +306,10 @@ impl<'a> Extractor<'a> {
                     let Some(action) = g("action").and_then(|a| pk.as_str(a)) else {
                         self.diag.warn(
                             "snapshot_entry_without_action",
-                            format!("{}: a device_traces entry has no action", self.path.display()),
+                            format!(
+                                "{}: a device_traces entry has no action",
+                                self.path.display()
+                            ),
                         );
                         continue;
                     };

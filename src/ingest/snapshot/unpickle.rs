@@ -315,17 +315,20 @@ impl<'a> Reader<'a> {
     }
 
     fn memo_get(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
-        let v = self
-            .memo
-            .get(idx)
-            .copied()
-            .flatten()
-            .ok_or_else(|| self.malformed(format!("memo index {idx} was never stored"), offset))?;
+        let v =
+            self.memo.get(idx).copied().flatten().ok_or_else(|| {
+                self.malformed(format!("memo index {idx} was never stored"), offset)
+            })?;
         self.stack.push(Slot::Val(v));
         Ok(())
     }
 
-    fn add_to_list(&mut self, list: ValueId, items: Vec<ValueId>, offset: usize) -> Result<(), PickleError> {
+    fn add_to_list(
+        &mut self,
+        list: ValueId,
+        items: Vec<ValueId>,
+        offset: usize,
+    ) -> Result<(), PickleError> {
         match &mut self.values[list.0 as usize] {
             Value::List(v) | Value::Set(v) => {
                 v.extend(items);
@@ -335,8 +338,13 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn add_to_dict(&mut self, dict: ValueId, items: Vec<ValueId>, offset: usize) -> Result<(), PickleError> {
-        if items.len() % 2 != 0 {
+    fn add_to_dict(
+        &mut self,
+        dict: ValueId,
+        items: Vec<ValueId>,
+        offset: usize,
+    ) -> Result<(), PickleError> {
+        if !items.len().is_multiple_of(2) {
             return Err(self.malformed("SETITEMS with an odd number of items", offset));
         }
         match &mut self.values[dict.0 as usize] {
@@ -457,7 +465,9 @@ impl<'a> Reader<'a> {
                 }
                 b'I' | b'L' => {
                     let line = self.line()?;
-                    let t = std::str::from_utf8(line).unwrap_or("").trim_end_matches('L');
+                    let t = std::str::from_utf8(line)
+                        .unwrap_or("")
+                        .trim_end_matches('L');
                     let v = match t {
                         "00" => Value::Bool(false),
                         "01" => Value::Bool(true),
@@ -496,7 +506,11 @@ impl<'a> Reader<'a> {
                 }
                 b'U' | b'T' => {
                     // Python 2 byte strings: decode as latin-1 would; snapshots use them only for ASCII.
-                    let n = if op == b'U' { self.u8()? as usize } else { self.u32()? };
+                    let n = if op == b'U' {
+                        self.u8()? as usize
+                    } else {
+                        self.u32()?
+                    };
                     let b = self.take(n)?;
                     let s: String = b.iter().map(|&c| c as char).collect();
                     self.push(Value::Str(s.into()), offset)?;
@@ -637,16 +651,24 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let stack_global = [0x80, 4, 0x8c, 2, b'o', b's', 0x8c, 6, b's', b'y', b's', b't', b'e', b'm', 0x93];
+        let stack_global = [
+            0x80, 4, 0x8c, 2, b'o', b's', 0x8c, 6, b's', b'y', b's', b't', b'e', b'm', 0x93,
+        ];
         assert!(matches!(
             parse(&stack_global),
-            Err(PickleError::Forbidden { opcode: "STACK_GLOBAL", offset: 14 })
+            Err(PickleError::Forbidden {
+                opcode: "STACK_GLOBAL",
+                offset: 14
+            })
         ));
     }
 
     #[test]
     fn truncated_and_garbage_inputs_are_errors() {
-        assert!(matches!(parse(&[0x80, 2, b'X', 9, 0, 0]), Err(PickleError::Truncated { .. })));
+        assert!(matches!(
+            parse(&[0x80, 2, b'X', 9, 0, 0]),
+            Err(PickleError::Truncated { .. })
+        ));
         assert!(parse(&[0x80, 2, b']']).is_err());
         assert!(parse(&[0xff]).is_err());
         assert!(parse(&[b'h', 3]).is_err());

@@ -1,0 +1,109 @@
+//! The binary: exit codes and one-line errors naming the file.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+use crate::common::root;
+
+fn steptrace() -> Command {
+    Command::cargo_bin("steptrace").unwrap()
+}
+
+fn one_line_error(stderr: &[u8], needle: &str) {
+    let s = String::from_utf8_lossy(stderr);
+    assert_eq!(s.trim_end().lines().count(), 1, "not one line: {s}");
+    assert!(s.contains(needle), "{s:?} lacks {needle:?}");
+    assert!(!s.contains("panicked"), "{s}");
+}
+
+#[test]
+fn analyzes_a_sample_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    steptrace()
+        .args(["analyze", "--top", "3", "--out"])
+        .arg(dir.path())
+        .arg(root().join("sample_traces/resnet18"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "3 iterations (ProfilerStep markers)",
+        ))
+        .stdout(predicate::str::contains("peak allocated 283.1 MiB"));
+    for f in steptrace::report::FILES {
+        assert!(dir.path().join(f).is_file(), "{f}");
+    }
+}
+
+#[test]
+fn missing_file_exits_2_naming_it() {
+    let out = steptrace()
+        .args(["analyze", "/nonexistent/trace.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    one_line_error(&out.stderr, "/nonexistent/trace.json");
+}
+
+#[test]
+fn bad_inputs_exit_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[u8], &str); 4] = [
+        ("notjson.json", b"hello, world", "not a JSON object"),
+        ("object.json", br#"{"a": [1, 2]}"#, "traceEvents"),
+        ("empty.json", b"", "empty"),
+        (
+            "badgz.json.gz",
+            &[0x1f, 0x8b, 0x08, 0x00, 0xff, 0xff],
+            "gzip",
+        ),
+    ];
+    for (name, content, needle) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, content).unwrap();
+        let out = steptrace()
+            .arg("analyze")
+            .arg(&p)
+            .arg("--out")
+            .arg(dir.path().join("o"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        one_line_error(&out.stderr, needle);
+        one_line_error(&out.stderr, name);
+    }
+}
+
+#[test]
+fn hostile_pickle_is_refused_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("pwned");
+    let evil = format!("cposix\nsystem\n(S'touch {}'\ntR.", marker.display());
+    let p = dir.path().join("evil.pickle");
+    std::fs::write(&p, evil).unwrap();
+    let out = steptrace()
+        .arg("analyze")
+        .arg(root().join("sample_traces/libtorch_mlp/trace.json.gz"))
+        .arg(&p)
+        .arg("--out")
+        .arg(dir.path().join("o"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    one_line_error(&out.stderr, "GLOBAL");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn directory_without_trace_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = steptrace().arg("analyze").arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    one_line_error(&out.stderr, "no Kineto trace");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    steptrace().arg("analyze").assert().code(2);
+    steptrace().arg("frobnicate").assert().code(2);
+    steptrace().arg("--help").assert().success();
+}

@@ -1,0 +1,82 @@
+//! Helpers shared by the integration tests.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every sample capture directory, sorted.
+pub fn samples() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("sample_traces"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.join("reference.json").is_file())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 4, "expected the bundled samples, found {v:?}");
+    v
+}
+
+/// Reads a JSON file (plain or gzip) into a `Value`, independently of steptrace's reader.
+pub fn json(path: &Path) -> Value {
+    let bytes = std::fs::read(path).unwrap();
+    let text = if bytes.starts_with(&[0x1f, 0x8b]) {
+        use std::io::Read;
+        let mut s = Vec::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_end(&mut s)
+            .unwrap();
+        s
+    } else {
+        bytes
+    };
+    serde_json::from_slice(&text).unwrap()
+}
+
+/// Runs `analyze` on a sample into a fresh directory; returns (tempdir, outcome).
+pub fn analyze(sample: &Path) -> (tempfile::TempDir, steptrace::Outcome) {
+    let dir = tempfile::tempdir().unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: sample.to_path_buf(),
+        out: Some(dir.path().join("out")),
+        top: 10,
+        ..Default::default()
+    };
+    let outcome = steptrace::analyze(&props).unwrap();
+    (dir, outcome)
+}
+
+/// Reads a CSV file into (header, rows).
+pub fn csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    let header = r.headers().unwrap().iter().map(str::to_owned).collect();
+    let rows = r
+        .records()
+        .map(|rec| rec.unwrap().iter().map(str::to_owned).collect())
+        .collect();
+    (header, rows)
+}
+
+/// Column index by name.
+pub fn col(header: &[String], name: &str) -> usize {
+    header
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name}"))
+}
+
+/// Median of f64s.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}

@@ -1,0 +1,220 @@
+//! Hand-built traces with known structure: iteration detection without ProfilerStep markers,
+//! phases, attribution and memory per node.
+
+use std::fmt::Write;
+
+use steptrace::analysis::Phase;
+
+/// Builds a Kineto-like trace of `iters` training iterations: an input copy, two forward ops,
+/// two backward nodes on an autograd thread, one optimizer op. `markers` adds ProfilerStep#N.
+pub fn training_trace(iters: usize, markers: bool) -> String {
+    let mut ev: Vec<String> = Vec::new();
+    let mut corr = 0;
+    let mut launch = |ev: &mut Vec<String>,
+                      tid: i64,
+                      ts: f64,
+                      kind: &str,
+                      name: &str,
+                      gts: f64,
+                      gdur: f64| {
+        corr += 1;
+        ev.push(format!(r#"{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":{tid},"ts":{ts},"dur":1,"args":{{"correlation":{corr}}}}}"#));
+        ev.push(format!(r#"{{"ph":"X","cat":"{kind}","name":"{name}","pid":0,"tid":7,"ts":{gts},"dur":{gdur},"args":{{"device":0,"stream":7,"correlation":{corr}}}}}"#));
+    };
+    let op = |ev: &mut Vec<String>, tid: i64, name: &str, ts: f64, dur: f64, seq: Option<i64>| {
+        let seq = seq
+            .map(|s| format!(r#","Sequence number":{s}"#))
+            .unwrap_or_default();
+        ev.push(format!(r#"{{"ph":"X","cat":"cpu_op","name":"{name}","pid":1,"tid":{tid},"ts":{ts},"dur":{dur},"args":{{"External id":1{seq}}}}}"#));
+    };
+    let mut total = 1000i64;
+    let mem = |ev: &mut Vec<String>, tid: i64, ts: f64, addr: u64, bytes: i64, total: &mut i64| {
+        *total += bytes;
+        ev.push(format!(r#"{{"ph":"i","cat":"cpu_instant_event","s":"t","name":"[memory]","pid":1,"tid":{tid},"ts":{ts},"args":{{"Addr":{addr},"Bytes":{bytes},"Total Allocated":{t},"Total Reserved":1000000,"Device Type":1,"Device Id":0}}}}"#, t = *total));
+    };
+    for i in 0..iters {
+        let t = 1000.0 + i as f64 * 1000.0;
+        let seq = 100 + i as i64 * 10;
+        if markers {
+            ev.push(format!(r#"{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{i}","pid":1,"tid":1,"ts":{},"dur":999}}"#, t - 0.5));
+        }
+        op(&mut ev, 1, "aten::to", t, 10.0, Some(seq));
+        launch(
+            &mut ev,
+            1,
+            t + 2.0,
+            "gpu_memcpy",
+            "Memcpy HtoD (Pageable -> Device)",
+            t + 5.0,
+            3.0,
+        );
+        mem(&mut ev, 1, t + 1.0, 64, 512, &mut total);
+        op(&mut ev, 1, "aten::linear", t + 20.0, 30.0, Some(seq + 1));
+        mem(&mut ev, 1, t + 22.0, 4096, 2048, &mut total);
+        launch(&mut ev, 1, t + 25.0, "kernel", "gemm", t + 30.0, 20.0);
+        op(&mut ev, 1, "aten::relu", t + 60.0, 10.0, Some(seq + 2));
+        launch(&mut ev, 1, t + 62.0, "kernel", "relu_kernel", t + 65.0, 4.0);
+        // Backward on the autograd thread.
+        op(
+            &mut ev,
+            2,
+            "autograd::engine::evaluate_function: ReluBackward0",
+            t + 100.0,
+            30.0,
+            Some(seq + 2),
+        );
+        op(&mut ev, 2, "ReluBackward0", t + 101.0, 28.0, Some(seq + 2));
+        op(
+            &mut ev,
+            2,
+            "aten::threshold_backward",
+            t + 102.0,
+            20.0,
+            None,
+        );
+        launch(
+            &mut ev,
+            2,
+            t + 104.0,
+            "kernel",
+            "threshold_kernel",
+            t + 110.0,
+            5.0,
+        );
+        mem(&mut ev, 2, t + 115.0, 4096, -2048, &mut total);
+        op(
+            &mut ev,
+            2,
+            "autograd::engine::evaluate_function: AddmmBackward0",
+            t + 140.0,
+            60.0,
+            Some(seq + 1),
+        );
+        op(&mut ev, 2, "AddmmBackward0", t + 141.0, 58.0, Some(seq + 1));
+        op(&mut ev, 2, "aten::mm", t + 142.0, 40.0, None);
+        launch(&mut ev, 2, t + 145.0, "kernel", "gemm_bw", t + 150.0, 30.0);
+        // Optimizer on the main thread, no sequence number (no_grad).
+        op(&mut ev, 1, "aten::add_", t + 300.0, 20.0, None);
+        launch(
+            &mut ev,
+            1,
+            t + 305.0,
+            "kernel",
+            "add_kernel",
+            t + 310.0,
+            6.0,
+        );
+        mem(&mut ev, 1, t + 400.0, 64, -512, &mut total);
+    }
+    let mut s = String::from(
+        r#"{"schemaVersion":1,"deviceProperties":[{"id":0,"name":"Test GPU","totalGlobalMem":1000000}],"baseTimeNanoseconds":1700000000000000000,"traceEvents":["#,
+    );
+    for (i, e) in ev.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "\n{e}");
+    }
+    s.push_str("]}");
+    s
+}
+
+fn run(text: &str) -> steptrace::Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("trace.json");
+    std::fs::write(&p, text).unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: p,
+        out: Some(dir.path().join("out")),
+        top: 5,
+        ..Default::default()
+    };
+    steptrace::analyze(&props).unwrap()
+}
+
+#[test]
+fn iterations_found_from_backward_passes_without_markers() {
+    let out = run(&training_trace(4, false));
+    let a = &out.analysis;
+    assert_eq!(a.summary.iterations, 4);
+    assert_eq!(
+        serde_json::to_value(a.summary.iteration_detection).unwrap(),
+        "backward_cycle"
+    );
+    check_structure(&out);
+}
+
+#[test]
+fn profiler_step_markers_give_the_same_structure() {
+    let out = run(&training_trace(3, true));
+    assert_eq!(out.analysis.summary.iterations, 3);
+    assert_eq!(
+        serde_json::to_value(out.analysis.summary.iteration_detection).unwrap(),
+        "profiler_step"
+    );
+    check_structure(&out);
+}
+
+fn check_structure(out: &steptrace::Outcome) {
+    let a = &out.analysis;
+    let phases: Vec<(&str, Phase)> = a
+        .node_stats
+        .iter()
+        .map(|n| (n.node_name.as_str(), n.gtype))
+        .collect();
+    assert_eq!(
+        phases,
+        vec![
+            ("other:aten::to#0", Phase::Other),
+            ("forward:aten::linear#0", Phase::Forward),
+            ("forward:aten::relu#0", Phase::Forward),
+            ("backward:aten::threshold_backward#0", Phase::Backward),
+            ("backward:aten::mm#0", Phase::Backward),
+            ("optimizer:aten::add_#0", Phase::Optimizer),
+        ]
+    );
+    let gpu: Vec<f64> = a
+        .node_stats
+        .iter()
+        .map(|n| n.median_run_time_s * 1e6)
+        .collect();
+    let want = [3.0, 20.0, 4.0, 5.0, 30.0, 6.0];
+    for (g, w) in gpu.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{gpu:?}");
+    }
+    let linear = &a.node_stats[1];
+    assert_eq!(linear.median_alloc_bytes, 2048);
+    assert_eq!(
+        linear.node_type.as_str(),
+        "ACT",
+        "made in forward, freed in backward"
+    );
+    assert_eq!(a.node_stats[0].node_type.as_str(), "INPUT");
+    let thr = &a.node_stats[3];
+    assert_eq!(thr.median_free_bytes, 2048);
+    assert!(a
+        .node_stats
+        .iter()
+        .all(|n| n.iterations_present as usize == a.summary.iterations));
+    // Peak: 1000 + 512 + 2048 in every iteration.
+    assert_eq!(a.summary.peak_allocated_bytes, Some(3560));
+    assert_eq!(
+        a.summary.peak_node.as_deref(),
+        Some("forward:aten::linear#0")
+    );
+    assert_eq!(a.summary.device.as_deref(), Some("Test GPU"));
+}
+
+#[test]
+fn whole_trace_when_there_is_no_backward() {
+    let text = r#"{"traceEvents":[
+        {"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":2},
+        {"ph":"X","cat":"cpu_op","name":"aten::add","pid":1,"tid":1,"ts":4,"dur":2}]}"#;
+    let out = run(text);
+    assert_eq!(out.analysis.summary.iterations, 1);
+    assert_eq!(
+        serde_json::to_value(out.analysis.summary.iteration_detection).unwrap(),
+        "whole_trace"
+    );
+    assert_eq!(out.analysis.node_stats.len(), 2);
+}
