@@ -8,6 +8,11 @@ use steptrace::analysis::Phase;
 /// Builds a Kineto-like trace of `iters` training iterations: an input copy, two forward ops,
 /// two backward nodes on an autograd thread, one optimizer op. `markers` adds ProfilerStep#N.
 pub fn training_trace(iters: usize, markers: bool) -> String {
+    training_trace_at(iters, markers, 1000.0)
+}
+
+/// [`training_trace`] starting at `t0` µs.
+pub fn training_trace_at(iters: usize, markers: bool, t0: f64) -> String {
     let mut ev: Vec<String> = Vec::new();
     let mut corr = 0;
     let mut launch = |ev: &mut Vec<String>,
@@ -33,7 +38,7 @@ pub fn training_trace(iters: usize, markers: bool) -> String {
         ev.push(format!(r#"{{"ph":"i","cat":"cpu_instant_event","s":"t","name":"[memory]","pid":1,"tid":{tid},"ts":{ts},"args":{{"Addr":{addr},"Bytes":{bytes},"Total Allocated":{t},"Total Reserved":1000000,"Device Type":1,"Device Id":0}}}}"#, t = *total));
     };
     for i in 0..iters {
-        let t = 1000.0 + i as f64 * 1000.0;
+        let t = t0 + i as f64 * 1000.0;
         let seq = 100 + i as i64 * 10;
         if markers {
             ev.push(format!(r#"{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{i}","pid":1,"tid":1,"ts":{},"dur":999}}"#, t - 0.5));
@@ -217,4 +222,48 @@ fn whole_trace_when_there_is_no_backward() {
         "whole_trace"
     );
     assert_eq!(out.analysis.node_stats.len(), 2);
+}
+
+#[test]
+fn absolute_epoch_timestamps_without_base_time() {
+    // Older PyTorch: no baseTimeNanoseconds, ts in absolute epoch µs (~1.7e15).
+    let text = training_trace_at(2, true, 1.7e15)
+        .replace(r#""baseTimeNanoseconds":1700000000000000000,"#, "");
+    let out = run(&text);
+    assert_eq!(out.analysis.summary.iterations, 2);
+    assert_eq!(
+        serde_json::to_value(out.analysis.summary.time_convention).unwrap(),
+        "absolute_epoch"
+    );
+    check_structure(&out);
+}
+
+#[test]
+fn run_directory_read_through_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("rank0")).unwrap();
+    std::fs::write(dir.path().join("rank0/t.json"), training_trace(2, true)).unwrap();
+    // A second trace that discovery by name alone would find ambiguous.
+    std::fs::write(dir.path().join("other_trace.json"), "{}").unwrap();
+    std::fs::write(
+        dir.path().join("manifest.json"),
+        r#"{"files": {"trace": "rank0/t.json"}}"#,
+    )
+    .unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: dir.path().to_path_buf(),
+        out: Some(dir.path().join("out")),
+        top: 5,
+        ..Default::default()
+    };
+    let out = steptrace::analyze(&props).unwrap();
+    assert_eq!(out.analysis.summary.iterations, 2);
+    assert_eq!(out.analysis.summary.trace, "t.json");
+}
+
+#[test]
+fn absurd_timestamps_are_counted_not_fatal() {
+    let text = training_trace(2, true).replacen(r#""ts":1000,"#, r#""ts":1e300,"#, 1);
+    let out = run(&text);
+    assert!(out.diagnostics.count("timestamp_out_of_range") >= 1);
 }

@@ -93,7 +93,7 @@ pub struct CpuOp {
 impl CpuOp {
     /// End time, ns.
     pub fn end(&self) -> i64 {
-        self.start + self.dur
+        self.start.saturating_add(self.dur)
     }
 }
 
@@ -476,6 +476,14 @@ fn to_ns(us: f64) -> i64 {
     (us * 1000.0).round() as i64
 }
 
+/// Times beyond ±2^62 ns (146 years either side of the epoch) are corrupt: reject them before
+/// any arithmetic on them can overflow.
+const MAX_ABS_US: f64 = (1u64 << 62) as f64 / 1000.0;
+
+fn valid_time(us: f64) -> bool {
+    us.is_finite() && us.abs() < MAX_ABS_US
+}
+
 impl Partial {
     fn key(&mut self, v: &Option<IdOrName<'_>>) -> ThreadKey {
         match v {
@@ -504,7 +512,8 @@ impl Partial {
             "X" => self.add_complete(&ev, cat, name, offset),
             "i" | "I" if name == "[memory]" => self.add_memory(&ev, offset),
             "s" | "f" if cat == "fwdbwd" => {
-                let (Some(ts), Some(id)) = (ev.ts.f64(), ev.id.as_ref()) else {
+                let (Some(ts), Some(id)) = (ev.ts.f64().filter(|&t| valid_time(t)), ev.id.as_ref())
+                else {
                     return;
                 };
                 let id = match id {
@@ -531,15 +540,22 @@ impl Partial {
     }
 
     fn add_complete(&mut self, ev: &RawEvent<'_>, cat: &str, name: &str, offset: usize) {
-        let Some(ts) = ev.ts.f64().filter(|t| t.is_finite()) else {
+        let Some(ts) = ev.ts.f64() else {
             self.anomalies.push((
                 "event_without_time",
                 format!("'{name}' at byte {offset} has no usable ts"),
             ));
             return;
         };
+        if !valid_time(ts) {
+            self.anomalies.push((
+                "timestamp_out_of_range",
+                format!("'{name}' at byte {offset} has ts {ts}; skipped"),
+            ));
+            return;
+        }
         let mut dur = ev.dur.f64().unwrap_or(0.0);
-        if !dur.is_finite() || dur < 0.0 {
+        if !valid_time(dur) || dur < 0.0 {
             self.anomalies.push((
                 "negative_duration",
                 format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
@@ -638,7 +654,10 @@ impl Partial {
         let Some(args) = &ev.args else {
             return;
         };
-        let (Some(ts), Some(bytes)) = (ev.ts.f64(), args.signed_bytes.i64()) else {
+        let (Some(ts), Some(bytes)) = (
+            ev.ts.f64().filter(|&t| valid_time(t)),
+            args.signed_bytes.i64(),
+        ) else {
             self.anomalies.push((
                 "malformed_memory_event",
                 format!("[memory] at byte {offset} lacks ts or Bytes"),
