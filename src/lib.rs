@@ -62,6 +62,8 @@ pub struct AnalyzeProps {
     pub out: Option<PathBuf>,
     /// Rows in the console's top-N tables.
     pub top: usize,
+    /// Which rank of a multi-rank run directory.
+    pub rank: Option<i64>,
 }
 
 /// What `analyze` produced.
@@ -97,6 +99,7 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
         &props.input,
         props.snapshot.as_deref(),
         props.exec_trace.as_deref(),
+        props.rank,
     )?;
     let loaded = ingest::load_all(&inputs)?;
     let mut diag = Diagnostics::default();

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         }
     };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             for cause in err.chain() {
                 if let Some(io) = cause.downcast_ref::<std::io::Error>() {
@@ -36,6 +36,13 @@ fn main() -> ExitCode {
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {
+    if let Some(e) = err.downcast_ref::<steptrace_capture::Error>() {
+        return match e {
+            // As shells do for a command that cannot be run.
+            steptrace_capture::Error::Spawn { .. } => 127,
+            _ => 2,
+        };
+    }
     match err.downcast_ref::<steptrace::Error>() {
         Some(steptrace::Error::Input(_)) => 2,
         Some(_) => 1,
@@ -43,8 +50,25 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
-fn run(cli: cli::Cli) -> anyhow::Result<()> {
+fn run(cli: cli::Cli) -> anyhow::Result<u8> {
     match cli.command {
+        cli::Command::Capture(args) => {
+            let outcome = steptrace_capture::run(&args.props()?)?;
+            let m = &outcome.manifest;
+            for n in &m.notes {
+                eprintln!("steptrace: {n}");
+            }
+            for r in &m.incomplete_reasons {
+                eprintln!("steptrace: incomplete: {r}");
+            }
+            eprintln!(
+                "steptrace: wrote {} (analyze it with `steptrace analyze {}`)",
+                outcome.out.display(),
+                outcome.out.display()
+            );
+            // The child's own status, clamped to what an exit code can carry.
+            Ok(outcome.exit.code.clamp(0, 255) as u8)
+        }
         cli::Command::Analyze(args) => {
             if let Some(n) = args.threads {
                 rayon::ThreadPoolBuilder::new()
@@ -58,7 +82,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
                 writeln!(out, "\nwrote {}", outcome.out_dir.display())?;
                 out.flush()?;
             }
-            Ok(())
+            Ok(0)
         }
     }
 }

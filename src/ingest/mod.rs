@@ -95,6 +95,15 @@ fn classify(name: &str) -> Kind {
 struct Manifest {
     #[serde(default)]
     files: ManifestFiles,
+    #[serde(default)]
+    ranks: Vec<ManifestRank>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ManifestRank {
+    rank: i64,
+    #[serde(default)]
+    files: ManifestFiles,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -107,13 +116,18 @@ struct ManifestFiles {
 /// Resolves the command line's input (a trace file or a run directory) and the optional
 /// explicit snapshot and Execution Trace into the files to read. Explicit paths win over what
 /// a directory holds.
-pub fn discover(input: &Path, snapshot: Option<&Path>, et: Option<&Path>) -> Result<Inputs, Error> {
+pub fn discover(
+    input: &Path,
+    snapshot: Option<&Path>,
+    et: Option<&Path>,
+    rank: Option<i64>,
+) -> Result<Inputs, Error> {
     let meta = std::fs::metadata(input).map_err(|source| Error::Io {
         path: input.to_path_buf(),
         source,
     })?;
     let mut found = if meta.is_dir() {
-        discover_dir(input)?
+        discover_dir(input, rank)?
     } else {
         Inputs {
             trace: input.to_path_buf(),
@@ -131,7 +145,7 @@ pub fn discover(input: &Path, snapshot: Option<&Path>, et: Option<&Path>) -> Res
     Ok(found)
 }
 
-fn discover_dir(dir: &Path) -> Result<Inputs, Error> {
+fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     let manifest_path = dir.join("manifest.json");
     if manifest_path.is_file() {
         let text = std::fs::read(&manifest_path).map_err(|source| Error::Io {
@@ -142,15 +156,36 @@ fn discover_dir(dir: &Path) -> Result<Inputs, Error> {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),
         })?;
-        if let Some(trace) = m.files.trace {
+        let files = match rank {
+            Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
+                Some(x) => x.files,
+                None => {
+                    return Err(Error::Discovery {
+                        path: dir.to_path_buf(),
+                        what: format!("the manifest lists no rank {r}"),
+                    })
+                }
+            },
+            None => m.files,
+        };
+        if let Some(trace) = files.trace {
             return Ok(Inputs {
                 trace: dir.join(trace),
-                snapshot: m.files.snapshot.map(|s| dir.join(s)),
-                exec_trace: m.files.exec_trace.map(|s| dir.join(s)),
+                snapshot: files.snapshot.map(|s| dir.join(s)),
+                exec_trace: files.exec_trace.map(|s| dir.join(s)),
                 manifest: Some(manifest_path),
             });
         }
     }
+    if let Some(r) = rank {
+        // Without a manifest, rank files are found by their `_rankN` suffix.
+        let tag = format!("_rank{r}.");
+        return discover_dir_filtered(dir, &|n: &str| n.contains(&tag));
+    }
+    discover_dir_filtered(dir, &|_| true)
+}
+
+fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inputs, Error> {
     let rd = std::fs::read_dir(dir).map_err(|source| Error::Io {
         path: dir.to_path_buf(),
         source,
@@ -159,6 +194,7 @@ fn discover_dir(dir: &Path) -> Result<Inputs, Error> {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
         .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .filter(|(n, _)| keep(n))
         .collect();
     names.sort();
     let pick = |kind: Kind| -> Vec<PathBuf> {

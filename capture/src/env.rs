@@ -1,0 +1,43 @@
+//! Every environment variable the launcher sets for the shims (the contract between the Rust
+//! launcher, `shim_py/sitecustomize.py` and `shim_cpp/steptrace_shim.cpp`).
+
+/// Absolute path of the run directory; the shims write their files there. Its presence is
+/// what turns the Python shim on.
+pub const OUT: &str = "STEPTRACE_OUT";
+/// `skip_first=1,wait=1,warmup=1,active=3,repeat=1`.
+pub const SCHEDULE: &str = "STEPTRACE_SCHEDULE";
+/// Comma list of what to record: `trace,memory,et,nvtx`.
+pub const RECORD: &str = "STEPTRACE_RECORD";
+/// Ring-buffer size of the allocator history.
+pub const MAX_ENTRIES: &str = "STEPTRACE_MAX_ENTRIES";
+/// Path of the built C++ shim, for the Python shim to load (per-op NVTX ranges).
+pub const NVTX_LIB: &str = "STEPTRACE_NVTX_LIB";
+/// `1` when the C++ shim, preloaded into a libtorch program, must do the capturing itself.
+pub const NATIVE: &str = "STEPTRACE_NATIVE";
+/// Canonical path of the native program: only that process captures, not others that inherit
+/// LD_PRELOAD from it.
+pub const NATIVE_EXE: &str = "STEPTRACE_NATIVE_EXE";
+/// Python's module search path: the shim directory goes first, the user's value is kept after.
+pub const PYTHONPATH: &str = "PYTHONPATH";
+/// Libraries the loader preloads: the C++ shim goes first, the user's value is kept after.
+pub const LD_PRELOAD: &str = "LD_PRELOAD";
+
+/// Prepends `first` to a `sep`-separated list, keeping what was there.
+pub fn chain(first: &str, existing: Option<&str>, sep: char) -> String {
+    match existing {
+        Some(e) if !e.is_empty() => format!("{first}{sep}{e}"),
+        _ => first.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_existing_values() {
+        assert_eq!(chain("/a", Some("/b:/c"), ':'), "/a:/b:/c");
+        assert_eq!(chain("/a", Some(""), ':'), "/a");
+        assert_eq!(chain("x.so", None, ' '), "x.so");
+    }
+}

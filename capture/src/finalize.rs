@@ -1,0 +1,225 @@
+//! After the child: compress what the shims wrote, cut a native program's whole-run trace down
+//! to the schedule's active window, and collect the shims' status files.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::Schedule;
+
+/// Gzips `path` into `path.gz` and removes the original. Returns the new file name.
+pub fn gzip_file(path: &Path) -> std::io::Result<PathBuf> {
+    let gz = PathBuf::from(format!("{}.gz", path.display()));
+    {
+        let mut r = BufReader::new(File::open(path)?);
+        let mut w = flate2::write::GzEncoder::new(
+            BufWriter::new(File::create(&gz)?),
+            flate2::Compression::new(6),
+        );
+        std::io::copy(&mut r, &mut w)?;
+        w.finish()?.flush()?;
+    }
+    std::fs::remove_file(path)?;
+    Ok(gz)
+}
+
+/// A shim's status file (`shim[_rankN].json`), as written by either shim.
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+pub struct ShimStatus {
+    /// Rank under torch.distributed.
+    #[serde(default)]
+    pub rank: i64,
+    /// World size.
+    #[serde(default = "one")]
+    pub world_size: i64,
+    /// torch version.
+    #[serde(default)]
+    pub torch: Option<String>,
+    /// CUDA version torch was built with.
+    #[serde(default)]
+    pub cuda: Option<String>,
+    /// GPU name.
+    #[serde(default)]
+    pub gpu: Option<String>,
+    /// GPU memory.
+    #[serde(default)]
+    pub gpu_memory_bytes: Option<i64>,
+    /// Step boundaries seen.
+    #[serde(default)]
+    pub steps: i64,
+    /// How boundaries were found.
+    #[serde(default)]
+    pub boundary: Option<String>,
+    /// Whether the active window was recorded whole.
+    #[serde(default)]
+    pub window_complete: bool,
+    /// Whether the exit handler ran.
+    #[serde(default)]
+    pub exited_cleanly: bool,
+    /// Files written, by role.
+    #[serde(default)]
+    pub files: std::collections::BTreeMap<String, String>,
+    /// Errors the shim met (it never stops the program for them).
+    #[serde(default)]
+    pub errors: Vec<String>,
+    /// Why there is no trace, when the program never imported torch.
+    #[serde(default)]
+    pub no_trace_reason: Option<String>,
+    /// Why there is no snapshot.
+    #[serde(default)]
+    pub no_snapshot_reason: Option<String>,
+    /// Native shim: boundaries, epoch ns.
+    #[serde(default)]
+    pub boundaries_epoch_ns: Vec<i64>,
+    /// Written by the C++ shim.
+    #[serde(default)]
+    pub native: bool,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// Reads every `shim*.json` in `dir`, sorted by rank.
+pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
+    let mut v: Vec<(String, ShimStatus)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !(name.starts_with("shim") && name.ends_with(".json")) {
+                return None;
+            }
+            let text = std::fs::read(e.path()).ok()?;
+            Some((name, serde_json::from_slice(&text).ok()?))
+        })
+        .collect();
+    v.sort_by_key(|(n, s)| (s.rank, n.clone()));
+    v
+}
+
+/// The active window of a native run, from the boundaries (epoch ns): iteration `i` runs from
+/// boundary `i-1` to boundary `i` (iteration 0 from program start). Returns `(start, end,
+/// complete)`; `end` is `None` when the program stopped inside the window.
+pub fn active_window(boundaries: &[i64], s: &Schedule) -> Option<(i64, Option<i64>, bool)> {
+    let first = (s.skip_first + s.wait + s.warmup) as usize;
+    let last = first + s.active as usize;
+    if first == 0 {
+        return None; // would start at program start, before any boundary: not trimmed
+    }
+    let start = *boundaries.get(first - 1)?;
+    let end = boundaries.get(last - 1).copied();
+    Some((start, end, end.is_some()))
+}
+
+/// Writes the events of `src` (a whole-run Kineto trace) that fall in `[start, end)` epoch ns
+/// to `dst`: CPU events by their time, GPU activity with the launch it belongs to, metadata
+/// always. Returns (kept, total) event counts.
+pub fn trim_trace(
+    src: &Path,
+    dst: &Path,
+    start: i64,
+    end: Option<i64>,
+) -> std::io::Result<(usize, usize)> {
+    let mut text = Vec::new();
+    File::open(src)?.read_to_end(&mut text)?;
+    let mut doc: Value = serde_json::from_slice(&text)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    drop(text);
+    let base = doc
+        .get("baseTimeNanoseconds")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let inside = |ts: f64| {
+        let t = base + ts * 1000.0;
+        t >= start as f64 && end.is_none_or(|e| t < e as f64)
+    };
+    let events = doc
+        .get_mut("traceEvents")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no traceEvents"))?;
+    let total = events.len();
+    let is_gpu = |e: &Value| {
+        matches!(
+            e.get("cat").and_then(Value::as_str),
+            Some("kernel" | "gpu_memcpy" | "gpu_memset" | "gpu_user_annotation")
+        )
+    };
+    // Correlation ids of the runtime calls kept: their GPU activity comes along.
+    let mut kept_corr: HashSet<i64> = HashSet::new();
+    for e in events.iter() {
+        if !is_gpu(e) && e.get("ts").and_then(Value::as_f64).is_some_and(inside) {
+            if let Some(c) = e.pointer("/args/correlation").and_then(Value::as_i64) {
+                kept_corr.insert(c);
+            }
+        }
+    }
+    events.retain(|e| {
+        if e.get("ph").and_then(Value::as_str) == Some("M") {
+            return true;
+        }
+        if is_gpu(e) {
+            return e
+                .pointer("/args/correlation")
+                .and_then(Value::as_i64)
+                .is_some_and(|c| kept_corr.contains(&c));
+        }
+        match e.get("cat").and_then(Value::as_str) {
+            Some("ac2g") => e
+                .get("id")
+                .and_then(Value::as_i64)
+                .is_some_and(|c| kept_corr.contains(&c)),
+            _ => e.get("ts").and_then(Value::as_f64).is_some_and(inside),
+        }
+    });
+    let kept = events.len();
+    let mut w = BufWriter::new(File::create(dst)?);
+    serde_json::to_writer(&mut w, &doc)?;
+    w.flush()?;
+    Ok((kept, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_from_boundaries() {
+        let s = Schedule::default(); // skip 1, wait 1, warmup 1, active 3
+        let b = [10, 20, 30, 40, 50, 60, 70];
+        assert_eq!(active_window(&b, &s), Some((30, Some(60), true)));
+        assert_eq!(active_window(&b[..4], &s), Some((30, None, false)));
+        assert_eq!(active_window(&b[..2], &s), None);
+    }
+
+    #[test]
+    fn trims_by_time_and_correlation() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("full.json");
+        std::fs::write(
+            &src,
+            r#"{"baseTimeNanoseconds": 1000, "traceEvents": [
+              {"ph":"M","name":"process_name","pid":1,"args":{"name":"x"}},
+              {"ph":"X","cat":"cpu_op","name":"early","ts":0.5,"dur":1},
+              {"ph":"X","cat":"cuda_runtime","name":"launch","ts":2,"dur":1,"args":{"correlation":7}},
+              {"ph":"X","cat":"kernel","name":"k","ts":9,"dur":1,"args":{"correlation":7}},
+              {"ph":"X","cat":"kernel","name":"k0","ts":9,"dur":1,"args":{"correlation":1}},
+              {"ph":"X","cat":"cpu_op","name":"late","ts":5,"dur":1}]}"#,
+        )
+        .unwrap();
+        let dst = dir.path().join("t.json");
+        let (kept, total) = trim_trace(&src, &dst, 2000, Some(4000)).unwrap();
+        assert_eq!((kept, total), (3, 6));
+        let t = std::fs::read_to_string(&dst).unwrap();
+        assert!(
+            t.contains("launch")
+                && t.contains("\"k\"")
+                && !t.contains("early")
+                && !t.contains("late")
+        );
+    }
+}

@@ -1,0 +1,670 @@
+//! `steptrace capture`: run an unmodified training program (Python, torchrun, or a libtorch C++
+//! binary) under the profiler shims and write a run directory `steptrace analyze` reads as is.
+//!
+//! ```text
+//!  steptrace capture -- python train.py
+//!    ├─ writes shim_py/sitecustomize.py to a session dir, first on PYTHONPATH
+//!    ├─ builds (once, cached) the C++ shim against the program's torch: per-op NVTX ranges,
+//!    │  and for C++ programs (LD_PRELOAD) the capture itself
+//!    ├─ runs the program, forwarding SIGINT/SIGTERM, returning its exit code
+//!    └─ gzips the files, trims native traces to the active window, writes manifest.json
+//! ```
+//! The library never prints: notes for the user come back in [`Outcome::notes`].
+#![deny(missing_docs)]
+
+pub mod child;
+pub mod env;
+pub mod finalize;
+pub mod shim;
+mod time;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// Why a capture could not be run (the child's own failure is not an error: see
+/// [`Outcome::exit`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The output directory holds files and `--force` was not given.
+    #[error("{}: output directory is not empty (use --force to write into it)", .0.display())]
+    OutDirNotEmpty(PathBuf),
+    /// The output directory cannot be created or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No program was given.
+    #[error("no program to run: give it after `--`, e.g. `steptrace capture -- python train.py`")]
+    NoProgram,
+    /// The program could not be started.
+    #[error("{program}: could not start: {source}")]
+    Spawn {
+        /// argv[0].
+        program: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A bad `--schedule`.
+    #[error("bad schedule '{0}': expected e.g. skip_first=1,wait=1,warmup=1,active=3,repeat=1")]
+    Schedule(String),
+}
+
+/// torch.profiler's schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Schedule {
+    /// Steps ignored at the start.
+    pub skip_first: u32,
+    /// Steps waited.
+    pub wait: u32,
+    /// Steps recorded and discarded.
+    pub warmup: u32,
+    /// Steps recorded.
+    pub active: u32,
+    /// Cycles.
+    pub repeat: u32,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            skip_first: 1,
+            wait: 1,
+            warmup: 1,
+            active: 3,
+            repeat: 1,
+        }
+    }
+}
+
+impl std::str::FromStr for Schedule {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let mut out = Schedule::default();
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| Error::Schedule(s.into()))?;
+            let v: u32 = v.trim().parse().map_err(|_| Error::Schedule(s.into()))?;
+            match k.trim() {
+                "skip_first" => out.skip_first = v,
+                "wait" => out.wait = v,
+                "warmup" => out.warmup = v,
+                "active" => out.active = v,
+                "repeat" => out.repeat = v,
+                _ => return Err(Error::Schedule(s.into())),
+            }
+        }
+        if out.active == 0 {
+            return Err(Error::Schedule(s.into()));
+        }
+        Ok(out)
+    }
+}
+
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "skip_first={},wait={},warmup={},active={},repeat={}",
+            self.skip_first, self.wait, self.warmup, self.active, self.repeat
+        )
+    }
+}
+
+/// What to record (all on by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Record {
+    /// Kineto trace.
+    pub trace: bool,
+    /// CUDA memory history and snapshots.
+    pub memory: bool,
+    /// Execution Trace.
+    pub exec_trace: bool,
+    /// NVTX ranges.
+    pub nvtx: bool,
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Record {
+            trace: true,
+            memory: true,
+            exec_trace: true,
+            nvtx: true,
+        }
+    }
+}
+
+impl Record {
+    fn env_value(&self) -> String {
+        let mut v = Vec::new();
+        for (on, name) in [
+            (self.trace, "trace"),
+            (self.memory, "memory"),
+            (self.exec_trace, "et"),
+            (self.nvtx, "nvtx"),
+        ] {
+            if on {
+                v.push(name);
+            }
+        }
+        v.join(",")
+    }
+}
+
+/// How the program is instrumented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Python (or torchrun, or a script that starts Python): the sitecustomize shim.
+    Python,
+    /// A native libtorch binary: the C++ shim through LD_PRELOAD.
+    Native,
+}
+
+/// Everything `capture` needs.
+#[derive(Debug, Clone)]
+pub struct CaptureProps {
+    /// The program and its arguments.
+    pub program: Vec<OsString>,
+    /// Run directory.
+    pub out: PathBuf,
+    /// Write into a non-empty directory.
+    pub force: bool,
+    /// Profiler schedule.
+    pub schedule: Schedule,
+    /// What to record.
+    pub record: Record,
+    /// Force a mode instead of detecting it.
+    pub mode: Option<Mode>,
+    /// Interpreter used to find torch (default: the program if it is Python, else `python3`).
+    pub python: Option<PathBuf>,
+    /// Allocator history entries kept.
+    pub max_entries: u64,
+    /// Shim cache directory (default [`shim::cache_root`]).
+    pub cache: Option<PathBuf>,
+}
+
+/// `manifest.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Manifest {
+    /// steptrace version.
+    pub steptrace_version: &'static str,
+    /// The command line run.
+    pub command: Vec<String>,
+    /// Working directory.
+    pub cwd: String,
+    /// How the program was instrumented.
+    pub mode: Mode,
+    /// How it ended.
+    pub exit: child::Exit,
+    /// UTC start.
+    pub started_at: String,
+    /// UTC end.
+    pub ended_at: String,
+    /// Host name.
+    pub host: String,
+    /// torch version (from the shim, else the probe).
+    pub torch: Option<String>,
+    /// CUDA version torch was built with.
+    pub cuda: Option<String>,
+    /// NVIDIA driver version.
+    pub driver: Option<String>,
+    /// GPU name.
+    pub gpu: Option<String>,
+    /// GPU memory, bytes.
+    pub gpu_memory_bytes: Option<i64>,
+    /// Schedule.
+    pub schedule: Schedule,
+    /// What was asked for.
+    pub record: Record,
+    /// Rank of the files in `files`.
+    pub rank: i64,
+    /// World size.
+    pub world_size: i64,
+    /// Whether the program exited 0 and every rank recorded its whole window.
+    pub completed: bool,
+    /// Why not, when not.
+    pub incomplete_reasons: Vec<String>,
+    /// Files for analyze (rank 0, or the lowest rank), relative to the run directory.
+    pub files: std::collections::BTreeMap<String, String>,
+    /// Every rank's files and shim status.
+    pub ranks: Vec<RankFiles>,
+    /// Notes: shim build, NVTX, missing torch.
+    pub notes: Vec<String>,
+}
+
+/// One rank's files.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankFiles {
+    /// Rank.
+    pub rank: i64,
+    /// Files by role, relative paths.
+    pub files: std::collections::BTreeMap<String, String>,
+    /// Step boundaries the shim saw.
+    pub steps: i64,
+    /// How they were found.
+    pub boundary: Option<String>,
+    /// Shim errors.
+    pub errors: Vec<String>,
+}
+
+/// What a capture produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// How the child ended; the CLI exits with `exit.code`.
+    pub exit: child::Exit,
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// Where.
+    pub out: PathBuf,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn is_python_name(p: &Path) -> bool {
+    let n = p.file_name().unwrap_or_default().to_string_lossy();
+    n.starts_with("python") || n == "torchrun" || n.starts_with("pypy")
+}
+
+fn resolve(prog: &Path) -> Option<PathBuf> {
+    if prog.components().count() > 1 {
+        return prog.is_file().then(|| prog.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// Native when argv[0] is an ELF binary that links libtorch; Python otherwise (interpreters,
+/// torchrun, shell scripts that start Python: the shim reaches them through PYTHONPATH).
+pub fn detect_mode(argv0: &Path) -> Mode {
+    if is_python_name(argv0) {
+        return Mode::Python;
+    }
+    let Some(p) = resolve(argv0) else {
+        return Mode::Python;
+    };
+    let Ok(bytes) = std::fs::read(&p) else {
+        return Mode::Python;
+    };
+    let links_torch = bytes.starts_with(b"\x7fELF")
+        && [&b"libtorch_cpu.so"[..], b"libtorch.so", b"libc10.so"]
+            .iter()
+            .any(|needle| memchr::memmem::find(&bytes, needle).is_some());
+    if links_torch {
+        Mode::Native
+    } else {
+        Mode::Python
+    }
+}
+
+fn prepare_out(out: &Path, force: bool) -> Result<PathBuf, Error> {
+    if out.exists() {
+        let non_empty = std::fs::read_dir(out)
+            .map_err(io_err(out))?
+            .next()
+            .is_some();
+        if non_empty && !force {
+            return Err(Error::OutDirNotEmpty(out.to_path_buf()));
+        }
+    }
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let probe = out.join(".steptrace_write_test");
+    std::fs::write(&probe, b"").map_err(io_err(out))?;
+    let _ = std::fs::remove_file(&probe);
+    out.canonicalize().map_err(io_err(out))
+}
+
+/// A temporary directory removed on drop.
+struct SessionDir(PathBuf);
+
+impl Drop for SessionDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn session_dir() -> std::io::Result<SessionDir> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let d = std::env::temp_dir().join(format!("steptrace-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(d.join("py"))?;
+    Ok(SessionDir(d))
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn driver_version() -> Option<String> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=driver_version", "--format=csv,noheader"])
+        .output()
+        .ok()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.lines()
+        .next()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+}
+
+/// Runs the capture.
+pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
+    if props.program.is_empty() {
+        return Err(Error::NoProgram);
+    }
+    let out = prepare_out(&props.out, props.force)?;
+    let session = session_dir().map_err(io_err(&std::env::temp_dir()))?;
+    let py_dir = session.0.join("py");
+    std::fs::write(py_dir.join("sitecustomize.py"), shim::SITECUSTOMIZE_PY)
+        .map_err(io_err(&py_dir))?;
+
+    let argv0 = PathBuf::from(&props.program[0]);
+    let mode = props.mode.unwrap_or_else(|| detect_mode(&argv0));
+    let mut notes = Vec::new();
+    let python = props.python.clone().unwrap_or_else(|| {
+        if mode == Mode::Python
+            && is_python_name(&argv0)
+            && argv0.file_name().is_some_and(|n| n != "torchrun")
+        {
+            argv0.clone()
+        } else {
+            PathBuf::from("python3")
+        }
+    });
+
+    nvtx::range_push!("steptrace.capture.prepare");
+    let torch = match shim::probe_torch(&python) {
+        Ok(t) => Some(t),
+        Err(why) => {
+            notes.push(format!(
+                "{why}: the program runs without instrumentation unless it imports torch itself"
+            ));
+            None
+        }
+    };
+    let need_cpp = mode == Mode::Native || props.record.nvtx;
+    let mut cpp_shim = None;
+    if let (Some(t), true) = (&torch, need_cpp) {
+        let cache = props.cache.clone().unwrap_or_else(shim::cache_root);
+        match shim::build(&cache, t) {
+            Ok(lib) => cpp_shim = Some(lib),
+            Err(why) => notes.push(match mode {
+                Mode::Native => format!("{why}: the C++ program runs without capture"),
+                Mode::Python => format!("{why}: no per-op NVTX ranges"),
+            }),
+        }
+    }
+    nvtx::range_pop!();
+
+    let mut envs: Vec<(String, String)> = vec![
+        (env::OUT.into(), out.to_string_lossy().into_owned()),
+        (env::SCHEDULE.into(), props.schedule.to_string()),
+        (env::RECORD.into(), props.record.env_value()),
+        (env::MAX_ENTRIES.into(), props.max_entries.to_string()),
+        (
+            env::PYTHONPATH.into(),
+            env::chain(
+                &py_dir.to_string_lossy(),
+                std::env::var(env::PYTHONPATH).ok().as_deref(),
+                ':',
+            ),
+        ),
+    ];
+    match (mode, &cpp_shim) {
+        (Mode::Native, Some(lib)) => {
+            envs.push((env::NATIVE.into(), "1".into()));
+            if let Some(exe) = resolve(&argv0).and_then(|p| p.canonicalize().ok()) {
+                envs.push((env::NATIVE_EXE.into(), exe.to_string_lossy().into_owned()));
+            }
+            envs.push((
+                env::LD_PRELOAD.into(),
+                env::chain(
+                    &lib.to_string_lossy(),
+                    std::env::var(env::LD_PRELOAD).ok().as_deref(),
+                    ':',
+                ),
+            ));
+        }
+        (Mode::Python, Some(lib)) if props.record.nvtx => {
+            envs.push((env::NVTX_LIB.into(), lib.to_string_lossy().into_owned()));
+        }
+        _ => {}
+    }
+
+    let started_at = time::now_utc();
+    nvtx::range_push!("steptrace.capture.child");
+    let exit = child::run(&props.program, &envs).map_err(|source| Error::Spawn {
+        program: argv0.display().to_string(),
+        source,
+    })?;
+    nvtx::range_pop!();
+    let ended_at = time::now_utc();
+
+    let manifest = finish(props, &out, mode, exit, started_at, ended_at, torch, notes)?;
+    let path = out.join("manifest.json");
+    let text = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+    std::fs::write(&path, text).map_err(io_err(&path))?;
+    Ok(Outcome {
+        exit,
+        manifest,
+        out,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    props: &CaptureProps,
+    out: &Path,
+    mode: Mode,
+    exit: child::Exit,
+    started_at: String,
+    ended_at: String,
+    torch: Option<shim::TorchInfo>,
+    mut notes: Vec<String>,
+) -> Result<Manifest, Error> {
+    nvtx::range_push!("steptrace.capture.finalize");
+    let statuses = finalize::read_statuses(out);
+    let mut reasons = Vec::new();
+    if exit.code != 0 {
+        reasons.push(match exit.signal {
+            Some(s) => format!("the program was killed by signal {s}"),
+            None => format!("the program exited with status {}", exit.code),
+        });
+    }
+    if statuses.is_empty() {
+        reasons.push(
+            "no shim reported: the program never loaded the capture shim (did it import torch?)"
+                .into(),
+        );
+    }
+    let mut ranks = Vec::new();
+    for (_name, st) in &statuses {
+        let mut files = st.files.clone();
+        if st.native {
+            // The C++ shim traced the whole run: cut it to the active window.
+            if let Some(full) = files.remove("trace_full") {
+                let src = out.join(&full);
+                let dst_name = full.replace("trace_full", "trace");
+                match finalize::active_window(&st.boundaries_epoch_ns, &props.schedule) {
+                    Some((a, b, complete)) if src.is_file() => {
+                        match finalize::trim_trace(&src, &out.join(&dst_name), a, b) {
+                            Ok((kept, total)) => {
+                                notes.push(format!("rank {}: kept {kept} of {total} trace events (the active window)", st.rank));
+                                let _ = std::fs::remove_file(&src);
+                                files.insert("trace".into(), dst_name);
+                                if !complete {
+                                    reasons.push(format!(
+                                        "rank {}: the program ended inside the active window",
+                                        st.rank
+                                    ));
+                                }
+                            }
+                            Err(e) => {
+                                notes.push(format!(
+                                    "rank {}: could not trim {full}: {e}; kept whole",
+                                    st.rank
+                                ));
+                                files.insert("trace".into(), full);
+                            }
+                        }
+                    }
+                    _ => {
+                        reasons.push(format!(
+                            "rank {}: {} step boundaries seen, fewer than the schedule needs; the whole run's trace is kept",
+                            st.rank,
+                            st.boundaries_epoch_ns.len()
+                        ));
+                        files.insert("trace".into(), full);
+                    }
+                }
+            }
+            if let Some(s) = files.get("snapshot_exit").cloned() {
+                files.insert("snapshot".into(), s);
+            }
+        } else if !st.window_complete && st.no_trace_reason.is_none() {
+            reasons.push(format!(
+                "rank {}: the active window was not recorded whole ({} steps seen)",
+                st.rank, st.steps
+            ));
+        }
+        if let Some(r) = &st.no_trace_reason {
+            reasons.push(format!("rank {}: {r}", st.rank));
+        }
+        if let Some(r) = &st.no_snapshot_reason {
+            notes.push(format!("rank {}: no memory snapshot: {r}", st.rank));
+        }
+        // Compress what is there; drop roles whose file is missing.
+        let mut present = std::collections::BTreeMap::new();
+        for (role, name) in files {
+            let p = out.join(&name);
+            if !p.is_file() {
+                if Path::new(&format!("{}.gz", p.display())).is_file() {
+                    present.insert(role, format!("{name}.gz"));
+                } else {
+                    notes.push(format!(
+                        "rank {}: {role} file {name} was not written",
+                        st.rank
+                    ));
+                }
+                continue;
+            }
+            match finalize::gzip_file(&p) {
+                Ok(gz) => {
+                    present.insert(
+                        role,
+                        gz.file_name()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                }
+                Err(e) => {
+                    notes.push(format!("could not compress {name}: {e}"));
+                    present.insert(role, name);
+                }
+            }
+        }
+        ranks.push(RankFiles {
+            rank: st.rank,
+            files: present,
+            steps: st.steps.max(st.boundaries_epoch_ns.len() as i64),
+            boundary: st.boundary.clone(),
+            errors: st.errors.clone(),
+        });
+    }
+    nvtx::range_pop!();
+    let first = statuses.first().map(|(_, s)| s.clone()).unwrap_or_default();
+    let files = ranks.first().map(|r| r.files.clone()).unwrap_or_default();
+    if !files.contains_key("trace") && props.record.trace {
+        reasons.push("no trace was written".into());
+    }
+    Ok(Manifest {
+        steptrace_version: env!("CARGO_PKG_VERSION"),
+        command: props
+            .program
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        mode,
+        exit,
+        started_at,
+        ended_at,
+        host: host_name(),
+        torch: first
+            .torch
+            .clone()
+            .or_else(|| torch.as_ref().map(|t| t.version.clone())),
+        cuda: first
+            .cuda
+            .clone()
+            .or_else(|| torch.as_ref().and_then(|t| t.cuda.clone())),
+        driver: driver_version(),
+        gpu: first.gpu.clone(),
+        gpu_memory_bytes: first.gpu_memory_bytes,
+        schedule: props.schedule,
+        record: props.record,
+        rank: first.rank,
+        world_size: statuses
+            .iter()
+            .map(|(_, s)| s.world_size)
+            .max()
+            .unwrap_or(1),
+        completed: reasons.is_empty(),
+        incomplete_reasons: reasons,
+        files,
+        ranks,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_parses_and_prints() {
+        let s: Schedule = "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
+            .parse()
+            .unwrap();
+        assert_eq!(s.skip_first, 2);
+        assert_eq!(s.active, 5);
+        assert_eq!(
+            s.to_string(),
+            "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
+        );
+        assert!("active=0".parse::<Schedule>().is_err());
+        assert!("bogus=1".parse::<Schedule>().is_err());
+        assert!("wait".parse::<Schedule>().is_err());
+        assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(detect_mode(Path::new("python3")), Mode::Python);
+        assert_eq!(detect_mode(Path::new("/usr/bin/torchrun")), Mode::Python);
+        // An ELF that does not link libtorch (a shell starting Python) is not instrumented natively.
+        assert_eq!(detect_mode(Path::new("/bin/sh")), Mode::Python);
+        assert_eq!(Record::default().env_value(), "trace,memory,et,nvtx");
+    }
+}
