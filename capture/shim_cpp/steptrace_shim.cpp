@@ -116,8 +116,11 @@ std::unique_ptr<at::ObserverContext> native_start(const at::RecordFunction& fn) 
     g.backward_seen = true;
   }
   if (std::this_thread::get_id() == g.main_thread) {
+    // Reading a loss for logging (`loss.item()`) after the optimizer is not the next forward.
+    static const std::set<std::string> reads{"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"};
     if (t_depth == 0 && !g.explicit_marker && g.backward_seen &&
-        fn.scope() == at::RecordScope::FUNCTION && fn.seqNr() >= 0 && at::GradMode::is_enabled()) {
+        fn.scope() == at::RecordScope::FUNCTION && fn.seqNr() >= 0 && at::GradMode::is_enabled() &&
+        reads.count(name) == 0) {
       g.backward_seen = false;
       mark_boundary(false);
     }

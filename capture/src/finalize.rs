@@ -116,20 +116,41 @@ pub fn active_window(boundaries: &[i64], s: &Schedule) -> Option<(i64, Option<i6
     Some((start, end, end.is_some()))
 }
 
+/// What trimming kept, and the GPU the trace names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trimmed {
+    /// Events kept.
+    pub kept: usize,
+    /// Events in the whole-run trace.
+    pub total: usize,
+    /// `deviceProperties[0].name`.
+    pub gpu: Option<String>,
+    /// `deviceProperties[0].totalGlobalMem`.
+    pub gpu_memory_bytes: Option<i64>,
+}
+
 /// Writes the events of `src` (a whole-run Kineto trace) that fall in `[start, end)` epoch ns
 /// to `dst`: CPU events by their time, GPU activity with the launch it belongs to, metadata
-/// always. Returns (kept, total) event counts.
+/// always.
 pub fn trim_trace(
     src: &Path,
     dst: &Path,
     start: i64,
     end: Option<i64>,
-) -> std::io::Result<(usize, usize)> {
+) -> std::io::Result<Trimmed> {
     let mut text = Vec::new();
     File::open(src)?.read_to_end(&mut text)?;
     let mut doc: Value = serde_json::from_slice(&text)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     drop(text);
+    let dev0 = doc.pointer("/deviceProperties/0");
+    let gpu = dev0
+        .and_then(|d| d.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let gpu_memory_bytes = dev0
+        .and_then(|d| d.get("totalGlobalMem"))
+        .and_then(Value::as_i64);
     let base = doc
         .get("baseTimeNanoseconds")
         .and_then(Value::as_f64)
@@ -180,7 +201,12 @@ pub fn trim_trace(
     let mut w = BufWriter::new(File::create(dst)?);
     serde_json::to_writer(&mut w, &doc)?;
     w.flush()?;
-    Ok((kept, total))
+    Ok(Trimmed {
+        kept,
+        total,
+        gpu,
+        gpu_memory_bytes,
+    })
 }
 
 #[cfg(test)]
@@ -212,8 +238,8 @@ mod tests {
         )
         .unwrap();
         let dst = dir.path().join("t.json");
-        let (kept, total) = trim_trace(&src, &dst, 2000, Some(4000)).unwrap();
-        assert_eq!((kept, total), (3, 6));
+        let t = trim_trace(&src, &dst, 2000, Some(4000)).unwrap();
+        assert_eq!((t.kept, t.total), (3, 6));
         let t = std::fs::read_to_string(&dst).unwrap();
         assert!(
             t.contains("launch")

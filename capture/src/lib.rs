@@ -496,6 +496,8 @@ fn finish(
         );
     }
     let mut ranks = Vec::new();
+    // The C++ shim does not ask the GPU its name; the trace's deviceProperties has it.
+    let mut trace_gpu: Option<(String, Option<i64>)> = None;
     for (_name, st) in &statuses {
         let mut files = st.files.clone();
         if st.native {
@@ -506,8 +508,14 @@ fn finish(
                 match finalize::active_window(&st.boundaries_epoch_ns, &props.schedule) {
                     Some((a, b, complete)) if src.is_file() => {
                         match finalize::trim_trace(&src, &out.join(&dst_name), a, b) {
-                            Ok((kept, total)) => {
-                                notes.push(format!("rank {}: kept {kept} of {total} trace events (the active window)", st.rank));
+                            Ok(t) => {
+                                notes.push(format!(
+                                    "rank {}: kept {} of {} trace events (the active window)",
+                                    st.rank, t.kept, t.total
+                                ));
+                                if trace_gpu.is_none() {
+                                    trace_gpu = t.gpu.clone().map(|g| (g, t.gpu_memory_bytes));
+                                }
                                 let _ = std::fs::remove_file(&src);
                                 files.insert("trace".into(), dst_name);
                                 if !complete {
@@ -620,8 +628,13 @@ fn finish(
             .clone()
             .or_else(|| torch.as_ref().and_then(|t| t.cuda.clone())),
         driver: driver_version(),
-        gpu: first.gpu.clone(),
-        gpu_memory_bytes: first.gpu_memory_bytes,
+        gpu: first
+            .gpu
+            .clone()
+            .or_else(|| trace_gpu.as_ref().map(|g| g.0.clone())),
+        gpu_memory_bytes: first
+            .gpu_memory_bytes
+            .or_else(|| trace_gpu.as_ref().and_then(|g| g.1)),
         schedule: props.schedule,
         record: props.record,
         rank: first.rank,

@@ -16,6 +16,8 @@ cd capture/examples
 
 run() { # name, then the capture arguments
   local name=$1; shift
+  # ONLY="cpp ddp" runs just those cases.
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   mkdir -p $W/ref_$name
   local t0=$(date +%s)
   NVTX_COUNTER_OUT=$W/nvtx_$name.txt STEPTRACE_REF_OUT=$W/ref_$name STEPTRACE_REFERENCE=1 \
@@ -36,13 +38,16 @@ run ddp -- torchrun --standalone --nproc-per-node 2 train_ddp.py
 run exit7 -- python3 -c 'import torch, sys; torch.zeros(1, device="cuda"); sys.exit(7)'
 
 # SIGINT sent to steptrace (not the terminal) is forwarded; what was recorded is kept.
+if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" sigint "* ]]; then
 $ST capture --out $W/sigint -- python3 train_cnn.py --steps 100000 >$W/logs/sigint.out 2>$W/logs/sigint.err &
 pid=$!
 for i in $(seq 1 60); do sleep 1; [ -f $W/sigint/trace.json ] && break; done
 kill -INT $pid; wait $pid; echo "== sigint: steptrace exit $? (the child's own status)"; tail -n 5 $W/logs/sigint.err
+fi
 
 cd $W
 for d in cnn gpt gpt_ckpt cpp ddp sigint; do
+  [ -d $d ] || continue
   echo "== analyze $d"; $ST analyze $d --out $d.an --top 3 2>&1 | head -n 12
 done
 for f in nvtx_*.txt; do echo "== $f"; sort -t$'\t' -k1,1nr $f | head -n 12; done

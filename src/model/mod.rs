@@ -130,8 +130,17 @@ impl Trace {
     }
 }
 
-/// Nests each thread's ops by time with a stack. Ranges that overlap without nesting are
-/// counted (`overlapping_ops`) and treated as nested in the earlier one.
+/// Nests each thread's ops by time with a stack.
+///
+/// ```text
+///  [Optimizer.step#SGD.step ......]            A
+///               [ProfilerStep#4 ..........]    B: starts inside A, ends after it
+///                  [aten::to]                  C
+/// ```
+/// A range that overlaps the top of the stack without fitting inside it (B, opened by a step
+/// hook that runs inside `optimizer.step()`) is not its child: the ranges it outlives are closed
+/// and B hangs from the innermost one that contains it whole. Such overlaps are counted
+/// (`overlapping_ops`). Without this, every op of the next step would sit under A.
 fn build_forest(
     ops: &[CpuOp],
     thread_ops: &[Vec<OpId>],
@@ -145,28 +154,25 @@ fn build_forest(
         for &id in list {
             let op = &ops[id.0 as usize];
             while let Some(&top) = stack.last() {
-                if ops[top.0 as usize].end() <= op.start
-                    && !(op.dur == 0
-                        && ops[top.0 as usize].end() == op.start
-                        && ops[top.0 as usize].dur == 0)
-                {
+                let t = &ops[top.0 as usize];
+                let ended =
+                    t.end() <= op.start && !(op.dur == 0 && t.dur == 0 && t.end() == op.start);
+                if ended {
+                    stack.pop();
+                } else if t.end() < op.end() {
+                    overlaps += 1;
+                    if example.is_empty() {
+                        example = format!(
+                            "a range at {} ns starts inside the one at {} ns and ends after it",
+                            op.start, t.start
+                        );
+                    }
                     stack.pop();
                 } else {
                     break;
                 }
             }
-            if let Some(&top) = stack.last() {
-                if op.end() > ops[top.0 as usize].end() {
-                    overlaps += 1;
-                    if example.is_empty() {
-                        example = format!(
-                            "op at {} ns overlaps its enclosing op without nesting",
-                            op.start
-                        );
-                    }
-                }
-                parent[id.0 as usize] = Some(top);
-            }
+            parent[id.0 as usize] = stack.last().copied();
             stack.push(id);
         }
     }

@@ -82,7 +82,7 @@ fn hostile_pickle_is_refused_not_run() {
     std::fs::write(&p, evil).unwrap();
     let out = steptrace()
         .arg("analyze")
-        .arg(root().join("sample_traces/libtorch_mlp/trace.json.gz"))
+        .arg(root().join("sample_traces/libtorch_cnn/trace.json.gz"))
         .arg(&p)
         .arg("--out")
         .arg(dir.path().join("o"))

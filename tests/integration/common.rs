@@ -15,11 +15,39 @@ pub fn samples() -> Vec<PathBuf> {
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.join("reference.json").is_file())
+        .filter(|p| p.join("manifest.json").is_file())
         .collect();
     v.sort();
-    assert!(v.len() >= 4, "expected the bundled samples, found {v:?}");
+    assert!(v.len() >= 5, "expected the bundled samples, found {v:?}");
     v
+}
+
+/// A sample's manifest.
+pub fn manifest(sample: &Path) -> Value {
+    json(&sample.join("manifest.json"))
+}
+
+/// The reference the program measured beside the capture, for the rank analyze reads.
+pub fn reference(sample: &Path) -> Value {
+    let m = manifest(sample);
+    let rank = m["rank"].as_i64().unwrap_or(0);
+    let name = if m["world_size"].as_i64().unwrap_or(1) > 1 {
+        format!("reference_rank{rank}.json")
+    } else {
+        "reference.json".to_owned()
+    };
+    json(&sample.join(name))
+}
+
+/// The trace file analyze reads for a sample (through its manifest).
+pub fn trace_path(sample: &Path) -> PathBuf {
+    sample.join(manifest(sample)["files"]["trace"].as_str().unwrap())
+}
+
+/// Index of the first active step: skip_first + wait + warmup of the capture's schedule.
+pub fn first_active(sample: &Path) -> u64 {
+    let s = &manifest(sample)["schedule"];
+    s["skip_first"].as_u64().unwrap() + s["wait"].as_u64().unwrap() + s["warmup"].as_u64().unwrap()
 }
 
 /// Reads a JSON file (plain or gzip) into a `Value`, independently of steptrace's reader.

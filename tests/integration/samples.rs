@@ -1,11 +1,14 @@
-//! Every bundled sample against the references torch measured beside it on the GPU
-//! (sample_traces/*/reference.json) and against the raw trace read independently.
+//! Every bundled capture against what torch and the program itself measured in the same run
+//! (`reference*.json`, `torch_key_averages*.json.gz` beside each capture) and against the raw
+//! trace read independently.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::common::{analyze, col, csv, json, median, samples};
+use crate::common::{
+    analyze, col, csv, first_active, json, manifest, median, reference, samples, trace_path,
+};
 
 /// Per ProfilerStep#N window: (start µs, end µs) from the raw trace.
 fn profiler_steps(trace: &Value) -> BTreeMap<String, (f64, f64)> {
@@ -30,55 +33,85 @@ fn profiler_steps(trace: &Value) -> BTreeMap<String, (f64, f64)> {
         .collect()
 }
 
+fn is_native(sample: &std::path::Path) -> bool {
+    manifest(sample)["mode"] == "native"
+}
+
+/// The program's step number for analyze's iteration `i`.
+fn step_of(sample: &std::path::Path, label: &str, i: usize) -> String {
+    match label.strip_prefix("ProfilerStep#") {
+        Some(n) => n.to_owned(),
+        None => (first_active(sample) as usize + i).to_string(),
+    }
+}
+
 #[test]
 fn iterations_step_time_and_peak_match_torch() {
     for s in samples() {
-        let reference = json(&s.join("reference.json"));
+        let reference = reference(&s);
+        let active = manifest(&s)["schedule"]["active"].as_u64().unwrap() as usize;
         let (_d, out) = analyze(&s);
         let sum = &out.analysis.summary;
-        if let Some(n) = reference["profiled_iterations"].as_u64() {
-            // libtorch sample: no markers, iterations found from backward passes.
-            assert_eq!(sum.iterations as u64, n, "{s:?}");
-            assert_eq!(
-                serde_json::to_value(sum.iteration_detection).unwrap(),
-                "backward_cycle"
-            );
-            let peaks: Vec<i64> = reference["steps_max_memory_allocated"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_i64().unwrap())
-                .collect();
-            assert_eq!(
-                sum.peak_allocated_bytes,
-                peaks.iter().copied().max(),
-                "{s:?}"
-            );
-            let walls: Vec<f64> = reference["steps_wall_s"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap())
-                .collect();
-            // Markerless iterations run from input copy to input copy, so they include the
-            // inter-step gap a wall clock around step() does not: compare loosely.
-            let ratio = sum.step_time_s / median(walls);
-            assert!(
-                (0.9..1.3).contains(&ratio),
-                "{s:?}: step time ratio {ratio}"
-            );
-            continue;
-        }
-        let sched = &reference["schedule"];
-        let active = sched["active"].as_u64().unwrap() as usize;
         assert_eq!(sum.iterations, active, "{s:?}");
+        let want_detection = if is_native(&s) {
+            "backward_cycle"
+        } else {
+            "profiler_step"
+        };
         assert_eq!(
             serde_json::to_value(sum.iteration_detection).unwrap(),
-            "profiler_step"
+            want_detection,
+            "{s:?}"
         );
 
-        // Step time: the median ProfilerStep span, and a wall clock read by the program.
-        let trace = json(&s.join("trace.json.gz"));
+        // Peak per iteration: torch.cuda.max_memory_allocated() (the caching allocator's own
+        // statistics for the C++ program) over the same step, exactly.
+        let (h, rows) = csv(&out.out_dir.join("iterations.csv"));
+        let mut peaks = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            let step = step_of(&s, &r[col(&h, "iteration")], i);
+            let want = reference["steps"][&step]["max_memory_allocated"]
+                .as_i64()
+                .unwrap();
+            let got: i64 = r[col(&h, "peak_allocated_bytes")].parse().unwrap();
+            assert_eq!(got, want, "{s:?} step {step}");
+            peaks.push(want);
+        }
+        assert_eq!(
+            sum.peak_allocated_bytes,
+            peaks.iter().copied().max(),
+            "{s:?}"
+        );
+        assert!(sum.peak_node.is_some());
+        let gpu = manifest(&s)["gpu"].as_str().map(str::to_owned).or_else(|| {
+            json(&trace_path(&s))["deviceProperties"][0]["name"]
+                .as_str()
+                .map(str::to_owned)
+        });
+        assert_eq!(sum.device, gpu, "{s:?}");
+
+        // Step time: the median ProfilerStep span, and the program's own clock per step. The
+        // last active step's clock also holds the trace export, so it is left out.
+        let walls: Vec<f64> = (0..active - 1)
+            .map(|i| {
+                let step = step_of(&s, &out.analysis.step.iterations[i].label, i);
+                reference["steps"][&step]["wall_s"].as_f64().unwrap()
+            })
+            .collect();
+        if is_native(&s) {
+            // Markerless iterations run from input copy to input copy, as the program's clock
+            // does (it reads at the loop top): compare each.
+            for (i, w) in walls.iter().enumerate() {
+                let it = &out.analysis.step.iterations[i];
+                let span = (it.end - it.start) as f64 * 1e-9;
+                assert!(
+                    (span - w).abs() <= 0.05 * w,
+                    "{s:?} iteration {i}: {span} vs {w}"
+                );
+            }
+            continue;
+        }
+        let trace = json(&trace_path(&s));
         let steps = profiler_steps(&trace);
         let durs: Vec<f64> = steps.values().map(|(a, b)| (b - a) * 1e-6).collect();
         let med = median(durs);
@@ -87,54 +120,23 @@ fn iterations_step_time_and_peak_match_torch() {
             "{s:?}: {} vs {med}",
             sum.step_time_s
         );
-        let walls: Vec<f64> = steps
-            .keys()
-            .map(|k| {
-                reference["steps"][k.trim_start_matches("ProfilerStep#")]["wall_s"]
-                    .as_f64()
-                    .unwrap()
-            })
-            .collect();
-        let wall = median(walls);
-        assert!(
-            (sum.step_time_s - wall).abs() <= 0.01 * wall,
-            "{s:?}: {} vs wall {wall}",
-            sum.step_time_s
-        );
-
-        // Peak: torch.cuda.max_memory_allocated per step, exactly.
-        let ref_peak = steps
-            .keys()
-            .map(|k| {
-                reference["steps"][k.trim_start_matches("ProfilerStep#")]["max_memory_allocated"]
-                    .as_i64()
-                    .unwrap()
-            })
-            .max();
-        assert_eq!(sum.peak_allocated_bytes, ref_peak, "{s:?}");
-        let (h, rows) = csv(&out.out_dir.join("iterations.csv"));
-        for r in &rows {
-            let label = &r[col(&h, "iteration")];
-            let want = reference["steps"][label.trim_start_matches("ProfilerStep#")]
-                ["max_memory_allocated"]
-                .as_i64();
-            assert_eq!(
-                r[col(&h, "peak_allocated_bytes")].parse::<i64>().ok(),
-                want,
-                "{s:?} {label}"
+        // The program's clock also covers the capture hooks between the optimizer's return
+        // and the step boundary: within 2%.
+        for (i, w) in walls.iter().enumerate() {
+            let span = sum.step_times_s[i];
+            assert!(
+                (span - w).abs() <= 0.02 * w,
+                "{s:?} iteration {i}: {span} vs wall {w}"
             );
         }
-        assert!(sum.peak_node.is_some());
-        assert_eq!(sum.device.as_deref(), reference["gpu"].as_str());
     }
 }
 
 #[test]
 fn node_gpu_times_add_up_to_each_iterations_kernel_time() {
     for s in samples() {
-        let trace = json(&s.join("trace.json.gz"));
+        let trace = json(&trace_path(&s));
         let events = trace["traceEvents"].as_array().unwrap();
-        // Launch time by correlation id, then GPU activity time per launch window.
         let mut launch: HashMap<i64, f64> = HashMap::new();
         for e in events {
             if matches!(e["cat"].as_str(), Some("cuda_runtime" | "cuda_driver")) {
@@ -166,17 +168,15 @@ fn node_gpu_times_add_up_to_each_iterations_kernel_time() {
                 r[col(&h, "gpu_time_ns")].parse::<f64>().unwrap() * 1e-3;
         }
         assert_eq!(per_iter.len(), out.analysis.step.iterations.len());
-        let base = trace["baseTimeNanoseconds"].as_f64();
         let steps = profiler_steps(&trace);
         for it in &out.analysis.step.iterations {
             let nodes_us = per_iter[&it.label];
-            // The iteration window in the trace's own µs: from ProfilerStep ranges when there
-            // are markers, else from steptrace's window (ns since the trace's ts origin).
+            // The window in the trace's own µs: the ProfilerStep range when there is one, else
+            // steptrace's window (ns on the same ts origin).
             let (a, b) = steps
                 .get(&it.label)
                 .copied()
                 .unwrap_or((it.start as f64 * 1e-3, it.end as f64 * 1e-3));
-            let _ = base;
             let total: f64 = gpu
                 .iter()
                 .filter(|(ts, _)| *ts >= a && *ts < b)
@@ -206,22 +206,14 @@ fn every_node_appears_once_in_every_iteration() {
             assert!(seen.insert(key.clone()), "{s:?}: {key:?} twice");
         }
         let n_iter = out.analysis.step.iterations.len() as u32;
-        let complete = out
-            .analysis
-            .node_stats
-            .iter()
-            .filter(|n| n.iterations_present == n_iter)
-            .count();
-        let reference = json(&s.join("reference.json"));
-        if reference["profiled_iterations"].is_null() {
-            // Python samples: identical steps, so every node is in every iteration.
-            assert_eq!(complete, out.analysis.node_stats.len(), "{s:?}");
-            assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
-        } else {
-            // libtorch: the last iteration has no following zero_grad; all else aligns.
-            assert!(complete * 10 >= out.analysis.node_stats.len() * 9, "{s:?}");
-        }
-        // Ranks are 0..n in order.
+        assert!(
+            out.analysis
+                .node_stats
+                .iter()
+                .all(|n| n.iterations_present == n_iter),
+            "{s:?}: {:?}",
+            out.diagnostics.lines()
+        );
         for (i, n) in out.analysis.node_stats.iter().enumerate() {
             assert_eq!(n.rank as usize, i);
         }
@@ -230,13 +222,15 @@ fn every_node_appears_once_in_every_iteration() {
 
 #[test]
 fn parsed_op_counts_match_torch_key_averages() {
+    let mut checked_samples = 0;
     for s in samples() {
-        let reference = json(&s.join("reference.json"));
-        let Some(counts) = reference["key_averages_count"].as_object() else {
+        let m = manifest(&s);
+        let Some(ka) = m["files"]["torch_key_averages"].as_str() else {
             continue;
         };
+        let counts = json(&s.join(ka));
         let mut d = steptrace::diagnostics::Diagnostics::default();
-        let k = steptrace::ingest::kineto::load(&s.join("trace.json.gz"), &mut d).unwrap();
+        let k = steptrace::ingest::kineto::load(&trace_path(&s), &mut d).unwrap();
         // key_averages() drops an op nested alone in a parent of the same name (torch's
         // EventList._remove_dup_nodes: autocast re-dispatch records `aten::layer_norm` twice),
         // so count the same way.
@@ -262,7 +256,7 @@ fn parsed_op_counts_match_torch_key_averages() {
             }
         }
         let mut checked = 0;
-        for (name, n) in counts {
+        for (name, n) in counts.as_object().unwrap() {
             if name.starts_with("aten::") {
                 assert_eq!(
                     ours.get(name.as_str()).copied().unwrap_or(0),
@@ -272,8 +266,10 @@ fn parsed_op_counts_match_torch_key_averages() {
                 checked += 1;
             }
         }
-        assert!(checked > 20, "{s:?}: only {checked} ops checked");
+        assert!(checked > 10, "{s:?}: only {checked} ops checked");
+        checked_samples += 1;
     }
+    assert!(checked_samples >= 4);
 }
 
 #[test]
@@ -289,7 +285,6 @@ fn phases_and_snapshot_clock() {
         for p in ["forward", "backward", "optimizer"] {
             assert!(phases.contains(p), "{s:?}: no {p} nodes");
         }
-        // Forward precedes backward precedes the optimizer in rank order.
         let first = |p: &str| {
             out.analysis
                 .node_stats
@@ -306,7 +301,7 @@ fn phases_and_snapshot_clock() {
             .summary
             .snapshot
             .as_ref()
-            .expect("samples carry a snapshot");
+            .expect("captures carry a snapshot");
         assert!(snap.alloc_matches > 0, "{s:?}");
         assert!(
             snap.alloc_offset_us.unwrap().abs() < 1000.0,
@@ -338,7 +333,46 @@ fn checkpointed_model_has_recompute_in_backward() {
         .collect();
     assert!(!rec.is_empty());
     assert!(rec.iter().all(|n| n.gtype.as_str() == "backward"));
-    // Without checkpointing nothing is recomputed.
     let (_d2, plain) = analyze(&crate::common::root().join("sample_traces/gpt_bf16"));
     assert!(plain.analysis.node_stats.iter().all(|n| !n.recompute));
+}
+
+#[test]
+fn each_rank_of_a_torchrun_capture_is_analysed() {
+    let s = crate::common::root().join("sample_traces/ddp_mlp");
+    for rank in [0, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let props = steptrace::AnalyzeProps {
+            input: s.clone(),
+            out: Some(dir.path().join("out")),
+            top: 3,
+            rank: Some(rank),
+            ..Default::default()
+        };
+        let out = steptrace::analyze(&props).unwrap();
+        assert_eq!(
+            out.analysis.summary.trace,
+            format!("trace_rank{rank}.json.gz")
+        );
+        let reference = json(&s.join(format!("reference_rank{rank}.json")));
+        let want = (3..6)
+            .map(|k| {
+                reference["steps"][k.to_string()]["max_memory_allocated"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .max();
+        assert_eq!(out.analysis.summary.peak_allocated_bytes, want);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: s,
+        out: Some(dir.path().join("out")),
+        rank: Some(5),
+        ..Default::default()
+    };
+    assert!(steptrace::analyze(&props)
+        .unwrap_err()
+        .to_string()
+        .contains("no rank 5"));
 }
