@@ -327,6 +327,9 @@ def _at_exit():
         return
     _S.done = True
     torch = _S.torch
+    if _S.nvtx_iteration_open:
+        _nvtx(pop=True)
+        _S.nvtx_iteration_open = False
     if torch is None:
         _S.status["no_trace_reason"] = "the program never imported torch"
         _S.status["exited_cleanly"] = True

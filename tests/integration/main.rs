@@ -1,5 +1,6 @@
 //! Integration tests: one test binary (one link) with a module per concern.
 
+mod capture;
 mod cli;
 mod common;
 mod determinism;

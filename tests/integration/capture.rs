@@ -1,0 +1,233 @@
+//! `steptrace capture` with stand-in child programs (CI has no GPU and no torch): environment
+//! injection and chaining, exit codes, signal forwarding, --force, the manifest.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn bin() -> std::path::PathBuf {
+    assert_cmd::cargo::cargo_bin("steptrace")
+}
+
+fn capture(out: &Path, child: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(out)
+        .arg("--")
+        .args(child)
+        .env("STEPTRACE_CACHE", out.with_extension("cache"))
+        .output()
+        .unwrap()
+}
+
+fn manifest(out: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn child_gets_the_shim_environment_with_user_values_chained() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--schedule", "skip_first=0,wait=2,warmup=1,active=2", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "echo PP=$PYTHONPATH; echo OUT=$STEPTRACE_OUT; echo SCHED=$STEPTRACE_SCHEDULE; echo REC=$STEPTRACE_RECORD; test -f ${PYTHONPATH%%:*}/sitecustomize.py && echo SHIM_PRESENT"])
+        .env("PYTHONPATH", "/user/path")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = String::from_utf8_lossy(&o.stdout);
+    let pp = s.lines().find_map(|l| l.strip_prefix("PP=")).unwrap();
+    assert!(pp.ends_with(":/user/path"), "{pp}");
+    assert!(s.contains("SHIM_PRESENT"), "{s}");
+    let canon = out.canonicalize().unwrap();
+    assert!(s.contains(&format!("OUT={}", canon.display())), "{s}");
+    assert!(
+        s.contains("SCHED=skip_first=0,wait=2,warmup=1,active=2,repeat=1"),
+        "{s}"
+    );
+    assert!(s.contains("REC=trace,memory,et\n"), "{s}");
+    let m = manifest(&out);
+    assert_eq!(
+        m["mode"], "python",
+        "a shell script is reached through PYTHONPATH"
+    );
+    assert_eq!(m["schedule"]["wait"], 2);
+    assert_eq!(m["command"][0], "sh");
+    assert_eq!(m["exit"]["code"], 0);
+    assert_eq!(m["completed"], false);
+    assert!(
+        m["incomplete_reasons"]
+            .to_string()
+            .contains("never loaded the capture shim"),
+        "{m}"
+    );
+    assert!(m["started_at"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn exit_codes_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = capture(&dir.path().join("a"), &["sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7));
+    assert_eq!(manifest(&dir.path().join("a"))["exit"]["code"], 7);
+
+    let o = capture(&dir.path().join("b"), &["sh", "-c", "kill -SEGV $$"]);
+    assert_eq!(o.status.code(), Some(128 + 11));
+    let m = manifest(&dir.path().join("b"));
+    assert_eq!(m["exit"]["signal"], 11);
+    assert!(m["incomplete_reasons"]
+        .to_string()
+        .contains("killed by signal 11"));
+
+    let o = capture(&dir.path().join("c"), &["/nonexistent/program"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/program"));
+}
+
+#[test]
+fn sigint_to_steptrace_is_forwarded_to_the_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "trap 'echo caught; exit 42' INT; touch {}; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 3",
+        ready.display()
+    );
+    let mut child = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "child never started");
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(42),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("caught"));
+    let m = manifest(&out);
+    assert_eq!(m["exit"]["forwarded_signal"], 2);
+    assert_eq!(m["exit"]["code"], 42);
+}
+
+#[test]
+fn non_empty_output_needs_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("old.txt"), "x").unwrap();
+    let o = capture(&out, &["true"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("not empty") && e.contains("--force"), "{e}");
+    let o = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--force", "--out"])
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(out.join("old.txt").exists() && out.join("manifest.json").exists());
+}
+
+#[test]
+fn unwritable_output_and_bad_schedule_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a_file");
+    std::fs::write(&file, "x").unwrap();
+    let o = capture(&file.join("sub"), &["true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a_file"));
+    let o = Command::new(bin())
+        .args(["capture", "--schedule", "active=zero", "--out"])
+        .arg(dir.path().join("x"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad schedule"));
+}
+
+fn python_has(module: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn python_shim_chains_an_existing_sitecustomize_and_reports_without_torch() {
+    if !python_has("sys") {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let user = dir.path().join("user");
+    std::fs::create_dir(&user).unwrap();
+    std::fs::write(
+        user.join("sitecustomize.py"),
+        "import sys\nsys.stdout.write('user sitecustomize ran\\n')\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let o = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(&out)
+        .args([
+            "--",
+            "python3",
+            "-c",
+            "import steptrace_capture; steptrace_capture.step(); print('program ran')",
+        ])
+        .env("PYTHONPATH", &user)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        s.contains("user sitecustomize ran") && s.contains("program ran"),
+        "{s}"
+    );
+    let st: Value = serde_json::from_slice(&std::fs::read(out.join("shim.json")).unwrap()).unwrap();
+    assert_eq!(st["exited_cleanly"], true);
+    if !python_has("torch") {
+        assert_eq!(st["no_trace_reason"], "the program never imported torch");
+        assert!(manifest(&out)["incomplete_reasons"]
+            .to_string()
+            .contains("never imported torch"));
+    }
+}
+
+#[test]
+fn python_shim_records_a_cpu_training_loop_where_torch_is_importable() {
+    if !python_has("torch") {
+        eprintln!("skipped: torch is not importable here (the GPU machine runs this for real)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let prog = "import torch\nm=torch.nn.Linear(8,2)\no=torch.optim.SGD(m.parameters(),lr=0.1)\nfor _ in range(8):\n o.zero_grad(); m(torch.randn(4,8)).sum().backward(); o.step()\n";
+    let o = capture(&out, &["python3", "-c", prog]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = manifest(&out);
+    assert_eq!(m["files"]["trace"], "trace.json.gz");
+    assert_eq!(m["ranks"][0]["boundary"], "optimizer_step");
+}
