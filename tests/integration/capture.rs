@@ -95,7 +95,7 @@ fn sigint_to_steptrace_is_forwarded_to_the_child() {
         "trap 'echo caught; exit 42' INT; touch {}; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 3",
         ready.display()
     );
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args(["capture", "--no-nvtx", "--out"])
         .arg(&out)
         .args(["--", "sh", "-c", &script])
