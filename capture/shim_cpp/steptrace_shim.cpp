@@ -21,6 +21,7 @@
 #include <c10/util/ApproximateClock.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
+#include <torch/csrc/profiler/standalone/execution_trace_observer.h>
 #include <torch/version.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -87,6 +88,7 @@ struct Native {
   std::string method = "backward_cycle";
   bool profiler_on = false;
   bool memory_on = false;
+  bool et_on = false;
   std::atomic<bool> finished{false};
   std::atomic<bool> atexit_late{false};
 };
@@ -159,7 +161,11 @@ void write_status(bool cleanly) {
     f << "\"trace_full\": \"trace_full" << g.suffix << ".json\"";
     first = false;
   }
-  if (g.memory_on) f << (first ? "" : ", ") << "\"snapshot_exit\": \"snapshot_exit" << g.suffix << ".pickle\"";
+  if (g.memory_on) {
+    f << (first ? "" : ", ") << "\"snapshot_exit\": \"snapshot_exit" << g.suffix << ".pickle\"";
+    first = false;
+  }
+  if (g.et_on) f << (first ? "" : ", ") << "\"exec_trace_full\": \"exec_trace_full" << g.suffix << ".json\"";
   f << "},\n \"errors\": [";
   for (size_t i = 0; i < g.errors.size(); i++) f << (i ? ", " : "") << "\"" << json_escape(g.errors[i]) << "\"";
   f << "]\n}\n";
@@ -176,6 +182,15 @@ void finish() {
     } catch (const std::exception& e) {
       g.errors.push_back(std::string("profiler: ") + e.what());
       g.profiler_on = false;
+    }
+  }
+  if (g.et_on) {
+    try {
+      torch::profiler::impl::disableExecutionTraceObserver();
+      torch::profiler::impl::removeExecutionTraceObserver();  // closes the JSON
+    } catch (const std::exception& e) {
+      g.errors.push_back(std::string("execution trace: ") + e.what());
+      g.et_on = false;
     }
   }
   if (g.memory_on) {
@@ -198,6 +213,7 @@ void finish_at_exit() {
   g.errors.push_back("the program called exit() instead of returning from main: trace and snapshot not saved");
   g.profiler_on = false;
   g.memory_on = false;
+  g.et_on = false;
   write_status(false);
 }
 
@@ -232,6 +248,18 @@ void start_native() {
       g.profiler_on = true;
     } catch (const std::exception& e) {
       g.errors.push_back(std::string("profiler: ") + e.what());
+    }
+  }
+  if (recording("et")) {
+    try {
+      // Whole run, like the trace; the launcher keeps the nodes of the ops the cut trace keeps
+      // (joined by record function id).
+      if (torch::profiler::impl::addExecutionTraceObserver(g.out + "/exec_trace_full" + g.suffix + ".json")) {
+        torch::profiler::impl::enableExecutionTraceObserver();
+        g.et_on = true;
+      }
+    } catch (const std::exception& e) {
+      g.errors.push_back(std::string("execution trace: ") + e.what());
     }
   }
   at::addGlobalCallback(at::RecordFunctionCallback(native_start, native_end)

@@ -127,6 +127,8 @@ pub struct Trimmed {
     pub gpu: Option<String>,
     /// `deviceProperties[0].totalGlobalMem`.
     pub gpu_memory_bytes: Option<i64>,
+    /// `Record function id`s of the ops kept (to cut the Execution Trace the same way).
+    pub rf_ids: HashSet<i64>,
 }
 
 /// Writes the events of `src` (a whole-run Kineto trace) that fall in `[start, end)` epoch ns
@@ -198,6 +200,13 @@ pub fn trim_trace(
         }
     });
     let kept = events.len();
+    let rf_ids = events
+        .iter()
+        .filter_map(|e| {
+            e.pointer("/args/Record function id")
+                .and_then(Value::as_i64)
+        })
+        .collect();
     let mut w = BufWriter::new(File::create(dst)?);
     serde_json::to_writer(&mut w, &doc)?;
     w.flush()?;
@@ -206,12 +215,88 @@ pub fn trim_trace(
         total,
         gpu,
         gpu_memory_bytes,
+        rf_ids,
     })
+}
+
+/// Keeps the Execution Trace nodes whose `rf_id` is in `rf_ids`, with their ancestors
+/// (`ctrl_deps`), so the ET covers the same ops as the cut trace. Returns (kept, total).
+pub fn trim_exec_trace(
+    src: &Path,
+    dst: &Path,
+    rf_ids: &HashSet<i64>,
+) -> std::io::Result<(usize, usize)> {
+    let bad = |e: serde_json::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(src)?).map_err(bad)?;
+    let nodes = doc
+        .get_mut("nodes")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no nodes"))?;
+    let total = nodes.len();
+    let rf = |n: &Value| {
+        n.get("attrs")?
+            .as_array()?
+            .iter()
+            .find(|a| a.get("name").and_then(Value::as_str) == Some("rf_id"))?
+            .get("value")?
+            .as_i64()
+    };
+    let parent: std::collections::HashMap<i64, i64> = nodes
+        .iter()
+        .filter_map(|n| Some((n.get("id")?.as_i64()?, n.get("ctrl_deps")?.as_i64()?)))
+        .collect();
+    let mut keep: HashSet<i64> = HashSet::new();
+    for n in nodes.iter() {
+        if rf(n).is_some_and(|r| rf_ids.contains(&r)) {
+            let mut id = n.get("id").and_then(Value::as_i64);
+            while let Some(i) = id {
+                if !keep.insert(i) {
+                    break;
+                }
+                id = parent.get(&i).copied().filter(|p| *p != i);
+            }
+        }
+    }
+    nodes.retain(|n| {
+        n.get("id")
+            .and_then(Value::as_i64)
+            .is_some_and(|i| keep.contains(&i))
+    });
+    let kept = nodes.len();
+    let mut w = BufWriter::new(File::create(dst)?);
+    serde_json::to_writer(&mut w, &doc)?;
+    w.flush()?;
+    Ok((kept, total))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exec_trace_keeps_matched_nodes_and_ancestors() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("et.json");
+        std::fs::write(
+            &src,
+            r#"{"schema":"1","nodes":[
+              {"id":1,"name":"root","ctrl_deps":1,"attrs":[{"name":"rf_id","value":0}]},
+              {"id":2,"name":"a","ctrl_deps":1,"attrs":[{"name":"rf_id","value":10}]},
+              {"id":3,"name":"b","ctrl_deps":2,"attrs":[{"name":"rf_id","value":11}]},
+              {"id":4,"name":"c","ctrl_deps":1,"attrs":[{"name":"rf_id","value":12}]}]}"#,
+        )
+        .unwrap();
+        let dst = dir.path().join("out.json");
+        let (kept, total) = trim_exec_trace(&src, &dst, &HashSet::from([11])).unwrap();
+        assert_eq!((kept, total), (3, 4));
+        let t = std::fs::read_to_string(&dst).unwrap();
+        assert!(
+            t.contains("\"b\"")
+                && t.contains("\"a\"")
+                && t.contains("root")
+                && !t.contains("\"c\"")
+        );
+    }
 
     #[test]
     fn window_from_boundaries() {

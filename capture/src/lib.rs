@@ -516,6 +516,27 @@ fn finish(
                                 if trace_gpu.is_none() {
                                     trace_gpu = t.gpu.clone().map(|g| (g, t.gpu_memory_bytes));
                                 }
+                                if let Some(et_full) = files.remove("exec_trace_full") {
+                                    let et_src = out.join(&et_full);
+                                    let et_name = et_full.replace("exec_trace_full", "exec_trace");
+                                    match finalize::trim_exec_trace(
+                                        &et_src,
+                                        &out.join(&et_name),
+                                        &t.rf_ids,
+                                    ) {
+                                        Ok(_) => {
+                                            let _ = std::fs::remove_file(&et_src);
+                                            files.insert("exec_trace".into(), et_name);
+                                        }
+                                        Err(e) => {
+                                            notes.push(format!(
+                                                "rank {}: could not cut {et_full}: {e}",
+                                                st.rank
+                                            ));
+                                            files.insert("exec_trace".into(), et_full);
+                                        }
+                                    }
+                                }
                                 let _ = std::fs::remove_file(&src);
                                 files.insert("trace".into(), dst_name);
                                 if !complete {
@@ -541,6 +562,9 @@ fn finish(
                             st.boundaries_epoch_ns.len()
                         ));
                         files.insert("trace".into(), full);
+                        if let Some(et_full) = files.remove("exec_trace_full") {
+                            files.insert("exec_trace".into(), et_full);
+                        }
                     }
                 }
             }

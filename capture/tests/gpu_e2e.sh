@@ -35,6 +35,8 @@ cmake -S cpp -B $W/cppbuild -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD
   && cmake --build $W/cppbuild >>$W/logs/cppbuild.log 2>&1 || tail -n 30 $W/logs/cppbuild.log
 run cpp -- $W/cppbuild/train 8
 run ddp -- torchrun --standalone --nproc-per-node 2 train_ddp.py
+run manual -- python3 train_manual.py
+CUDA_VISIBLE_DEVICES= run cpu_only -- python3 train_manual.py --cpu
 run exit7 -- python3 -c 'import torch, sys; torch.zeros(1, device="cuda"); sys.exit(7)'
 
 # SIGINT sent to steptrace (not the terminal) is forwarded; what was recorded is kept.
@@ -46,10 +48,12 @@ kill -INT $pid; wait $pid; echo "== sigint: steptrace exit $? (the child's own s
 fi
 
 cd $W
-for d in cnn gpt gpt_ckpt cpp ddp sigint; do
+for d in cnn gpt gpt_ckpt cpp ddp sigint manual cpu_only; do
   [ -d $d ] || continue
   echo "== analyze $d"; $ST analyze $d --out $d.an --top 3 2>&1 | head -n 12
 done
+for d in cpp manual cpu_only; do [ -f $d/manifest.json ] && python3 -c "
+import json,sys; m=json.load(open('$d/manifest.json')); print('$d', m['completed'], m['incomplete_reasons'], m['files'], m['notes'], [r['boundary'] for r in m['ranks']])"; done
 for f in nvtx_*.txt; do echo "== $f"; sort -t$'\t' -k1,1nr $f | head -n 12; done
 ls -la $W/cache/shim/* 2>/dev/null | head
 tar czf $OUT/e2e.tar.gz --exclude=cache --exclude=cppbuild -C $W . && ls -la $OUT
