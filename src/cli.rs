@@ -18,6 +18,87 @@ pub(crate) enum Command {
     Analyze(AnalyzeArgs),
     /// Run an unmodified training program under the profiler and write a run directory.
     Capture(CaptureArgs),
+    /// Print the FLOP profile (GRAPH PROFILE) and compare it with a reference.
+    Flops(FlopsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FlopsArgs {
+    #[command(flatten)]
+    pub(crate) input: InputArgs,
+    /// Reference to compare with: FlopCounterMode's ({"flop_counter": {"total", "per_op"}}), or
+    /// {"total_flops": N}. Repeatable.
+    #[arg(long, value_name = "REF.json")]
+    pub(crate) compare: Vec<PathBuf>,
+    /// Rows in the layer table.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
+}
+
+/// Inputs and analysis options shared by analyze and flops.
+#[derive(Debug, Args)]
+pub(crate) struct InputArgs {
+    /// Kineto trace (.json or .json.gz) or a run directory holding one.
+    pub(crate) input: PathBuf,
+    /// CUDA memory snapshot pickle (.pickle or .pickle.gz).
+    pub(crate) snapshot: Option<PathBuf>,
+    /// Execution Trace JSON.
+    #[arg(long = "et", value_name = "FILE")]
+    pub(crate) exec_trace: Option<PathBuf>,
+    /// Rank to analyse in a multi-rank run directory [default: the lowest].
+    #[arg(long)]
+    pub(crate) rank: Option<i64>,
+    /// Peak TFLOP/s for the roofline, per dtype (e.g. bf16=989,fp32=67), replacing the table.
+    #[arg(long, value_name = "DTYPE=TFLOPS,...")]
+    pub(crate) peak_tflops: Option<String>,
+    /// Peak memory bandwidth for the roofline, GB/s.
+    #[arg(long, value_name = "GB/s")]
+    pub(crate) peak_bw: Option<f64>,
+    /// Worker threads [default: all cores].
+    #[arg(long, short = 'j')]
+    pub(crate) threads: Option<usize>,
+}
+
+impl InputArgs {
+    pub(crate) fn props(
+        &self,
+        out: Option<PathBuf>,
+        top: usize,
+    ) -> anyhow::Result<steptrace::AnalyzeProps> {
+        use steptrace::analysis::flops::Dtype;
+        let mut options = steptrace::analysis::Options::default();
+        if let Some(spec) = &self.peak_tflops {
+            for part in spec.split(',').filter(|p| !p.is_empty()) {
+                let (k, v) = part.split_once('=').ok_or_else(|| {
+                    anyhow::anyhow!("--peak-tflops: expected DTYPE=TFLOPS, got '{part}'")
+                })?;
+                let d = match k.trim() {
+                    "fp64" => Dtype::Fp64,
+                    "fp32" => Dtype::Fp32,
+                    "tf32" => Dtype::Tf32,
+                    "bf16" => Dtype::Bf16,
+                    "fp16" => Dtype::Fp16,
+                    "fp8" => Dtype::Fp8,
+                    other => anyhow::bail!("--peak-tflops: unknown dtype '{other}' (fp64, fp32, tf32, bf16, fp16, fp8)"),
+                };
+                let v: f64 = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--peak-tflops: '{v}' is not a number"))?;
+                options.peak_tflops.push((d, v));
+            }
+        }
+        options.peak_bandwidth_gbps = self.peak_bw;
+        Ok(steptrace::AnalyzeProps {
+            input: self.input.clone(),
+            snapshot: self.snapshot.clone(),
+            exec_trace: self.exec_trace.clone(),
+            out,
+            top,
+            rank: self.rank,
+            options,
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -101,41 +182,17 @@ impl CaptureArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct AnalyzeArgs {
-    /// Kineto trace (.json or .json.gz) or a run directory holding one.
-    pub(crate) input: PathBuf,
-    /// CUDA memory snapshot pickle (.pickle or .pickle.gz).
-    pub(crate) snapshot: Option<PathBuf>,
-    /// Execution Trace JSON.
-    #[arg(long = "et", value_name = "FILE")]
-    pub(crate) exec_trace: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: InputArgs,
     /// Output directory [default: <input>.steptrace beside the input].
     #[arg(long, short)]
     pub(crate) out: Option<PathBuf>,
-    /// Worker threads [default: all cores].
-    #[arg(long, short = 'j')]
-    pub(crate) threads: Option<usize>,
     /// Rows in the console's top tables.
     #[arg(long, default_value_t = 10)]
     pub(crate) top: usize,
-    /// Rank to analyse in a multi-rank run directory [default: the lowest].
-    #[arg(long)]
-    pub(crate) rank: Option<i64>,
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,
-}
-
-impl AnalyzeArgs {
-    pub(crate) fn props(&self) -> steptrace::AnalyzeProps {
-        steptrace::AnalyzeProps {
-            input: self.input.clone(),
-            snapshot: self.snapshot.clone(),
-            exec_trace: self.exec_trace.clone(),
-            out: self.out.clone(),
-            top: self.top,
-            rank: self.rank,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -64,6 +64,8 @@ pub struct AnalyzeProps {
     pub top: usize,
     /// Which rank of a multi-rank run directory.
     pub rank: Option<i64>,
+    /// Analysis knobs (roofline peaks).
+    pub options: analysis::Options,
 }
 
 /// What `analyze` produced.
@@ -93,8 +95,22 @@ pub fn default_out_dir(input: &Path) -> PathBuf {
     input.with_file_name(format!("{stem}.steptrace"))
 }
 
-/// Reads, reconstructs, analyses and writes, returning the console summary.
-pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
+/// A run's name: the directory's, or the trace file's stem.
+pub fn run_name(input: &Path) -> String {
+    default_out_dir(input)
+        .file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .trim_end_matches(".steptrace")
+                .to_owned()
+        })
+        .unwrap_or_default()
+}
+
+/// Reads, reconstructs and analyses, without writing anything.
+pub fn run_analysis(
+    props: &AnalyzeProps,
+) -> Result<(model::Trace, analysis::Analysis, Diagnostics), Error> {
     let inputs = ingest::discover(
         &props.input,
         props.snapshot.as_deref(),
@@ -111,7 +127,14 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
                 .into(),
         });
     }
-    let analysis = analysis::run(&mut trace, &analysis::Options::default(), &mut diag);
+    let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
+    analysis.summary.name = run_name(&props.input);
+    Ok((trace, analysis, diag))
+}
+
+/// Reads, reconstructs, analyses and writes, returning the console summary.
+pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
+    let (trace, analysis, diag) = run_analysis(props)?;
     let out_dir = props
         .out
         .clone()

@@ -70,18 +70,58 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             Ok(outcome.exit.code.clamp(0, 255) as u8)
         }
         cli::Command::Analyze(args) => {
-            if let Some(n) = args.threads {
+            if let Some(n) = args.input.threads {
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(n.max(1))
                     .build_global()?;
             }
-            let outcome = steptrace::analyze(&args.props())?;
+            let outcome = steptrace::analyze(&args.input.props(args.out.clone(), args.top)?)?;
             if !args.quiet {
                 let mut out = std::io::stdout().lock();
                 out.write_all(outcome.console.as_bytes())?;
                 writeln!(out, "\nwrote {}", outcome.out_dir.display())?;
                 out.flush()?;
             }
+            Ok(0)
+        }
+        cli::Command::Flops(args) => {
+            if let Some(n) = args.input.threads {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n.max(1))
+                    .build_global()?;
+            }
+            let (_trace, analysis, _diag) =
+                steptrace::run_analysis(&args.input.props(None, args.top)?)?;
+            let mut text =
+                steptrace::report::flops::graph_profile_block(&analysis, args.top.max(1));
+            for path in &args.compare {
+                let bytes = std::fs::read(path).map_err(|e| {
+                    steptrace::Error::Input(steptrace::ingest::Error::Io {
+                        path: path.clone(),
+                        source: e,
+                    })
+                })?;
+                let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+                    steptrace::Error::Input(steptrace::ingest::Error::Format {
+                        path: path.clone(),
+                        what: format!("not JSON: {e}"),
+                    })
+                })?;
+                let label = path.display().to_string();
+                let r = steptrace::report::flops::Reference::from_json(&label, &v).ok_or_else(
+                    || {
+                        steptrace::Error::Input(steptrace::ingest::Error::Format {
+                            path: path.clone(),
+                            what: "no FLOP total (flop_counter.total, total_flops or total)".into(),
+                        })
+                    },
+                )?;
+                text.push('\n');
+                text += &steptrace::report::flops::comparison_table(&analysis, &r);
+            }
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
             Ok(0)
         }
     }

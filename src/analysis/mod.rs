@@ -1,6 +1,7 @@
 //! Analyses over the model. [`run`] performs them all and returns [`Analysis`], which the
 //! report stage writes out.
 
+pub mod flops;
 pub mod node_stats;
 pub mod step;
 
@@ -17,7 +18,12 @@ pub use step::{Detection, Iteration, Node, Phase, Step};
 /// Knobs for the analyses.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
-pub struct Options {}
+pub struct Options {
+    /// Peak TFLOP/s per dtype, replacing the table's values (or standing in for an unknown GPU).
+    pub peak_tflops: Vec<(flops::Dtype, f64)>,
+    /// Peak memory bandwidth, GB/s.
+    pub peak_bandwidth_gbps: Option<f64>,
+}
 
 /// How the snapshot's clock lines up with the trace's.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,6 +70,8 @@ pub struct ExecTraceJoin {
 pub struct Summary {
     /// steptrace version.
     pub steptrace_version: &'static str,
+    /// Name of what was analysed: the run directory's or the trace file's stem.
+    pub name: String,
     /// Trace file name.
     pub trace: String,
     /// Profiled iterations.
@@ -102,6 +110,19 @@ pub struct Summary {
     pub snapshot: Option<SnapshotJoin>,
     /// Execution Trace join, when one was given.
     pub execution_trace: Option<ExecTraceJoin>,
+    /// All FLOPs of one iteration (aligned nodes, medians).
+    pub flops_per_iteration: u64,
+    /// FLOPs of one iteration in FlopCounterMode's convention (matmul, convolution, attention).
+    pub matmul_flops_per_iteration: u64,
+    /// All FLOPs per iteration by phase.
+    pub flops_by_phase: std::collections::BTreeMap<&'static str, u64>,
+    /// Bytes read and written per iteration by the nodes.
+    pub bytes_per_iteration: u64,
+    /// Whether node traffic and optimizer FLOPs come from the Execution Trace (exact) or are
+    /// estimated from allocations (no ET: foreach optimizer kernels then count 0).
+    pub flops_from_execution_trace: bool,
+    /// The roofline's peaks.
+    pub peaks: Option<flops::Peaks>,
     /// Anomalies, one line per kind.
     pub warnings: Vec<String>,
 }
@@ -115,6 +136,10 @@ pub struct Analysis {
     pub node_stats: Vec<NodeStat>,
     /// The summary.
     pub summary: Summary,
+    /// Per aligned node FLOPs and roofline.
+    pub flops: Vec<flops::FlopRow>,
+    /// FlopCounterMode FLOPs per iteration by op (`aten.addmm`, ...), for comparison with it.
+    pub matmul_flops_by_op: std::collections::BTreeMap<String, u64>,
 }
 
 /// Median of a slice of f64 (mean of the middle two for even lengths); `None` when empty.
@@ -154,9 +179,41 @@ fn file_name(p: &std::path::Path) -> String {
 }
 
 /// Runs every analysis.
-pub fn run(t: &mut Trace, _opts: &Options, diag: &mut Diagnostics) -> Analysis {
+pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let step = step::compute(t, diag);
     let node_stats = node_stats::compute(t, &step, diag);
+    let (node_flops, by_type) = flops::compute(t, &step);
+    let mut peaks = t.device_name().and_then(flops::peaks_for);
+    if !opts.peak_tflops.is_empty() || opts.peak_bandwidth_gbps.is_some() {
+        let mut p = peaks.unwrap_or(flops::Peaks {
+            device: "override".into(),
+            tflops: Vec::new(),
+            bandwidth_gbps: 0.0,
+        });
+        for &(d, v) in &opts.peak_tflops {
+            p.tflops.retain(|(x, _)| *x != d);
+            p.tflops.push((d, v));
+        }
+        p.tflops.sort_by_key(|(d, _)| *d);
+        if let Some(b) = opts.peak_bandwidth_gbps {
+            p.bandwidth_gbps = b;
+        }
+        peaks = Some(p);
+    } else if peaks.is_none() {
+        if let Some(name) = t.device_name() {
+            diag.warn(
+                "unknown_gpu_peaks",
+                format!("no peak table entry for '{name}': pass --peak-tflops and --peak-bw for the roofline"),
+            );
+        }
+    }
+    let flop_rows = flops::rows(t, &step, &node_flops, &node_stats, peaks.as_ref());
+    let n_iter = step.iterations.len().max(1) as u64;
+    let matmul_flops_by_op = by_type.into_iter().map(|(k, v)| (k, v / n_iter)).collect();
+    let mut flops_by_phase = std::collections::BTreeMap::new();
+    for r in &flop_rows {
+        *flops_by_phase.entry(r.gtype).or_insert(0u64) += r.flops;
+    }
     let snapshot = t.snapshot.as_ref().map(|_| snapshot_join(t, &step, diag));
     let execution_trace = exec_trace_join(t);
 
@@ -209,6 +266,7 @@ pub fn run(t: &mut Trace, _opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let devinfo = t.kineto.header.devices.iter().find(|d| d.id == dev);
     let summary = Summary {
         steptrace_version: env!("CARGO_PKG_VERSION"),
+        name: String::new(),
         trace: file_name(&t.kineto.path),
         iterations: step.iterations.len(),
         iteration_detection: step.detection,
@@ -228,12 +286,20 @@ pub fn run(t: &mut Trace, _opts: &Options, diag: &mut Diagnostics) -> Analysis {
         truncated: t.kineto.truncated.is_some(),
         snapshot,
         execution_trace,
+        flops_per_iteration: flop_rows.iter().map(|r| r.flops).sum(),
+        matmul_flops_per_iteration: flop_rows.iter().map(|r| r.matmul_flops).sum(),
+        flops_by_phase,
+        bytes_per_iteration: flop_rows.iter().map(|r| r.bytes).sum(),
+        flops_from_execution_trace: t.exec_trace.is_some(),
+        peaks,
         warnings: Vec::new(),
     };
     Analysis {
         step,
         node_stats,
         summary,
+        flops: flop_rows,
+        matmul_flops_by_op,
     }
 }
 

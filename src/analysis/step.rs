@@ -151,14 +151,14 @@ fn is_autograd_wrapper(name: &str) -> bool {
 
 /// Collects the node ops under `op`: the op itself, unless it is an annotation or an autograd
 /// wrapper, in which case its children are searched.
-fn collect_nodes(t: &Trace, children: &[Vec<OpId>], op: OpId, out: &mut Vec<OpId>) {
+fn collect_nodes(t: &Trace, op: OpId, out: &mut Vec<OpId>) {
     let o = t.op(op);
     let name = t.kineto.str(o.name);
     let transparent = o.kind == OpKind::Annotation
-        || (is_autograd_wrapper(name) && !children[op.0 as usize].is_empty());
+        || (is_autograd_wrapper(name) && !t.children[op.0 as usize].is_empty());
     if transparent {
-        for &c in &children[op.0 as usize] {
-            collect_nodes(t, children, c, out);
+        for &c in &t.children[op.0 as usize] {
+            collect_nodes(t, c, out);
         }
     } else {
         out.push(op);
@@ -177,19 +177,9 @@ struct OpFacts {
 /// Rebuilds iterations, phases and nodes.
 pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     let n_ops = t.kineto.ops.len();
-    let mut children: Vec<Vec<OpId>> = vec![Vec::new(); n_ops];
-    let mut roots: Vec<OpId> = Vec::new();
-    for list in &t.thread_ops {
-        for &o in list {
-            match t.parent[o.0 as usize] {
-                Some(p) => children[p.0 as usize].push(o),
-                None => roots.push(o),
-            }
-        }
-    }
     let mut node_ops = Vec::new();
-    for &r in &roots {
-        collect_nodes(t, &children, r, &mut node_ops);
+    for &r in &t.roots {
+        collect_nodes(t, r, &mut node_ops);
     }
 
     // Names of autograd functions are interned once, as they are reported per node.
@@ -334,7 +324,9 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
                         }
                     }
                     _ => {
-                        if !seen_compute && has_htod(ni) {
+                        // A loss read for logging (`.item()`) and the input copies before the
+                        // first compute op are not forward work.
+                        if is_dtoh_read(t, &gpu_of_node[ni]) || (!seen_compute && has_htod(ni)) {
                             Phase::Other
                         } else {
                             seen_compute = true;

@@ -38,6 +38,10 @@ pub struct Trace {
     pub exec_trace: Option<ExecTrace>,
     /// Enclosing op of each op on its thread (annotations included).
     pub parent: Vec<Option<OpId>>,
+    /// Ops directly inside each op, in time order.
+    pub children: Vec<Vec<OpId>>,
+    /// Ops inside no other op, per thread in time order.
+    pub roots: Vec<OpId>,
     /// Ops of each thread, ordered by (start, longer first, file order).
     pub thread_ops: Vec<Vec<OpId>>,
     /// For each GPU activity: the innermost op enclosing its launch, and the launch time.
@@ -84,6 +88,16 @@ impl Trace {
             });
         }
         let parent = build_forest(ops, &thread_ops, diag);
+        let mut children: Vec<Vec<OpId>> = vec![Vec::new(); ops.len()];
+        let mut roots: Vec<OpId> = Vec::new();
+        for list in &thread_ops {
+            for &o in list {
+                match parent[o.0 as usize] {
+                    Some(p) => children[p.0 as usize].push(o),
+                    None => roots.push(o),
+                }
+            }
+        }
         let launch = attribute_launches(&kineto, &thread_ops, &parent, diag);
         let main_thread = find_main_thread(&kineto, &thread_ops, &parent);
         let (device, memory) = select_device_memory(&kineto);
@@ -93,6 +107,8 @@ impl Trace {
             snapshot,
             exec_trace,
             parent,
+            children,
+            roots,
             thread_ops,
             launch,
             module,

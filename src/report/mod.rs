@@ -5,6 +5,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+pub mod flops;
+
 use crate::analysis::{Analysis, Summary};
 use crate::diagnostics::Diagnostics;
 use crate::model::Trace;
@@ -31,14 +33,14 @@ pub const FILES: [&str; 4] = [
     "iterations.csv",
 ];
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
+pub(crate) fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
     move |e| Error::Io {
         path: path.to_path_buf(),
         source: e.into(),
@@ -46,7 +48,7 @@ fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
 }
 
 /// Formats seconds with enough digits for nanosecond inputs, without float noise.
-fn secs(v: f64) -> String {
+pub(crate) fn secs(v: f64) -> String {
     let s = format!("{v:.9}");
     let s = s.trim_end_matches('0');
     s.strip_suffix('.').unwrap_or(s).to_owned()
@@ -75,6 +77,14 @@ pub fn write_all(dir: &Path, t: &Trace, a: &Analysis, diag: &Diagnostics) -> Res
     write_node_stats(&dir.join("node_stats.csv"), t, a)?;
     write_node_iterations(&dir.join("node_iterations.csv"), t, a)?;
     write_iterations(&dir.join("iterations.csv"), a)?;
+    flops::write_flops_csv(&dir.join("flops.csv"), a)?;
+    flops::write_rollups(dir, a)?;
+    let p = dir.join("graph_profile.json");
+    let text = serde_json::to_vec_pretty(&flops::graph_profile(a)).map_err(|e| Error::Io {
+        path: p.clone(),
+        source: e.into(),
+    })?;
+    std::fs::write(&p, text).map_err(io(&p))?;
     Ok(())
 }
 
@@ -267,6 +277,12 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             s.peak_iteration.as_deref().unwrap_or("")
         );
     }
+    o += &format!(
+        "FLOPs per iteration {} (FlopCounterMode convention {}), {} moved\n",
+        flops::human_flops(s.flops_per_iteration as f64),
+        flops::human_flops(s.matmul_flops_per_iteration as f64),
+        human_bytes(s.bytes_per_iteration as i64)
+    );
     let total_gpu: f64 = a.node_stats.iter().map(|n| n.median_run_time_s).sum();
     let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
     by_time.sort_by(|x, y| {

@@ -107,3 +107,29 @@ fn usage_errors_exit_2() {
     steptrace().arg("frobnicate").assert().code(2);
     steptrace().arg("--help").assert().success();
 }
+
+#[test]
+fn flops_prints_the_graph_profile_and_comparison() {
+    let s = root().join("sample_traces/resnet18");
+    steptrace()
+        .args(["flops", "--top", "3", "--compare"])
+        .arg(s.join("reference.json"))
+        .arg(&s)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("GRAPH PROFILE: resnet18"))
+        .stdout(predicate::str::contains("Layer Details (Top 3 by FLOPs)"))
+        .stdout(predicate::str::contains("aten.convolution_backward"))
+        .stdout(predicate::str::contains("100.0%"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("ref.json");
+    std::fs::write(&bad, r#"{"nothing": 1}"#).unwrap();
+    let out = steptrace()
+        .args(["flops", "--compare"])
+        .arg(&bad)
+        .arg(&s)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    one_line_error(&out.stderr, "no FLOP total");
+}

@@ -376,3 +376,124 @@ fn each_rank_of_a_torchrun_capture_is_analysed() {
         .to_string()
         .contains("no rank 5"));
 }
+
+/// FlopCounterMode's per-op counts, named as steptrace reports them (`aten.addmm`).
+fn flop_counter(s: &std::path::Path) -> Option<(u64, BTreeMap<String, u64>)> {
+    let r = reference(s);
+    let fc = r.get("flop_counter")?;
+    let per: BTreeMap<String, u64> = fc["per_op"]
+        .as_object()?
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    Some((fc["total"].as_u64()?, per))
+}
+
+#[test]
+fn matmul_flops_match_flop_counter_mode() {
+    let mut checked = 0;
+    for s in samples() {
+        let Some((total, per_op)) = flop_counter(&s) else {
+            continue;
+        };
+        let (_d, out) = analyze(&s);
+        if out.analysis.node_stats.iter().any(|n| n.recompute) {
+            continue; // checked below
+        }
+        let ours = out.analysis.summary.matmul_flops_per_iteration as f64;
+        assert!(
+            (ours - total as f64).abs() <= 0.02 * total as f64,
+            "{s:?}: {ours} vs {total}"
+        );
+        for (op, want) in &per_op {
+            let got = out
+                .analysis
+                .matmul_flops_by_op
+                .get(op)
+                .copied()
+                .unwrap_or(0) as f64;
+            assert!(
+                (got - *want as f64).abs() <= 0.05 * *want as f64,
+                "{s:?} {op}: {got} vs {want}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2);
+}
+
+#[test]
+fn checkpointed_model_flops_are_the_plain_model_plus_what_was_recomputed() {
+    // FlopCounterMode ran the same model un-profiled, where torch.utils.checkpoint stopped each
+    // block's recomputation early (after the third linear); the profiled run recomputed every
+    // block whole (16 linears under backward in the trace). So: everything but recomputation
+    // equals the plain model's count, and the recomputation lies between the reference's and
+    // the blocks' full forward.
+    let root = crate::common::root().join("sample_traces");
+    let (plain_total, _) = flop_counter(&root.join("gpt_bf16")).unwrap();
+    let (ckpt_total, _) = flop_counter(&root.join("gpt_bf16_ckpt")).unwrap();
+    let (_d, out) = analyze(&root.join("gpt_bf16_ckpt"));
+    let rec: std::collections::HashSet<&str> = out
+        .analysis
+        .node_stats
+        .iter()
+        .filter(|n| n.recompute)
+        .map(|n| n.node_name.as_str())
+        .collect();
+    let (mut plain, mut recomputed) = (0u64, 0u64);
+    for r in &out.analysis.flops {
+        if rec.contains(r.node_name.as_str()) {
+            recomputed += r.matmul_flops;
+        } else {
+            plain += r.matmul_flops;
+        }
+    }
+    assert!(
+        (plain as f64 - plain_total as f64).abs() <= 0.02 * plain_total as f64,
+        "{plain} vs {plain_total}"
+    );
+    let forward: u64 = out
+        .analysis
+        .flops
+        .iter()
+        .filter(|r| r.gtype == "forward")
+        .map(|r| r.matmul_flops)
+        .sum();
+    assert!(
+        recomputed >= ckpt_total - plain_total,
+        "{recomputed} < {}",
+        ckpt_total - plain_total
+    );
+    assert!(recomputed <= forward, "{recomputed} > forward {forward}");
+}
+
+#[test]
+fn roofline_places_nodes_by_machine_balance() {
+    let (_d, out) = analyze(&crate::common::root().join("sample_traces/gpt_bf16"));
+    let p = out
+        .analysis
+        .summary
+        .peaks
+        .as_ref()
+        .expect("H200 is in the peak table");
+    assert_eq!(p.device, "H200");
+    for r in out
+        .analysis
+        .flops
+        .iter()
+        .filter(|r| r.flops > 0 && r.bytes > 0 && r.gpu_time_s > 0.0)
+    {
+        let balance =
+            p.flops(steptrace::analysis::flops::Dtype::Bf16).unwrap() / (p.bandwidth_gbps * 1e9);
+        if r.dtype == "bf16" {
+            let want = if r.arithmetic_intensity >= balance {
+                "compute"
+            } else {
+                "memory"
+            };
+            assert_eq!(r.bound, want, "{}", r.node_name);
+        }
+        let tf = r.flops as f64 / r.gpu_time_s / 1e12;
+        assert!((r.achieved_tflops - tf).abs() < 1e-9);
+    }
+}
