@@ -54,6 +54,10 @@ pub(crate) struct InputArgs {
     /// Peak memory bandwidth for the roofline, GB/s.
     #[arg(long, value_name = "GB/s")]
     pub(crate) peak_bw: Option<f64>,
+    /// Host↔device bandwidth for activation swap times, GB/s [default: measured from the
+    /// trace's copies].
+    #[arg(long, value_name = "GB/s")]
+    pub(crate) swap_bw: Option<f64>,
     /// Worker threads [default: all cores].
     #[arg(long, short = 'j')]
     pub(crate) threads: Option<usize>,
@@ -89,6 +93,7 @@ impl InputArgs {
             }
         }
         options.peak_bandwidth_gbps = self.peak_bw;
+        options.swap_bandwidth_gbps = self.swap_bw;
         Ok(steptrace::AnalyzeProps {
             input: self.input.clone(),
             snapshot: self.snapshot.clone(),

@@ -2,6 +2,8 @@
 //! report stage writes out.
 
 pub mod flops;
+pub mod liveness;
+pub mod memory;
 pub mod node_stats;
 pub mod step;
 
@@ -23,6 +25,8 @@ pub struct Options {
     pub peak_tflops: Vec<(flops::Dtype, f64)>,
     /// Peak memory bandwidth, GB/s.
     pub peak_bandwidth_gbps: Option<f64>,
+    /// Host↔device bandwidth for swap times, GB/s (default: measured from the trace's copies).
+    pub swap_bandwidth_gbps: Option<f64>,
 }
 
 /// How the snapshot's clock lines up with the trace's.
@@ -123,6 +127,16 @@ pub struct Summary {
     pub flops_from_execution_trace: bool,
     /// The roofline's peaks.
     pub peaks: Option<flops::Peaks>,
+    /// Where activation liveness comes from.
+    pub liveness_source: liveness::Source,
+    /// Bytes by category at the peak; adds up exactly to `peak_allocated_bytes`.
+    pub peak_breakdown_bytes: std::collections::BTreeMap<&'static str, i64>,
+    /// Activations found (per iteration, aligned).
+    pub activations: usize,
+    /// Bytes alive when the window opened that no snapshot block accounts for (counted OTHER).
+    pub unexplained_before_window_bytes: i64,
+    /// Host↔device bandwidth used for swap times.
+    pub swap_bandwidth: liveness::SwapBandwidth,
     /// Anomalies, one line per kind.
     pub warnings: Vec<String>,
 }
@@ -140,6 +154,12 @@ pub struct Analysis {
     pub flops: Vec<flops::FlopRow>,
     /// FlopCounterMode FLOPs per iteration by op (`aten.addmm`, ...), for comparison with it.
     pub matmul_flops_by_op: std::collections::BTreeMap<String, u64>,
+    /// Allocator blocks and their categories.
+    pub memory: memory::Memory,
+    /// Bytes by category after every allocator event.
+    pub timeline: Vec<memory::TimelineRow>,
+    /// Activation liveness, MuTWO metrics, data-flow graph.
+    pub liveness: liveness::Liveness,
 }
 
 /// Median of a slice of f64 (mean of the middle two for even lengths); `None` when empty.
@@ -181,7 +201,10 @@ fn file_name(p: &std::path::Path) -> String {
 /// Runs every analysis.
 pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let step = step::compute(t, diag);
-    let node_stats = node_stats::compute(t, &step, diag);
+    let mem = memory::compute(t, &step, diag);
+    let node_stats = node_stats::compute(t, &step, &mem, diag);
+    let timeline = memory::timeline(t, &step, &mem);
+    let live = liveness::compute(t, &step, &mem, &node_stats, opts.swap_bandwidth_gbps);
     let (node_flops, by_type) = flops::compute(t, &step);
     let mut peaks = t.device_name().and_then(flops::peaks_for);
     if !opts.peak_tflops.is_empty() || opts.peak_bandwidth_gbps.is_some() {
@@ -292,6 +315,18 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         bytes_per_iteration: flop_rows.iter().map(|r| r.bytes).sum(),
         flops_from_execution_trace: t.exec_trace.is_some(),
         peaks,
+        liveness_source: live.source,
+        peak_breakdown_bytes: match peak {
+            Some((bytes, ts)) => memory::CATEGORIES
+                .iter()
+                .zip(mem.breakdown_at(ts, bytes))
+                .map(|(c, b)| (c.key(), b))
+                .collect(),
+            None => Default::default(),
+        },
+        activations: live.activations.len(),
+        unexplained_before_window_bytes: mem.unexplained_before,
+        swap_bandwidth: live.bandwidth,
         warnings: Vec::new(),
     };
     Analysis {
@@ -300,6 +335,9 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         summary,
         flops: flop_rows,
         matmul_flops_by_op,
+        memory: mem,
+        timeline,
+        liveness: live,
     }
 }
 
@@ -325,7 +363,9 @@ fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> SnapshotJoin
         for e in dev {
             if e.action == Action::Alloc {
                 if let Some(ts) = e.time_us {
-                    by_block.entry((e.addr, e.size)).or_default().push(ts);
+                    // History holds the requested size, the trace the allocator's block size.
+                    let size = memory::round_block(e.size as i64) as u64;
+                    by_block.entry((e.addr, size)).or_default().push(ts);
                 }
             }
         }

@@ -3,46 +3,12 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::memory::{Category, Memory};
 use super::step::{Node, Phase, Step};
 use super::{median, median_low};
 use crate::diagnostics::Diagnostics;
 use crate::intern::StrId;
 use crate::model::Trace;
-
-/// What a node's allocations are, by lifetime (the best rule available from allocator events
-/// alone; see docs/analysis.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Category {
-    /// Parameters.
-    Param,
-    /// Activations: made in forward, alive until backward.
-    Act,
-    /// Parameter gradients: made in backward, alive past it.
-    Grad,
-    /// Optimizer state: made in the optimizer, alive past the iteration.
-    OptState,
-    /// Inputs copied to the device before forward.
-    Input,
-    /// Freed within the phase that made them.
-    Temp,
-    /// Anything else (and nodes that allocate nothing).
-    Other,
-}
-
-impl Category {
-    /// Upper-case name used in files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::Param => "PARAM",
-            Category::Act => "ACT",
-            Category::Grad => "GRAD",
-            Category::OptState => "OPT_STATE",
-            Category::Input => "INPUT",
-            Category::Temp => "TEMP",
-            Category::Other => "OTHER",
-        }
-    }
-}
 
 /// One row of `node_stats.csv`.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,72 +87,12 @@ fn aligned_order(step: &Step) -> Vec<&str> {
     order
 }
 
-/// Categorises each node instance by the lifetimes of the blocks it allocates: an allocation
-/// is matched to the next free of the same address.
-fn categories(t: &Trace, step: &Step) -> Vec<Category> {
-    // Free time of each allocation event index.
-    let mut free_at: Vec<Option<i64>> = vec![None; t.memory.len()];
-    let mut live: FxHashMap<u64, usize> = FxHashMap::default();
-    for (i, m) in t.memory.iter().enumerate() {
-        if m.bytes > 0 {
-            live.insert(m.addr, i);
-        } else if let Some(a) = live.remove(&m.addr) {
-            free_at[a] = Some(m.ts);
-        }
-    }
-    step.nodes
-        .iter()
-        .map(|n| {
-            let it = &step.iterations[n.iteration as usize];
-            let op = t.op(n.op);
-            let (s, e) = (op.start, op.end());
-            let lo = t.memory.partition_point(|m| m.ts < s);
-            let mut bytes: FxHashMap<Category, i64> = FxHashMap::default();
-            for (i, m) in t.memory[lo..]
-                .iter()
-                .enumerate()
-                .take_while(|(_, m)| m.ts <= e)
-            {
-                if m.bytes <= 0 || m.thread != op.thread {
-                    continue;
-                }
-                let freed = free_at[lo + i];
-                let freed_in_node = freed.is_some_and(|f| f <= e);
-                let bw = it.backward;
-                let c = match n.phase {
-                    _ if freed_in_node => Category::Temp,
-                    Phase::Forward => match (bw, freed) {
-                        (Some((bs, _)), Some(f)) if f < bs => Category::Temp,
-                        (None, Some(f)) if f <= it.end => Category::Temp,
-                        _ => Category::Act,
-                    },
-                    Phase::Backward => match (bw, freed) {
-                        (Some((_, be)), Some(f)) if f <= be => Category::Temp,
-                        _ => Category::Grad,
-                    },
-                    Phase::Optimizer => match freed {
-                        Some(f) if f <= it.end => Category::Temp,
-                        _ => Category::OptState,
-                    },
-                    Phase::Other if n.rank == 0 || op.start < bw.map_or(i64::MAX, |b| b.0) => {
-                        Category::Input
-                    }
-                    _ => Category::Other,
-                };
-                *bytes.entry(c).or_default() += m.bytes;
-            }
-            bytes
-                .into_iter()
-                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-                .map_or(Category::Other, |(c, _)| c)
-        })
-        .collect()
-}
-
 /// Medians per aligned node.
-pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Vec<NodeStat> {
+pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> Vec<NodeStat> {
     let order = aligned_order(step);
-    let cats = categories(t, step);
+    let cats: Vec<Category> = (0..step.nodes.len())
+        .map(|i| mem.node_category(i))
+        .collect();
     let mut by_name: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
     for (i, n) in step.nodes.iter().enumerate() {
         by_name.entry(n.name.as_str()).or_default().push(i);

@@ -6,6 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 pub mod flops;
+mod memory;
 
 use crate::analysis::{Analysis, Summary};
 use crate::diagnostics::Diagnostics;
@@ -85,6 +86,9 @@ pub fn write_all(dir: &Path, t: &Trace, a: &Analysis, diag: &Diagnostics) -> Res
         source: e.into(),
     })?;
     std::fs::write(&p, text).map_err(io(&p))?;
+    memory::write_activation_stats(&dir.join("activation_stats.csv"), a)?;
+    memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)?;
+    memory::write_graph(dir, a)?;
     Ok(())
 }
 
@@ -282,6 +286,23 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         flops::human_flops(s.flops_per_iteration as f64),
         flops::human_flops(s.matmul_flops_per_iteration as f64),
         human_bytes(s.bytes_per_iteration as i64)
+    );
+    if !s.peak_breakdown_bytes.is_empty() {
+        let parts: Vec<String> = s
+            .peak_breakdown_bytes
+            .iter()
+            .filter(|(_, b)| **b != 0)
+            .map(|(k, b)| format!("{k} {}", human_bytes(*b)))
+            .collect();
+        o += &format!("at the peak: {}\n", parts.join(", "));
+    }
+    o += &format!(
+        "{} activations (liveness from {})\n",
+        s.activations,
+        match s.liveness_source {
+            crate::analysis::liveness::Source::ExecutionTrace => "the Execution Trace",
+            crate::analysis::liveness::Source::MemoryEvents => "allocator events",
+        }
     );
     let total_gpu: f64 = a.node_stats.iter().map(|n| n.median_run_time_s).sum();
     let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();

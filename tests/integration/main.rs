@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod determinism;
 mod golden;
+mod liveness;
 mod samples;
 mod synthetic;
 mod truncated;

@@ -1,0 +1,577 @@
+//! Activation liveness and the MuTWO checkpointing metrics (Stage 1 of the seed's project),
+//! and the data-flow graph.
+//!
+//! ```text
+//!  rank   c          f             b1               b2
+//!         [producer] ... [last fw use] .. idle .. [first bw use] ... [last bw use]
+//!                                     |<-- inactive time -->|
+//! ```
+//! With an Execution Trace, uses are exact: an activation is the storage its producer wrote
+//! (matched to the allocated block by size), and a node uses it when one of its ops reads that
+//! storage. Without one, the first backward use is the autograd node with the producer's
+//! sequence number and the last is the node that frees the block (`liveness_source` says which).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::Serialize;
+
+use super::memory::{Category, Memory};
+use super::node_stats::NodeStat;
+use super::step::{Phase, Step};
+use super::{median, median_low};
+use crate::ingest::exec_trace::ExecNode;
+use crate::ingest::kineto::GpuKind;
+use crate::model::{OpId, Trace, EVALUATE_FUNCTION};
+
+/// Where liveness comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Tensor identities of the Execution Trace.
+    ExecutionTrace,
+    /// Allocator events and autograd sequence numbers only.
+    MemoryEvents,
+}
+
+/// One row of `activation_stats.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActivationStat {
+    /// `<producer node>/act<k>`.
+    pub activation_name: String,
+    /// Rank of the producing node.
+    pub creation_rank: u32,
+    /// Rank of the last forward node that reads it.
+    pub last_fw_use_rank: u32,
+    /// Rank of the first backward node that reads it.
+    pub first_bw_use_rank: u32,
+    /// Rank of the last backward node that reads it.
+    pub last_bw_use_rank: u32,
+    /// Median block size over iterations.
+    pub median_mem_size_bytes: i64,
+    /// GPU time of the nodes between the last forward use and the first backward use, s.
+    pub inactive_time_s: f64,
+    /// GPU time of the nodes that rebuild it from resident tensors, s.
+    pub recomp_time_s: f64,
+    /// Memory those nodes allocate while rebuilding it.
+    pub recomp_memory_bytes: i64,
+    /// Time to copy it to the host and back at the measured bandwidths, s.
+    pub swap_time_s: f64,
+    /// Bytes saved per second of recomputation (0 when recomputation takes no GPU time).
+    pub recompute_ratio: f64,
+    /// Op of the producing node.
+    pub producer_op: String,
+    /// Module of the producing node.
+    pub module: String,
+    /// Storage id in the Execution Trace (first iteration), -1 without one.
+    pub storage_id: i64,
+    /// In how many iterations it was seen.
+    pub iterations_present: u32,
+}
+
+/// Host↔device bandwidth used for swap times.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SwapBandwidth {
+    /// Host to device, GB/s.
+    pub htod_gbps: f64,
+    /// Device to host, GB/s.
+    pub dtoh_gbps: f64,
+    /// `measured` (memcpy events of at least 64 KiB), `default`, or `override`.
+    pub source: &'static str,
+}
+
+/// An edge of the data-flow graph: `from` wrote a storage `to` read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+pub struct Edge {
+    /// Producer node name.
+    pub from: String,
+    /// Consumer node name.
+    pub to: String,
+    /// Storage ids carried.
+    pub storages: Vec<i64>,
+    /// Bytes carried.
+    pub bytes: i64,
+}
+
+/// A tensor storage of the graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphTensor {
+    /// ET storage id.
+    pub storage_id: i64,
+    /// Bytes.
+    pub bytes: i64,
+    /// Category.
+    pub category: &'static str,
+    /// Producer node name (empty for tensors made before the window).
+    pub producer: String,
+    /// Consumer node names.
+    pub consumers: Vec<String>,
+}
+
+/// The data-flow graph of the first iteration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Graph {
+    /// Iteration label.
+    pub iteration: String,
+    /// Node names in rank order.
+    pub nodes: Vec<String>,
+    /// Producer → consumer edges.
+    pub edges: Vec<Edge>,
+    /// Storages.
+    pub tensors: Vec<GraphTensor>,
+}
+
+/// Liveness results.
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    /// Source of the uses.
+    pub source: Source,
+    /// Per activation.
+    pub activations: Vec<ActivationStat>,
+    /// Bandwidths used.
+    pub bandwidth: SwapBandwidth,
+    /// The graph, when an Execution Trace was given.
+    pub graph: Option<Graph>,
+}
+
+/// Storages each node instance reads and writes, from the Execution Trace.
+struct EtUses {
+    reads: Vec<FxHashSet<i64>>,
+    writes: Vec<Vec<(i64, i64)>>, // (storage, bytes) in order
+}
+
+fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
+    let et = t.exec_trace.as_ref()?;
+    let by_rf: FxHashMap<i64, &ExecNode> = et
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.rf_id?, n)))
+        .collect();
+    let mut node_of_op: FxHashMap<OpId, usize> = FxHashMap::default();
+    for (i, n) in step.nodes.iter().enumerate() {
+        node_of_op.insert(n.op, i);
+    }
+    let mut reads = vec![FxHashSet::default(); step.nodes.len()];
+    let mut writes: Vec<Vec<(i64, i64)>> = vec![Vec::new(); step.nodes.len()];
+    for (oi, op) in t.kineto.ops.iter().enumerate() {
+        let Some(e) = op.rf_id.and_then(|r| by_rf.get(&r)) else {
+            continue;
+        };
+        let o = OpId(oi as u32);
+        let Some(&ni) = std::iter::once(o)
+            .chain(t.ancestors(o))
+            .find_map(|a| node_of_op.get(&a))
+        else {
+            continue;
+        };
+        for x in &e.inputs {
+            reads[ni].insert(x.storage_id);
+        }
+        if o == step.nodes[ni].op {
+            for x in &e.outputs {
+                let b = x.numel.max(0) * x.itemsize.max(0);
+                if !writes[ni].iter().any(|(s, _)| *s == x.storage_id) {
+                    writes[ni].push((x.storage_id, b));
+                }
+            }
+        }
+    }
+    Some(EtUses { reads, writes })
+}
+
+use super::memory::round_block;
+
+fn measured_bandwidth(t: &Trace) -> (Option<f64>, Option<f64>) {
+    let mut htod = Vec::new();
+    let mut dtoh = Vec::new();
+    for g in &t.kineto.gpu {
+        if g.kind != GpuKind::Memcpy || g.dur <= 0 {
+            continue;
+        }
+        let Some(b) = g.bytes.filter(|&b| b >= 64 << 10) else {
+            continue;
+        };
+        let gbps = b as f64 / g.dur as f64; // bytes per ns = GB/s
+        let name = t.kineto.str(g.name);
+        if name.contains("HtoD") {
+            htod.push(gbps);
+        } else if name.contains("DtoH") {
+            dtoh.push(gbps);
+        }
+    }
+    (median(&mut htod), median(&mut dtoh))
+}
+
+/// Host↔device bandwidth when the trace has no large copies: PCIe Gen5 x16 for Hopper,
+/// Gen4 for Ampere and Ada, Gen3 otherwise, at about 80% of the link rate.
+fn default_bandwidth(device: Option<&str>) -> f64 {
+    match device {
+        Some(d) if d.contains("H100") || d.contains("H200") => 50.0,
+        Some(d)
+            if d.contains("A100")
+                || d.contains("L40")
+                || d.contains("L4")
+                || d.contains("A10")
+                || d.contains("4090") =>
+        {
+            25.0
+        }
+        _ => 12.0,
+    }
+}
+
+/// Computes activation liveness, MuTWO metrics and the data-flow graph.
+pub fn compute(
+    t: &Trace,
+    step: &Step,
+    mem: &Memory,
+    stats: &[NodeStat],
+    swap_override_gbps: Option<f64>,
+) -> Liveness {
+    let uses = et_uses(t, step);
+    let source = if uses.is_some() {
+        Source::ExecutionTrace
+    } else {
+        Source::MemoryEvents
+    };
+    let rank_of: FxHashMap<&str, &NodeStat> =
+        stats.iter().map(|s| (s.node_name.as_str(), s)).collect();
+    let rank = |ni: usize| {
+        rank_of
+            .get(step.nodes[ni].name.as_str())
+            .map_or(0, |s| s.rank)
+    };
+
+    // Storage of each in-window block, from its producer's ET outputs (matched by size).
+    let mut storage_of_block: FxHashMap<usize, i64> = FxHashMap::default();
+    let mut block_of_storage: FxHashMap<(u32, i64), usize> = FxHashMap::default();
+    if let Some(u) = &uses {
+        let mut by_producer: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (bi, b) in mem.blocks.iter().enumerate() {
+            if let Some(p) = b.producer {
+                by_producer.entry(p).or_default().push(bi);
+            }
+        }
+        for (p, bis) in by_producer {
+            let mut taken = vec![false; u.writes[p].len()];
+            for bi in bis {
+                let size = mem.blocks[bi].size;
+                if let Some(k) = (0..u.writes[p].len())
+                    .find(|&k| !taken[k] && round_block(u.writes[p][k].1) == size)
+                {
+                    taken[k] = true;
+                    let s = u.writes[p][k].0;
+                    storage_of_block.insert(bi, s);
+                    block_of_storage.insert((step.nodes[p].iteration, s), bi);
+                }
+            }
+        }
+    }
+
+    // Backward nodes by the autograd sequence number of their evaluate_function.
+    let mut bw_by_seq: FxHashMap<(u32, i64), usize> = FxHashMap::default();
+    for (i, n) in step.nodes.iter().enumerate() {
+        if n.phase != Phase::Backward {
+            continue;
+        }
+        let seq = t
+            .ancestors(n.op)
+            .find(|a| t.op_name(*a).starts_with(EVALUATE_FUNCTION))
+            .and_then(|a| t.op(a).seq);
+        if let Some(s) = seq {
+            bw_by_seq.entry((n.iteration, s)).or_insert(i);
+        }
+    }
+
+    // Readers of each storage per iteration.
+    let mut readers: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
+    if let Some(u) = &uses {
+        for (ni, r) in u.reads.iter().enumerate() {
+            for s in r {
+                readers
+                    .entry((step.nodes[ni].iteration, *s))
+                    .or_default()
+                    .push(ni);
+            }
+        }
+    }
+
+    // Per activation instance: (name, iteration, ranks, size, chain, storage).
+    struct Inst {
+        name: String,
+        ranks: (u32, u32, u32, u32),
+        size: i64,
+        chain: Vec<usize>,
+        storage: i64,
+        producer: usize,
+    }
+    let mut insts: Vec<Inst> = Vec::new();
+    let mut counter: FxHashMap<usize, u32> = FxHashMap::default();
+    for (bi, b) in mem.blocks.iter().enumerate() {
+        if b.category != Category::Activation {
+            continue;
+        }
+        let Some(p) = b.producer else { continue };
+        let it = step.nodes[p].iteration;
+        let k = counter.entry(p).or_insert(0);
+        let name = format!("{}/act{}", step.nodes[p].name, k);
+        *k += 1;
+        let c = rank(p);
+        let (mut fw_last, mut bw_first, mut bw_last) = (c, None::<u32>, None::<u32>);
+        let storage = storage_of_block.get(&bi).copied();
+        match (&uses, storage) {
+            (Some(_), Some(s)) => {
+                for &ni in readers.get(&(it, s)).map(Vec::as_slice).unwrap_or(&[]) {
+                    let n = &step.nodes[ni];
+                    if ni == p {
+                        continue;
+                    }
+                    let r = rank(ni);
+                    match n.phase {
+                        Phase::Forward => fw_last = fw_last.max(r),
+                        Phase::Backward => {
+                            bw_first = Some(bw_first.map_or(r, |x| x.min(r)));
+                            bw_last = Some(bw_last.map_or(r, |x| x.max(r)));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {
+                // No identities: the producer's autograd node reads it first; whoever frees it
+                // in backward is its last reader.
+                if let Some(&bn) = t
+                    .op(step.nodes[p].op)
+                    .seq
+                    .and_then(|s| bw_by_seq.get(&(it, s)))
+                {
+                    bw_first = Some(rank(bn));
+                }
+            }
+        }
+        if uses.is_some() && storage.is_some() && bw_first.is_none() {
+            // Alive at backward but never read by it (the loss value, outputs a Python
+            // variable still holds): not an activation backward needs.
+            continue;
+        }
+        let freer_bw = b
+            .freer
+            .filter(|&f| step.nodes[f].phase == Phase::Backward)
+            .map(rank);
+        let bw_first = bw_first.or(freer_bw).unwrap_or(fw_last + 1);
+        let bw_last = bw_last.or(freer_bw).unwrap_or(bw_first).max(bw_first);
+        let bw_first = bw_first.max(fw_last + 1);
+        let bw_last = bw_last.max(bw_first);
+        // Rebuild chain: the producer, and the producers of what it read that was freed before
+        // backward (not resident), transitively, within the iteration's forward.
+        let mut chain = vec![p];
+        if let Some(u) = &uses {
+            let mut stack = vec![p];
+            let mut seen: FxHashSet<usize> = FxHashSet::from_iter([p]);
+            while let Some(n) = stack.pop() {
+                for s in &u.reads[n] {
+                    let Some(&src) = block_of_storage.get(&(it, *s)) else {
+                        continue;
+                    };
+                    let sb = &mem.blocks[src];
+                    if sb.category == Category::Temporary {
+                        if let Some(q) = sb
+                            .producer
+                            .filter(|q| step.nodes[*q].phase == Phase::Forward)
+                        {
+                            if seen.insert(q) {
+                                chain.push(q);
+                                stack.push(q);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        insts.push(Inst {
+            name,
+            ranks: (c, fw_last, bw_first, bw_last),
+            size: b.size,
+            chain,
+            storage: storage.unwrap_or(-1),
+            producer: p,
+        });
+    }
+
+    let (m_htod, m_dtoh) = measured_bandwidth(t);
+    let bandwidth = match swap_override_gbps {
+        Some(b) => SwapBandwidth {
+            htod_gbps: b,
+            dtoh_gbps: b,
+            source: "override",
+        },
+        None => match (m_htod, m_dtoh) {
+            (Some(h), Some(d)) => SwapBandwidth {
+                htod_gbps: h,
+                dtoh_gbps: d,
+                source: "measured",
+            },
+            (Some(x), None) | (None, Some(x)) => SwapBandwidth {
+                htod_gbps: x,
+                dtoh_gbps: x,
+                source: "measured",
+            },
+            (None, None) => {
+                let d = default_bandwidth(t.device_name());
+                SwapBandwidth {
+                    htod_gbps: d,
+                    dtoh_gbps: d,
+                    source: "default",
+                }
+            }
+        },
+    };
+
+    // Aggregate instances by name over iterations; ranks are those of the aligned step.
+    let mut by_name: BTreeMap<&str, Vec<&Inst>> = BTreeMap::new();
+    for i in &insts {
+        by_name.entry(i.name.as_str()).or_default().push(i);
+    }
+    let time_between = |a: u32, b: u32| -> f64 {
+        stats
+            .iter()
+            .filter(|s| s.rank > a && s.rank < b)
+            .map(|s| s.median_run_time_s)
+            .sum()
+    };
+    let mut activations: Vec<ActivationStat> = by_name
+        .into_values()
+        .map(|v| {
+            let first = v[0];
+            let mut sizes: Vec<i64> = v.iter().map(|i| i.size).collect();
+            let size = median_low(&mut sizes).unwrap_or(0);
+            let (c, f, b1, b2) = first.ranks;
+            let chain_stats: Vec<&NodeStat> = first
+                .chain
+                .iter()
+                .filter_map(|&n| rank_of.get(step.nodes[n].name.as_str()).copied())
+                .collect();
+            let recomp_time: f64 = chain_stats.iter().map(|s| s.median_run_time_s).sum();
+            let recomp_mem: i64 = chain_stats.iter().map(|s| s.median_alloc_bytes).sum();
+            let swap = size as f64 / (bandwidth.dtoh_gbps * 1e9)
+                + size as f64 / (bandwidth.htod_gbps * 1e9);
+            let prod = &step.nodes[first.producer];
+            ActivationStat {
+                activation_name: first.name.clone(),
+                creation_rank: c,
+                last_fw_use_rank: f,
+                first_bw_use_rank: b1,
+                last_bw_use_rank: b2,
+                median_mem_size_bytes: size,
+                inactive_time_s: time_between(f, b1),
+                recomp_time_s: recomp_time,
+                recomp_memory_bytes: recomp_mem,
+                swap_time_s: swap,
+                recompute_ratio: if recomp_time > 0.0 {
+                    size as f64 / recomp_time
+                } else {
+                    0.0
+                },
+                producer_op: t.op_name(prod.op).to_owned(),
+                module: prod
+                    .module
+                    .map_or(String::new(), |m| t.kineto.str(m).to_owned()),
+                storage_id: first.storage,
+                iterations_present: v.len() as u32,
+            }
+        })
+        .collect();
+    activations.sort_by(|a, b| {
+        a.creation_rank
+            .cmp(&b.creation_rank)
+            .then(a.activation_name.cmp(&b.activation_name))
+    });
+
+    let graph = uses
+        .as_ref()
+        .map(|u| build_graph(t, step, mem, u, &storage_of_block));
+    Liveness {
+        source,
+        activations,
+        bandwidth,
+        graph,
+    }
+}
+
+fn build_graph(
+    t: &Trace,
+    step: &Step,
+    mem: &Memory,
+    u: &EtUses,
+    storage_of_block: &FxHashMap<usize, i64>,
+) -> Graph {
+    let Some(it) = step.iterations.first() else {
+        return Graph {
+            iteration: String::new(),
+            nodes: Vec::new(),
+            edges: Vec::new(),
+            tensors: Vec::new(),
+        };
+    };
+    let range = it.nodes.clone();
+    // Writer of each storage in this iteration (the first node that wrote it).
+    let mut writer: BTreeMap<i64, (usize, i64)> = BTreeMap::new();
+    for ni in range.clone() {
+        for &(s, b) in &u.writes[ni] {
+            writer.entry(s).or_insert((ni, b));
+        }
+    }
+    let category_of: FxHashMap<i64, Category> = storage_of_block
+        .iter()
+        .filter(|(bi, _)| mem.blocks[**bi].iteration == Some(it.index))
+        .map(|(bi, s)| (*s, mem.blocks[*bi].category))
+        .collect();
+    let mut edges: BTreeMap<(usize, usize), (BTreeSet<i64>, i64)> = BTreeMap::new();
+    let mut consumers: BTreeMap<i64, BTreeSet<usize>> = BTreeMap::new();
+    for ni in range.clone() {
+        for s in &u.reads[ni] {
+            consumers.entry(*s).or_default().insert(ni);
+            if let Some(&(w, b)) = writer.get(s) {
+                if w != ni {
+                    let e = edges.entry((w, ni)).or_default();
+                    if e.0.insert(*s) {
+                        e.1 += b;
+                    }
+                }
+            }
+        }
+    }
+    let name = |ni: usize| step.nodes[ni].name.clone();
+    let tensors = consumers
+        .iter()
+        .map(|(s, cs)| {
+            let w = writer.get(s);
+            GraphTensor {
+                storage_id: *s,
+                bytes: w.map_or(0, |x| x.1),
+                category: category_of
+                    .get(s)
+                    .map_or(if w.is_some() { "TEMP" } else { "EXTERNAL" }, |c| {
+                        c.as_str()
+                    }),
+                producer: w.map_or(String::new(), |x| name(x.0)),
+                consumers: cs.iter().map(|&c| name(c)).collect(),
+            }
+        })
+        .collect();
+    let _ = t;
+    Graph {
+        iteration: it.label.clone(),
+        nodes: range.map(name).collect(),
+        edges: edges
+            .into_iter()
+            .map(|((a, b), (s, bytes))| Edge {
+                from: name(a),
+                to: name(b),
+                storages: s.into_iter().collect(),
+                bytes,
+            })
+            .collect(),
+        tensors,
+    }
+}
