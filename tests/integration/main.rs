@@ -6,6 +6,7 @@ mod common;
 mod determinism;
 mod golden;
 mod liveness;
+mod properties;
 mod samples;
 mod synthetic;
 mod truncated;

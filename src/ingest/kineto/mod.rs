@@ -310,6 +310,18 @@ pub fn from_bytes(
     gzip_cut: bool,
     diag: &mut Diagnostics,
 ) -> Result<KinetoTrace, Error> {
+    from_bytes_chunked(path, buf, gzip_cut, CHUNK_BYTES, diag)
+}
+
+/// [`from_bytes`] with a chosen parse-task size (tests and benchmarks vary it; the result must
+/// not depend on it).
+pub fn from_bytes_chunked(
+    path: &Path,
+    buf: Vec<u8>,
+    gzip_cut: bool,
+    chunk_bytes: usize,
+    diag: &mut Diagnostics,
+) -> Result<KinetoTrace, Error> {
     let fmt_err = |what: String| Error::Format {
         path: path.to_path_buf(),
         what,
@@ -330,7 +342,7 @@ pub fn from_bytes(
         ));
     };
     let arr_start = found.value_start;
-    let chunks = json_scan::chunk_array(&buf, arr_start, CHUNK_BYTES).map_err(|off| {
+    let chunks = json_scan::chunk_array(&buf, arr_start, chunk_bytes.max(1)).map_err(|off| {
         fmt_err(format!(
             "\"traceEvents\" is not a well-formed array (byte {off})"
         ))

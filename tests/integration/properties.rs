@@ -1,0 +1,121 @@
+//! Property tests: invariants that must hold for any input.
+
+use proptest::prelude::*;
+
+use crate::synthetic::training_trace;
+
+fn json_events(n: usize, names: &[String]) -> String {
+    let mut s = String::from("{\"traceEvents\":[");
+    for i in 0..n {
+        if i > 0 {
+            s.push(',');
+        }
+        let name = &names[i % names.len()];
+        s += &format!(
+            r#"{{"ph":"X","cat":"cpu_op","name":{},"pid":1,"tid":{},"ts":{},"dur":1}}"#,
+            serde_json::to_string(name).unwrap(),
+            i % 3,
+            i * 2
+        );
+    }
+    s + "]}"
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Parsing in chunks on many threads loses and reorders nothing, whatever the names hold
+    /// (quotes, braces, escapes, unicode).
+    #[test]
+    fn every_event_is_parsed_once_in_order(
+        n in 1usize..400,
+        names in prop::collection::vec("[a-z{}\\[\\]\"\\\\:, é]{0,12}", 1..6),
+        chunk in 1usize..4096,
+    ) {
+        let text = json_events(n, &names);
+        let mut d = steptrace::diagnostics::Diagnostics::default();
+        let t = steptrace::ingest::kineto::from_bytes_chunked(std::path::Path::new("p.json"), text.into_bytes(), false, chunk, &mut d).unwrap();
+        prop_assert_eq!(t.ops.len(), n);
+        prop_assert_eq!(t.event_count, n);
+        for (i, o) in t.ops.iter().enumerate() {
+            prop_assert_eq!(o.start, (i * 2 * 1000) as i64);
+            prop_assert_eq!(t.str(o.name), names[i % names.len()].as_str());
+        }
+    }
+
+    /// Any prefix of a trace is either rejected with an error or yields a prefix of its events;
+    /// never a panic.
+    #[test]
+    fn any_prefix_is_handled(cut in 0usize..6000) {
+        let text = training_trace(3, true);
+        let cut = cut.min(text.len());
+        let mut d = steptrace::diagnostics::Diagnostics::default();
+        if let Ok(t) = steptrace::ingest::kineto::from_bytes(std::path::Path::new("p.json"), text.as_bytes()[..cut].to_vec(), false, &mut d) {
+            prop_assert!(t.event_count <= text.matches("\"ph\"").count());
+        }
+    }
+
+    /// The pickle reader never panics and never allocates past its input on any bytes.
+    #[test]
+    fn pickle_reader_survives_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = steptrace::ingest::snapshot::unpickle::parse(&bytes);
+    }
+
+    /// Medians lie within the data.
+    #[test]
+    fn medians_lie_within_the_data(v in prop::collection::vec(-1e9f64..1e9, 1..50)) {
+        let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+        let m = steptrace::analysis::median(&mut v.clone()).unwrap();
+        prop_assert!(m >= lo && m <= hi);
+        let iv: Vec<i64> = v.iter().map(|x| *x as i64).collect();
+        let ml = steptrace::analysis::median_low(&mut iv.clone()).unwrap();
+        prop_assert!(iv.contains(&ml));
+    }
+}
+
+/// Random allocation sequences: the breakdown after every event adds up to Total Allocated and
+/// the peak breakdown to the peak.
+#[test]
+fn breakdown_always_adds_up() {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(32));
+    runner
+        .run(&prop::collection::vec((0u64..40, 1i64..5000, any::<bool>()), 1..200), |ops| {
+            let mut s = String::from(r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":0,"dur":100000}"#);
+            let mut live: std::collections::HashMap<u64, i64> = std::collections::HashMap::new();
+            let mut total = 0i64;
+            for (i, (slot, size, free)) in ops.iter().enumerate() {
+                let addr = 4096 * (slot + 1);
+                let bytes = match (free, live.get(&addr)) {
+                    (true, Some(&b)) => {
+                        live.remove(&addr);
+                        -b
+                    }
+                    (_, Some(_)) => continue,
+                    (_, None) => {
+                        let b = size * 512;
+                        live.insert(addr, b);
+                        b
+                    }
+                };
+                total += bytes;
+                s += &format!(
+                    r#",{{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":{},"args":{{"Addr":{addr},"Bytes":{bytes},"Total Allocated":{total},"Total Reserved":0,"Device Type":1,"Device Id":0}}}}"#,
+                    i + 1
+                );
+            }
+            s += "]}";
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("trace.json");
+            std::fs::write(&p, s).unwrap();
+            let props = steptrace::AnalyzeProps { input: p, out: Some(dir.path().join("o")), top: 1, ..Default::default() };
+            let out = steptrace::analyze(&props).unwrap();
+            for r in &out.analysis.timeline {
+                prop_assert_eq!(r.breakdown.iter().sum::<i64>(), r.total);
+            }
+            if let Some(peak) = out.analysis.summary.peak_allocated_bytes {
+                prop_assert_eq!(out.analysis.summary.peak_breakdown_bytes.values().sum::<i64>(), peak);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
