@@ -20,6 +20,50 @@ pub(crate) enum Command {
     Capture(CaptureArgs),
     /// Print the FLOP profile (GRAPH PROFILE) and compare it with a reference.
     Flops(FlopsArgs),
+    /// Compare runs: peak memory, step time and their change against the first.
+    Compare(CompareArgs),
+    /// Run a program for each value of a parameter (e.g. the batch size), or take existing runs,
+    /// and plot memory and latency against it.
+    Sweep(SweepArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompareArgs {
+    /// Run directories or traces; the first is the baseline.
+    #[arg(required = true, num_args = 1..)]
+    pub(crate) runs: Vec<PathBuf>,
+    /// Labels, comma-separated [default: the run names].
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) labels: Vec<String>,
+    /// Output directory for compare.csv and the plots.
+    #[arg(long, short, default_value = "steptrace-compare")]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SweepArgs {
+    /// Values to sweep, comma-separated; `{value}` in the program's arguments is replaced by each.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) values: Vec<String>,
+    /// What the value is (axis label and file column).
+    #[arg(long, default_value = "batch_size")]
+    pub(crate) name: String,
+    /// Existing run directories, one per value, instead of running the program.
+    #[arg(long, num_args = 1..)]
+    pub(crate) runs: Vec<PathBuf>,
+    /// Output directory: captures (when running), sweep.csv and the plots.
+    #[arg(long, short, default_value = "steptrace-sweep")]
+    pub(crate) out: PathBuf,
+    /// torch.profiler schedule for the captures.
+    #[arg(long, default_value = "skip_first=1,wait=1,warmup=1,active=3,repeat=1")]
+    pub(crate) schedule: String,
+    /// The program and its arguments, after `--`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub(crate) program: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +146,7 @@ impl InputArgs {
             top,
             rank: self.rank,
             options,
+            report: Default::default(),
         })
     }
 }
@@ -198,6 +243,42 @@ pub(crate) struct AnalyzeArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// Plots to draw, comma-separated (memory_vs_rank, memory_over_time, node_runtime,
+    /// activations, peak_breakdown, roofline) [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) plots: Vec<String>,
+    /// Draw no plots and no HTML report.
+    #[arg(long)]
+    pub(crate) no_plots: bool,
+    /// GPU memory for the memory-vs-rank line, GiB [default: the trace's device].
+    #[arg(long, value_name = "GiB")]
+    pub(crate) gpu_mem: Option<f64>,
+    /// Do not write the annotated trace (annotated.pt.trace.json.gz).
+    #[arg(long)]
+    pub(crate) no_annotated_trace: bool,
+    /// Keep only operator, kernel and annotation events in the annotated trace.
+    #[arg(long)]
+    pub(crate) compact: bool,
+}
+
+impl AnalyzeArgs {
+    pub(crate) fn report(&self) -> anyhow::Result<steptrace::report::ReportOptions> {
+        for p in &self.plots {
+            if !steptrace::report::plot::PLOTS.contains(&p.as_str()) {
+                anyhow::bail!(
+                    "--plots: unknown plot '{p}' (one of {})",
+                    steptrace::report::plot::PLOTS.join(", ")
+                );
+            }
+        }
+        let mut r = steptrace::report::ReportOptions::default();
+        r.plots = self.plots.clone();
+        r.no_plots = self.no_plots;
+        r.gpu_mem_bytes = self.gpu_mem.map(|g| (g * 1024.0 * 1024.0 * 1024.0) as i64);
+        r.annotated_trace = !self.no_annotated_trace;
+        r.compact = self.compact;
+        Ok(r)
+    }
 }
 
 #[cfg(test)]

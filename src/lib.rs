@@ -66,6 +66,8 @@ pub struct AnalyzeProps {
     pub rank: Option<i64>,
     /// Analysis knobs (roofline peaks).
     pub options: analysis::Options,
+    /// Plots, HTML report, annotated trace.
+    pub report: report::ReportOptions,
 }
 
 /// What `analyze` produced.
@@ -139,7 +141,7 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
         .out
         .clone()
         .unwrap_or_else(|| default_out_dir(&props.input));
-    report::write_all(&out_dir, &trace, &analysis, &diag)?;
+    report::write_all(&out_dir, &trace, &analysis, &diag, &props.report)?;
     let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
     Ok(Outcome {
         out_dir,

@@ -5,8 +5,28 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+pub mod annotated;
+pub mod compare;
 pub mod flops;
+mod html;
 mod memory;
+pub mod plot;
+
+/// What to write besides the tables.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ReportOptions {
+    /// Plots to draw (empty: all of [`plot::PLOTS`]).
+    pub plots: Vec<String>,
+    /// Draw no plots (and no HTML report).
+    pub no_plots: bool,
+    /// GPU memory for the memory-vs-rank line, bytes (default: the trace's).
+    pub gpu_mem_bytes: Option<i64>,
+    /// Write the annotated trace.
+    pub annotated_trace: bool,
+    /// Keep only a compact subset of the original events in the annotated trace.
+    pub compact: bool,
+}
 
 use crate::analysis::{Analysis, Summary};
 use crate::diagnostics::Diagnostics;
@@ -63,7 +83,13 @@ pub fn summary_with_warnings(a: &Analysis, diag: &Diagnostics) -> Summary {
 }
 
 /// Writes every output file into `dir` (created if missing).
-pub fn write_all(dir: &Path, t: &Trace, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {
+pub fn write_all(
+    dir: &Path,
+    t: &Trace,
+    a: &Analysis,
+    diag: &Diagnostics,
+    opts: &ReportOptions,
+) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let p = dir.join("summary.json");
     let mut w = BufWriter::new(File::create(&p).map_err(io(&p))?);
@@ -89,6 +115,14 @@ pub fn write_all(dir: &Path, t: &Trace, a: &Analysis, diag: &Diagnostics) -> Res
     memory::write_activation_stats(&dir.join("activation_stats.csv"), a)?;
     memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)?;
     memory::write_graph(dir, a)?;
+    if !opts.no_plots {
+        let plot_dir = dir.join("plots");
+        plot::write_plots(&plot_dir, a, &opts.plots, opts.gpu_mem_bytes)?;
+        html::write(dir, &plot_dir, a, diag)?;
+    }
+    if opts.annotated_trace {
+        annotated::write(&dir.join("annotated.pt.trace.json.gz"), t, a, opts.compact)?;
+    }
     Ok(())
 }
 

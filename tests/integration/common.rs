@@ -69,12 +69,13 @@ pub fn json(path: &Path) -> Value {
 /// Runs `analyze` on a sample into a fresh directory; returns (tempdir, outcome).
 pub fn analyze(sample: &Path) -> (tempfile::TempDir, steptrace::Outcome) {
     let dir = tempfile::tempdir().unwrap();
-    let props = steptrace::AnalyzeProps {
+    let mut props = steptrace::AnalyzeProps {
         input: sample.to_path_buf(),
         out: Some(dir.path().join("out")),
         top: 10,
         ..Default::default()
     };
+    props.report.annotated_trace = true;
     let outcome = steptrace::analyze(&props).unwrap();
     (dir, outcome)
 }

@@ -7,6 +7,7 @@ mod determinism;
 mod golden;
 mod liveness;
 mod properties;
+mod reports;
 mod samples;
 mod synthetic;
 mod truncated;

@@ -1,0 +1,177 @@
+//! Several runs side by side: `steptrace compare` (the seed's configuration table) and
+//! `steptrace sweep` (memory and latency against a swept value such as the batch size).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::{csv_err, human_bytes, human_time, io, plot, Error};
+use crate::analysis::memory::CATEGORIES;
+use crate::analysis::Analysis;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// One run to compare: its label and analysis.
+pub struct Run<'a> {
+    /// Label (configuration name, or the swept value).
+    pub label: String,
+    /// Its analysis.
+    pub analysis: &'a Analysis,
+}
+
+fn pct(v: f64, base: f64) -> String {
+    if base == 0.0 {
+        return String::new();
+    }
+    format!("{:+.1}%", 100.0 * (v - base) / base)
+}
+
+/// The seed's comparison table: configuration, peak memory, step time, change against the first.
+pub fn table(runs: &[Run<'_>]) -> String {
+    let mut o = format!(
+        "{:<28} {:>12} {:>9} {:>12} {:>9} {:>11}\n",
+        "Configuration", "Peak Memory", "change", "Time", "change", "FLOPs/iter"
+    );
+    let base = runs.first().map(|r| &r.analysis.summary);
+    for r in runs {
+        let s = &r.analysis.summary;
+        let peak = s.peak_allocated_bytes.unwrap_or(0) as f64;
+        let b = base.expect("non-empty");
+        let _ = writeln!(
+            o,
+            "{:<28} {:>12} {:>9} {:>12} {:>9} {:>11}",
+            r.label,
+            human_bytes(peak as i64),
+            pct(peak, b.peak_allocated_bytes.unwrap_or(0) as f64),
+            human_time(s.step_time_s),
+            pct(s.step_time_s, b.step_time_s),
+            super::flops::human_flops(s.flops_per_iteration as f64)
+        );
+    }
+    o
+}
+
+/// Writes `<stem>.csv`, the memory-vs-rank overlay and the breakdown bars; returns the files.
+pub fn write(
+    dir: &Path,
+    stem: &str,
+    value_name: &str,
+    runs: &[Run<'_>],
+) -> Result<Vec<PathBuf>, Error> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut files = Vec::new();
+    let p = dir.join(format!("{stem}.csv"));
+    let mut w = csv::Writer::from_path(&p).map_err(csv_err(&p))?;
+    let mut header = vec![
+        value_name.to_owned(),
+        "run".into(),
+        "peak_allocated_bytes".into(),
+        "step_time_s".into(),
+        "gpu_busy_s".into(),
+        "flops_per_iteration".into(),
+        "peak_change_pct".into(),
+        "step_time_change_pct".into(),
+    ];
+    header.extend(CATEGORIES.iter().map(|c| format!("peak_{}_bytes", c.key())));
+    w.write_record(&header).map_err(csv_err(&p))?;
+    let base = &runs[0].analysis.summary;
+    for r in runs {
+        let s = &r.analysis.summary;
+        let peak = s.peak_allocated_bytes.unwrap_or(0);
+        let mut rec = vec![
+            r.label.clone(),
+            s.name.clone(),
+            peak.to_string(),
+            super::secs(s.step_time_s),
+            super::secs(s.gpu_busy_s),
+            s.flops_per_iteration.to_string(),
+            pct(peak as f64, base.peak_allocated_bytes.unwrap_or(0) as f64)
+                .trim_end_matches('%')
+                .to_owned(),
+            pct(s.step_time_s, base.step_time_s)
+                .trim_end_matches('%')
+                .to_owned(),
+        ];
+        rec.extend(CATEGORIES.iter().map(|c| {
+            s.peak_breakdown_bytes
+                .get(c.key())
+                .copied()
+                .unwrap_or(0)
+                .to_string()
+        }));
+        w.write_record(&rec).map_err(csv_err(&p))?;
+    }
+    w.flush().map_err(io(&p))?;
+    files.push(p);
+    let overlay: Vec<(String, Vec<(u32, f64)>)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.label.clone(),
+                r.analysis
+                    .node_stats
+                    .iter()
+                    .map(|n| (n.rank, n.median_peak_mem_bytes as f64 / MIB))
+                    .collect(),
+            )
+        })
+        .collect();
+    files.extend(plot::write_overlay(
+        &dir.join(format!("{stem}_memory_vs_rank")),
+        "peak memory vs execution rank",
+        &overlay,
+    )?);
+    let bars: Vec<(String, [f64; 7])> = runs
+        .iter()
+        .map(|r| {
+            let mut b = [0f64; 7];
+            for (i, c) in CATEGORIES.iter().enumerate() {
+                b[i] = r
+                    .analysis
+                    .summary
+                    .peak_breakdown_bytes
+                    .get(c.key())
+                    .copied()
+                    .unwrap_or(0) as f64
+                    / MIB;
+            }
+            (r.label.clone(), b)
+        })
+        .collect();
+    files.extend(plot::write_stacked(
+        &dir.join(format!("{stem}_breakdown")),
+        "memory at the peak by category",
+        &bars,
+    )?);
+    Ok(files)
+}
+
+/// Sweep plots: peak memory and step time against the swept value.
+pub fn write_sweep_curves(
+    dir: &Path,
+    value_name: &str,
+    runs: &[(f64, &Analysis)],
+) -> Result<Vec<PathBuf>, Error> {
+    let peak: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|(v, a)| (*v, a.summary.peak_allocated_bytes.unwrap_or(0) as f64 / MIB))
+        .collect();
+    let time: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|(v, a)| (*v, a.summary.step_time_s * 1e3))
+        .collect();
+    let mut files = plot::write_xy(
+        &dir.join("sweep_peak_memory"),
+        &format!("peak memory vs {value_name}"),
+        value_name,
+        "MiB",
+        &[("peak allocated".into(), peak)],
+    )?;
+    files.extend(plot::write_xy(
+        &dir.join("sweep_step_time"),
+        &format!("step time vs {value_name}"),
+        value_name,
+        "ms",
+        &[("step time (median)".into(), time)],
+    )?);
+    Ok(files)
+}

@@ -1,0 +1,175 @@
+//! `report.html`: one self-contained page (summary, tables, the plots inline as SVG) that a
+//! browser opens from disk.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use super::{human_bytes, human_time, io, Error};
+use crate::analysis::Analysis;
+use crate::diagnostics::Diagnostics;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn table(o: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    o.push_str("<table><thead><tr>");
+    for h in head {
+        let _ = write!(o, "<th>{}</th>", esc(h));
+    }
+    o.push_str("</tr></thead><tbody>");
+    for r in rows {
+        o.push_str("<tr>");
+        for c in r {
+            let _ = write!(o, "<td>{}</td>", esc(&c));
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</tbody></table>");
+}
+
+/// Writes `report.html` into `dir`, inlining the SVG plots found in `plot_dir`.
+pub(super) fn write(
+    dir: &Path,
+    plot_dir: &Path,
+    a: &Analysis,
+    diag: &Diagnostics,
+) -> Result<(), Error> {
+    let s = &a.summary;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>steptrace: {}</title><style>\
+         body{{font-family:sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;margin:1em 0}}\
+         td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#eee}}\
+         .plot svg{{max-width:100%;height:auto;border:1px solid #eee}}</style></head><body>",
+        esc(&s.name)
+    );
+    let _ = write!(o, "<h1>steptrace: {}</h1>", esc(&s.name));
+    let summary_rows: Vec<Vec<String>> = vec![
+        vec!["trace".into(), s.trace.clone()],
+        vec!["device".into(), s.device.clone().unwrap_or_default()],
+        vec![
+            "iterations".into(),
+            format!("{} ({:?})", s.iterations, s.iteration_detection),
+        ],
+        vec![
+            "nodes per iteration".into(),
+            s.nodes_per_iteration.to_string(),
+        ],
+        vec!["step time (median)".into(), human_time(s.step_time_s)],
+        vec!["GPU busy (median)".into(), human_time(s.gpu_busy_s)],
+        vec![
+            "peak allocated".into(),
+            s.peak_allocated_bytes.map_or(String::new(), human_bytes),
+        ],
+        vec![
+            "peak at".into(),
+            format!(
+                "{} ({})",
+                s.peak_node.clone().unwrap_or_default(),
+                s.peak_iteration.clone().unwrap_or_default()
+            ),
+        ],
+        vec![
+            "FLOPs per iteration".into(),
+            super::flops::human_flops(s.flops_per_iteration as f64),
+        ],
+        vec![
+            "FlopCounterMode FLOPs per iteration".into(),
+            super::flops::human_flops(s.matmul_flops_per_iteration as f64),
+        ],
+        vec![
+            "activations".into(),
+            format!("{} (liveness from {:?})", s.activations, s.liveness_source),
+        ],
+    ];
+    o.push_str("<h2>Summary</h2>");
+    table(&mut o, &["", ""], summary_rows.into_iter());
+    o.push_str("<h2>Memory at the peak</h2>");
+    table(
+        &mut o,
+        &["category", "bytes", ""],
+        s.peak_breakdown_bytes
+            .iter()
+            .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),
+    );
+    let mut by_time: Vec<_> = a.node_stats.iter().collect();
+    by_time.sort_by(|x, y| {
+        y.median_run_time_s
+            .total_cmp(&x.median_run_time_s)
+            .then(x.rank.cmp(&y.rank))
+    });
+    o.push_str("<h2>Top nodes by GPU time</h2>");
+    table(
+        &mut o,
+        &[
+            "rank", "node", "phase", "GPU time", "kernels", "peak", "type",
+        ],
+        by_time.iter().take(20).map(|n| {
+            vec![
+                n.rank.to_string(),
+                n.node_name.clone(),
+                n.gtype.as_str().into(),
+                human_time(n.median_run_time_s),
+                n.kernels.to_string(),
+                human_bytes(n.median_peak_mem_bytes),
+                n.node_type.as_str().into(),
+            ]
+        }),
+    );
+    let mut acts: Vec<_> = a.liveness.activations.iter().collect();
+    acts.sort_by(|x, y| {
+        y.median_mem_size_bytes
+            .cmp(&x.median_mem_size_bytes)
+            .then(x.creation_rank.cmp(&y.creation_rank))
+    });
+    o.push_str("<h2>Largest activations</h2>");
+    table(
+        &mut o,
+        &[
+            "activation",
+            "size",
+            "created",
+            "last fw use",
+            "first bw use",
+            "inactive",
+            "recompute",
+            "swap",
+        ],
+        acts.iter().take(20).map(|x| {
+            vec![
+                x.activation_name.clone(),
+                human_bytes(x.median_mem_size_bytes),
+                x.creation_rank.to_string(),
+                x.last_fw_use_rank.to_string(),
+                x.first_bw_use_rank.to_string(),
+                human_time(x.inactive_time_s),
+                human_time(x.recomp_time_s),
+                human_time(x.swap_time_s),
+            ]
+        }),
+    );
+    o.push_str("<h2>Plots</h2>");
+    for name in super::plot::PLOTS {
+        let p = plot_dir.join(format!("{name}.svg"));
+        if let Ok(svg) = std::fs::read_to_string(&p) {
+            let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+            let _ = write!(o, "<div class=\"plot\" id=\"{name}\">{body}</div>");
+        }
+    }
+    let lines = diag.lines();
+    if !lines.is_empty() {
+        o.push_str("<h2>Warnings</h2><ul>");
+        for l in lines {
+            let _ = write!(o, "<li>{}</li>", esc(&l));
+        }
+        o.push_str("</ul>");
+    }
+    o.push_str("</body></html>\n");
+    let path = dir.join("report.html");
+    std::fs::write(&path, o).map_err(io(&path))
+}

@@ -1,0 +1,274 @@
+//! Plots, the HTML report, the annotated trace, compare and sweep.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::common::{analyze, col, csv, json, root, samples, trace_path};
+
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    (w, h)
+}
+
+#[test]
+fn every_plot_is_drawn_from_the_tables() {
+    for s in samples() {
+        let (_d, out) = analyze(&s);
+        let plots = out.out_dir.join("plots");
+        for name in steptrace::report::plot::PLOTS {
+            let png = std::fs::read(plots.join(format!("{name}.png"))).unwrap();
+            assert_eq!(png_size(&png), (1200, 700), "{s:?} {name}");
+            assert!(png.len() > 10_000, "{s:?} {name}: {} bytes", png.len());
+            let svg = std::fs::read_to_string(plots.join(format!("{name}.svg"))).unwrap();
+            assert!(
+                svg.contains("<svg") && svg.contains("</svg>") && svg.contains("<text"),
+                "{s:?} {name}"
+            );
+        }
+        // The points drawn are the tables' values.
+        let (nh, nodes) = csv(&out.out_dir.join("node_stats.csv"));
+        let (ph, pts) = csv(&plots.join("memory_vs_rank.data.csv"));
+        assert_eq!(pts.len(), nodes.len());
+        for (p, n) in pts.iter().zip(&nodes) {
+            assert_eq!(p[col(&ph, "rank")], n[col(&nh, "rank")]);
+            let peak: f64 = n[col(&nh, "median_peak_mem_bytes")].parse().unwrap();
+            assert!(
+                (p[col(&ph, "peak_mib")].parse::<f64>().unwrap() - peak / 1048576.0).abs() < 1e-5
+            );
+        }
+        let (rh, rt) = csv(&plots.join("node_runtime.data.csv"));
+        for (p, n) in rt.iter().zip(&nodes) {
+            let t: f64 = n[col(&nh, "median_run_time_s")].parse().unwrap();
+            assert!((p[col(&rh, "gpu_ms")].parse::<f64>().unwrap() - t * 1e3).abs() < 1e-6);
+        }
+        let (bh, bars) = csv(&plots.join("peak_breakdown.data.csv"));
+        for b in &bars {
+            let want = out.analysis.summary.peak_breakdown_bytes[b[col(&bh, "category")].as_str()]
+                as f64
+                / 1048576.0;
+            assert!((b[col(&bh, "mib")].parse::<f64>().unwrap() - want).abs() < 1e-5);
+        }
+        let (_, acts) = csv(&plots.join("activations.data.csv"));
+        let (_, act_rows) = csv(&out.out_dir.join("activation_stats.csv"));
+        assert_eq!(acts.len(), act_rows.len());
+    }
+}
+
+#[test]
+fn html_report_is_self_contained_and_renders() {
+    let (_d, out) = analyze(&root().join("sample_traces/resnet18"));
+    let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(
+        html.matches("<svg").count(),
+        steptrace::report::plot::PLOTS.len()
+    );
+    assert!(!html.contains("src=\"http"), "no external resources");
+    assert!(html.contains("283.1 MiB"));
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(chromium) = chromium else {
+        eprintln!("skipped the browser check: no Chromium here (apt-get install chromium)");
+        return;
+    };
+    let shot = out.out_dir.join("shot.png");
+    let st = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--window-size=1400,3000",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            out.out_dir.join("chrome").display()
+        ))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!(
+            "file://{}",
+            out.out_dir.join("report.html").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(png_size(&png), (1400, 3000));
+    assert!(
+        png.len() > 50_000,
+        "a blank page compresses to almost nothing: {} bytes",
+        png.len()
+    );
+}
+
+#[test]
+fn annotated_trace_keeps_every_event_and_its_counters_add_up() {
+    for s in samples() {
+        let (_d, out) = analyze(&s);
+        let path = out.out_dir.join("annotated.pt.trace.json.gz");
+        let mut d = steptrace::diagnostics::Diagnostics::default();
+        let orig = steptrace::ingest::kineto::load(&trace_path(&s), &mut d).unwrap();
+        let ann = steptrace::ingest::kineto::load(&path, &mut d).unwrap();
+        assert!(
+            d.is_empty() || d.count("truncated_trace") == 0,
+            "{:?}",
+            d.lines()
+        );
+        assert_eq!(ann.memory, orig.memory, "{s:?}");
+        assert_eq!(ann.gpu, orig.gpu, "{s:?}");
+        assert_eq!(ann.runtime.len(), orig.runtime.len());
+        // Original ops are all there (the node track is its own category, not ops).
+        assert_eq!(ann.ops, orig.ops, "{s:?}");
+        assert!(ann.event_count > orig.event_count);
+        // Counter track: one sample per allocator event, its parts summing to Total Allocated.
+        let v = json(&path);
+        let counters: Vec<i64> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["name"] == "memory by category")
+            .map(|e| {
+                e["args"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|x| x.as_i64().unwrap())
+                    .sum()
+            })
+            .collect();
+        let totals: Vec<i64> = out.analysis.timeline.iter().map(|r| r.total).collect();
+        assert_eq!(counters, totals, "{s:?}");
+        let device_totals: Vec<i64> = orig
+            .memory
+            .iter()
+            .filter(|m| {
+                m.device_type == 1
+                    && Some(m.device_id)
+                        == out.analysis.step.iterations.first().map(|_| m.device_id)
+            })
+            .map(|m| m.total_allocated)
+            .collect();
+        assert_eq!(counters.len(), device_totals.len());
+        let nodes = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "steptrace_node")
+            .count();
+        assert_eq!(nodes, out.analysis.step.nodes.len(), "{s:?}");
+        let asyncs = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "activation")
+            .count();
+        assert!(
+            asyncs >= 2 * out.analysis.liveness.activations.len(),
+            "{s:?}"
+        );
+    }
+}
+
+#[test]
+fn compact_annotated_trace_drops_python_events() {
+    let s = root().join("sample_traces/resnet18");
+    let dir = tempfile::tempdir().unwrap();
+    let mut props = steptrace::AnalyzeProps {
+        input: s.clone(),
+        out: Some(dir.path().join("o")),
+        top: 3,
+        ..Default::default()
+    };
+    props.report.annotated_trace = true;
+    props.report.compact = true;
+    props.report.no_plots = true;
+    steptrace::analyze(&props).unwrap();
+    let v = json(&dir.path().join("o/annotated.pt.trace.json.gz"));
+    let cats: HashMap<String, usize> =
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .fold(HashMap::new(), |mut m, e| {
+                *m.entry(e["cat"].as_str().unwrap_or("").to_owned())
+                    .or_default() += 1;
+                m
+            });
+    assert!(!cats.contains_key("python_function") && !cats.contains_key("cuda_runtime"));
+    assert!(cats["kernel"] > 0 && cats["cpu_op"] > 0);
+    assert!(!dir.path().join("o/plots").exists());
+}
+
+#[test]
+fn compare_and_sweep_write_tables_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = root().join("sample_traces");
+    let out = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["compare", "--labels", "baseline,checkpointing", "--out"])
+        .arg(dir.path().join("cmp"))
+        .arg(st.join("gpt_bf16"))
+        .arg(st.join("gpt_bf16_ckpt"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("baseline") && text.contains("checkpointing") && text.contains("+0.0%"),
+        "{text}"
+    );
+    let (h, rows) = csv(&dir.path().join("cmp/compare.csv"));
+    assert_eq!(rows.len(), 2);
+    let peak_ckpt: i64 = rows[1][col(&h, "peak_allocated_bytes")].parse().unwrap();
+    let summary: Value = json(&st.join("gpt_bf16_ckpt/reference.json"));
+    let want = (3..6)
+        .map(|k| {
+            summary["steps"][k.to_string()]["max_memory_allocated"]
+                .as_i64()
+                .unwrap()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(peak_ckpt, want);
+    for f in ["compare_memory_vs_rank.png", "compare_breakdown.svg"] {
+        assert!(dir.path().join("cmp").join(f).is_file(), "{f}");
+    }
+    let out = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["sweep", "--values", "0,1", "--name", "ckpt", "--out"])
+        .arg(dir.path().join("sw"))
+        .arg("--runs")
+        .arg(st.join("gpt_bf16"))
+        .arg(st.join("gpt_bf16_ckpt"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (h, rows) = csv(&dir.path().join("sw/sweep.csv"));
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0][col(&h, "ckpt")], "0");
+    for f in [
+        "sweep_peak_memory.png",
+        "sweep_step_time.svg",
+        "sweep_memory_vs_rank.png",
+        "sweep_breakdown.png",
+    ] {
+        assert!(dir.path().join("sw").join(f).is_file(), "{f}");
+    }
+}
