@@ -53,18 +53,23 @@ class GPT(nn.Module):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", action="store_true")
+    ap.add_argument("--fp32", action="store_true", help="no bf16 autocast")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
     a = ap.parse_args()
     torch.manual_seed(0)
-    vocab, seq = 512, 128
-    model = GPT(vocab, seq=seq, ckpt=a.ckpt).cuda()
+    vocab, seq = 512, a.seq
+    model = GPT(vocab, d=a.d, heads=4, layers=a.layers, seq=seq, ckpt=a.ckpt).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x_cpu = torch.randint(0, vocab, (4, seq))
-    y_cpu = torch.randint(0, vocab, (4, seq))
-    ref = Reference("gpt_bf16_ckpt" if a.ckpt else "gpt_bf16")
+    x_cpu = torch.randint(0, vocab, (a.batch, seq))
+    y_cpu = torch.randint(0, vocab, (a.batch, seq))
+    ref = Reference(("gpt_fp32" if a.fp32 else "gpt_bf16") + ("_ckpt" if a.ckpt else ""))
 
     def loss_of(x, y):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not a.fp32):
             logits = model(x)
             return F.cross_entropy(logits.view(-1, vocab), y.view(-1))
 

@@ -437,7 +437,7 @@ pub fn compute(
             .iter()
             .filter(|s| s.rank > a && s.rank < b)
             .map(|s| s.median_run_time_s)
-            .sum()
+            .fold(0.0, |x, y| x + y)
     };
     let mut activations: Vec<ActivationStat> = by_name
         .into_values()
@@ -451,7 +451,7 @@ pub fn compute(
                 .iter()
                 .filter_map(|&n| rank_of.get(step.nodes[n].name.as_str()).copied())
                 .collect();
-            let recomp_time: f64 = chain_stats.iter().map(|s| s.median_run_time_s).sum();
+            let recomp_time: f64 = chain_stats.iter().map(|s| s.median_run_time_s).fold(0.0, |x, y| x + y);
             let recomp_mem: i64 = chain_stats.iter().map(|s| s.median_alloc_bytes).sum();
             let swap = size as f64 / (bandwidth.dtoh_gbps * 1e9)
                 + size as f64 / (bandwidth.htod_gbps * 1e9);

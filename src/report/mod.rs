@@ -70,6 +70,8 @@ pub(crate) fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
 
 /// Formats seconds with enough digits for nanosecond inputs, without float noise.
 pub(crate) fn secs(v: f64) -> String {
+    // A sum of nothing is -0.0 in Rust; write it as 0.
+    let v = if v == 0.0 { 0.0 } else { v };
     let s = format!("{v:.9}");
     let s = s.trim_end_matches('0');
     s.strip_suffix('.').unwrap_or(s).to_owned()
