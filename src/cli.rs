@@ -147,6 +147,7 @@ impl InputArgs {
             rank: self.rank,
             options,
             report: Default::default(),
+            progress: None,
         })
     }
 }

@@ -68,6 +68,9 @@ pub struct AnalyzeProps {
     pub options: analysis::Options,
     /// Plots, HTML report, annotated trace.
     pub report: report::ReportOptions,
+    /// Called with the name of each stage as it starts (the CLI draws progress with it when
+    /// stderr is a terminal).
+    pub progress: Option<fn(&str)>,
 }
 
 /// What `analyze` produced.
@@ -119,7 +122,14 @@ pub fn run_analysis(
         props.exec_trace.as_deref(),
         props.rank,
     )?;
+    let stage = |s: &str| {
+        if let Some(p) = props.progress {
+            p(s)
+        }
+    };
+    stage("reading and parsing");
     let loaded = ingest::load_all(&inputs)?;
+    stage("rebuilding the step");
     let mut diag = Diagnostics::default();
     let mut trace = model::Trace::build(loaded, &mut diag);
     if trace.kineto.ops.is_empty() {
@@ -129,6 +139,7 @@ pub fn run_analysis(
                 .into(),
         });
     }
+    stage("analysing");
     let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
     analysis.summary.name = run_name(&props.input);
     Ok((trace, analysis, diag))
@@ -141,6 +152,9 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
         .out
         .clone()
         .unwrap_or_else(|| default_out_dir(&props.input));
+    if let Some(p) = props.progress {
+        p("writing results");
+    }
     report::write_all(&out_dir, &trace, &analysis, &diag, &props.report)?;
     let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
     Ok(Outcome {

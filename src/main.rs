@@ -77,7 +77,14 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             }
             let mut props = args.input.props(args.out.clone(), args.top)?;
             props.report = args.report()?;
-            let outcome = steptrace::analyze(&props)?;
+            if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                props.progress = Some(progress);
+            }
+            let outcome = steptrace::analyze(&props);
+            if props.progress.is_some() {
+                eprint!("\r\x1b[2K");
+            }
+            let outcome = outcome?;
             if !args.quiet {
                 let mut out = std::io::stdout().lock();
                 out.write_all(outcome.console.as_bytes())?;
@@ -243,4 +250,15 @@ fn sweep(args: cli::SweepArgs) -> anyhow::Result<u8> {
     out.write_all(steptrace::report::compare::table(&runs).as_bytes())?;
     writeln!(out, "\nwrote {}", args.out.display())?;
     Ok(0)
+}
+
+/// Stage progress on a terminal: the stage and the time since the first one, on one line.
+fn progress(stage: &str) {
+    use std::sync::OnceLock;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    let t0 = START.get_or_init(std::time::Instant::now);
+    eprint!(
+        "\r\x1b[2Ksteptrace: {stage}... ({:.1} s)",
+        t0.elapsed().as_secs_f64()
+    );
 }

@@ -451,7 +451,10 @@ pub fn compute(
                 .iter()
                 .filter_map(|&n| rank_of.get(step.nodes[n].name.as_str()).copied())
                 .collect();
-            let recomp_time: f64 = chain_stats.iter().map(|s| s.median_run_time_s).fold(0.0, |x, y| x + y);
+            let recomp_time: f64 = chain_stats
+                .iter()
+                .map(|s| s.median_run_time_s)
+                .fold(0.0, |x, y| x + y);
             let recomp_mem: i64 = chain_stats.iter().map(|s| s.median_alloc_bytes).sum();
             let swap = size as f64 / (bandwidth.dtoh_gbps * 1e9)
                 + size as f64 / (bandwidth.htod_gbps * 1e9);
