@@ -20,6 +20,8 @@
 
 pub mod analysis;
 pub mod diagnostics;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ingest;
 pub mod intern;
 pub mod model;

@@ -235,7 +235,18 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
     let t0 = t.memory.first().map_or(0, |m| m.ts);
     let mut pre: Vec<Block> = Vec::new();
     let mut from_snapshot = false;
-    if let Some(s) = &t.snapshot {
+    if let Some(s) = t.snapshot.as_ref().filter(|s| {
+        if s.legacy_layout {
+            diag.warn(
+                "legacy_snapshot",
+                format!(
+                    "{}: a snapshot from before PyTorch 2.1 (no timed history): memory made before the window is OTHER",
+                    s.path.display()
+                ),
+            );
+        }
+        !s.legacy_layout
+    }) {
         let dev = t.device.unwrap_or(0).max(0) as usize;
         if let Some(entries) = s.device_traces.get(dev) {
             from_snapshot = true;

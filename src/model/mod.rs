@@ -216,11 +216,23 @@ fn attribute_launches(
     diag: &mut Diagnostics,
 ) -> Vec<Option<(OpId, i64)>> {
     let mut by_corr: FxHashMap<i64, usize> = FxHashMap::default();
+    let mut duplicates = 0u64;
     for (i, r) in k.runtime.iter().enumerate() {
         if let Some(c) = r.correlation {
-            by_corr.insert(c, i);
+            // The first launch with an id keeps it: a repeated id is corrupt data, counted.
+            match by_corr.entry(c) {
+                std::collections::hash_map::Entry::Occupied(_) => duplicates += 1,
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(i);
+                }
+            }
         }
     }
+    diag.warn_n(
+        "duplicate_correlation_ids",
+        duplicates,
+        format!("{duplicates} CUDA runtime calls reuse a correlation id"),
+    );
     let mut no_launch = 0u64;
     let mut no_op = 0u64;
     let out = k

@@ -8,6 +8,7 @@ mod golden;
 mod liveness;
 mod properties;
 mod reports;
+mod robustness;
 mod samples;
 mod synthetic;
 mod truncated;

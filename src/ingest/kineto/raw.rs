@@ -169,7 +169,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientStr<'a> {
 /// The `args` members steptrace reads. Others are skipped by serde.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct RawArgs<'a> {
-    #[serde(rename = "External id", default)]
+    #[serde(rename = "External id", alias = "external id", default)]
     pub ext_id: Lenient,
     #[serde(rename = "Record function id", default)]
     pub rf_id: Lenient,
@@ -197,7 +197,8 @@ pub(crate) struct RawArgs<'a> {
     pub stream: Lenient,
     #[serde(default)]
     pub bytes: Lenient,
-    #[serde(rename = "Input Dims", borrow, default)]
+    // PyTorch 1.x wrote `Input dims`.
+    #[serde(rename = "Input Dims", alias = "Input dims", borrow, default)]
     pub input_dims: Option<&'a RawValue>,
     #[serde(rename = "Input type", borrow, default)]
     pub input_type: Option<&'a RawValue>,

@@ -1,0 +1,100 @@
+"""Benchmark: steptrace against Python's json.load and HolisticTraceAnalysis on the same files.
+
+    python3 benches/bench.py [--sizes 250] [--runs 3] [--hta] [--work /tmp/steptrace-bench]
+
+Makes traces of the given sizes (MB) from sample_traces/resnet18 with benches/gen_trace.py,
+builds steptrace in release mode, and prints one table: wall time (median of --runs) and peak
+RSS of `steptrace analyze` (1 and 2 threads, plain and gzip), `json.load`, and, with --hta,
+HolisticTraceAnalysis's TraceAnalysis load (installed from PyPI into a venv under --work).
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def timed(cmd, env=None):
+    """(wall seconds, peak RSS MB) of a command, via /usr/bin/time."""
+    t0 = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    rss_kb = int(p.stderr.strip().splitlines()[-1])
+    return wall, rss_kb / 1024
+
+
+def median_of(runs, cmd, env=None):
+    res = [timed(cmd, env) for _ in range(runs)]
+    return statistics.median(r[0] for r in res), max(r[1] for r in res)
+
+
+def make_trace(work, mb):
+    path = os.path.join(work, f"trace_{mb}mb.json")
+    if os.path.exists(path):
+        return path
+    src = os.path.join(ROOT, "sample_traces/resnet18/trace.json.gz")
+    one = len(gzip.open(src).read())
+    copies = max(1, round(mb * 1e6 / one))
+    subprocess.run([sys.executable, os.path.join(ROOT, "benches/gen_trace.py"), src, path, "--copies", str(copies)], check=True)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="250")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--hta", action="store_true")
+    ap.add_argument("--work", default="/tmp/steptrace-bench")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+    st = os.path.join(ROOT, "target/release/steptrace")
+    hta_py = None
+    if a.hta:
+        venv = os.path.join(a.work, "venv")
+        if not os.path.exists(venv):
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+            subprocess.run([os.path.join(venv, "bin/pip"), "install", "-q", "HolisticTraceAnalysis"], check=True)
+        hta_py = os.path.join(venv, "bin/python")
+    rows = []
+    for mb in [int(x) for x in a.sizes.split(",")]:
+        path = make_trace(a.work, mb)
+        size = os.path.getsize(path) / 1e6
+        gz = path + ".gz"
+        if not os.path.exists(gz):
+            with open(path, "rb") as fi, gzip.open(gz, "wb", compresslevel=6) as fo:
+                shutil.copyfileobj(fi, fo)
+        out = os.path.join(a.work, "out")
+        base = [st, "analyze", "--out", out, "--no-plots", "--no-annotated-trace", "-q"]
+        r = {}
+        for j in (1, 2):
+            r[f"steptrace -j{j}"] = median_of(a.runs, base + ["-j", str(j), path])
+        r["steptrace -j2 .gz"] = median_of(a.runs, base + ["-j", "2", gz])
+        r["gzip -dc (decompression alone)"] = median_of(a.runs, ["sh", "-c", f"gzip -dc {gz} > /dev/null"])
+        r["python json.load"] = median_of(a.runs, [sys.executable, "-c", f"import json; json.load(open('{path}'))"])
+        if hta_py:
+            hdir = os.path.join(a.work, f"hta_{mb}")
+            os.makedirs(hdir, exist_ok=True)
+            link = os.path.join(hdir, "rank-0.json")
+            if not os.path.exists(link):
+                os.symlink(path, link)
+            code = f"from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir='{hdir}')"
+            r["HolisticTraceAnalysis load"] = median_of(1, [hta_py, "-c", code])
+        ref = r["steptrace -j2"][0]
+        for k, (w, rss) in r.items():
+            rows.append((f"{size:.0f} MB", k, w, rss, w / ref, rss / size))
+    print(f"{'trace':>8}  {'what':<32} {'wall s':>8} {'peak RSS MB':>12} {'x steptrace -j2':>16} {'RSS/size':>9}")
+    for t, k, w, rss, ratio, rr in rows:
+        print(f"{t:>8}  {k:<32} {w:>8.2f} {rss:>12.0f} {ratio:>16.1f} {rr:>9.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+//! Entry points shared by the fuzz targets (`tests/fuzz/`) and the test that replays their
+//! corpus in CI: each feeds arbitrary bytes through a parser and, where it accepts them, the
+//! analyses downstream. They must never panic.
+
+use std::path::Path;
+
+use crate::diagnostics::Diagnostics;
+
+/// A Kineto trace: parse, build the model, run every analysis.
+pub fn kineto(data: &[u8]) {
+    let mut d = Diagnostics::default();
+    let Ok(k) =
+        crate::ingest::kineto::from_bytes(Path::new("fuzz.json"), data.to_vec(), false, &mut d)
+    else {
+        return;
+    };
+    let loaded = crate::ingest::Loaded {
+        kineto: k,
+        snapshot: None,
+        exec_trace: None,
+        diagnostics: d,
+    };
+    let mut diag = Diagnostics::default();
+    let mut t = crate::model::Trace::build(loaded, &mut diag);
+    if t.kineto.ops.is_empty() {
+        return;
+    }
+    let a = crate::analysis::run(&mut t, &crate::analysis::Options::default(), &mut diag);
+    let _ = crate::report::console_summary(&t, &a, &diag, 5);
+}
+
+/// A memory snapshot pickle.
+pub fn pickle(data: &[u8]) {
+    let mut d = Diagnostics::default();
+    let _ = crate::ingest::snapshot::from_bytes(Path::new("fuzz.pickle"), data, &mut d);
+}
+
+/// An Execution Trace.
+pub fn exec_trace(data: &[u8]) {
+    let _ = crate::ingest::exec_trace::from_bytes(Path::new("fuzz_et.json"), data);
+}

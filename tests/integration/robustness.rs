@@ -1,0 +1,213 @@
+//! Robustness: the fuzz corpus and crash regressions replayed, samples cut at many offsets,
+//! older formats, hostile or inconsistent data, a closed stdout.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::common::{manifest, root, samples, trace_path};
+use crate::synthetic::training_trace;
+
+fn files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn fuzz_corpus_and_regressions_replay_without_panic() {
+    let base = root().join("tests/fuzz");
+    let mut n = 0;
+    for (target, f) in [
+        ("kineto", steptrace::fuzzing::kineto as fn(&[u8])),
+        ("pickle", steptrace::fuzzing::pickle),
+        ("exec_trace", steptrace::fuzzing::exec_trace),
+    ] {
+        for dir in [
+            base.join("corpus").join(target),
+            base.join("regressions").join(target),
+        ] {
+            for p in files(&dir) {
+                f(&std::fs::read(&p).unwrap());
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 10, "only {n} corpus files");
+}
+
+#[test]
+fn samples_cut_anywhere_yield_what_they_hold() {
+    for s in samples() {
+        let path = trace_path(&s);
+        let text = steptrace::ingest::source::read(&path).unwrap().bytes;
+        let gz = std::fs::read(&path).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for k in 1..=12 {
+            let frac = k as f64 / 13.0;
+            for (name, bytes) in [
+                ("cut.json", &text[..(text.len() as f64 * frac) as usize]),
+                ("cut.json.gz", &gz[..(gz.len() as f64 * frac) as usize]),
+            ] {
+                let p = dir.path().join(name);
+                std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+                let props = steptrace::AnalyzeProps {
+                    input: p,
+                    out: Some(dir.path().join("o")),
+                    top: 2,
+                    report: {
+                        let mut r = steptrace::report::ReportOptions::default();
+                        r.no_plots = true;
+                        r
+                    },
+                    ..Default::default()
+                };
+                match steptrace::analyze(&props) {
+                    Ok(out) => {
+                        assert!(out.analysis.summary.truncated, "{s:?} {name} at {frac:.2}");
+                        assert_eq!(out.diagnostics.count("truncated_trace"), 1);
+                    }
+                    // Too little left to hold an operator, or the header itself was cut.
+                    Err(e) => assert!(
+                        frac < 0.2 || e.to_string().contains("no CPU operators"),
+                        "{s:?} {name} at {frac:.2}: {e}"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pytorch_1x_trace_with_old_names_and_absolute_times() {
+    // `Operator` category, `Input dims`, absolute epoch µs, no Record function id, no
+    // baseTimeNanoseconds, `Runtime`/`Kernel` categories.
+    let text = r#"{"traceEvents":[
+      {"ph":"X","cat":"Operator","name":"aten::mm","pid":1,"tid":1,"ts":1700000000000000.5,"dur":30,"args":{"Input dims":[[2,3],[3,4]],"Input type":["float","float"]}},
+      {"ph":"X","cat":"Runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":1700000000000002,"dur":2,"args":{"correlation":5}},
+      {"ph":"X","cat":"Kernel","name":"gemm","pid":0,"tid":7,"ts":1700000000000010,"dur":4,"args":{"device":0,"stream":7,"correlation":5}}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("old.json");
+    std::fs::write(&p, text).unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: p,
+        out: Some(dir.path().join("o")),
+        top: 2,
+        ..Default::default()
+    };
+    let out = steptrace::analyze(&props).unwrap();
+    let s = &out.analysis.summary;
+    assert_eq!(
+        serde_json::to_value(s.time_convention).unwrap(),
+        "absolute_epoch"
+    );
+    assert_eq!(s.matmul_flops_per_iteration, 2 * 2 * 3 * 4);
+    assert!((out.analysis.node_stats[0].median_run_time_s - 4e-6).abs() < 1e-9);
+}
+
+fn pickle_bytes(py: &str) -> Option<Vec<u8>> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", py])
+        .output()
+        .ok()?;
+    out.status.success().then_some(out.stdout)
+}
+
+#[test]
+fn snapshots_from_older_pytorch_and_ring_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    std::fs::write(&trace, training_trace(2, true)).unwrap();
+    let corpus = root().join("tests/fuzz/corpus/pickle");
+    // Pre-2.1: a bare segment list with `history` inside blocks.
+    for (name, warn) in [
+        ("legacy_pre21.pickle", "legacy_snapshot"),
+        ("snapshot_p4.pickle", ""),
+    ] {
+        let props = steptrace::AnalyzeProps {
+            input: trace.clone(),
+            snapshot: Some(corpus.join(name)),
+            out: Some(dir.path().join("o")),
+            top: 2,
+            ..Default::default()
+        };
+        let out = steptrace::analyze(&props).unwrap();
+        if !warn.is_empty() {
+            assert_eq!(out.diagnostics.count(warn), 1, "{name}");
+        }
+        // snapshot_p4 frees a block it never saw allocated (a ring buffer that wrapped) and
+        // holds active_pending_free blocks: read, not fatal.
+        assert!(out.analysis.summary.snapshot.is_some(), "{name}");
+    }
+    // The same data pickled by Python with protocols 2-5 reads the same.
+    if let Some(b) = pickle_bytes("import pickle,sys; sys.stdout.buffer.write(pickle.dumps({'segments': [], 'device_traces': [[{'action': 'alloc', 'addr': 2**40, 'size': 513, 'stream': 0, 'time_us': 10**15, 'frames': []}]]}, protocol=5))") {
+        let mut d = steptrace::diagnostics::Diagnostics::default();
+        let s = steptrace::ingest::snapshot::from_bytes(Path::new("p5.pickle"), &b, &mut d).unwrap();
+        assert_eq!(s.device_traces[0][0].addr, 1 << 40);
+        assert_eq!(s.device_traces[0][0].size, 513);
+    }
+}
+
+#[test]
+fn inconsistent_data_is_counted_not_fatal() {
+    let text = r#"{"traceEvents":[
+      {"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":0,"dur":10},
+      {"ph":"X","cat":"cpu_op","name":"aten::add","pid":1,"tid":1,"ts":5,"dur":10},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":1,"dur":1,"args":{"correlation":3}},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":6,"dur":1,"args":{"correlation":3}},
+      {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":20,"dur":-4,"args":{"correlation":3}},
+      {"ph":"X","cat":"kernel","name":"orphan","pid":0,"tid":7,"ts":30,"dur":1,"args":{"correlation":99}}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.json");
+    std::fs::write(&p, text).unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: p,
+        out: Some(dir.path().join("o")),
+        top: 2,
+        ..Default::default()
+    };
+    let out = steptrace::analyze(&props).unwrap();
+    let d = &out.diagnostics;
+    for kind in [
+        "overlapping_ops",
+        "duplicate_correlation_ids",
+        "negative_duration",
+        "gpu_activity_without_launch",
+    ] {
+        assert_eq!(d.count(kind), 1, "{kind}: {:?}", d.lines());
+    }
+    let summary = std::fs::read_to_string(dir.path().join("o/summary.json")).unwrap();
+    assert!(summary.contains("duplicate_correlation_ids"));
+}
+
+#[test]
+fn closed_stdout_exits_quietly() {
+    // Two tables of every node (~130 KB) overflow the pipe buffer, so the write meets EPIPE.
+    let s = root().join("sample_traces/gpt_bf16_ckpt");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("steptrace");
+    let script = format!(
+        "set -o pipefail; {} analyze {} --out {} --no-plots --no-annotated-trace --top 100000 | head -c 10 >/dev/null",
+        bin.display(),
+        s.display(),
+        dir.path().join("o").display()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    let _ = manifest;
+}
