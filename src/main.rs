@@ -61,11 +61,14 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             for r in &m.incomplete_reasons {
                 eprintln!("steptrace: incomplete: {r}");
             }
-            eprintln!(
-                "steptrace: wrote {} (analyze it with `steptrace analyze {}`)",
-                outcome.out.display(),
-                outcome.out.display()
-            );
+            match &outcome.manifest_error {
+                Some(e) => eprintln!("steptrace: error: could not write the manifest ({e}); the files recorded are kept"),
+                None => eprintln!(
+                    "steptrace: wrote {} (analyze it with `steptrace analyze {}`)",
+                    outcome.out.display(),
+                    outcome.out.display()
+                ),
+            }
             // The child's own status, clamped to what an exit code can carry.
             Ok(outcome.exit.code.clamp(0, 255) as u8)
         }

@@ -264,6 +264,8 @@ pub struct Outcome {
     pub manifest: Manifest,
     /// Where.
     pub out: PathBuf,
+    /// Why manifest.json could not be written (a full disk), if it could not.
+    pub manifest_error: Option<String>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -458,14 +460,19 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
     nvtx::range_pop!();
     let ended_at = time::now_utc();
 
+    // From here on the child has run: its exit status must come back whatever fails.
     let manifest = finish(props, &out, mode, exit, started_at, ended_at, torch, notes)?;
     let path = out.join("manifest.json");
     let text = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
-    std::fs::write(&path, text).map_err(io_err(&path))?;
+    let manifest_error = std::fs::write(&path, text).err().map(|e| {
+        let _ = std::fs::remove_file(&path); // a partial manifest would read as complete
+        format!("{}: {e}", path.display())
+    });
     Ok(Outcome {
         exit,
         manifest,
         out,
+        manifest_error,
     })
 }
 

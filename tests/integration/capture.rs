@@ -231,3 +231,53 @@ fn python_shim_records_a_cpu_training_loop_where_torch_is_importable() {
     assert_eq!(m["files"]["trace"], "trace.json.gz");
     assert_eq!(m["ranks"][0]["boundary"], "optimizer_step");
 }
+
+/// Unmounts on drop, so a failing assertion leaves no mount behind.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn full_disk_keeps_the_childs_status_and_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&small)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    let _guard = Mount(small.clone());
+    let out = small.join("run");
+    // The child fills the disk while writing its own output, then fails.
+    let o = capture(
+        &out,
+        &[
+            "sh",
+            "-c",
+            "head -c 200000 /dev/zero > \"$STEPTRACE_OUT/partial.bin\"; exit 5",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("could not write the manifest"), "{err}");
+    assert!(
+        out.join("partial.bin").metadata().unwrap().len() > 0,
+        "what was written is kept"
+    );
+    assert!(!out.join("manifest.json").exists(), "no partial manifest");
+}
