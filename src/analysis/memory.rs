@@ -404,15 +404,28 @@ impl Memory {
         b
     }
 
-    /// The category holding most of the bytes node `n` allocated.
-    pub fn node_category(&self, n: usize) -> Category {
-        let mut by: FxHashMap<Category, i64> = FxHashMap::default();
-        for b in self.blocks.iter().filter(|b| b.producer == Some(n)) {
-            *by.entry(b.category).or_default() += b.size;
+    /// For every node (index into `step.nodes`, `n` of them): the category holding most of the
+    /// bytes it allocated; OTHER when it allocated nothing. One pass over the blocks.
+    pub fn node_categories(&self, n: usize) -> Vec<Category> {
+        let mut bytes: Vec<[i64; 7]> = vec![[0; 7]; n];
+        for b in &self.blocks {
+            if let Some(p) = b.producer.filter(|&p| p < n) {
+                bytes[p][b.category.index()] += b.size;
+            }
         }
-        by.into_iter()
-            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-            .map_or(Category::Other, |(c, _)| c)
+        bytes
+            .iter()
+            .map(|by| {
+                // Most bytes; ties go to the category listed first.
+                let mut best: Option<(i64, Category)> = None;
+                for (i, &v) in by.iter().enumerate() {
+                    if v > 0 && best.is_none_or(|(bv, _)| v > bv) {
+                        best = Some((v, CATEGORIES[i]));
+                    }
+                }
+                best.map_or(Category::Other, |(_, c)| c)
+            })
+            .collect()
     }
 }
 

@@ -90,9 +90,7 @@ fn aligned_order(step: &Step) -> Vec<&str> {
 /// Medians per aligned node.
 pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> Vec<NodeStat> {
     let order = aligned_order(step);
-    let cats: Vec<Category> = (0..step.nodes.len())
-        .map(|i| mem.node_category(i))
-        .collect();
+    let cats: Vec<Category> = mem.node_categories(step.nodes.len());
     let mut by_name: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
     for (i, n) in step.nodes.iter().enumerate() {
         by_name.entry(n.name.as_str()).or_default().push(i);

@@ -690,6 +690,34 @@ impl Partial {
     }
 }
 
+/// Whether the event starting at `buf[0]` is one steptrace never uses, recognised from the
+/// first bytes without parsing: Python function ranges other than `nn.Module` ones (half of a
+/// `with_stack` trace) and `ac2g` flows (the correlation id is also on both ends' args).
+/// Kineto writes `ph` and `cat` first; an event laid out otherwise is simply parsed.
+fn skippable(buf: &[u8]) -> bool {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    // Built once: constructing a searcher per event cost more than parsing the event.
+    static CAT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"cat\""));
+    static MODULE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"nn.Module: "));
+    let head = &buf[..buf.len().min(96)];
+    let Some(i) = CAT.find(head) else {
+        return false;
+    };
+    // The value after `"cat"`, `:` and optional spaces.
+    let rest = &head[i + 5..];
+    let rest = rest.strip_prefix(b":").unwrap_or(rest);
+    let start = rest.iter().position(|&c| c != b' ').unwrap_or(rest.len());
+    let value = &rest[start..];
+    if value.starts_with(b"\"ac2g\"") {
+        return true;
+    }
+    if value.starts_with(b"\"python_function\"") {
+        return MODULE.find(&buf[..buf.len().min(192)]).is_none();
+    }
+    false
+}
+
 fn parse_chunk(buf: &[u8], start: usize, end: usize) -> Partial {
     let mut p = Partial::default();
     let mut pos = start;
@@ -701,6 +729,12 @@ fn parse_chunk(buf: &[u8], start: usize, end: usize) -> Partial {
         }
         if pos >= end {
             break;
+        }
+        if skippable(&buf[pos..end]) {
+            if let Some(next) = json_scan::skip_value(buf, pos) {
+                pos = next.min(end);
+                continue;
+            }
         }
         let slice = &buf[pos..end];
         let mut stream = serde_json::Deserializer::from_slice(slice).into_iter::<RawEvent>();
@@ -855,6 +889,23 @@ mod tests {
         assert_eq!(t.ops[0].dur, 0);
         assert_eq!(d.count("negative_duration"), 1);
         assert_eq!(t.header.time_convention, TimeConvention::AbsoluteEpoch);
+    }
+
+    #[test]
+    fn skips_unused_events_without_losing_module_ranges() {
+        assert!(skippable(
+            br#"{"ph": "X", "cat": "python_function", "name": "f.py(3): g", "pid": 1}"#
+        ));
+        assert!(!skippable(
+            br#"{"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": 1}"#
+        ));
+        assert!(skippable(br#"{"ph":"f","cat":"ac2g","id":3}"#));
+        assert!(!skippable(
+            br#"{"ph": "X", "cat": "cpu_op", "name": "python_function"}"#
+        ));
+        assert!(!skippable(
+            br#"{"name": "x\"cat\": \"ac2g\"", "ph": "X", "cat": "cpu_op"}"#
+        ));
     }
 
     #[test]

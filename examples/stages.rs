@@ -1,0 +1,68 @@
+//! Times each stage of analyze on one trace: `cargo run --release --example stages -- FILE`.
+//! Used to decide where optimisation pays (docs/performance.md).
+
+use std::time::Instant;
+
+fn main() {
+    let path = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: stages TRACE"));
+    let t = Instant::now();
+    let src = steptrace::ingest::source::read(&path).unwrap();
+    let t_read = t.elapsed();
+    let t = Instant::now();
+    let mut d = steptrace::diagnostics::Diagnostics::default();
+    let k = steptrace::ingest::kineto::from_bytes(&path, src.bytes, false, &mut d).unwrap();
+    let t_parse = t.elapsed();
+    let t = Instant::now();
+    let loaded = steptrace::ingest::Loaded {
+        kineto: k,
+        snapshot: None,
+        exec_trace: None,
+        diagnostics: d,
+    };
+    let mut diag = steptrace::diagnostics::Diagnostics::default();
+    let mut tr = steptrace::model::Trace::build(loaded, &mut diag);
+    let t_model = t.elapsed();
+    let t = Instant::now();
+    let step = steptrace::analysis::step::compute(&mut tr, &mut diag);
+    let t_step = t.elapsed();
+    use steptrace::analysis::{flops, liveness, memory, node_stats};
+    let mut lap = Instant::now();
+    let mut laps = Vec::new();
+    let mut mark = |name: &'static str| {
+        laps.push((name, lap.elapsed().as_secs_f64()));
+        lap = Instant::now();
+    };
+    let mem = memory::compute(&tr, &step, &mut diag);
+    mark("memory");
+    let ns = node_stats::compute(&tr, &step, &mem, &mut diag);
+    mark("node_stats");
+    let _tl = memory::timeline(&tr, &step, &mem);
+    mark("timeline");
+    let _lv = liveness::compute(&tr, &step, &mem, &ns, None);
+    mark("liveness");
+    let (nf, _) = flops::compute(&tr, &step);
+    mark("flops");
+    let _rows = flops::rows(&tr, &step, &nf, &ns, None);
+    mark("flop rows");
+    println!("{laps:?}");
+    let t = Instant::now();
+    let a = steptrace::analysis::run(&mut tr, &Default::default(), &mut diag);
+    let t_all = t.elapsed();
+    let t = Instant::now();
+    let dir = std::env::temp_dir().join("stages-out");
+    let mut r = steptrace::report::ReportOptions::default();
+    r.no_plots = true;
+    steptrace::report::write_all(&dir, &tr, &a, &diag, &r).unwrap();
+    let t_write = t.elapsed();
+    println!(
+        "read {:.3}s parse {:.3}s model {:.3}s step {:.3}s analysis(all, incl. step) {:.3}s write {:.3}s; {} events, {} nodes",
+        t_read.as_secs_f64(),
+        t_parse.as_secs_f64(),
+        t_model.as_secs_f64(),
+        t_step.as_secs_f64(),
+        t_all.as_secs_f64(),
+        t_write.as_secs_f64(),
+        tr.kineto.event_count,
+        step.nodes.len()
+    );
+}
