@@ -59,7 +59,7 @@ def main():
     st = os.path.join(ROOT, "target/release/steptrace")
     hta_py = None
     if a.hta:
-        venv = os.path.join(a.work, "venv")
+        venv = os.environ.get("HTA_VENV") or os.path.join(a.work, "venv")
         if not os.path.exists(venv):
             subprocess.run([sys.executable, "-m", "venv", venv], check=True)
             subprocess.run([os.path.join(venv, "bin/pip"), "install", "-q", "HolisticTraceAnalysis"], check=True)

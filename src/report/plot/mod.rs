@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
+use plotters::coord::ranged1d::AsRangedCoord;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -59,6 +60,39 @@ fn phase_color(p: &str) -> RGBColor {
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// The series legend, in the house style.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    c: &mut ChartContext<'a, DB, CT>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+}
+
+/// A chart over an x and a y coordinate range.
+type Chart<'a, DB, X, Y> = ChartContext<
+    'a,
+    DB,
+    Cartesian2d<<X as AsRangedCoord>::CoordDescType, <Y as AsRangedCoord>::CoordDescType>,
+>;
+
+/// A chart in the house style: caption, margins, axis label areas.
+fn chart<'a, DB: DrawingBackend, X: AsRangedCoord, Y: AsRangedCoord>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    x: X,
+    y: Y,
+) -> Result<Chart<'a, DB, X, Y>, DrawingAreaErrorKind<DB::ErrorType>> {
+    ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x, y)
+}
 
 fn write_data(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(), Error> {
     let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
@@ -118,12 +152,7 @@ where
         (Some(g), None) => format!("{} (GPU memory {:.1} GiB, off scale)", d.title, g / 1024.0),
         _ => d.title.clone(),
     };
-    let mut c = ChartBuilder::on(root)
-        .caption(caption, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+    let mut c = chart(root, &caption, 0f64..xmax, 0f64..ymax)?;
     c.configure_mesh()
         .x_desc("node rank")
         .y_desc("MiB")
@@ -160,11 +189,7 @@ where
         .label("GPU memory")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], MAGENTA));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    legend(&mut c)?;
     Ok(())
 }
 
@@ -191,12 +216,7 @@ where
         .map(|p| p.1.iter().sum::<f64>())
         .fold(1.0, f64::max)
         * 1.1;
-    let mut c = ChartBuilder::on(root)
-        .caption(&d.title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+    let mut c = chart(root, &d.title, 0f64..xmax, 0f64..ymax)?;
     c.configure_mesh()
         .x_desc("ms")
         .y_desc("MiB")
@@ -215,11 +235,7 @@ where
         .label(CATEGORIES[k].key())
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    legend(&mut c)?;
     Ok(())
 }
 
@@ -240,12 +256,7 @@ where
     root.fill(&WHITE)?;
     let xmax = d.points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64 + 1.0;
     let ymax = d.points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.1;
-    let mut c = ChartBuilder::on(root)
-        .caption(&d.title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+    let mut c = chart(root, &d.title, 0f64..xmax, 0f64..ymax)?;
     c.configure_mesh()
         .x_desc("node rank")
         .y_desc(&d.y_desc)
@@ -263,11 +274,7 @@ where
         .label(phase)
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    legend(&mut c)?;
     Ok(())
 }
 
@@ -412,12 +419,12 @@ where
         .filter(|v| *v > 0.0)
         .fold(f64::MAX, f64::min)
         .clamp(1e-6, 1e-2);
-    let mut c = ChartBuilder::on(root)
-        .caption(&d.title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d((xmin..xmax).log_scale(), (ymin..peak * 2.0).log_scale())?;
+    let mut c = chart(
+        root,
+        &d.title,
+        (xmin..xmax).log_scale(),
+        (ymin..peak * 2.0).log_scale(),
+    )?;
     c.configure_mesh()
         .x_desc("arithmetic intensity (FLOP/byte)")
         .y_desc("TFLOP/s")
@@ -442,11 +449,7 @@ where
             .filter(|p| p.0 > 0.0 && p.1 > 0.0)
             .map(|p| Circle::new((p.0, p.1), 3, BLACK.mix(0.6).filled())),
     )?;
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    legend(&mut c)?;
     Ok(())
 }
 
@@ -716,12 +719,7 @@ pub fn write_overlay(
             .flat_map(|r| r.1.iter().map(|p| p.1))
             .fold(1.0, f64::max)
             * 1.1;
-        let mut c = ChartBuilder::on(root)
-            .caption(d.title, ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+        let mut c = chart(root, d.title, 0f64..xmax, 0f64..ymax)?;
         c.configure_mesh()
             .x_desc("node rank")
             .y_desc("peak MiB")
@@ -736,11 +734,7 @@ pub fn write_overlay(
             .label(label.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
-        c.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()?;
+        legend(&mut c)?;
         Ok(())
     }
     let dir = path_stem.parent().unwrap_or(Path::new("."));
@@ -778,12 +772,7 @@ pub fn write_xy(
         let pts = || d.series.iter().flat_map(|s| s.1.iter());
         let xmax = pts().map(|p| p.0).fold(1.0, f64::max) * 1.1;
         let ymax = pts().map(|p| p.1).fold(1e-9, f64::max) * 1.15;
-        let mut c = ChartBuilder::on(root)
-            .caption(d.title, ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+        let mut c = chart(root, d.title, 0f64..xmax, 0f64..ymax)?;
         c.configure_mesh()
             .x_desc(d.x_desc)
             .y_desc(d.y_desc)
@@ -796,11 +785,7 @@ pub fn write_xy(
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
             c.draw_series(p.iter().map(|q| Circle::new(*q, 4, color.filled())))?;
         }
-        c.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()?;
+        legend(&mut c)?;
         Ok(())
     }
     let dir = path_stem.parent().unwrap_or(Path::new("."));
@@ -844,12 +829,7 @@ pub fn write_stacked(
             .fold(1e-9, f64::max)
             * 1.15;
         let labels: Vec<String> = d.bars.iter().map(|b| b.0.clone()).collect();
-        let mut c = ChartBuilder::on(root)
-            .caption(d.title, ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
-            .build_cartesian_2d((0..n).into_segmented(), 0f64..ymax)?;
+        let mut c = chart(root, d.title, (0..n).into_segmented(), 0f64..ymax)?;
         c.configure_mesh()
             .disable_x_mesh()
             .y_desc("MiB")
@@ -874,11 +854,7 @@ pub fn write_stacked(
             .label(cat.key())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
         }
-        c.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()?;
+        legend(&mut c)?;
         Ok(())
     }
     let dir = path_stem.parent().unwrap_or(Path::new("."));
