@@ -189,6 +189,137 @@ pub(crate) fn chunk_array(
     Ok(out)
 }
 
+/// How one scan task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// At the start of an element at or past the task's limit.
+    Next(usize),
+    /// Past the closing bracket.
+    End(usize),
+    /// The text ended inside the element starting here.
+    Cut(usize),
+    /// Not a well-formed array at this byte.
+    Bad(usize),
+}
+
+/// What one scan task found: its chunks, its element count, how it ended.
+type TaskResult = (Vec<(usize, usize)>, usize, Stop);
+
+/// Scans elements from `from` (an element start) until one starts at or past `limit`.
+fn scan_task(buf: &[u8], from: usize, limit: usize, chunk_bytes: usize) -> TaskResult {
+    let mut chunks = Vec::new();
+    let mut elements = 0;
+    let mut chunk_start: Option<usize> = None;
+    let mut last_end = from;
+    let mut i = from;
+    let stop = loop {
+        let elem_start = skip_ws(buf, i);
+        if elem_start >= limit {
+            break Stop::Next(elem_start);
+        }
+        let Some(elem_end) = skip_value(buf, elem_start) else {
+            break Stop::Cut(elem_start);
+        };
+        elements += 1;
+        let cs = *chunk_start.get_or_insert(elem_start);
+        last_end = elem_end;
+        if elem_end - cs >= chunk_bytes {
+            chunks.push((cs, elem_end));
+            chunk_start = None;
+        }
+        i = skip_ws(buf, elem_end);
+        match buf.get(i) {
+            Some(b',') => i += 1,
+            Some(b']') => break Stop::End(i + 1),
+            None => break Stop::Cut(i),
+            Some(_) => break Stop::Bad(i),
+        }
+    };
+    if let Some(cs) = chunk_start {
+        chunks.push((cs, last_end));
+    }
+    (chunks, elements, stop)
+}
+
+/// [`chunk_array`] on several threads. The array is cut at guessed element starts (a `{` after
+/// a `,`); each guess is scanned from in parallel, and a guess counts only if the scan of the
+/// part before it, which started at a true boundary, lands exactly on it. A wrong guess (the
+/// bytes were inside a string) is rescanned from the true boundary, so the result is always
+/// that of the sequential scan.
+pub(crate) fn chunk_array_parallel(
+    buf: &[u8],
+    start: usize,
+    chunk_bytes: usize,
+    tasks: usize,
+) -> Result<ArrayChunks, usize> {
+    use rayon::prelude::*;
+    if buf.get(start) != Some(&b'[') {
+        return Err(start);
+    }
+    let first = skip_ws(buf, start + 1);
+    if buf.get(first) == Some(&b']') {
+        return Ok(ArrayChunks {
+            end: Some(first + 1),
+            ..ArrayChunks::default()
+        });
+    }
+    let span = buf.len().saturating_sub(first);
+    let tasks = tasks.max(1);
+    let mut cuts = vec![first];
+    for k in 1..tasks {
+        let target = first + span * k / tasks;
+        let mut j = target.max(*cuts.last().expect("non-empty") + 1);
+        while let Some(o) = buf.get(j..).and_then(|r| memchr::memchr(b'{', r)) {
+            let at = j + o;
+            let before = buf[..at]
+                .iter()
+                .rposition(|c| !matches!(c, b' ' | b'\n' | b'\r' | b'\t'));
+            if before.is_some_and(|b| buf[b] == b',') {
+                cuts.push(at);
+                break;
+            }
+            j = at + 1;
+        }
+    }
+    let limits: Vec<usize> = cuts
+        .iter()
+        .skip(1)
+        .copied()
+        .chain(std::iter::once(usize::MAX))
+        .collect();
+    let mut results: Vec<TaskResult> = cuts
+        .par_iter()
+        .zip(limits.par_iter())
+        .map(|(&from, &limit)| scan_task(buf, from, limit, chunk_bytes))
+        .collect();
+    // Verify in order, rescanning after any wrong guess.
+    let mut out = ArrayChunks::default();
+    let mut k = 0;
+    loop {
+        let (chunks, elements, stop) =
+            std::mem::replace(&mut results[k], (Vec::new(), 0, Stop::Bad(0)));
+        out.chunks.extend(chunks);
+        out.elements += elements;
+        match stop {
+            Stop::Next(b) => {
+                k += 1;
+                if cuts[k] != b {
+                    results[k] = scan_task(buf, b, limits[k], chunk_bytes);
+                }
+            }
+            Stop::End(e) => {
+                out.end = Some(e);
+                return Ok(out);
+            }
+            Stop::Cut(c) => {
+                out.cut_at = Some(c);
+                return Ok(out);
+            }
+            Stop::Bad(b) => return Err(b),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +352,52 @@ mod tests {
         assert_eq!(c.end, Some(s.len()));
         let whole = chunk_array(s, 0, 1 << 20).unwrap();
         assert_eq!(whole.chunks, vec![(1, s.len() - 1)]);
+    }
+
+    #[test]
+    fn parallel_scan_equals_sequential_even_with_misleading_strings() {
+        // Strings that look like element starts (`,{`) must not fool the split.
+        let mut s = String::from("{\"traceEvents\": [");
+        for i in 0..300 {
+            if i > 0 {
+                s.push_str(",\n");
+            }
+            s.push_str(&format!(
+                r#"{{"name": "x,{{\"ph\": {i}, [", "v": [{i}, {{"a": ",{{"}}]}}"#
+            ));
+        }
+        s.push_str("]}");
+        let b = s.as_bytes();
+        let start = find_top_level_key(b, b"traceEvents")
+            .unwrap()
+            .unwrap()
+            .value_start;
+        // Element by element the result is exactly the sequential one; with larger chunks the
+        // grouping may differ at task edges but the elements, end and cut do not.
+        let each = chunk_array(b, start, 1).unwrap();
+        let bounds: std::collections::HashSet<(usize, usize)> =
+            each.chunks.iter().copied().collect();
+        for tasks in [1, 2, 3, 7, 64] {
+            assert_eq!(
+                chunk_array_parallel(b, start, 1, tasks).unwrap(),
+                each,
+                "tasks {tasks}"
+            );
+            for chunk in [64, 4096] {
+                let p = chunk_array_parallel(b, start, chunk, tasks).unwrap();
+                assert_eq!(
+                    (p.elements, p.end, p.cut_at),
+                    (each.elements, each.end, each.cut_at)
+                );
+                for (s, e) in p.chunks {
+                    assert!(bounds.iter().any(|x| x.0 == s) && bounds.iter().any(|x| x.1 == e));
+                }
+            }
+        }
+        for cut in [b.len() / 3, b.len() / 2, b.len() - 3] {
+            let seq = chunk_array(&b[..cut], start, 1).unwrap();
+            assert_eq!(chunk_array_parallel(&b[..cut], start, 1, 5).unwrap(), seq);
+        }
     }
 
     #[test]
