@@ -201,10 +201,12 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
     for (ei, m) in t.memory.iter().enumerate() {
         let node = idx.at(m.thread, m.ts);
         if m.bytes > 0 {
+            // Iterations are in time order and do not overlap.
+            let k = step.iterations.partition_point(|it| it.end < m.ts);
             let iteration = step
                 .iterations
-                .iter()
-                .find(|it| m.ts >= it.start && m.ts <= it.end)
+                .get(k)
+                .filter(|it| m.ts >= it.start)
                 .map(|it| it.index);
             open.insert(m.addr, blocks.len());
             event_block[ei] = Some(blocks.len());

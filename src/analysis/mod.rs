@@ -254,11 +254,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     // The peak: the first event carrying the largest total inside any iteration.
     let mut peak: Option<(i64, i64)> = None; // (bytes, ts)
     for it in &step.iterations {
-        for m in t
-            .memory
-            .iter()
-            .filter(|m| m.ts >= it.start && m.ts <= it.end)
-        {
+        let lo = t.memory.partition_point(|m| m.ts < it.start);
+        for m in t.memory[lo..].iter().take_while(|m| m.ts <= it.end) {
             if peak.is_none_or(|(b, _)| m.total_allocated > b) {
                 peak = Some((m.total_allocated, m.ts));
             }

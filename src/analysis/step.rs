@@ -279,6 +279,13 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     };
     let has_opt_annotations = facts.in_optimizer.iter().any(|&b| b);
 
+    let mut launches: Vec<(i64, usize)> = t
+        .launch
+        .iter()
+        .enumerate()
+        .filter_map(|(gi, l)| l.map(|(_, ts)| (ts, gi)))
+        .collect();
+    launches.sort_unstable();
     let mut nodes = Vec::with_capacity(node_ops.len());
     let mut iterations = Vec::with_capacity(windows.len());
     for (ii, (ws, we, label)) in windows.iter().enumerate() {
@@ -383,24 +390,22 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         // Iteration totals over everything launched in its window.
         let mut acts: Vec<(i64, i64)> = Vec::new();
         let mut gpu_time = 0;
-        for (gi, l) in t.launch.iter().enumerate() {
-            if let Some((_, ts)) = *l {
-                if ts >= *ws && ts < *we {
-                    let g = &t.kineto.gpu[gi];
-                    gpu_time += g.dur;
-                    acts.push((g.start, g.start + g.dur));
-                }
-            }
+        // Launches sorted by time: each iteration reads only its own slice.
+        let lo = launches.partition_point(|l| l.0 < *ws);
+        for &(_, gi) in launches[lo..].iter().take_while(|l| l.0 < *we) {
+            let g = &t.kineto.gpu[gi];
+            gpu_time += g.dur;
+            acts.push((g.start, g.start + g.dur));
         }
         let gpu_unattributed: i64 = unattributed
             .iter()
             .filter(|(_, ts)| *ts >= *ws && *ts < *we)
             .map(|(g, _)| t.kineto.gpu[g.0 as usize].dur)
             .sum();
-        let peak_allocated = t
-            .memory
+        let mlo = t.memory.partition_point(|m| m.ts < *ws);
+        let peak_allocated = t.memory[mlo..]
             .iter()
-            .filter(|m| m.ts >= *ws && m.ts <= *we)
+            .take_while(|m| m.ts <= *we)
             .map(|m| m.total_allocated)
             .max();
         iterations.push(Iteration {
