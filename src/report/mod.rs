@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 pub mod annotated;
 pub mod compare;
 pub mod flops;
+#[cfg(feature = "parquet")]
+pub mod frames;
 mod html;
 mod memory;
 pub mod plot;
@@ -117,6 +119,8 @@ pub fn write_all(
     memory::write_activation_stats(&dir.join("activation_stats.csv"), a)?;
     memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)?;
     memory::write_graph(dir, a)?;
+    #[cfg(feature = "parquet")]
+    frames::write_all(dir, t, a)?;
     if !opts.no_plots {
         let plot_dir = dir.join("plots");
         plot::write_plots(&plot_dir, a, &opts.plots, opts.gpu_mem_bytes)?;

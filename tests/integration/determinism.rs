@@ -29,6 +29,12 @@ fn one_and_four_threads_write_identical_files() {
             .map(|f| f.to_string())
             .collect();
         names.push("console.txt".into());
+        #[cfg(feature = "parquet")]
+        names.extend(
+            steptrace::report::frames::FILES
+                .iter()
+                .map(|f| f.to_string()),
+        );
         for f in names {
             let x = std::fs::read(a.join(&f)).unwrap();
             let y = std::fs::read(b.join(&f)).unwrap();

@@ -272,3 +272,57 @@ fn compare_and_sweep_write_tables_and_plots() {
         assert!(dir.path().join("sw").join(f).is_file(), "{f}");
     }
 }
+
+#[cfg(feature = "parquet")]
+#[test]
+fn parquet_tables_hold_the_csv_values() {
+    use polars::prelude::*;
+    let read = |p: std::path::PathBuf| {
+        ParquetReader::new(std::fs::File::open(&p).unwrap())
+            .finish()
+            .unwrap()
+    };
+    for s in samples().into_iter().take(2) {
+        let (_d, out) = analyze(&s);
+        let df = read(out.out_dir.join("node_stats.parquet"));
+        let (h, rows) = csv(&out.out_dir.join("node_stats.csv"));
+        assert_eq!(df.height(), rows.len());
+        let peaks = df
+            .column("median_peak_mem_bytes")
+            .unwrap()
+            .i64()
+            .unwrap()
+            .clone();
+        for (i, r) in rows.iter().enumerate() {
+            assert_eq!(
+                peaks.get(i),
+                Some(r[col(&h, "median_peak_mem_bytes")].parse::<i64>().unwrap())
+            );
+        }
+        let tl = read(out.out_dir.join("memory_timeline.parquet"));
+        let total = tl
+            .column("total_allocated_bytes")
+            .unwrap()
+            .i64()
+            .unwrap()
+            .clone();
+        let cats = [
+            "param",
+            "grad",
+            "opt_state",
+            "activation",
+            "input",
+            "temporary",
+            "other",
+        ];
+        for i in 0..tl.height() {
+            let sum: i64 = cats
+                .iter()
+                .map(|c| tl.column(c).unwrap().i64().unwrap().get(i).unwrap())
+                .sum();
+            assert_eq!(Some(sum), total.get(i));
+        }
+        let acts = read(out.out_dir.join("activation_stats.parquet"));
+        assert_eq!(acts.height(), out.analysis.liveness.activations.len());
+    }
+}
