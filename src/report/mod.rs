@@ -87,6 +87,11 @@ pub fn summary_with_warnings(a: &Analysis, diag: &Diagnostics) -> Summary {
 }
 
 /// Writes every output file into `dir` (created if missing).
+///
+/// The files are independent of one another, so they are written as parallel tasks (plots and
+/// the gzip of the annotated trace dominate on large runs). Each file's bytes do not depend on
+/// the thread count; when several tasks fail, the error of the earliest task in the list below
+/// is returned, so the error is deterministic too.
 pub fn write_all(
     dir: &Path,
     t: &Trace,
@@ -94,42 +99,57 @@ pub fn write_all(
     diag: &Diagnostics,
     opts: &ReportOptions,
 ) -> Result<(), Error> {
+    use rayon::prelude::*;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let p = dir.join("summary.json");
-    let mut w = BufWriter::new(File::create(&p).map_err(io(&p))?);
-    serde_json::to_writer_pretty(&mut w, &summary_with_warnings(a, diag)).map_err(|e| {
-        Error::Io {
-            path: p.clone(),
-            source: e.into(),
-        }
-    })?;
-    w.write_all(b"\n").map_err(io(&p))?;
-    w.flush().map_err(io(&p))?;
-    write_node_stats(&dir.join("node_stats.csv"), t, a)?;
-    write_node_iterations(&dir.join("node_iterations.csv"), t, a)?;
-    write_iterations(&dir.join("iterations.csv"), a)?;
-    flops::write_flops_csv(&dir.join("flops.csv"), a)?;
-    flops::write_rollups(dir, a)?;
-    let p = dir.join("graph_profile.json");
-    let text = serde_json::to_vec_pretty(&flops::graph_profile(a)).map_err(|e| Error::Io {
-        path: p.clone(),
-        source: e.into(),
-    })?;
-    std::fs::write(&p, text).map_err(io(&p))?;
-    memory::write_activation_stats(&dir.join("activation_stats.csv"), a)?;
-    memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)?;
-    memory::write_graph(dir, a)?;
+    type Task<'a> = Box<dyn Fn() -> Result<(), Error> + Send + Sync + 'a>;
+    let mut tasks: Vec<Task<'_>> = vec![
+        Box::new(|| write_summary(&dir.join("summary.json"), a, diag)),
+        Box::new(|| write_node_stats(&dir.join("node_stats.csv"), t, a)),
+        Box::new(|| write_node_iterations(&dir.join("node_iterations.csv"), t, a)),
+        Box::new(|| write_iterations(&dir.join("iterations.csv"), a)),
+        Box::new(|| flops::write_flops_csv(&dir.join("flops.csv"), a)),
+        Box::new(|| flops::write_rollups(dir, a)),
+        Box::new(|| write_graph_profile(&dir.join("graph_profile.json"), a)),
+        Box::new(|| memory::write_activation_stats(&dir.join("activation_stats.csv"), a)),
+        Box::new(|| memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)),
+        Box::new(|| memory::write_graph(dir, a)),
+    ];
     #[cfg(feature = "parquet")]
-    frames::write_all(dir, t, a)?;
+    tasks.push(Box::new(|| frames::write_all(dir, t, a)));
     if !opts.no_plots {
-        let plot_dir = dir.join("plots");
-        plot::write_plots(&plot_dir, a, &opts.plots, opts.gpu_mem_bytes)?;
-        html::write(dir, &plot_dir, a, diag)?;
+        tasks.push(Box::new(|| {
+            let plot_dir = dir.join("plots");
+            plot::write_plots(&plot_dir, a, &opts.plots, opts.gpu_mem_bytes)?;
+            // The HTML report embeds the plots, so it follows them in the same task.
+            html::write(dir, &plot_dir, a, diag)
+        }));
     }
     if opts.annotated_trace {
-        annotated::write(&dir.join("annotated.pt.trace.json.gz"), t, a, opts.compact)?;
+        tasks.push(Box::new(|| {
+            annotated::write(&dir.join("annotated.pt.trace.json.gz"), t, a, opts.compact)
+        }));
     }
-    Ok(())
+    let results: Vec<Result<(), Error>> = tasks.par_iter().map(|task| task()).collect();
+    results.into_iter().collect()
+}
+
+fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {
+    let json_err = |e: serde_json::Error| Error::Io {
+        path: p.to_path_buf(),
+        source: e.into(),
+    };
+    let mut w = BufWriter::new(File::create(p).map_err(io(p))?);
+    serde_json::to_writer_pretty(&mut w, &summary_with_warnings(a, diag)).map_err(json_err)?;
+    w.write_all(b"\n").map_err(io(p))?;
+    w.flush().map_err(io(p))
+}
+
+fn write_graph_profile(p: &Path, a: &Analysis) -> Result<(), Error> {
+    let text = serde_json::to_vec_pretty(&flops::graph_profile(a)).map_err(|e| Error::Io {
+        path: p.to_path_buf(),
+        source: e.into(),
+    })?;
+    std::fs::write(p, text).map_err(io(p))
 }
 
 fn opt(t: &Trace, id: Option<crate::intern::StrId>) -> &str {

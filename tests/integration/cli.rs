@@ -133,3 +133,27 @@ fn flops_prints_the_graph_profile_and_comparison() {
     assert_eq!(out.status.code(), Some(2));
     one_line_error(&out.stderr, "no FLOP total");
 }
+
+/// Output files are written as parallel tasks; when several fail, the error must still be the
+/// same one-line message (the earliest file in the fixed task order) whatever the threads.
+#[test]
+fn unwritable_outputs_give_one_deterministic_error() {
+    for threads in ["1", "4"] {
+        let dir = tempfile::tempdir().unwrap();
+        // Directories where files belong make those two writes fail.
+        std::fs::create_dir(dir.path().join("summary.json")).unwrap();
+        std::fs::create_dir(dir.path().join("memory_timeline.csv")).unwrap();
+        let out = steptrace()
+            .args(["analyze", "--no-plots", "-j", threads, "--out"])
+            .arg(dir.path())
+            .arg(root().join("sample_traces/resnet18"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "threads {threads}");
+        one_line_error(&out.stderr, "summary.json");
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("memory_timeline"),
+            "threads {threads}"
+        );
+    }
+}
