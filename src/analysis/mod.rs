@@ -201,11 +201,22 @@ fn file_name(p: &std::path::Path) -> String {
 /// Runs every analysis.
 pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let step = step::compute(t, diag);
-    let mem = memory::compute(t, &step, diag);
-    let node_stats = node_stats::compute(t, &step, &mem, diag);
-    let timeline = memory::timeline(t, &step, &mem);
-    let live = liveness::compute(t, &step, &mem, &node_stats, opts.swap_bandwidth_gbps);
-    let (node_flops, by_type) = flops::compute(t, &step);
+    let t: &Trace = t;
+    // FLOPs need only the step; the memory chain needs its own earlier results. The two run
+    // side by side, and the timeline beside liveness; every warning comes from the memory
+    // chain, in its sequential order, so the diagnostics do not depend on the threads.
+    let ((mem, node_stats, timeline, live), (node_flops, by_type)) = rayon::join(
+        || {
+            let mem = memory::compute(t, &step, diag);
+            let node_stats = node_stats::compute(t, &step, &mem, diag);
+            let (timeline, live) = rayon::join(
+                || memory::timeline(t, &step, &mem),
+                || liveness::compute(t, &step, &mem, &node_stats, opts.swap_bandwidth_gbps),
+            );
+            (mem, node_stats, timeline, live)
+        },
+        || flops::compute(t, &step),
+    );
     let mut peaks = t.device_name().and_then(flops::peaks_for);
     if !opts.peak_tflops.is_empty() || opts.peak_bandwidth_gbps.is_some() {
         let mut p = peaks.unwrap_or(flops::Peaks {
