@@ -57,14 +57,13 @@ pub fn read(path: &Path) -> Result<Source, Error> {
 /// the bytes decoded so far are returned with `true`, so a trace written by a killed process
 /// still yields its complete events.
 fn inflate(raw: &[u8]) -> std::io::Result<(Vec<u8>, bool)> {
-    // Traces compress about 10:1; reserving avoids repeated regrowth of a multi-GB buffer.
-    let mut out = Vec::with_capacity(raw.len().saturating_mul(8).min(1 << 34));
+    let mut out = Vec::with_capacity(inflated_size_hint(raw));
     let mut dec = flate2::read::MultiGzDecoder::new(raw);
-    let mut buf = vec![0u8; 1 << 20];
+    // read_to_end decodes straight into `out`'s spare capacity (no bounce buffer) and, on an
+    // error, keeps what it had appended: that is the truncated trace's readable prefix.
     loop {
-        match dec.read(&mut buf) {
-            Ok(0) => return Ok((out, false)),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
+        match dec.read_to_end(&mut out) {
+            Ok(_) => return Ok((out, false)),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok((out, true)),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -79,6 +78,23 @@ fn inflate(raw: &[u8]) -> std::io::Result<(Vec<u8>, bool)> {
     }
 }
 
+/// The buffer to reserve for the inflated bytes. A gzip member ends with its uncompressed size
+/// mod 2^32 (ISIZE); for the usual single-member trace under 4 GiB that is exact, and it saves
+/// regrowing (and copying) a buffer of hundreds of MB. A truncated or multi-member file can
+/// make the field anything, so it is used only when plausible; otherwise traces compress about
+/// 10:1.
+fn inflated_size_hint(raw: &[u8]) -> usize {
+    let fallback = raw.len().saturating_mul(8);
+    let Some(tail) = raw.len().checked_sub(4).and_then(|i| raw.get(i..)) else {
+        return fallback.min(1 << 34);
+    };
+    let isize = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize;
+    let plausible = isize >= raw.len() / 2 && isize <= raw.len().saturating_mul(64);
+    // One extra byte so read_to_end's final zero-length probe does not regrow the buffer.
+    let want = if plausible { isize + 1 } else { fallback };
+    want.min(1 << 34)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +104,26 @@ mod tests {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         enc.write_all(data).unwrap();
         enc.finish().unwrap()
+    }
+
+    #[test]
+    fn size_hint_reads_isize_and_ignores_implausible_values() {
+        // Text-like data that compresses a few times over, as traces do.
+        let mut x = 1u32;
+        let data: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                b'a' + ((x >> 16) % 8) as u8
+            })
+            .collect();
+        let z = gz(&data);
+        assert!(z.len() * 2 < data.len());
+        assert_eq!(inflated_size_hint(&z), data.len() + 1);
+        // A truncated stream's last four bytes are deflate data: fall back to 8x.
+        let mut cut = z[..z.len() - 8].to_vec();
+        cut.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(inflated_size_hint(&cut), cut.len() * 8);
+        assert_eq!(inflated_size_hint(&[1, 2]), 16);
     }
 
     #[test]
