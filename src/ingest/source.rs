@@ -59,22 +59,16 @@ pub fn read(path: &Path) -> Result<Source, Error> {
 fn inflate(raw: &[u8]) -> std::io::Result<(Vec<u8>, bool)> {
     let mut out = Vec::with_capacity(inflated_size_hint(raw));
     let mut dec = flate2::read::MultiGzDecoder::new(raw);
-    // read_to_end decodes straight into `out`'s spare capacity (no bounce buffer) and, on an
-    // error, keeps what it had appended: that is the truncated trace's readable prefix.
-    loop {
-        match dec.read_to_end(&mut out) {
-            Ok(_) => return Ok((out, false)),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok((out, true)),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                // A stream cut inside a deflate block surfaces as InvalidInput/InvalidData only
-                // when nothing decoded; with output already produced treat it as truncation.
-                if out.is_empty() {
-                    return Err(e);
-                }
-                return Ok((out, true));
-            }
-        }
+    // read_to_end decodes straight into `out`'s spare capacity (no bounce buffer), retries
+    // `Interrupted` itself and, on an error, keeps what it had appended: that is the truncated
+    // trace's readable prefix.
+    match dec.read_to_end(&mut out) {
+        Ok(_) => Ok((out, false)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok((out, true)),
+        // A stream cut inside a deflate block surfaces as InvalidInput/InvalidData; with output
+        // already produced that is truncation, with none it is a corrupt file.
+        Err(e) if out.is_empty() => Err(e),
+        Err(_) => Ok((out, true)),
     }
 }
 
@@ -88,10 +82,10 @@ fn inflated_size_hint(raw: &[u8]) -> usize {
     let Some(tail) = raw.len().checked_sub(4).and_then(|i| raw.get(i..)) else {
         return fallback.min(1 << 34);
     };
-    let isize = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize;
-    let plausible = isize >= raw.len() / 2 && isize <= raw.len().saturating_mul(64);
+    let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize;
+    let plausible = stored >= raw.len() / 2 && stored <= raw.len().saturating_mul(64);
     // One extra byte so read_to_end's final zero-length probe does not regrow the buffer.
-    let want = if plausible { isize + 1 } else { fallback };
+    let want = if plausible { stored + 1 } else { fallback };
     want.min(1 << 34)
 }
 

@@ -43,8 +43,7 @@ pub(super) fn write_all(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error
     let n = &a.node_stats;
     let s =
         |f: &dyn Fn(&crate::analysis::NodeStat) -> String| n.iter().map(f).collect::<Vec<String>>();
-    let opt =
-        |id: Option<crate::intern::StrId>| id.map_or(String::new(), |i| t.kineto.str(i).to_owned());
+    let opt = |id| super::opt(t, id).to_owned();
     write(
         &dir.join("node_stats.parquet"),
         vec![

@@ -80,6 +80,22 @@ pub fn analyze(sample: &Path) -> (tempfile::TempDir, steptrace::Outcome) {
     (dir, outcome)
 }
 
+/// Runs `analyze` on an in-memory trace (written to `trace.json` in a fresh directory), with
+/// results under `out/`; returns (tempdir, outcome).
+pub fn analyze_text(text: &str) -> (tempfile::TempDir, steptrace::Outcome) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("trace.json");
+    std::fs::write(&p, text).unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: p,
+        out: Some(dir.path().join("out")),
+        top: 5,
+        ..Default::default()
+    };
+    let outcome = steptrace::analyze(&props).unwrap();
+    (dir, outcome)
+}
+
 /// Reads a CSV file into (header, rows).
 pub fn csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
     let mut r = csv::Reader::from_path(path).unwrap();

@@ -92,16 +92,7 @@ fn pytorch_1x_trace_with_old_names_and_absolute_times() {
       {"ph":"X","cat":"Operator","name":"aten::mm","pid":1,"tid":1,"ts":1700000000000000.5,"dur":30,"args":{"Input dims":[[2,3],[3,4]],"Input type":["float","float"]}},
       {"ph":"X","cat":"Runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":1700000000000002,"dur":2,"args":{"correlation":5}},
       {"ph":"X","cat":"Kernel","name":"gemm","pid":0,"tid":7,"ts":1700000000000010,"dur":4,"args":{"device":0,"stream":7,"correlation":5}}]}"#;
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("old.json");
-    std::fs::write(&p, text).unwrap();
-    let props = steptrace::AnalyzeProps {
-        input: p,
-        out: Some(dir.path().join("o")),
-        top: 2,
-        ..Default::default()
-    };
-    let out = steptrace::analyze(&props).unwrap();
+    let (_dir, out) = crate::common::analyze_text(text);
     let s = &out.analysis.summary;
     assert_eq!(
         serde_json::to_value(s.time_convention).unwrap(),
@@ -163,16 +154,7 @@ fn inconsistent_data_is_counted_not_fatal() {
       {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":6,"dur":1,"args":{"correlation":3}},
       {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":20,"dur":-4,"args":{"correlation":3}},
       {"ph":"X","cat":"kernel","name":"orphan","pid":0,"tid":7,"ts":30,"dur":1,"args":{"correlation":99}}]}"#;
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("bad.json");
-    std::fs::write(&p, text).unwrap();
-    let props = steptrace::AnalyzeProps {
-        input: p,
-        out: Some(dir.path().join("o")),
-        top: 2,
-        ..Default::default()
-    };
-    let out = steptrace::analyze(&props).unwrap();
+    let (dir, out) = crate::common::analyze_text(text);
     let d = &out.diagnostics;
     for kind in [
         "overlapping_ops",
@@ -182,7 +164,7 @@ fn inconsistent_data_is_counted_not_fatal() {
     ] {
         assert_eq!(d.count(kind), 1, "{kind}: {:?}", d.lines());
     }
-    let summary = std::fs::read_to_string(dir.path().join("o/summary.json")).unwrap();
+    let summary = std::fs::read_to_string(dir.path().join("out/summary.json")).unwrap();
     assert!(summary.contains("duplicate_correlation_ids"));
 }
 

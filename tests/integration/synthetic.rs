@@ -125,16 +125,7 @@ pub fn training_trace_at(iters: usize, markers: bool, t0: f64) -> String {
 }
 
 fn run(text: &str) -> steptrace::Outcome {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("trace.json");
-    std::fs::write(&p, text).unwrap();
-    let props = steptrace::AnalyzeProps {
-        input: p,
-        out: Some(dir.path().join("out")),
-        top: 5,
-        ..Default::default()
-    };
-    steptrace::analyze(&props).unwrap()
+    crate::common::analyze_text(text).1
 }
 
 #[test]
