@@ -39,3 +39,13 @@ pub fn pickle(data: &[u8]) {
 pub fn exec_trace(data: &[u8]) {
     let _ = crate::ingest::exec_trace::from_bytes(Path::new("fuzz_et.json"), data);
 }
+
+/// One Kineto event through the fast reader and through serde_json: where the fast reader
+/// accepts the bytes, both must read the same event. Panics when they differ.
+pub fn kineto_event(data: &[u8]) {
+    assert!(
+        crate::ingest::kineto::fast_reader_agrees(data),
+        "the fast reader and serde_json disagree on {:?}",
+        String::from_utf8_lossy(data)
+    );
+}

@@ -149,50 +149,41 @@ pub(crate) fn chunk_array(
         return Err(start);
     }
     let mut out = ArrayChunks::default();
-    let mut i = skip_ws(buf, start + 1);
-    let mut chunk_start: Option<usize> = None;
-    let mut last_end = i;
-    if buf.get(i) == Some(&b']') {
-        out.end = Some(i + 1);
+    let first = skip_ws(buf, start + 1);
+    if buf.get(first) == Some(&b']') {
+        out.end = Some(first + 1);
         return Ok(out);
     }
-    loop {
-        let elem_start = skip_ws(buf, i);
-        let Some(elem_end) = skip_value(buf, elem_start) else {
-            out.cut_at = Some(elem_start);
-            break;
-        };
+    let mut chunk_start: Option<usize> = None;
+    let mut last_end = first;
+    let stop = walk_elements(buf, first, usize::MAX, |s| {
+        let e = skip_value(buf, s)?;
         out.elements += 1;
-        let cs = *chunk_start.get_or_insert(elem_start);
-        last_end = elem_end;
-        if elem_end - cs >= chunk_bytes {
-            out.chunks.push((cs, elem_end));
+        let cs = *chunk_start.get_or_insert(s);
+        last_end = e;
+        if e - cs >= chunk_bytes {
+            out.chunks.push((cs, e));
             chunk_start = None;
         }
-        i = skip_ws(buf, elem_end);
-        match buf.get(i) {
-            Some(b',') => i += 1,
-            Some(b']') => {
-                out.end = Some(i + 1);
-                break;
-            }
-            None => {
-                out.cut_at = Some(i);
-                break;
-            }
-            Some(_) => return Err(i),
-        }
-    }
+        Some(e)
+    });
     if let Some(cs) = chunk_start {
         out.chunks.push((cs, last_end));
+    }
+    match stop {
+        Stop::End(e) => out.end = Some(e),
+        Stop::Cut(c) => out.cut_at = Some(c),
+        Stop::Bad(b) => return Err(b),
+        // No element starts at or past usize::MAX.
+        Stop::Next(_) => {}
     }
     Ok(out)
 }
 
-/// How one scan task ended.
+/// How one walk over array elements ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    /// At the start of an element at or past the task's limit.
+pub(crate) enum Stop {
+    /// At the start of an element at or past the walk's limit.
     Next(usize),
     /// Past the closing bracket.
     End(usize),
@@ -202,72 +193,74 @@ enum Stop {
     Bad(usize),
 }
 
-/// What one scan task found: its chunks, its element count, how it ended.
-type TaskResult = (Vec<(usize, usize)>, usize, Stop);
-
-/// Scans elements from `from` (an element start) until one starts at or past `limit`.
-fn scan_task(buf: &[u8], from: usize, limit: usize, chunk_bytes: usize) -> TaskResult {
-    let mut chunks = Vec::new();
-    let mut elements = 0;
-    let mut chunk_start: Option<usize> = None;
-    let mut last_end = from;
+/// Walks the elements of an array from `from` (an element start) until one starts at or past
+/// `limit`. `elem(start)` handles the element starting at `start` and returns the index just
+/// past it, or `None` when the text ends inside it.
+pub(crate) fn walk_elements(
+    buf: &[u8],
+    from: usize,
+    limit: usize,
+    mut elem: impl FnMut(usize) -> Option<usize>,
+) -> Stop {
     let mut i = from;
-    let stop = loop {
+    loop {
         let elem_start = skip_ws(buf, i);
         if elem_start >= limit {
-            break Stop::Next(elem_start);
+            return Stop::Next(elem_start);
         }
-        let Some(elem_end) = skip_value(buf, elem_start) else {
-            break Stop::Cut(elem_start);
+        let Some(elem_end) = elem(elem_start) else {
+            return Stop::Cut(elem_start);
         };
-        elements += 1;
-        let cs = *chunk_start.get_or_insert(elem_start);
-        last_end = elem_end;
-        if elem_end - cs >= chunk_bytes {
-            chunks.push((cs, elem_end));
-            chunk_start = None;
-        }
         i = skip_ws(buf, elem_end);
         match buf.get(i) {
             Some(b',') => i += 1,
-            Some(b']') => break Stop::End(i + 1),
-            None => break Stop::Cut(i),
-            Some(_) => break Stop::Bad(i),
+            Some(b']') => return Stop::End(i + 1),
+            None => return Stop::Cut(i),
+            Some(_) => return Stop::Bad(i),
         }
-    };
-    if let Some(cs) = chunk_start {
-        chunks.push((cs, last_end));
     }
-    (chunks, elements, stop)
 }
 
-/// [`chunk_array`] on several threads. The array is cut at guessed element starts (a `{` after
-/// a `,`); each guess is scanned from in parallel, and a guess counts only if the scan of the
-/// part before it, which started at a true boundary, lands exactly on it. A wrong guess (the
-/// bytes were inside a string) is rescanned from the true boundary, so the result is always
-/// that of the sequential scan.
-pub(crate) fn chunk_array_parallel(
+/// How a whole array walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ArrayEnd {
+    /// Index just past the closing bracket, or `None` if the text ended inside the array.
+    pub end: Option<usize>,
+    /// When the array is incomplete: the start of the first element that could not be read
+    /// whole.
+    pub cut_at: Option<usize>,
+}
+
+/// Walks the array whose `[` is at `start` on all threads, in pieces of about `piece_bytes`,
+/// with no scan ahead of the work: each piece starts at a guessed element start (a `{` after a
+/// `,`) and runs `task(from, limit)` until an element starts at or past the next guess. A
+/// guess counts only if the piece before it, which started at a true boundary, stopped exactly
+/// on it; a wrong guess (the bytes were inside a string) has its piece redone from the true
+/// boundary. So the results, in order, are always those of one sequential walk cut at the
+/// same places, whatever the number of threads.
+pub(crate) fn walk_array_parallel<T: Send>(
     buf: &[u8],
     start: usize,
-    chunk_bytes: usize,
-    tasks: usize,
-) -> Result<ArrayChunks, usize> {
+    piece_bytes: usize,
+    task: impl Fn(usize, usize) -> (T, Stop) + Sync,
+) -> Result<(Vec<T>, ArrayEnd), usize> {
     use rayon::prelude::*;
     if buf.get(start) != Some(&b'[') {
         return Err(start);
     }
     let first = skip_ws(buf, start + 1);
     if buf.get(first) == Some(&b']') {
-        return Ok(ArrayChunks {
+        let end = ArrayEnd {
             end: Some(first + 1),
-            ..ArrayChunks::default()
-        });
+            cut_at: None,
+        };
+        return Ok((Vec::new(), end));
     }
     let span = buf.len().saturating_sub(first);
-    let tasks = tasks.max(1);
+    let pieces = (span / piece_bytes.max(1)).clamp(1, 1 << 20);
     let mut cuts = vec![first];
-    for k in 1..tasks {
-        let target = first + span * k / tasks;
+    for k in 1..pieces {
+        let target = first + span / pieces * k;
         let mut j = target.max(*cuts.last().expect("non-empty") + 1);
         while let Some(o) = buf.get(j..).and_then(|r| memchr::memchr(b'{', r)) {
             let at = j + o;
@@ -287,37 +280,67 @@ pub(crate) fn chunk_array_parallel(
         .copied()
         .chain(std::iter::once(usize::MAX))
         .collect();
-    let mut results: Vec<TaskResult> = cuts
+    let mut results: Vec<Option<(T, Stop)>> = cuts
         .par_iter()
         .zip(limits.par_iter())
-        .map(|(&from, &limit)| scan_task(buf, from, limit, chunk_bytes))
+        .map(|(&from, &limit)| Some(task(from, limit)))
         .collect();
-    // Verify in order, rescanning after any wrong guess.
-    let mut out = ArrayChunks::default();
+    // Verify in order, redoing a piece after a wrong guess.
+    let mut out = Vec::with_capacity(results.len());
     let mut k = 0;
     loop {
-        let (chunks, elements, stop) =
-            std::mem::replace(&mut results[k], (Vec::new(), 0, Stop::Bad(0)));
-        out.chunks.extend(chunks);
-        out.elements += elements;
+        let (t, stop) = results[k].take().expect("each piece is taken once");
+        out.push(t);
         match stop {
             Stop::Next(b) => {
                 k += 1;
                 if cuts[k] != b {
-                    results[k] = scan_task(buf, b, limits[k], chunk_bytes);
+                    results[k] = Some(task(b, limits[k]));
                 }
             }
             Stop::End(e) => {
-                out.end = Some(e);
-                return Ok(out);
+                let end = ArrayEnd {
+                    end: Some(e),
+                    cut_at: None,
+                };
+                return Ok((out, end));
             }
             Stop::Cut(c) => {
-                out.cut_at = Some(c);
-                return Ok(out);
+                let end = ArrayEnd {
+                    end: None,
+                    cut_at: Some(c),
+                };
+                return Ok((out, end));
             }
             Stop::Bad(b) => return Err(b),
         }
     }
+}
+
+/// The array whose `[` is at `start` cut into chunks of whole elements of about `chunk_bytes`,
+/// with its end, by the parallel walk.
+#[cfg(test)]
+fn chunk_array_parallel(
+    buf: &[u8],
+    start: usize,
+    chunk_bytes: usize,
+) -> Result<ArrayChunks, usize> {
+    let (parts, end) = walk_array_parallel(buf, start, chunk_bytes, |from, limit| {
+        let mut spans = Vec::new();
+        let stop = walk_elements(buf, from, limit, |s| {
+            let e = skip_value(buf, s)?;
+            spans.push((s, e));
+            Some(e)
+        });
+        (spans, stop)
+    })?;
+    let spans: Vec<(usize, usize)> = parts.into_iter().flatten().collect();
+    Ok(ArrayChunks {
+        elements: spans.len(),
+        chunks: spans,
+        end: end.end,
+        cut_at: end.cut_at,
+    })
 }
 
 #[cfg(test)]
@@ -377,26 +400,18 @@ mod tests {
         let each = chunk_array(b, start, 1).unwrap();
         let bounds: std::collections::HashSet<(usize, usize)> =
             each.chunks.iter().copied().collect();
-        for tasks in [1, 2, 3, 7, 64] {
-            assert_eq!(
-                chunk_array_parallel(b, start, 1, tasks).unwrap(),
-                each,
-                "tasks {tasks}"
-            );
-            for chunk in [64, 4096] {
-                let p = chunk_array_parallel(b, start, chunk, tasks).unwrap();
-                assert_eq!(
-                    (p.elements, p.end, p.cut_at),
-                    (each.elements, each.end, each.cut_at)
-                );
-                for (s, e) in p.chunks {
-                    assert!(bounds.iter().any(|x| x.0 == s) && bounds.iter().any(|x| x.1 == e));
-                }
+        for piece in [1, 7, 64, 4096, 1 << 20] {
+            let p = chunk_array_parallel(b, start, piece).unwrap();
+            assert_eq!(p, each, "piece {piece}");
+            for (s, e) in p.chunks {
+                assert!(bounds.contains(&(s, e)));
             }
         }
         for cut in [b.len() / 3, b.len() / 2, b.len() - 3] {
             let seq = chunk_array(&b[..cut], start, 1).unwrap();
-            assert_eq!(chunk_array_parallel(&b[..cut], start, 1, 5).unwrap(), seq);
+            for piece in [1, 100] {
+                assert_eq!(chunk_array_parallel(&b[..cut], start, piece).unwrap(), seq);
+            }
         }
     }
 

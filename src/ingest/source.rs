@@ -2,15 +2,66 @@
 //! truncated gzip streams yielding what they hold.
 
 use std::io::Read;
+use std::ops::Deref;
 use std::path::Path;
 
 use super::Error;
+
+/// An input's bytes: the file mapped into memory, or a buffer (inflated gzip, tests).
+#[derive(Debug)]
+pub enum Bytes {
+    /// Owned bytes.
+    Owned(Vec<u8>),
+    /// A read-only mapping of the whole file.
+    Mapped(memmap2::Mmap),
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Owned(v) => v,
+            Bytes::Mapped(m) => m,
+        }
+    }
+}
+
+impl From<Vec<u8>> for Bytes {
+    fn from(v: Vec<u8>) -> Self {
+        Bytes::Owned(v)
+    }
+}
+
+/// Files at least this large are mapped rather than read. Reading copies every byte out of the
+/// page cache on one thread (a fifth of a whole `analyze` of a 222 MB trace) into freshly
+/// zeroed pages; a mapping is filled by page faults on the parse threads themselves. Small
+/// files are read: a mapping costs more to set up than it saves.
+const MAP_AT_LEAST: u64 = 1 << 20;
+
+/// The whole file at `path`: mapped when large, read otherwise.
+fn open(path: &Path) -> std::io::Result<Bytes> {
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    if len >= MAP_AT_LEAST && file.metadata()?.is_file() {
+        // SAFETY: the mapping is read-only and private to this process. What it cannot guard
+        // against is another process truncating or rewriting the file while it is mapped:
+        // that may show changed bytes (parsed like any other input) or raise SIGBUS for
+        // pages past a new end. Traces and snapshots are written once, when a run ends, and
+        // analysed afterwards; the speed-up is measured in docs/performance.md.
+        if let Ok(m) = unsafe { memmap2::Mmap::map(&file) } {
+            return Ok(Bytes::Mapped(m));
+        }
+    }
+    let mut v = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
+    (&file).read_to_end(&mut v)?;
+    Ok(Bytes::Owned(v))
+}
 
 /// What was read from one input file.
 #[derive(Debug)]
 pub struct Source {
     /// The decompressed bytes.
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     /// Size on disk.
     pub file_len: u64,
     /// Whether the file was a gzip stream.
@@ -21,7 +72,7 @@ pub struct Source {
 
 /// Reads a whole file, inflating it when it starts with the gzip magic bytes.
 pub fn read(path: &Path) -> Result<Source, Error> {
-    let raw = std::fs::read(path).map_err(|source| Error::Io {
+    let raw = open(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
@@ -38,7 +89,7 @@ pub fn read(path: &Path) -> Result<Source, Error> {
             });
         }
         Ok(Source {
-            bytes,
+            bytes: Bytes::Owned(bytes),
             file_len,
             gzipped: true,
             truncated_gzip,

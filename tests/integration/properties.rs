@@ -21,8 +21,95 @@ fn json_events(n: usize, names: &[String]) -> String {
     s + "]}"
 }
 
+/// A JSON-ish value: mostly valid, sometimes not, with the corner cases of numbers and
+/// strings that a fast reader could get wrong.
+fn value() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        Just("null".to_string()),
+        Just("true".to_string()),
+        Just("-0".to_string()),
+        Just("01".to_string()),
+        Just("1.".to_string()),
+        Just("1e5".to_string()),
+        Just("-1.5E-3".to_string()),
+        Just("123456789012345678901".to_string()),
+        Just("tru".to_string()),
+        any::<i64>().prop_map(|i| i.to_string()),
+        (0u64..1 << 50, 0u32..1000).prop_map(|(a, b)| format!("{a}.{b:03}")),
+        "[a-z:# \\\"é\t]{0,10}".prop_map(|s| format!("\"{s}\"")),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(", "))),
+            prop::collection::vec(("[a-zA-Z ]{1,8}", inner), 0..4).prop_map(|v| {
+                let m: Vec<String> = v.iter().map(|(k, x)| format!("\"{k}\": {x}")).collect();
+                format!("{{{}}}", m.join(", "))
+            }),
+        ]
+    })
+}
+
+/// An event with keys drawn from those steptrace reads (and a few it does not), in any order,
+/// repeats included.
+fn event_text() -> impl Strategy<Value = String> {
+    const KEYS: &[&str] = &[
+        "ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args", "s", "Ev Idx",
+    ];
+    const ARGS: &[&str] = &[
+        "External id",
+        "external id",
+        "Record function id",
+        "Sequence number",
+        "Fwd thread id",
+        "correlation",
+        "Addr",
+        "Bytes",
+        "Total Allocated",
+        "Device Type",
+        "stream",
+        "bytes",
+        "Input Dims",
+        "Input dims",
+        "Input type",
+        "Concrete Inputs",
+        "name",
+        "Ev Idx",
+    ];
+    let args = prop::collection::vec((prop::sample::select(ARGS), value()), 0..6).prop_map(|v| {
+        let m: Vec<String> = v.iter().map(|(k, x)| format!("\"{k}\": {x}")).collect();
+        format!("{{{}}}", m.join(", "))
+    });
+    let member = prop_oneof![
+        (prop::sample::select(KEYS), value()).prop_map(|(k, v)| format!("\"{k}\": {v}")),
+        args.prop_map(|a| format!("\"args\": {a}")),
+    ];
+    (prop::collection::vec(member, 0..10), any::<bool>())
+        .prop_map(|(m, spaced)| format!("{{{}}}", m.join(if spaced { ", " } else { "," })))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The hand-written event reader never accepts an event differently from serde_json:
+    /// generated events, and the same with one byte changed, dropped or added.
+    #[test]
+    fn issue7_fast_event_reader_agrees_with_serde(
+        text in event_text(),
+        at in any::<prop::sample::Index>(),
+        byte in prop::sample::select(b"{}[]\",:\\ 0-e.\"x\x01\xc3".to_vec()),
+        edit in 0u8..4,
+    ) {
+        prop_assert!(steptrace::ingest::kineto::fast_reader_agrees(text.as_bytes()), "{}", text);
+        let mut b = text.into_bytes();
+        let i = at.index(b.len().max(1)).min(b.len().saturating_sub(1));
+        match edit {
+            0 if !b.is_empty() => b[i] = byte,
+            1 if !b.is_empty() => { b.remove(i); }
+            2 => b.insert(i, byte),
+            _ => {}
+        }
+        prop_assert!(steptrace::ingest::kineto::fast_reader_agrees(&b), "{}", String::from_utf8_lossy(&b));
+    }
 
     /// Parsing in chunks on many threads loses and reorders nothing, whatever the names hold
     /// (quotes, braces, escapes, unicode).

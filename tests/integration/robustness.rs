@@ -28,6 +28,7 @@ fn fuzz_corpus_and_regressions_replay_without_panic() {
         ("kineto", steptrace::fuzzing::kineto as fn(&[u8])),
         ("pickle", steptrace::fuzzing::pickle),
         ("exec_trace", steptrace::fuzzing::exec_trace),
+        ("kineto_event", steptrace::fuzzing::kineto_event),
     ] {
         for dir in [
             base.join("corpus").join(target),

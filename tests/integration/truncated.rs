@@ -7,7 +7,10 @@ use crate::common::root;
 #[test]
 fn truncated_sample_keeps_complete_events() {
     let path = root().join("sample_traces/resnet18/trace.json.gz");
-    let text = steptrace::ingest::source::read(&path).unwrap().bytes;
+    let text = steptrace::ingest::source::read(&path)
+        .unwrap()
+        .bytes
+        .to_vec();
     let mut d = steptrace::diagnostics::Diagnostics::default();
     let whole = steptrace::ingest::kineto::from_bytes(&path, text.clone(), false, &mut d).unwrap();
     let mut last = 0;

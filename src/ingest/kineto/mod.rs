@@ -4,14 +4,14 @@
 //! interned event tables. Chunks are merged in file order, so the tables do not depend on the
 //! number of threads.
 
+mod fast;
 pub(crate) mod raw;
 
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use self::raw::{IdOrName, RawEvent, RawHeader};
+use self::raw::{time_ns, BadTime, IdOrName, RawEvent, RawHeader};
 use super::json_scan;
 use super::source;
 use super::Error;
@@ -53,16 +53,31 @@ pub enum OpKind {
     Annotation,
 }
 
-/// Operator inputs as recorded with `record_shapes`, kept as raw JSON text and parsed only by
-/// the analyses that need them (most ops never are).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OpInputs {
+/// Operator inputs as recorded with `record_shapes`: raw JSON text, parsed only by the
+/// analyses that need it (most ops never are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpInputs<'a> {
     /// `Input Dims`.
-    pub dims: Option<Box<str>>,
+    pub dims: Option<&'a str>,
     /// `Input type`.
-    pub types: Option<Box<str>>,
+    pub types: Option<&'a str>,
     /// `Concrete Inputs`.
-    pub concrete: Option<Box<str>>,
+    pub concrete: Option<&'a str>,
+}
+
+/// Where an op's [`OpInputs`] lie in [`KinetoTrace::input_text`]: the three texts one after
+/// another from `start`, each length 0 when not recorded (no JSON text is empty). Spans into
+/// one shared text instead of three boxed strings per op: the parse allocates nothing per op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InputSpans {
+    /// Offset of the first text.
+    pub start: u64,
+    /// Length of `Input Dims`.
+    pub dims: u32,
+    /// Length of `Input type`.
+    pub types: u32,
+    /// Length of `Concrete Inputs`.
+    pub concrete: u32,
 }
 
 /// A CPU range: operator or annotation. Times are integer nanoseconds on the trace's clock.
@@ -86,8 +101,8 @@ pub struct CpuOp {
     pub seq: Option<i64>,
     /// `Fwd thread id` on backward nodes.
     pub fwd_tid: Option<i64>,
-    /// Shapes and types of the inputs, when recorded.
-    pub inputs: Option<Box<OpInputs>>,
+    /// Shapes and types of the inputs, when recorded ([`KinetoTrace::inputs`] reads them).
+    pub inputs: InputSpans,
 }
 
 impl CpuOp {
@@ -279,6 +294,8 @@ pub struct KinetoTrace {
     pub truncated: Option<Truncation>,
     /// Uncompressed size, bytes.
     pub text_bytes: usize,
+    /// The texts behind every op's [`InputSpans`].
+    pub input_text: String,
 }
 
 impl KinetoTrace {
@@ -295,6 +312,23 @@ impl KinetoTrace {
     pub fn str(&self, id: StrId) -> &str {
         self.strings.resolve(id)
     }
+
+    /// An op's recorded inputs.
+    pub fn inputs(&self, op: &CpuOp) -> OpInputs<'_> {
+        let s = op.inputs;
+        let mut at = usize::try_from(s.start).unwrap_or(usize::MAX);
+        let mut take = |len: u32| {
+            let len = len as usize;
+            let text = self.input_text.get(at..at.saturating_add(len));
+            at = at.saturating_add(len);
+            text.filter(|t| !t.is_empty())
+        };
+        OpInputs {
+            dims: take(s.dims),
+            types: take(s.types),
+            concrete: take(s.concrete),
+        }
+    }
 }
 
 /// Reads and parses a Kineto trace file (`.json` or gzip).
@@ -306,22 +340,23 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
 /// Parses Kineto trace text already in memory.
 pub fn from_bytes(
     path: &Path,
-    buf: Vec<u8>,
+    buf: impl Into<source::Bytes>,
     gzip_cut: bool,
     diag: &mut Diagnostics,
 ) -> Result<KinetoTrace, Error> {
-    from_bytes_chunked(path, buf, gzip_cut, CHUNK_BYTES, diag)
+    from_bytes_chunked(path, buf.into(), gzip_cut, CHUNK_BYTES, diag)
 }
 
 /// [`from_bytes`] with a chosen parse-task size (tests and benchmarks vary it; the result must
 /// not depend on it).
 pub fn from_bytes_chunked(
     path: &Path,
-    buf: Vec<u8>,
+    buf: impl Into<source::Bytes>,
     gzip_cut: bool,
     chunk_bytes: usize,
     diag: &mut Diagnostics,
 ) -> Result<KinetoTrace, Error> {
+    let buf: source::Bytes = buf.into();
     let fmt_err = |what: String| Error::Format {
         path: path.to_path_buf(),
         what,
@@ -342,17 +377,19 @@ pub fn from_bytes_chunked(
         ));
     };
     let arr_start = found.value_start;
-    // Two scan tasks per thread balance uneven event sizes; the result does not depend on it.
-    let tasks = 2 * rayon::current_num_threads();
-    let chunks = json_scan::chunk_array_parallel(&buf, arr_start, chunk_bytes.max(1), tasks)
+    let (partials, array) =
+        json_scan::walk_array_parallel(&buf, arr_start, chunk_bytes.max(1), |from, limit| {
+            parse_piece(&buf, from, limit)
+        })
         .map_err(|off| {
             fmt_err(format!(
                 "\"traceEvents\" is not a well-formed array (byte {off})"
             ))
         })?;
+    let elements = partials.iter().map(|p| p.elements).sum();
 
-    let header = parse_header(&buf, arr_start, chunks.end).map_err(fmt_err)?;
-    let truncated = match (chunks.end, chunks.cut_at) {
+    let header = parse_header(&buf, arr_start, array.end).map_err(fmt_err)?;
+    let truncated = match (array.end, array.cut_at) {
         (None, cut) => {
             let at = cut.unwrap_or(buf.len());
             Some(Truncation {
@@ -376,16 +413,10 @@ pub fn from_bytes_chunked(
                 path.display(),
                 t.at_byte,
                 if t.gzip_stream_cut { ", gzip stream cut" } else { "" },
-                chunks.elements
+                elements
             ),
         );
     }
-
-    let partials: Vec<Partial> = chunks
-        .chunks
-        .par_iter()
-        .map(|&(s, e)| parse_chunk(&buf, s, e))
-        .collect();
 
     let mut trace = KinetoTrace {
         path: path.to_path_buf(),
@@ -399,9 +430,10 @@ pub fn from_bytes_chunked(
         modules: Vec::new(),
         flows: Vec::new(),
         process_names: Vec::new(),
-        event_count: chunks.elements,
+        event_count: elements,
         truncated,
         text_bytes: buf.len(),
+        input_text: String::new(),
     };
     drop(buf);
     merge(&mut trace, partials, diag);
@@ -466,6 +498,42 @@ fn parse_header(buf: &[u8], arr_start: usize, arr_end: Option<usize>) -> Result<
     })
 }
 
+/// What a complete (`ph: X`) event's `cat` makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Category {
+    Op(OpKind),
+    Runtime,
+    Gpu(GpuKind),
+    Python,
+    Other,
+}
+
+impl Category {
+    /// Case does not matter: older writers used `Operator`, `Runtime`, `Kernel`.
+    fn of(cat: &str) -> Category {
+        const NAMES: [(&str, Category); 11] = [
+            ("cpu_op", Category::Op(OpKind::Op)),
+            ("kernel", Category::Gpu(GpuKind::Kernel)),
+            ("cuda_runtime", Category::Runtime),
+            ("python_function", Category::Python),
+            ("user_annotation", Category::Op(OpKind::Annotation)),
+            ("operator", Category::Op(OpKind::Op)),
+            ("runtime", Category::Runtime),
+            ("cuda_driver", Category::Runtime),
+            ("gpu_memcpy", Category::Gpu(GpuKind::Memcpy)),
+            ("memcpy", Category::Gpu(GpuKind::Memcpy)),
+            ("gpu_memset", Category::Gpu(GpuKind::Memset)),
+        ];
+        if cat.eq_ignore_ascii_case("memset") {
+            return Category::Gpu(GpuKind::Memset);
+        }
+        NAMES
+            .iter()
+            .find(|(n, _)| cat.eq_ignore_ascii_case(n))
+            .map_or(Category::Other, |&(_, c)| c)
+    }
+}
+
 /// Local thread key before merging: strings are chunk-local ids.
 type LocalThreadKey = (ThreadKey, ThreadKey);
 
@@ -484,19 +552,10 @@ struct Partial {
     process_names: Vec<(i64, String)>,
     /// (kind, message) of anomalies, in order.
     anomalies: Vec<(&'static str, String)>,
-}
-
-/// Microseconds (as written) to integer nanoseconds.
-fn to_ns(us: f64) -> i64 {
-    (us * 1000.0).round() as i64
-}
-
-/// Times beyond ±2^62 ns (146 years either side of the epoch) are corrupt: reject them before
-/// any arithmetic on them can overflow.
-const MAX_ABS_US: f64 = (1u64 << 62) as f64 / 1000.0;
-
-fn valid_time(us: f64) -> bool {
-    us.is_finite() && us.abs() < MAX_ABS_US
+    /// Ops' input texts; their spans are relative to this piece until merged.
+    input_text: String,
+    /// Elements of `traceEvents` walked.
+    elements: usize,
 }
 
 impl Partial {
@@ -527,8 +586,7 @@ impl Partial {
             "X" => self.add_complete(&ev, cat, name, offset),
             "i" | "I" if name == "[memory]" => self.add_memory(&ev, offset),
             "s" | "f" if cat == "fwdbwd" => {
-                let (Some(ts), Some(id)) = (ev.ts.f64().filter(|&t| valid_time(t)), ev.id.as_ref())
-                else {
+                let (Ok(ts), Some(id)) = (time_ns(&ev.ts), ev.id.as_ref()) else {
                     return;
                 };
                 let id = match id {
@@ -539,7 +597,7 @@ impl Partial {
                 self.flows.push(FlowEnd {
                     id,
                     thread,
-                    ts: to_ns(ts),
+                    ts,
                     is_start: ph == "s",
                 });
             }
@@ -555,53 +613,50 @@ impl Partial {
     }
 
     fn add_complete(&mut self, ev: &RawEvent<'_>, cat: &str, name: &str, offset: usize) {
-        let Some(ts) = ev.ts.f64() else {
-            self.anomalies.push((
-                "event_without_time",
-                format!("'{name}' at byte {offset} has no usable ts"),
-            ));
-            return;
+        let start = match time_ns(&ev.ts) {
+            Ok(t) => t,
+            Err(BadTime::Missing) => {
+                self.anomalies.push((
+                    "event_without_time",
+                    format!("'{name}' at byte {offset} has no usable ts"),
+                ));
+                return;
+            }
+            Err(BadTime::OutOfRange) => {
+                let ts = ev.ts.0.as_deref().unwrap_or_default();
+                self.anomalies.push((
+                    "timestamp_out_of_range",
+                    format!("'{name}' at byte {offset} has ts {ts}; skipped"),
+                ));
+                return;
+            }
         };
-        if !valid_time(ts) {
-            self.anomalies.push((
-                "timestamp_out_of_range",
-                format!("'{name}' at byte {offset} has ts {ts}; skipped"),
-            ));
-            return;
-        }
-        let mut dur = ev.dur.f64().unwrap_or(0.0);
-        if !valid_time(dur) || dur < 0.0 {
-            self.anomalies.push((
-                "negative_duration",
-                format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
-            ));
-            dur = 0.0;
-        }
-        let start = to_ns(ts);
-        let dur = to_ns(dur);
+        let dur = match time_ns(&ev.dur) {
+            Ok(d) if d >= 0 => d,
+            Err(BadTime::Missing) => 0,
+            _ => {
+                let dur = ev.dur.0.as_deref().unwrap_or_default();
+                self.anomalies.push((
+                    "negative_duration",
+                    format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
+                ));
+                0
+            }
+        };
         let default_args = raw::RawArgs::default();
         let args = ev.args.as_ref().unwrap_or(&default_args);
-        let lc = cat.to_ascii_lowercase();
-        match lc.as_str() {
-            "cpu_op" | "operator" | "user_annotation" => {
+        match Category::of(cat) {
+            Category::Op(kind) => {
                 let inputs = if args.input_dims.is_some() || args.input_type.is_some() {
-                    Some(Box::new(OpInputs {
-                        dims: args.input_dims.map(|r| r.get().into()),
-                        types: args.input_type.map(|r| r.get().into()),
-                        concrete: args.concrete_inputs.map(|r| r.get().into()),
-                    }))
+                    self.keep_inputs(args.input_dims, args.input_type, args.concrete_inputs)
                 } else {
-                    None
+                    InputSpans::default()
                 };
                 let thread = self.thread(ev);
                 let name = self.strings.intern(name);
                 self.ops.push(CpuOp {
                     name,
-                    kind: if lc == "user_annotation" {
-                        OpKind::Annotation
-                    } else {
-                        OpKind::Op
-                    },
+                    kind,
                     thread,
                     start,
                     dur,
@@ -612,7 +667,7 @@ impl Partial {
                     inputs,
                 });
             }
-            "cuda_runtime" | "runtime" | "cuda_driver" => {
+            Category::Runtime => {
                 let thread = self.thread(ev);
                 let name = self.strings.intern(name);
                 self.runtime.push(RuntimeCall {
@@ -623,12 +678,7 @@ impl Partial {
                     correlation: args.correlation.i64(),
                 });
             }
-            "kernel" | "gpu_memcpy" | "memcpy" | "gpu_memset" | "memset" => {
-                let kind = match lc.as_str() {
-                    "kernel" => GpuKind::Kernel,
-                    "gpu_memcpy" | "memcpy" => GpuKind::Memcpy,
-                    _ => GpuKind::Memset,
-                };
+            Category::Gpu(kind) => {
                 let stream = args.stream.i64().unwrap_or(match ev.tid {
                     Some(IdOrName::Num(t)) => t,
                     _ => -1,
@@ -649,7 +699,7 @@ impl Partial {
                     bytes: args.bytes.i64(),
                 });
             }
-            "python_function" => {
+            Category::Python => {
                 if let Some(m) = name.strip_prefix("nn.Module: ") {
                     let thread = self.thread(ev);
                     let name = self.strings.intern(m);
@@ -661,18 +711,42 @@ impl Partial {
                     });
                 }
             }
-            _ => {}
+            Category::Other => {}
         }
+    }
+
+    /// Copies an op's input texts into this piece's text; texts over 4 GiB are not kept.
+    fn keep_inputs(
+        &mut self,
+        dims: Option<&str>,
+        types: Option<&str>,
+        concrete: Option<&str>,
+    ) -> InputSpans {
+        let start = self.input_text.len() as u64;
+        let mut put = |t: Option<&str>| match t.map(|t| (t, u32::try_from(t.len()))) {
+            Some((t, Ok(len))) => {
+                self.input_text.push_str(t);
+                len
+            }
+            _ => 0,
+        };
+        let spans = InputSpans {
+            start,
+            dims: put(dims),
+            types: put(types),
+            concrete: put(concrete),
+        };
+        if spans.dims == 0 && spans.types == 0 && spans.concrete == 0 {
+            return InputSpans::default();
+        }
+        spans
     }
 
     fn add_memory(&mut self, ev: &RawEvent<'_>, offset: usize) {
         let Some(args) = &ev.args else {
             return;
         };
-        let (Some(ts), Some(bytes)) = (
-            ev.ts.f64().filter(|&t| valid_time(t)),
-            args.signed_bytes.i64(),
-        ) else {
+        let (Ok(ts), Some(bytes)) = (time_ns(&ev.ts), args.signed_bytes.i64()) else {
             self.anomalies.push((
                 "malformed_memory_event",
                 format!("[memory] at byte {offset} lacks ts or Bytes"),
@@ -682,7 +756,7 @@ impl Partial {
         let thread = self.thread(ev);
         self.memory.push(MemEvent {
             thread,
-            ts: to_ns(ts),
+            ts,
             addr: args.addr.u64().unwrap_or(0),
             bytes,
             total_allocated: args.total_allocated.i64().unwrap_or(-1),
@@ -721,49 +795,74 @@ fn skippable(buf: &[u8]) -> bool {
     false
 }
 
-fn parse_chunk(buf: &[u8], start: usize, end: usize) -> Partial {
+/// Whether the fast event reader and serde_json agree on the event at the start of `buf`:
+/// where the fast reader accepts it, serde_json must read the same event, ending at the same
+/// byte. The fuzz target `kineto_event` and a property test hold the fast reader to this.
+#[doc(hidden)]
+pub fn fast_reader_agrees(buf: &[u8]) -> bool {
+    let Ok((fast, end)) = fast::event(buf, 0) else {
+        return true;
+    };
+    let mut s = serde_json::Deserializer::from_slice(buf).into_iter::<RawEvent>();
+    match s.next() {
+        Some(Ok(slow)) => slow == fast && s.byte_offset() == end,
+        _ => false,
+    }
+}
+
+/// Parses the events of one piece of `traceEvents`: from `from` until an element starts at or
+/// past `limit`.
+fn parse_piece(buf: &[u8], from: usize, limit: usize) -> (Partial, json_scan::Stop) {
     let mut p = Partial::default();
-    let mut pos = start;
-    while pos < end {
-        pos = json_scan::skip_ws(buf, pos);
-        if pos < end && buf[pos] == b',' {
-            pos += 1;
-            continue;
+    let stop = json_scan::walk_elements(buf, from, limit, |pos| {
+        let end = parse_element(&mut p, buf, pos);
+        p.elements += usize::from(end.is_some());
+        end
+    });
+    (p, stop)
+}
+
+/// Parses the element at `pos` into `p`; returns the index past it, or `None` when the text
+/// ends inside it.
+fn parse_element(p: &mut Partial, buf: &[u8], pos: usize) -> Option<usize> {
+    if skippable(&buf[pos..]) {
+        return fast::skip(buf, pos).or_else(|| json_scan::skip_value(buf, pos));
+    }
+    if let Ok((ev, end)) = fast::event(buf, pos) {
+        p.add(ev, pos);
+        return Some(end);
+    }
+    let mut stream = serde_json::Deserializer::from_slice(&buf[pos..]).into_iter::<RawEvent>();
+    match stream.next()? {
+        Ok(ev) => {
+            let end = pos + stream.byte_offset();
+            p.add(ev, pos);
+            Some(end)
         }
-        if pos >= end {
-            break;
-        }
-        if skippable(&buf[pos..end]) {
-            if let Some(next) = json_scan::skip_value(buf, pos) {
-                pos = next.min(end);
-                continue;
-            }
-        }
-        let slice = &buf[pos..end];
-        let mut stream = serde_json::Deserializer::from_slice(slice).into_iter::<RawEvent>();
-        match stream.next() {
-            Some(Ok(ev)) => {
-                let used = stream.byte_offset();
-                p.add(ev, pos);
-                pos += used;
-            }
-            Some(Err(e)) => {
-                // One malformed event does not spoil the rest: skip it structurally.
-                let next = json_scan::skip_value(buf, pos).unwrap_or(end).min(end);
-                p.anomalies.push((
-                    "malformed_event",
-                    format!("event at byte {pos} could not be read ({e}); skipped"),
-                ));
-                pos = next.max(pos + 1);
-            }
-            None => break,
+        Err(e) => {
+            // One malformed event does not spoil the rest: skip it structurally. If even that
+            // fails, the text ends inside it.
+            let next = json_scan::skip_value(buf, pos)?;
+            p.anomalies.push((
+                "malformed_event",
+                format!("event at byte {pos} could not be read ({e}); skipped"),
+            ));
+            Some(next)
         }
     }
-    p
 }
 
 fn merge(trace: &mut KinetoTrace, partials: Vec<Partial>, diag: &mut Diagnostics) {
     let mut thread_index: FxHashMap<(ThreadKey, ThreadKey), ThreadId> = FxHashMap::default();
+    // Sized once: regrowing tables of millions of rows would copy them again and again.
+    let total = |f: fn(&Partial) -> usize| partials.iter().map(f).sum::<usize>();
+    trace.ops.reserve_exact(total(|p| p.ops.len()));
+    trace.runtime.reserve_exact(total(|p| p.runtime.len()));
+    trace.gpu.reserve_exact(total(|p| p.gpu.len()));
+    trace.memory.reserve_exact(total(|p| p.memory.len()));
+    trace
+        .input_text
+        .reserve_exact(total(|p| p.input_text.len()));
     for mut p in partials {
         let smap = trace.strings.absorb(&p.strings);
         let s = |id: StrId| smap[id.0 as usize];
@@ -786,9 +885,15 @@ fn merge(trace: &mut KinetoTrace, partials: Vec<Partial>, diag: &mut Diagnostics
             })
             .collect();
         let t = |id: ThreadId| tmap[id.0 as usize];
+        let text_base = trace.input_text.len() as u64;
+        trace.input_text.push_str(&p.input_text);
         trace.ops.extend(p.ops.drain(..).map(|mut o| {
             o.name = s(o.name);
             o.thread = t(o.thread);
+            // Ops without inputs keep the all-zero span, wherever their piece began.
+            if o.inputs != InputSpans::default() {
+                o.inputs.start += text_base;
+            }
             o
         }));
         trace.runtime.extend(p.runtime.drain(..).map(|mut r| {
@@ -852,10 +957,8 @@ mod tests {
         assert_eq!(t.ops.len(), 1);
         assert_eq!(t.ops[0].start, 10_500);
         assert_eq!(t.ops[0].seq, Some(7));
-        assert_eq!(
-            t.ops[0].inputs.as_ref().unwrap().dims.as_deref(),
-            Some("[[2,3],[3,4]]")
-        );
+        assert_eq!(t.inputs(&t.ops[0]).dims, Some("[[2,3],[3,4]]"));
+        assert_eq!(t.inputs(&t.ops[0]).types, None);
         assert_eq!(t.gpu[0].correlation, Some(9));
         assert_eq!(t.runtime[0].correlation, Some(9));
         assert_eq!(t.memory[0].total_allocated, 512);

@@ -1,0 +1,471 @@
+//! A hand-written reader for events in the plain form Kineto writes: ASCII strings without
+//! escapes, integer ids, decimal times. It takes each byte once and allocates nothing, which is
+//! several times faster than serde's generic path. Anything else (an escape, a non-ASCII byte,
+//! a float id, a duplicate key, an array where an object belongs, malformed text) makes it give
+//! up on that event with [`Bail`], and serde_json reads the event instead. So this reader only
+//! ever accepts what serde_json accepts, and yields the same [`RawEvent`] for it; a unit test,
+//! a property test and a fuzz target compare the two.
+
+use std::borrow::Cow;
+
+use super::raw::{IdOrName, Lenient, LenientStr, RawArgs, RawEvent, RawTime};
+
+/// This event is not in the plain form: let serde_json read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bail;
+
+type R<T> = Result<T, Bail>;
+
+/// Nesting beyond this is left to serde_json (whose own limit is 128).
+const MAX_DEPTH: usize = 64;
+
+/// Skips the value at `at` like [`super::json_scan::skip_value`] but faster on the short
+/// events it serves (one pass, no searcher set-up per string); `None` when the value is not
+/// plain (then `skip_value` decides).
+pub(crate) fn skip(buf: &[u8], at: usize) -> Option<usize> {
+    let mut c = Cur { b: buf, i: at };
+    c.skip(1).ok().map(|()| c.i)
+}
+
+/// Reads the event whose `{` is at `at`; returns it and the index just past its `}`.
+pub(crate) fn event(buf: &[u8], at: usize) -> R<(RawEvent<'_>, usize)> {
+    let mut c = Cur { b: buf, i: at };
+    let mut ev = RawEvent::default();
+    c.eat(b'{')?;
+    c.ws();
+    if c.peek()? == b'}' {
+        return Ok((ev, c.i + 1));
+    }
+    let mut seen = 0u32;
+    loop {
+        let key = c.key()?;
+        let bit = match key {
+            "ph" => 1,
+            "cat" => 2,
+            "name" => 4,
+            "pid" => 8,
+            "tid" => 16,
+            "ts" => 32,
+            "dur" => 64,
+            "id" => 128,
+            "args" => 256,
+            _ => 0,
+        };
+        // serde's derive refuses a repeated field; let it say so.
+        if seen & bit != 0 {
+            return Err(Bail);
+        }
+        seen |= bit;
+        match bit {
+            1 => ev.ph = c.lenient_str()?,
+            2 => ev.cat = c.lenient_str()?,
+            4 => ev.name = c.lenient_str()?,
+            8 => ev.pid = c.id_or_name()?,
+            16 => ev.tid = c.id_or_name()?,
+            32 => ev.ts = c.time()?,
+            64 => ev.dur = c.time()?,
+            128 => ev.id = c.id_or_name()?,
+            256 => ev.args = c.args()?,
+            _ => c.skip(1)?,
+        }
+        if c.next_member(b'}')? {
+            return Ok((ev, c.i));
+        }
+    }
+}
+
+/// Any byte that ends the plain part of a string: `"`, `\`, a control character or non-ASCII.
+#[inline]
+fn special_in(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH != 0;
+    // Bytes below 0x20 (exact for ASCII bytes; non-ASCII ones are caught by HIGH itself).
+    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH != 0;
+    w & HIGH != 0
+        || below_space
+        || has_zero(w ^ (ONES * b'"' as u64))
+        || has_zero(w ^ (ONES * b'\\' as u64))
+}
+
+/// Bytes already checked to be ASCII as text, without checking them again: `str::from_utf8`
+/// on every name and number was 6% of a whole `analyze` run.
+#[inline]
+fn ascii(b: &[u8]) -> &str {
+    debug_assert!(b.is_ascii());
+    // SAFETY: every caller passes bytes it has checked to be below 0x80 (string contents,
+    // number and literal characters, JSON punctuation and whitespace), and ASCII is UTF-8.
+    unsafe { std::str::from_utf8_unchecked(b) }
+}
+
+struct Cur<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cur<'a> {
+    #[inline]
+    fn peek(&self) -> R<u8> {
+        self.b.get(self.i).copied().ok_or(Bail)
+    }
+
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    #[inline]
+    fn eat(&mut self, c: u8) -> R<()> {
+        if self.b.get(self.i) == Some(&c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(Bail)
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> R<()> {
+        if self.b[self.i..].starts_with(word) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            Err(Bail)
+        }
+    }
+
+    /// At `"`: the string's content, which must be plain ASCII.
+    #[inline]
+    fn string(&mut self) -> R<&'a str> {
+        let b = self.b;
+        if b.get(self.i) != Some(&b'"') {
+            return Err(Bail);
+        }
+        let start = self.i + 1;
+        let mut j = start;
+        while let Some(w) = b.get(j..j + 8) {
+            let w = u64::from_le_bytes(w.try_into().map_err(|_| Bail)?);
+            if special_in(w) {
+                break;
+            }
+            j += 8;
+        }
+        loop {
+            match *b.get(j).ok_or(Bail)? {
+                b'"' => break,
+                b'\\' | 0..0x20 | 0x80.. => return Err(Bail),
+                _ => j += 1,
+            }
+        }
+        self.i = j + 1;
+        Ok(ascii(&b[start..j]))
+    }
+
+    /// A member's key and the `:` after it.
+    #[inline]
+    fn key(&mut self) -> R<&'a str> {
+        let k = self.string()?;
+        self.ws();
+        self.eat(b':')?;
+        self.ws();
+        Ok(k)
+    }
+
+    /// After a member's value: `true` at the closing `close` (consumed), `false` after a `,`
+    /// (consumed, with the whitespace before the next key).
+    #[inline]
+    fn next_member(&mut self, close: u8) -> R<bool> {
+        self.ws();
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                self.ws();
+                Ok(false)
+            }
+            c if c == close => {
+                self.i += 1;
+                Ok(true)
+            }
+            _ => Err(Bail),
+        }
+    }
+
+    /// A number in JSON's grammar; its text.
+    #[inline]
+    fn number(&mut self) -> R<&'a str> {
+        let b = self.b;
+        let s = self.i;
+        let mut j = s;
+        let digits = |j: &mut usize| {
+            let d = *j;
+            while let Some(b'0'..=b'9') = b.get(*j) {
+                *j += 1;
+            }
+            *j > d
+        };
+        if b.get(j) == Some(&b'-') {
+            j += 1;
+        }
+        match b.get(j) {
+            Some(b'0') => j += 1,
+            Some(b'1'..=b'9') => {
+                digits(&mut j);
+            }
+            _ => return Err(Bail),
+        }
+        if b.get(j) == Some(&b'.') {
+            j += 1;
+            if !digits(&mut j) {
+                return Err(Bail);
+            }
+        }
+        if let Some(b'e' | b'E') = b.get(j) {
+            j += 1;
+            if let Some(b'+' | b'-') = b.get(j) {
+                j += 1;
+            }
+            if !digits(&mut j) {
+                return Err(Bail);
+            }
+        }
+        self.i = j;
+        Ok(ascii(&b[s..j]))
+    }
+
+    /// An integer that serde_json would hand over as `i64`/`u64` without loss.
+    #[inline]
+    fn int(&mut self) -> R<i64> {
+        let t = self.number()?;
+        // serde_json reads `-0` as the float -0.0.
+        if t.len() > 18 || t == "-0" || t.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+            return Err(Bail);
+        }
+        t.parse().map_err(|_| Bail)
+    }
+
+    fn lenient_str(&mut self) -> R<LenientStr<'a>> {
+        match self.peek()? {
+            b'"' => Ok(LenientStr(Some(Cow::Borrowed(self.string()?)))),
+            b'n' => self.literal(b"null").map(|()| LenientStr(None)),
+            _ => Err(Bail),
+        }
+    }
+
+    fn id_or_name(&mut self) -> R<Option<IdOrName<'a>>> {
+        match self.peek()? {
+            b'"' => Ok(Some(IdOrName::Name(Cow::Borrowed(self.string()?)))),
+            b'n' => self.literal(b"null").map(|()| None),
+            _ => Ok(Some(IdOrName::Num(self.int()?))),
+        }
+    }
+
+    fn time(&mut self) -> R<RawTime<'a>> {
+        match self.peek()? {
+            b'"' => Ok(RawTime(Some(Cow::Borrowed(self.string()?)))),
+            b'n' => self.literal(b"null").map(|()| RawTime(None)),
+            _ => Ok(RawTime(Some(Cow::Borrowed(self.number()?)))),
+        }
+    }
+
+    fn lenient(&mut self) -> R<Lenient> {
+        match self.peek()? {
+            b'n' => self.literal(b"null").map(|()| Lenient::default()),
+            _ => Ok(Lenient(None, Some(i128::from(self.int()?)))),
+        }
+    }
+
+    /// A recorded-inputs member: its JSON text, as serde_json's `RawValue` would give it.
+    fn raw(&mut self) -> R<Option<&'a str>> {
+        if self.peek()? == b'n' {
+            return self.literal(b"null").map(|()| None);
+        }
+        let s = self.i;
+        self.skip(2)?;
+        // Whatever `skip` accepts is ASCII: its strings are checked byte by byte, the rest is
+        // digits, letters of literals, punctuation and whitespace.
+        Ok(Some(ascii(&self.b[s..self.i])))
+    }
+
+    fn args(&mut self) -> R<Option<RawArgs<'a>>> {
+        match self.peek()? {
+            b'n' => return self.literal(b"null").map(|()| None),
+            b'{' => self.i += 1,
+            _ => return Err(Bail),
+        }
+        let mut a = RawArgs::default();
+        self.ws();
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Ok(Some(a));
+        }
+        let mut seen = 0u32;
+        loop {
+            let key = self.key()?;
+            let bit: u32 = match key {
+                "External id" | "external id" => 1,
+                "Record function id" => 1 << 1,
+                "Sequence number" => 1 << 2,
+                "Fwd thread id" => 1 << 3,
+                "correlation" => 1 << 4,
+                "Addr" => 1 << 5,
+                "Bytes" => 1 << 6,
+                "Total Allocated" => 1 << 7,
+                "Total Reserved" => 1 << 8,
+                "Device Type" => 1 << 9,
+                "Device Id" => 1 << 10,
+                "device" => 1 << 11,
+                "stream" => 1 << 12,
+                "bytes" => 1 << 13,
+                "Input Dims" | "Input dims" => 1 << 14,
+                "Input type" => 1 << 15,
+                "Concrete Inputs" => 1 << 16,
+                "name" => 1 << 17,
+                _ => 0,
+            };
+            if seen & bit != 0 {
+                return Err(Bail);
+            }
+            seen |= bit;
+            match bit.trailing_zeros() {
+                0 => a.ext_id = self.lenient()?,
+                1 => a.rf_id = self.lenient()?,
+                2 => a.seq = self.lenient()?,
+                3 => a.fwd_tid = self.lenient()?,
+                4 => a.correlation = self.lenient()?,
+                5 => a.addr = self.lenient()?,
+                6 => a.signed_bytes = self.lenient()?,
+                7 => a.total_allocated = self.lenient()?,
+                8 => a.total_reserved = self.lenient()?,
+                9 => a.device_type = self.lenient()?,
+                10 => a.device_id = self.lenient()?,
+                11 => a.device = self.lenient()?,
+                12 => a.stream = self.lenient()?,
+                13 => a.bytes = self.lenient()?,
+                14 => a.input_dims = self.raw()?,
+                15 => a.input_type = self.raw()?,
+                16 => a.concrete_inputs = self.raw()?,
+                17 => a.name = self.lenient_str()?,
+                _ => self.skip(2)?,
+            }
+            if self.next_member(b'}')? {
+                return Ok(Some(a));
+            }
+        }
+    }
+
+    /// Skips one value, checking it against JSON's grammar as serde_json would.
+    fn skip(&mut self, depth: usize) -> R<()> {
+        match self.peek()? {
+            b'"' => self.string().map(|_| ()),
+            b'{' => {
+                if depth >= MAX_DEPTH {
+                    return Err(Bail);
+                }
+                self.i += 1;
+                self.ws();
+                if self.peek()? == b'}' {
+                    self.i += 1;
+                    return Ok(());
+                }
+                loop {
+                    self.key()?;
+                    self.skip(depth + 1)?;
+                    if self.next_member(b'}')? {
+                        return Ok(());
+                    }
+                }
+            }
+            b'[' => {
+                if depth >= MAX_DEPTH {
+                    return Err(Bail);
+                }
+                self.i += 1;
+                self.ws();
+                if self.peek()? == b']' {
+                    self.i += 1;
+                    return Ok(());
+                }
+                loop {
+                    self.skip(depth + 1)?;
+                    if self.next_member(b']')? {
+                        return Ok(());
+                    }
+                }
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number().map(|_| ()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The serde_json reading of one event, with its end.
+    fn by_serde(text: &str) -> Option<(RawEvent<'_>, usize)> {
+        let mut s = serde_json::Deserializer::from_str(text).into_iter::<RawEvent>();
+        let ev = s.next()?.ok()?;
+        Some((ev, s.byte_offset()))
+    }
+
+    #[test]
+    fn plain_events_read_like_serde() {
+        for text in [
+            r#"{"ph": "X", "cat": "cpu_op", "name": "aten::nll_loss_backward", "pid": 600, "tid": 625, "ts": 4451161997353.046, "dur": 178.315, "args": {"External id": 515, "Record function id": 380, "Concrete Inputs": ["", "", "", "", "1", "-100", ""], "Input type": ["float", "float", "long int", "", "Scalar", "Scalar", "float"], "Input Strides": [[], [10, 1], [1], [], [], [], []], "Input Dims": [[], [8, 10], [8], [], [], [], []], "Ev Idx": 2}}"#,
+            r#"{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 425, "tid": 425, "ts": 4449236826679.243, "args": {"Total Reserved": 322961408, "Total Allocated": 215906816, "Bytes": -262144, "Device Id": 0, "Device Type": 1, "Addr": 139825376919552, "finished": false, "Ev Idx": 5947}}"#,
+            r#"{"ph":"f","id":1,"pid":600,"tid":625,"ts":1.5e3,"cat":"fwdbwd","name":"fwdbwd","bp":"e"}"#,
+            r#"{"ph":"X","cat":"Trace","name":"x","pid":"Spans","tid":"PyTorch Profiler","ts":"12.5","dur":null,"args":null}"#,
+            r#"{ }"#,
+            r#"{"args":{},"extra":[true,false,null,{"a":[-0.5e-3]}]}"#,
+            r#"{"ph":"M","name":"process_name","pid":3,"args":{"name":"python3"}}"#,
+        ] {
+            let (fast, end) =
+                event(text.as_bytes(), 0).unwrap_or_else(|_| panic!("bailed: {text}"));
+            let (slow, slow_end) = by_serde(text).unwrap();
+            assert_eq!(fast, slow, "{text}");
+            assert_eq!(end, slow_end);
+            assert!(super::super::fast_reader_agrees(text.as_bytes()));
+        }
+    }
+
+    #[test]
+    fn anything_unusual_is_left_to_serde() {
+        for text in [
+            r#"{"name":"a\"b"}"#,       // escape
+            "{\"name\":\"caf\u{e9}\"}", // non-ASCII
+            r#"{"pid":1.5}"#,           // float id
+            r#"{"ts":1,"ts":2}"#,       // duplicate field
+            r#"{"args":{"Addr":1,"Addr":2}}"#,
+            r#"["X","cpu_op"]"#, // a struct as a sequence
+            r#"{"ph":"X",}"#,    // trailing comma
+            r#"{"ts":01}"#,      // leading zero
+            r#"{"ts":1.}"#,
+            r#"{"x":tru}"#,
+            r#"{"ph":"X""#, // cut
+            r#"{"args":{"External id":"5"}}"#,
+            r#"{"args":{"Bytes":123456789012345678901}}"#,
+            r#"{"args":{"Bytes":-0}}"#, // serde_json: the float -0.0
+            "{\"name\":\"a\tb\"}",      // raw control character
+        ] {
+            assert_eq!(event(text.as_bytes(), 0).map(|_| ()), Err(Bail), "{text}");
+        }
+    }
+
+    #[test]
+    fn special_bytes_are_found_in_any_lane() {
+        for lane in 0..8 {
+            for c in [b'"', b'\\', 0x1f, 0x00, 0x80, 0xff] {
+                let mut w = [b'a'; 8];
+                w[lane] = c;
+                assert!(special_in(u64::from_le_bytes(w)), "{c:#x} at {lane}");
+            }
+            let mut w = [b'~'; 8];
+            w[lane] = b' ';
+            assert!(!special_in(u64::from_le_bytes(w)));
+        }
+    }
+}
