@@ -4,7 +4,14 @@
 use std::time::Instant;
 
 fn main() {
-    let path = std::path::PathBuf::from(std::env::args().nth(1).expect("usage: stages TRACE"));
+    let path = std::path::PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .expect("usage: stages TRACE | SNAPSHOT.pickle"),
+    );
+    if path.extension().is_some_and(|e| e == "pickle") {
+        return snapshot(&path);
+    }
     let t = Instant::now();
     let src = steptrace::ingest::source::read(&path).unwrap();
     let t_read = t.elapsed();
@@ -64,5 +71,30 @@ fn main() {
         t_write.as_secs_f64(),
         tr.kineto.event_count,
         step.nodes.len()
+    );
+}
+
+/// A snapshot on its own: read, unpickle, extract.
+fn snapshot(path: &std::path::Path) {
+    let t = Instant::now();
+    let src = steptrace::ingest::source::read(path).unwrap();
+    let t_read = t.elapsed();
+    let t = Instant::now();
+    let p = steptrace::ingest::snapshot::unpickle::parse(&src.bytes).unwrap();
+    let t_unpickle = t.elapsed();
+    drop(p);
+    drop(src);
+    // What analyze does: map (or inflate), unpickle, extract.
+    let t = Instant::now();
+    let mut d = steptrace::diagnostics::Diagnostics::default();
+    let s = steptrace::ingest::snapshot::load(path, &mut d).unwrap();
+    let t_all = t.elapsed();
+    println!(
+        "read {:.3}s unpickle {:.3}s; load (read+unpickle+extract) {:.3}s; {} trace entries, {} segments",
+        t_read.as_secs_f64(),
+        t_unpickle.as_secs_f64(),
+        t_all.as_secs_f64(),
+        s.device_traces.iter().map(|d| d.len()).sum::<usize>(),
+        s.segments.len()
     );
 }

@@ -280,7 +280,7 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
                     size: round_block(size as i64),
                     alloc: i64::MIN,
                     free: None,
-                    category: category_from_frames(s, &e.frames),
+                    category: category_from_frames(s, s.stack(e.stack)),
                     producer: None,
                     freer: None,
                     iteration: None,

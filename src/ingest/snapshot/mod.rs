@@ -83,9 +83,14 @@ pub struct TraceEntry {
     pub stream: i64,
     /// Unix-epoch µs (absent before PyTorch 2.1).
     pub time_us: Option<i64>,
-    /// Stack at the event, innermost first.
-    pub frames: Vec<FrameId>,
+    /// Stack at the event ([`Snapshot::stack`] gives its frames, innermost first).
+    pub stack: StackId,
 }
+
+/// Index of a distinct stack in [`Snapshot::stacks`]: millions of history entries share a few
+/// thousand stacks, so each entry holds 4 bytes instead of a vector of frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(pub u32);
 
 /// A segment (one cudaMalloc) alive when the snapshot was taken.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +146,8 @@ pub struct Snapshot {
     pub strings: Interner,
     /// Distinct frames.
     pub frames: Vec<Frame>,
+    /// Distinct stacks, innermost frame first.
+    pub stacks: Vec<Box<[FrameId]>>,
     /// Segments alive at snapshot time.
     pub segments: Vec<Segment>,
     /// History per device, in recorded order.
@@ -155,6 +162,11 @@ impl Snapshot {
     /// The string behind an id.
     pub fn str(&self, id: StrId) -> &str {
         self.strings.resolve(id)
+    }
+
+    /// The frames of a stack, innermost first.
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        self.stacks.get(id.0 as usize).map_or(&[], |s| s)
     }
 }
 
@@ -184,15 +196,20 @@ pub fn from_bytes(path: &Path, bytes: &[u8], diag: &mut Diagnostics) -> Result<S
 
 struct Extractor<'a> {
     path: &'a Path,
-    pk: &'a Pickle,
+    pk: &'a Pickle<'a>,
     diag: &'a mut Diagnostics,
     strings: Interner,
     frames: Vec<Frame>,
     frame_index: FxHashMap<ValueId, FrameId>,
+    stacks: Vec<Box<[FrameId]>>,
+    /// Stacks by the pickle's frame objects (a list per entry, its frames shared)...
+    stack_by_list: FxHashMap<Box<[ValueId]>, StackId>,
+    /// ...and by content (equal stacks written as separate lists).
+    stack_by_frames: FxHashMap<Box<[FrameId]>, StackId>,
 }
 
 impl<'a> Extractor<'a> {
-    fn new(path: &'a Path, pk: &'a Pickle, diag: &'a mut Diagnostics) -> Self {
+    fn new(path: &'a Path, pk: &'a Pickle<'a>, diag: &'a mut Diagnostics) -> Self {
         Extractor {
             path,
             pk,
@@ -200,6 +217,9 @@ impl<'a> Extractor<'a> {
             strings: Interner::new(),
             frames: Vec::new(),
             frame_index: FxHashMap::default(),
+            stacks: Vec::new(),
+            stack_by_list: FxHashMap::default(),
+            stack_by_frames: FxHashMap::default(),
         }
     }
 
@@ -219,12 +239,20 @@ impl<'a> Extractor<'a> {
         self.pk.as_i64(id?).and_then(|v| u64::try_from(v).ok())
     }
 
-    fn frames_of(&mut self, id: Option<ValueId>) -> Vec<FrameId> {
-        let Some(id) = id else {
-            return Vec::new();
-        };
-        let items = self.pk.items(id).to_vec();
-        items.into_iter().filter_map(|f| self.frame(f)).collect()
+    fn stack_of(&mut self, id: Option<ValueId>) -> StackId {
+        let pk = self.pk;
+        let objects = id.map_or(&[][..], |id| pk.items(id));
+        if let Some(&s) = self.stack_by_list.get(objects) {
+            return s;
+        }
+        let frames: Box<[FrameId]> = objects.iter().filter_map(|&f| self.frame(f)).collect();
+        let next = StackId(self.stacks.len() as u32);
+        let s = *self.stack_by_frames.entry(frames.clone()).or_insert(next);
+        if s == next {
+            self.stacks.push(frames);
+        }
+        self.stack_by_list.insert(objects.into(), s);
+        s
     }
 
     fn frame(&mut self, id: ValueId) -> Option<FrameId> {
@@ -302,7 +330,12 @@ impl<'a> Extractor<'a> {
             for &dev in pk.items(t) {
                 let mut entries = Vec::with_capacity(pk.items(dev).len());
                 for &e in pk.items(dev) {
-                    let g = |k: &str| pk.dict_get(e, k);
+                    // History entries come as fixed records; other dicts are looked up by key.
+                    let rec = pk.entry(e);
+                    let g = |k: &str| match rec {
+                        Some(r) => r.get(k),
+                        None => pk.dict_get(e, k),
+                    };
                     let Some(action) = g("action").and_then(|a| pk.as_str(a)) else {
                         self.diag.warn(
                             "snapshot_entry_without_action",
@@ -314,14 +347,14 @@ impl<'a> Extractor<'a> {
                         continue;
                     };
                     let action = Action::parse(action);
-                    let frames = self.frames_of(g("frames"));
+                    let stack = self.stack_of(g("frames"));
                     entries.push(TraceEntry {
                         action,
                         addr: self.u64_of(g("addr")).unwrap_or(0),
                         size: self.u64_of(g("size")).unwrap_or(0),
                         stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
                         time_us: g("time_us").and_then(|v| pk.as_i64(v)),
-                        frames,
+                        stack,
                     });
                 }
                 device_traces.push(entries);
@@ -350,6 +383,7 @@ impl<'a> Extractor<'a> {
             path: self.path.to_path_buf(),
             strings: self.strings,
             frames: self.frames,
+            stacks: self.stacks,
             segments,
             device_traces,
             annotations,

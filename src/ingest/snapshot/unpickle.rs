@@ -6,40 +6,101 @@
 //! calls (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID, BINPERSID,
 //! EXT*) is an error naming the opcode and its offset; it is never executed.
 //!
-//! Values live in an arena and the memo stores arena indices, so an object that the pickle
-//! shares in thousands of places (stack frames) is stored once and never copied.
+//! Built for snapshots of a GB: scalars live inline in their 16-byte [`ValueId`], strings are
+//! spans of the input (checked UTF-8, never copied), and the items of containers filled in one
+//! go (nearly all of them: each history entry's dict, each stack's frame list) share two flat
+//! tables, so the reader allocates nothing per container. A container extended again after
+//! others were filled gets a vector of its own, once. The memo stores `ValueId`s, so an object
+//! the pickle shares in thousands of places (stack frames) is stored once and never copied.
 
 use std::fmt;
 
-/// Index of a value in a [`Pickle`] arena.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ValueId(pub u32);
+/// What kind of value a [`ValueId`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    None,
+    Bool,
+    /// An integer of at most 60 bits, in the id itself.
+    Int,
+    /// A wider integer, in a side table.
+    WideInt,
+    Float,
+    BigInt,
+    Str,
+    Bytes,
+    List,
+    Tuple,
+    Dict,
+    Set,
+    /// A dict member that is not there (in a history entry's record).
+    Absent,
+}
 
-/// A plain-data pickle value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+const KINDS: [Kind; 13] = [
+    Kind::None,
+    Kind::Bool,
+    Kind::Int,
+    Kind::WideInt,
+    Kind::Float,
+    Kind::BigInt,
+    Kind::Str,
+    Kind::Bytes,
+    Kind::List,
+    Kind::Tuple,
+    Kind::Dict,
+    Kind::Set,
+    Kind::Absent,
+];
+
+/// Bits of a [`ValueId`] below its kind.
+const PAYLOAD_BITS: u32 = 60;
+const PAYLOAD: u64 = (1 << PAYLOAD_BITS) - 1;
+
+/// A value of a [`Pickle`] in 8 bytes: the kind in the top 4 bits, and below it a small
+/// integer itself or the index of a string, container or wide scalar. Two ids are equal when
+/// they are the same object (containers, strings) or the same small scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ValueId(u64);
+
+impl ValueId {
+    const fn new(kind: Kind, data: u64) -> Self {
+        ValueId(((kind as u64) << PAYLOAD_BITS) | (data & PAYLOAD))
+    }
+
+    fn kind(self) -> Kind {
+        KINDS[(self.0 >> PAYLOAD_BITS) as usize]
+    }
+
+    fn data(self) -> u64 {
+        self.0 & PAYLOAD
+    }
+}
+
+/// A plain-data pickle value, as seen through [`Pickle::get`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'p> {
     /// `None`.
     None,
     /// `True` / `False`.
     Bool(bool),
     /// An integer that fits in 64 bits.
     Int(i64),
-    /// An integer too large for 64 bits, kept as little-endian two's complement bytes.
-    BigInt(Box<[u8]>),
+    /// An integer too large for 64 bits, as little-endian two's complement bytes.
+    BigInt(&'p [u8]),
     /// A float.
     Float(f64),
     /// A text string.
-    Str(Box<str>),
+    Str(&'p str),
     /// A bytes object.
-    Bytes(Box<[u8]>),
+    Bytes(&'p [u8]),
     /// A list.
-    List(Vec<ValueId>),
+    List(&'p [ValueId]),
     /// A tuple.
-    Tuple(Vec<ValueId>),
+    Tuple(&'p [ValueId]),
     /// A dict, in insertion order.
-    Dict(Vec<(ValueId, ValueId)>),
+    Dict(&'p [(ValueId, ValueId)]),
     /// A set or frozenset.
-    Set(Vec<ValueId>),
+    Set(&'p [ValueId]),
 }
 
 /// Why a pickle was refused.
@@ -93,45 +154,198 @@ impl fmt::Display for PickleError {
 
 impl std::error::Error for PickleError {}
 
-/// A parsed pickle: an arena of values and the root.
+/// A history entry's members (see [`Pickle::entry`]).
+#[derive(Debug, Clone, Copy)]
+pub struct EntryRecord<'p>(&'p [ValueId; ENTRY_KEYS.len()]);
+
+impl EntryRecord<'_> {
+    /// The member `key`, as `dict_get` would give it.
+    #[inline]
+    pub fn get(&self, key: &str) -> Option<ValueId> {
+        let v = self.0[ENTRY_KEYS.iter().position(|k| *k == key)?];
+        (v.kind() != Kind::Absent).then_some(v)
+    }
+}
+
+/// Where a string's or byte string's bytes are.
 #[derive(Debug, Clone)]
-pub struct Pickle {
-    values: Vec<Value>,
+enum Text {
+    /// `buf[start..start + len]`.
+    Span(usize, usize),
+    /// Decoded (protocol 0 and Python 2 strings).
+    Owned(Box<str>),
+}
+
+/// The items of one container.
+#[derive(Debug, Clone)]
+enum Items<T> {
+    /// `flat[start..start + len]` of the container kind's shared table.
+    Flat(usize, usize),
+    /// Its own vector: the container grew again after others had been filled.
+    Own(Vec<T>),
+    /// A dict that is a `device_traces` history entry, filled in one go: only the members in
+    /// [`ENTRY_KEYS`], as a fixed record of [`Pickle`]'s `entries`. A GB snapshot holds
+    /// millions of these; as generic dicts they took several times the file's size.
+    Entry(usize),
+}
+
+/// Containers of one item type: their items, mostly in one shared table.
+#[derive(Debug, Clone)]
+struct Store<T> {
+    flat: Vec<T>,
+    items: Vec<Items<T>>,
+}
+
+impl<T: Copy> Store<T> {
+    fn new() -> Self {
+        Store {
+            flat: Vec::new(),
+            items: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, items: &[T]) -> u64 {
+        let start = self.flat.len();
+        self.flat.extend_from_slice(items);
+        self.items.push(Items::Flat(start, items.len()));
+        self.items.len() as u64 - 1
+    }
+
+    fn extend(&mut self, c: u64, more: &[T]) {
+        self.extend_with(c, more.iter().copied());
+    }
+
+    /// Adds items to container `c`: in place when its items end the flat table (or it has
+    /// none yet), otherwise in a vector of its own, made once.
+    fn extend_with(&mut self, c: u64, more: impl Iterator<Item = T>) {
+        let end = self.flat.len();
+        let slot = &mut self.items[c as usize];
+        match slot {
+            Items::Flat(start, len) if *start + *len == end || *len == 0 => {
+                if *len == 0 {
+                    *start = end;
+                }
+                self.flat.extend(more);
+                *len = self.flat.len() - *start;
+            }
+            Items::Flat(start, len) => {
+                let mut v = self.flat[*start..*start + *len].to_vec();
+                v.extend(more);
+                *slot = Items::Own(v);
+            }
+            Items::Own(v) => v.extend(more),
+            // Only dicts become entries, and `Reader::add_to_dict` turns a grown one back
+            // into a generic dict first.
+            Items::Entry(_) => {
+                let v: Vec<T> = more.collect();
+                *slot = Items::Own(v);
+            }
+        }
+    }
+
+    fn get(&self, c: u64) -> &[T] {
+        match &self.items[c as usize] {
+            Items::Flat(start, len) => &self.flat[*start..*start + *len],
+            Items::Own(v) => v,
+            Items::Entry(_) => &[],
+        }
+    }
+}
+
+/// A parsed pickle: its values, over the input bytes.
+#[derive(Debug, Clone)]
+pub struct Pickle<'a> {
+    buf: &'a [u8],
+    texts: Vec<Text>,
+    wide: Vec<i64>,
+    floats: Vec<f64>,
+    seqs: Store<ValueId>,
+    maps: Store<(ValueId, ValueId)>,
+    entries: Vec<[ValueId; ENTRY_KEYS.len()]>,
     /// The value STOP returned.
     pub root: ValueId,
 }
 
-impl Pickle {
+impl<'a> Pickle<'a> {
     /// The value behind an id.
-    pub fn get(&self, id: ValueId) -> &Value {
-        &self.values[id.0 as usize]
+    pub fn get(&self, id: ValueId) -> Value<'_> {
+        let d = id.data();
+        match id.kind() {
+            Kind::None | Kind::Absent => Value::None,
+            Kind::Bool => Value::Bool(d != 0),
+            // Sign-extend the 60-bit payload.
+            Kind::Int => Value::Int(((d << (64 - PAYLOAD_BITS)) as i64) >> (64 - PAYLOAD_BITS)),
+            Kind::WideInt => Value::Int(self.wide[d as usize]),
+            Kind::Float => Value::Float(self.floats[d as usize]),
+            Kind::BigInt => Value::BigInt(self.bytes(d)),
+            Kind::Bytes => Value::Bytes(self.bytes(d)),
+            Kind::Str => Value::Str(self.text(d)),
+            Kind::List => Value::List(self.seqs.get(d)),
+            Kind::Tuple => Value::Tuple(self.seqs.get(d)),
+            Kind::Set => Value::Set(self.seqs.get(d)),
+            Kind::Dict => Value::Dict(self.maps.get(d)),
+        }
     }
 
-    /// Number of values in the arena.
+    fn text_is(&self, t: u64, key: &str) -> bool {
+        self.bytes(t) == key.as_bytes()
+    }
+
+    fn bytes(&self, t: u64) -> &[u8] {
+        match &self.texts[t as usize] {
+            Text::Span(s, n) => &self.buf[*s..*s + *n],
+            Text::Owned(o) => o.as_bytes(),
+        }
+    }
+
+    fn text(&self, t: u64) -> &str {
+        match &self.texts[t as usize] {
+            // Checked when read: a Str span is UTF-8.
+            Text::Span(s, n) => std::str::from_utf8(&self.buf[*s..*s + *n]).unwrap_or_default(),
+            Text::Owned(o) => o,
+        }
+    }
+
+    /// Number of strings and containers (scalars are not counted: they live in their ids).
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.texts.len() + self.seqs.items.len() + self.maps.items.len()
     }
 
-    /// Whether the arena is empty.
+    /// Whether there are no strings or containers.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.len() == 0
     }
 
     /// `dict[key]` for a string key, if `id` is a dict holding it.
     pub fn dict_get(&self, id: ValueId, key: &str) -> Option<ValueId> {
-        match self.get(id) {
-            Value::Dict(items) => items
-                .iter()
-                .find(|(k, _)| matches!(self.get(*k), Value::Str(s) if &**s == key))
-                .map(|(_, v)| *v),
+        if id.kind() != Kind::Dict {
+            return None;
+        }
+        if let Some(r) = self.entry(id) {
+            return r.get(key);
+        }
+        self.maps
+            .get(id.data())
+            .iter()
+            .find(|(k, _)| k.kind() == Kind::Str && self.text_is(k.data(), key))
+            .map(|(_, v)| *v)
+    }
+
+    /// The members of a `device_traces` history entry, when `id` is one read as a record.
+    pub fn entry(&self, id: ValueId) -> Option<EntryRecord<'_>> {
+        if id.kind() != Kind::Dict {
+            return None;
+        }
+        match self.maps.items[id.data() as usize] {
+            Items::Entry(r) => Some(EntryRecord(&self.entries[r])),
             _ => None,
         }
     }
 
-    /// The items of a list or tuple (empty for anything else).
+    /// The items of a list, tuple or set (empty for anything else).
     pub fn items(&self, id: ValueId) -> &[ValueId] {
-        match self.get(id) {
-            Value::List(v) | Value::Tuple(v) | Value::Set(v) => v,
+        match id.kind() {
+            Kind::List | Kind::Tuple | Kind::Set => self.seqs.get(id.data()),
             _ => &[],
         }
     }
@@ -139,9 +353,9 @@ impl Pickle {
     /// An integer value (bools count as 0/1; floats that are whole numbers too).
     pub fn as_i64(&self, id: ValueId) -> Option<i64> {
         match self.get(id) {
-            Value::Int(i) => Some(*i),
-            Value::Bool(b) => Some(*b as i64),
-            Value::Float(f) if f.fract() == 0.0 && f.is_finite() => Some(*f as i64),
+            Value::Int(i) => Some(i),
+            Value::Bool(b) => Some(b as i64),
+            Value::Float(f) if f.fract() == 0.0 && f.is_finite() => Some(f as i64),
             _ => None,
         }
     }
@@ -149,59 +363,71 @@ impl Pickle {
     /// A float value (ints convert).
     pub fn as_f64(&self, id: ValueId) -> Option<f64> {
         match self.get(id) {
-            Value::Int(i) => Some(*i as f64),
-            Value::Float(f) => Some(*f),
+            Value::Int(i) => Some(i as f64),
+            Value::Float(f) => Some(f),
             _ => None,
         }
     }
 
     /// A string value.
     pub fn as_str(&self, id: ValueId) -> Option<&str> {
-        match self.get(id) {
-            Value::Str(s) => Some(s),
-            _ => None,
-        }
+        (id.kind() == Kind::Str).then(|| self.text(id.data()))
     }
-}
-
-/// Upper bound on values, so a small hostile file cannot make us allocate without end: each
-/// value needs at least one opcode byte, so `len + 1` is never exceeded by honest input.
-fn value_budget(len: usize) -> usize {
-    len + 1
-}
-
-enum Slot {
-    Mark,
-    Val(ValueId),
 }
 
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
-    values: Vec<Value>,
-    stack: Vec<Slot>,
+    texts: Vec<Text>,
+    wide: Vec<i64>,
+    floats: Vec<f64>,
+    seqs: Store<ValueId>,
+    maps: Store<(ValueId, ValueId)>,
+    entries: Vec<[ValueId; ENTRY_KEYS.len()]>,
+    stack: Vec<ValueId>,
+    /// Stack heights at each MARK, innermost last.
+    marks: Vec<usize>,
     memo: Vec<Option<ValueId>>,
-    budget: usize,
 }
 
+const NONE: ValueId = ValueId::new(Kind::None, 0);
+
+/// The members of a `device_traces` history entry that are kept (see [`Items::Entry`]).
+const ENTRY_KEYS: [&str; 6] = ["action", "addr", "size", "stream", "time_us", "frames"];
+/// Members an entry may also have, which nothing reads.
+const ENTRY_IGNORED: [&str; 2] = ["compile_context", "user_metadata"];
+const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
+
 /// Parses a pickle holding plain data.
-pub fn parse(buf: &[u8]) -> Result<Pickle, PickleError> {
+pub fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
     let mut r = Reader {
         buf,
         pos: 0,
-        values: Vec::new(),
+        texts: Vec::new(),
+        wide: Vec::new(),
+        floats: Vec::new(),
+        seqs: Store::new(),
+        maps: Store::new(),
+        entries: Vec::new(),
         stack: Vec::new(),
+        marks: Vec::new(),
         memo: Vec::new(),
-        budget: value_budget(buf.len()),
     };
     let root = r.run()?;
     Ok(Pickle {
-        values: r.values,
+        buf,
+        texts: r.texts,
+        wide: r.wide,
+        floats: r.floats,
+        seqs: r.seqs,
+        maps: r.maps,
+        entries: r.entries,
         root,
     })
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
         if self.buf.len() - self.pos < n {
             return Err(PickleError::Truncated { offset: self.pos });
@@ -211,6 +437,7 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
+    #[inline]
     fn u8(&mut self) -> Result<u8, PickleError> {
         Ok(self.take(1)?[0])
     }
@@ -247,59 +474,53 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn alloc(&mut self, v: Value, offset: usize) -> Result<ValueId, PickleError> {
-        if self.values.len() >= self.budget {
-            return Err(self.malformed("more values than the file can hold", offset));
-        }
-        self.values.push(v);
-        Ok(ValueId(self.values.len() as u32 - 1))
-    }
-
-    fn push(&mut self, v: Value, offset: usize) -> Result<(), PickleError> {
-        let id = self.alloc(v, offset)?;
-        self.stack.push(Slot::Val(id));
-        Ok(())
-    }
-
+    #[inline]
     fn pop(&mut self, offset: usize) -> Result<ValueId, PickleError> {
-        match self.stack.pop() {
-            Some(Slot::Val(v)) => Ok(v),
-            Some(Slot::Mark) => Err(self.malformed("unexpected MARK on the stack", offset)),
-            None => Err(self.malformed("stack underflow", offset)),
+        if self.stack.len() <= self.marks.last().copied().unwrap_or(0) && !self.marks.is_empty() {
+            return Err(self.malformed("unexpected MARK on the stack", offset));
         }
+        self.stack
+            .pop()
+            .ok_or_else(|| self.malformed("stack underflow", offset))
     }
 
+    #[inline]
     fn top(&self, offset: usize) -> Result<ValueId, PickleError> {
         match self.stack.last() {
-            Some(Slot::Val(v)) => Ok(*v),
+            Some(v) if self.stack.len() > self.marks.last().copied().unwrap_or(0) => Ok(*v),
             _ => Err(self.malformed("expected a value on the stack", offset)),
         }
     }
 
-    /// Pops everything above the topmost MARK (and the mark).
-    fn pop_mark(&mut self, offset: usize) -> Result<Vec<ValueId>, PickleError> {
-        let idx = self
-            .stack
-            .iter()
-            .rposition(|s| matches!(s, Slot::Mark))
-            .ok_or_else(|| self.malformed("no MARK on the stack", offset))?;
-        let items = self
-            .stack
-            .drain(idx..)
-            .skip(1)
-            .map(|s| match s {
-                Slot::Val(v) => v,
-                Slot::Mark => unreachable!("rposition found the topmost mark"),
-            })
-            .collect();
-        Ok(items)
+    /// The value just below the items `stack[from..]` of a popped MARK.
+    fn below(&self, from: usize, offset: usize) -> Result<ValueId, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        match from.checked_sub(1) {
+            Some(i) if i >= floor => Ok(self.stack[i]),
+            _ => Err(self.malformed("expected a value on the stack", offset)),
+        }
     }
 
-    fn text(&self, b: &[u8], offset: usize) -> Result<Box<str>, PickleError> {
-        match std::str::from_utf8(b) {
-            Ok(s) => Ok(s.into()),
-            Err(_) => Err(self.malformed("string is not UTF-8", offset)),
+    /// The stack height at the topmost MARK, which is removed; the items above it are
+    /// `stack[height..]`.
+    #[inline]
+    fn pop_mark(&mut self, offset: usize) -> Result<usize, PickleError> {
+        self.marks
+            .pop()
+            .ok_or_else(|| self.malformed("no MARK on the stack", offset))
+    }
+
+    fn str_span(&mut self, start: usize, n: usize, offset: usize) -> Result<ValueId, PickleError> {
+        if std::str::from_utf8(&self.buf[start..start + n]).is_err() {
+            return Err(self.malformed("string is not UTF-8", offset));
         }
+        self.texts.push(Text::Span(start, n));
+        Ok(ValueId::new(Kind::Str, self.texts.len() as u64 - 1))
+    }
+
+    fn owned_str(&mut self, s: String) -> ValueId {
+        self.texts.push(Text::Owned(s.into()));
+        ValueId::new(Kind::Str, self.texts.len() as u64 - 1)
     }
 
     fn memo_put(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
@@ -319,54 +540,135 @@ impl<'a> Reader<'a> {
             self.memo.get(idx).copied().flatten().ok_or_else(|| {
                 self.malformed(format!("memo index {idx} was never stored"), offset)
             })?;
-        self.stack.push(Slot::Val(v));
+        self.stack.push(v);
         Ok(())
     }
 
+    /// Adds `stack[from..]` to the list or set `list`, and drops them from the stack.
     fn add_to_list(
         &mut self,
         list: ValueId,
-        items: Vec<ValueId>,
+        from: usize,
         offset: usize,
     ) -> Result<(), PickleError> {
-        match &mut self.values[list.0 as usize] {
-            Value::List(v) | Value::Set(v) => {
-                v.extend(items);
-                Ok(())
-            }
-            _ => Err(self.malformed("APPEND to something that is not a list", offset)),
+        if !matches!(list.kind(), Kind::List | Kind::Set) {
+            return Err(self.malformed("APPEND to something that is not a list", offset));
         }
+        self.seqs.extend(list.data(), &self.stack[from..]);
+        self.stack.truncate(from);
+        Ok(())
     }
 
+    /// Adds `stack[from..]` as key, value pairs to the dict `dict`, and drops them.
     fn add_to_dict(
         &mut self,
         dict: ValueId,
-        items: Vec<ValueId>,
+        from: usize,
         offset: usize,
     ) -> Result<(), PickleError> {
-        if !items.len().is_multiple_of(2) {
+        if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(self.malformed("SETITEMS with an odd number of items", offset));
         }
-        match &mut self.values[dict.0 as usize] {
-            Value::Dict(d) => {
-                d.extend(items.chunks_exact(2).map(|kv| (kv[0], kv[1])));
-                Ok(())
+        if dict.kind() != Kind::Dict {
+            return Err(self.malformed("SETITEM on something that is not a dict", offset));
+        }
+        let c = dict.data() as usize;
+        match self.maps.items[c] {
+            Items::Flat(_, 0) => {
+                if let Some(rec) = self.entry_record(&self.stack[from..]) {
+                    self.entries.push(rec);
+                    self.maps.items[c] = Items::Entry(self.entries.len() - 1);
+                    self.stack.truncate(from);
+                    return Ok(());
+                }
             }
-            _ => Err(self.malformed("SETITEM on something that is not a dict", offset)),
+            Items::Entry(r) => {
+                // Grown after all: back to a generic dict of the kept members.
+                let rec = self.entries[r];
+                let keys: Vec<ValueId> = ENTRY_KEYS
+                    .iter()
+                    .map(|k| self.owned_str(k.to_string()))
+                    .collect();
+                let pairs: Vec<(ValueId, ValueId)> = keys
+                    .into_iter()
+                    .zip(rec)
+                    .filter(|(_, v)| v.kind() != Kind::Absent)
+                    .collect();
+                self.maps.items[c] = Items::Own(pairs);
+            }
+            _ => {}
+        }
+        let pairs = self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1]));
+        self.maps.extend_with(dict.data(), pairs);
+        self.stack.truncate(from);
+        Ok(())
+    }
+
+    /// The record of a history entry, if `kv` (key, value, key, value, ...) is one: an
+    /// `action` member, string keys, nothing beyond [`ENTRY_KEYS`] and [`ENTRY_IGNORED`], no
+    /// key twice.
+    fn entry_record(&self, kv: &[ValueId]) -> Option<[ValueId; ENTRY_KEYS.len()]> {
+        let mut rec = [ABSENT; ENTRY_KEYS.len()];
+        let mut ignored = 0u8;
+        for pair in kv.chunks_exact(2) {
+            let (k, v) = (pair[0], pair[1]);
+            if k.kind() != Kind::Str {
+                return None;
+            }
+            let key = match &self.texts[k.data() as usize] {
+                Text::Span(s, n) => &self.buf[*s..*s + *n],
+                Text::Owned(o) => o.as_bytes(),
+            };
+            if let Some(i) = ENTRY_KEYS.iter().position(|e| e.as_bytes() == key) {
+                if rec[i] != ABSENT {
+                    return None;
+                }
+                rec[i] = v;
+            } else if let Some(i) = ENTRY_IGNORED.iter().position(|e| e.as_bytes() == key) {
+                if ignored & (1 << i) != 0 {
+                    return None;
+                }
+                ignored |= 1 << i;
+            } else {
+                return None;
+            }
+        }
+        (rec[0] != ABSENT).then_some(rec)
+    }
+
+    fn int(&mut self, v: i64) -> ValueId {
+        if (-(1i64 << (PAYLOAD_BITS - 1))..1i64 << (PAYLOAD_BITS - 1)).contains(&v) {
+            ValueId::new(Kind::Int, v as u64)
+        } else {
+            self.wide.push(v);
+            ValueId::new(Kind::WideInt, self.wide.len() as u64 - 1)
         }
     }
 
-    fn long(&self, b: &[u8]) -> Value {
+    fn float(&mut self, v: f64) -> ValueId {
+        self.floats.push(v);
+        ValueId::new(Kind::Float, self.floats.len() as u64 - 1)
+    }
+
+    /// A new container holding `stack[from..]`, which are dropped from the stack.
+    fn seq_from_stack(&mut self, kind: Kind, from: usize) -> ValueId {
+        let id = self.seqs.add(&self.stack[from..]);
+        self.stack.truncate(from);
+        ValueId::new(kind, id)
+    }
+
+    fn long(&mut self, b: &[u8], start: usize) -> ValueId {
         if b.is_empty() {
-            return Value::Int(0);
+            return self.int(0);
         }
         if b.len() <= 8 {
             let neg = b[b.len() - 1] & 0x80 != 0;
             let mut bytes = if neg { [0xffu8; 8] } else { [0u8; 8] };
             bytes[..b.len()].copy_from_slice(b);
-            Value::Int(i64::from_le_bytes(bytes))
+            self.int(i64::from_le_bytes(bytes))
         } else {
-            Value::BigInt(b.into())
+            self.texts.push(Text::Span(start, b.len()));
+            ValueId::new(Kind::BigInt, self.texts.len() as u64 - 1)
         }
     }
 
@@ -385,83 +687,110 @@ impl<'a> Reader<'a> {
                     self.u64()?; // FRAME: a length hint only
                 }
                 b'.' => return self.pop(offset),
-                b'(' => self.stack.push(Slot::Mark),
-                b'}' => self.push(Value::Dict(Vec::new()), offset)?,
-                b']' => self.push(Value::List(Vec::new()), offset)?,
-                b')' => self.push(Value::Tuple(Vec::new()), offset)?,
-                0x8f => self.push(Value::Set(Vec::new()), offset)?,
+                b'(' => self.marks.push(self.stack.len()),
+                b'}' => {
+                    let id = self.maps.add(&[]);
+                    self.stack.push(ValueId::new(Kind::Dict, id));
+                }
+                b']' => {
+                    let id = self.seqs.add(&[]);
+                    self.stack.push(ValueId::new(Kind::List, id));
+                }
+                b')' => {
+                    let id = self.seqs.add(&[]);
+                    self.stack.push(ValueId::new(Kind::Tuple, id));
+                }
+                0x8f => {
+                    let id = self.seqs.add(&[]);
+                    self.stack.push(ValueId::new(Kind::Set, id));
+                }
                 b'd' => {
-                    let items = self.pop_mark(offset)?;
-                    let id = self.alloc(Value::Dict(Vec::new()), offset)?;
-                    self.add_to_dict(id, items, offset)?;
-                    self.stack.push(Slot::Val(id));
+                    let from = self.pop_mark(offset)?;
+                    let id = ValueId::new(Kind::Dict, self.maps.add(&[]));
+                    self.add_to_dict(id, from, offset)?;
+                    self.stack.push(id);
                 }
                 b'l' => {
-                    let items = self.pop_mark(offset)?;
-                    self.push(Value::List(items), offset)?;
+                    let from = self.pop_mark(offset)?;
+                    let v = self.seq_from_stack(Kind::List, from);
+                    self.stack.push(v);
                 }
                 b't' => {
-                    let items = self.pop_mark(offset)?;
-                    self.push(Value::Tuple(items), offset)?;
+                    let from = self.pop_mark(offset)?;
+                    let v = self.seq_from_stack(Kind::Tuple, from);
+                    self.stack.push(v);
                 }
                 0x91 => {
-                    let items = self.pop_mark(offset)?;
-                    self.push(Value::Set(items), offset)?;
+                    let from = self.pop_mark(offset)?;
+                    let v = self.seq_from_stack(Kind::Set, from);
+                    self.stack.push(v);
                 }
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
-                    let mut items = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        items.push(self.pop(offset)?);
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(self.malformed("stack underflow", offset));
                     }
-                    items.reverse();
-                    self.push(Value::Tuple(items), offset)?;
+                    let from = self.stack.len() - n;
+                    let v = self.seq_from_stack(Kind::Tuple, from);
+                    self.stack.push(v);
                 }
                 b'a' => {
                     let v = self.pop(offset)?;
                     let list = self.top(offset)?;
-                    self.add_to_list(list, vec![v], offset)?;
+                    if !matches!(list.kind(), Kind::List | Kind::Set) {
+                        return Err(
+                            self.malformed("APPEND to something that is not a list", offset)
+                        );
+                    }
+                    self.seqs.extend(list.data(), &[v]);
                 }
                 b'e' | 0x90 => {
-                    let items = self.pop_mark(offset)?;
-                    let list = self.top(offset)?;
-                    self.add_to_list(list, items, offset)?;
+                    let from = self.pop_mark(offset)?;
+                    let list = self.below(from, offset)?;
+                    self.add_to_list(list, from, offset)?;
                 }
                 b's' => {
                     let v = self.pop(offset)?;
                     let k = self.pop(offset)?;
                     let d = self.top(offset)?;
-                    self.add_to_dict(d, vec![k, v], offset)?;
+                    if d.kind() != Kind::Dict {
+                        return Err(
+                            self.malformed("SETITEM on something that is not a dict", offset)
+                        );
+                    }
+                    self.maps.extend(d.data(), &[(k, v)]);
                 }
                 b'u' => {
-                    let items = self.pop_mark(offset)?;
-                    let d = self.top(offset)?;
-                    self.add_to_dict(d, items, offset)?;
+                    let from = self.pop_mark(offset)?;
+                    let d = self.below(from, offset)?;
+                    self.add_to_dict(d, from, offset)?;
                 }
                 b'J' => {
                     let b = self.take(4)?;
-                    let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64;
-                    self.push(Value::Int(v), offset)?;
+                    let v = self.int(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64);
+                    self.stack.push(v);
                 }
                 b'K' => {
                     let v = self.u8()? as i64;
-                    self.push(Value::Int(v), offset)?;
+                    let v = self.int(v);
+                    self.stack.push(v);
                 }
                 b'M' => {
                     let v = self.u16()? as i64;
-                    self.push(Value::Int(v), offset)?;
+                    let v = self.int(v);
+                    self.stack.push(v);
                 }
-                0x8a => {
-                    let n = self.u8()? as usize;
+                0x8a | 0x8b => {
+                    let n = if op == 0x8a {
+                        self.u8()? as usize
+                    } else {
+                        self.u32()?
+                    };
+                    let start = self.pos;
                     let b = self.take(n)?;
-                    let v = self.long(b);
-                    self.push(v, offset)?;
-                }
-                0x8b => {
-                    let n = self.u32()?;
-                    let b = self.take(n)?;
-                    let v = self.long(b);
-                    self.push(v, offset)?;
+                    let v = self.long(b, start);
+                    self.stack.push(v);
                 }
                 b'I' | b'L' => {
                     let line = self.line()?;
@@ -469,40 +798,45 @@ impl<'a> Reader<'a> {
                         .unwrap_or("")
                         .trim_end_matches('L');
                     let v = match t {
-                        "00" => Value::Bool(false),
-                        "01" => Value::Bool(true),
-                        _ => Value::Int(
-                            t.parse()
-                                .map_err(|_| self.malformed("bad integer text", offset))?,
-                        ),
+                        "00" => ValueId::new(Kind::Bool, 0),
+                        "01" => ValueId::new(Kind::Bool, 1),
+                        _ => {
+                            let v = t
+                                .parse()
+                                .map_err(|_| self.malformed("bad integer text", offset))?;
+                            self.int(v)
+                        }
                     };
-                    self.push(v, offset)?;
+                    self.stack.push(v);
                 }
                 b'G' => {
                     let b = self.take(8)?;
                     let v = f64::from_be_bytes(b.try_into().expect("8 bytes"));
-                    self.push(Value::Float(v), offset)?;
+                    let v = self.float(v);
+                    self.stack.push(v);
                 }
                 b'F' => {
                     let line = self.line()?;
-                    let v = std::str::from_utf8(line)
+                    let v: f64 = std::str::from_utf8(line)
                         .ok()
                         .and_then(|t| t.parse().ok())
                         .ok_or_else(|| self.malformed("bad float text", offset))?;
-                    self.push(Value::Float(v), offset)?;
+                    let v = self.float(v);
+                    self.stack.push(v);
                 }
-                b'N' => self.push(Value::None, offset)?,
-                0x88 => self.push(Value::Bool(true), offset)?,
-                0x89 => self.push(Value::Bool(false), offset)?,
+                b'N' => self.stack.push(NONE),
+                0x88 => self.stack.push(ValueId::new(Kind::Bool, 1)),
+                0x89 => self.stack.push(ValueId::new(Kind::Bool, 0)),
                 0x8c | b'X' | 0x8d => {
                     let n = match op {
                         0x8c => self.u8()? as usize,
                         b'X' => self.u32()?,
                         _ => self.u64()?,
                     };
-                    let b = self.take(n)?;
-                    let s = self.text(b, offset)?;
-                    self.push(Value::Str(s), offset)?;
+                    let start = self.pos;
+                    self.take(n)?;
+                    let v = self.str_span(start, n, offset)?;
+                    self.stack.push(v);
                 }
                 b'U' | b'T' => {
                     // Python 2 byte strings: decode as latin-1 would; snapshots use them only for ASCII.
@@ -513,18 +847,21 @@ impl<'a> Reader<'a> {
                     };
                     let b = self.take(n)?;
                     let s: String = b.iter().map(|&c| c as char).collect();
-                    self.push(Value::Str(s.into()), offset)?;
+                    let v = self.owned_str(s);
+                    self.stack.push(v);
                 }
                 b'V' => {
+                    let start = self.pos;
                     let line = self.line()?;
-                    let s = self.text(line, offset)?;
-                    self.push(Value::Str(s), offset)?;
+                    let v = self.str_span(start, line.len(), offset)?;
+                    self.stack.push(v);
                 }
                 b'S' => {
                     let line = self.line()?;
                     let t = std::str::from_utf8(line).unwrap_or("");
                     let t = t.trim_matches(|c| c == '\'' || c == '"');
-                    self.push(Value::Str(t.into()), offset)?;
+                    let v = self.owned_str(t.to_string());
+                    self.stack.push(v);
                 }
                 b'C' | b'B' | 0x8e | 0x96 => {
                     let n = match op {
@@ -532,8 +869,11 @@ impl<'a> Reader<'a> {
                         b'B' => self.u32()?,
                         _ => self.u64()?,
                     };
-                    let b = self.take(n)?;
-                    self.push(Value::Bytes(b.into()), offset)?;
+                    let start = self.pos;
+                    self.take(n)?;
+                    self.texts.push(Text::Span(start, n));
+                    let v = ValueId::new(Kind::Bytes, self.texts.len() as u64 - 1);
+                    self.stack.push(v);
                 }
                 0x94 => {
                     let idx = self.memo.len();
@@ -572,16 +912,22 @@ impl<'a> Reader<'a> {
                     self.memo_get(idx, offset)?;
                 }
                 b'0' => {
-                    self.stack
-                        .pop()
-                        .ok_or_else(|| self.malformed("POP on an empty stack", offset))?;
+                    // POP takes the topmost thing, a MARK included.
+                    if self.marks.last() == Some(&self.stack.len()) {
+                        self.marks.pop();
+                    } else {
+                        self.stack
+                            .pop()
+                            .ok_or_else(|| self.malformed("POP on an empty stack", offset))?;
+                    }
                 }
                 b'1' => {
-                    self.pop_mark(offset)?;
+                    let from = self.pop_mark(offset)?;
+                    self.stack.truncate(from);
                 }
                 b'2' => {
                     let v = self.top(offset)?;
-                    self.stack.push(Slot::Val(v));
+                    self.stack.push(v);
                 }
                 _ => {
                     let forbidden = match op {
@@ -637,7 +983,7 @@ mod tests {
         assert_eq!(pk.as_f64(items[2]), Some(3.5));
         assert_eq!(pk.as_str(items[3]), Some("x"));
         let c = pk.dict_get(pk.root, "c").unwrap();
-        assert_eq!(pk.get(pk.items(c)[0]), &Value::Bool(true));
+        assert_eq!(pk.get(pk.items(c)[0]), Value::Bool(true));
     }
 
     #[test]
@@ -679,16 +1025,105 @@ mod tests {
 
     #[test]
     fn long1_sign_extends() {
-        let r = Reader {
-            buf: &[],
-            pos: 0,
-            values: vec![],
-            stack: vec![],
-            memo: vec![],
-            budget: 0,
-        };
-        assert_eq!(r.long(&[0x00, 0x80]), Value::Int(-32768));
-        assert_eq!(r.long(&[0xff, 0x00]), Value::Int(255));
-        assert_eq!(r.long(&[0; 9]), Value::BigInt(vec![0; 9].into()));
+        // LONG1 of 2 bytes 00 80, of 2 bytes ff 00, of 9 zero bytes, in a tuple.
+        let mut p = vec![
+            0x80, 2, b'(', 0x8a, 2, 0x00, 0x80, 0x8a, 2, 0xff, 0x00, 0x8a, 9,
+        ];
+        p.extend_from_slice(&[0; 9]);
+        p.extend_from_slice(b"t.");
+        let pk = parse(&p).unwrap();
+        let v = pk.items(pk.root);
+        assert_eq!(pk.get(v[0]), Value::Int(-32768));
+        assert_eq!(pk.get(v[1]), Value::Int(255));
+        assert_eq!(pk.get(v[2]), Value::BigInt(&[0; 9]));
+    }
+
+    #[test]
+    fn containers_grown_in_several_batches_keep_their_items() {
+        // [ [1], then a second list filled, then 2 and 3 appended to the first ]: the first
+        // list's items are no longer at the end of the shared table when it grows again.
+        let p = [
+            0x80, 2, b']', b'q', 0, b'(', b'K', 1, b'e', // a = [1]
+            b']', b'(', b'K', 9, b'e', // b = [9]
+            b'h', 0, b'(', b'K', 2, b'K', 3, b'e', b'0', // a += [2, 3]
+            b'0', b'h', 0, b'.',
+        ];
+        let pk = parse(&p).unwrap();
+        let items: Vec<i64> = pk
+            .items(pk.root)
+            .iter()
+            .map(|&v| pk.as_i64(v).unwrap())
+            .collect();
+        assert_eq!(items, [1, 2, 3]);
+    }
+
+    #[test]
+    fn history_entries_read_as_records_answer_like_dicts() {
+        // [{'action': 'alloc', 'addr': 2**50, 'frames': [], 'user_metadata': ''},
+        //  {'action': 'free', 'extra': 1}]: the first becomes a record, the second (a member
+        //  no record keeps) stays a dict.
+        let mut p = vec![0x80, 2, b']', b'(', b'}', b'('];
+        p.extend_from_slice(&[0x8c, 6]);
+        p.extend_from_slice(b"action");
+        p.extend_from_slice(&[0x8c, 5]);
+        p.extend_from_slice(b"alloc");
+        p.extend_from_slice(&[0x8c, 4]);
+        p.extend_from_slice(b"addr");
+        p.extend_from_slice(&[0x8a, 8]);
+        p.extend_from_slice(&(1i64 << 50).to_le_bytes());
+        p.extend_from_slice(&[0x8c, 6]);
+        p.extend_from_slice(b"frames");
+        p.push(b']');
+        p.extend_from_slice(&[0x8c, 13]);
+        p.extend_from_slice(b"user_metadata");
+        p.extend_from_slice(&[0x8c, 0, b'u', b'}', b'(', 0x8c, 6]);
+        p.extend_from_slice(b"action");
+        p.extend_from_slice(&[0x8c, 4]);
+        p.extend_from_slice(b"free");
+        p.extend_from_slice(&[0x8c, 5]);
+        p.extend_from_slice(b"extra");
+        p.extend_from_slice(&[b'K', 1, b'u', b'e', b'.']);
+        let pk = parse(&p).unwrap();
+        let v = pk.items(pk.root);
+        assert!(pk.entry(v[0]).is_some());
+        assert!(pk.entry(v[1]).is_none());
+        let a = |i: usize, k: &str| pk.dict_get(v[i], k);
+        assert_eq!(pk.as_str(a(0, "action").unwrap()), Some("alloc"));
+        assert_eq!(pk.as_i64(a(0, "addr").unwrap()), Some(1 << 50));
+        assert_eq!(pk.items(a(0, "frames").unwrap()), &[] as &[ValueId]);
+        assert_eq!(a(0, "size"), None);
+        assert_eq!(pk.as_str(a(1, "action").unwrap()), Some("free"));
+        assert_eq!(pk.as_i64(a(1, "extra").unwrap()), Some(1));
+    }
+
+    #[test]
+    fn wide_and_narrow_integers_round_trip() {
+        for v in [
+            0i64,
+            -1,
+            1 << 59,
+            (1 << 59) - 1,
+            -(1 << 59),
+            i64::MIN,
+            i64::MAX,
+            1_795_308_187_017_576,
+        ] {
+            let mut p = vec![0x8a, 8];
+            p.extend_from_slice(&v.to_le_bytes());
+            p.push(b'.');
+            let pk = parse(&p).unwrap();
+            assert_eq!(pk.as_i64(pk.root), Some(v));
+        }
+    }
+
+    #[test]
+    fn marks_cannot_be_popped_as_values() {
+        assert!(parse(b"(.").is_err());
+        assert!(
+            parse(&[b'K', 1, b'(', b'0', b'.']).is_ok(),
+            "POP takes the mark"
+        );
+        assert!(parse(b"(2").is_err(), "DUP of a mark");
+        assert!(parse(b"](a.").is_err(), "APPEND of a mark");
     }
 }
