@@ -29,11 +29,22 @@ def main():
     rf = max([e.get("args", {}).get("Record function id", 0) for e in ev] + [0]) + 1
     steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")]
     nsteps = len(steps) or 1
-    out = []
+    # Streamed: a multi-GB trace never exists in memory as Python objects.
+    rest = {k: v for k, v in d.items() if k != "traceEvents"}
+    head = json.dumps(rest)[:-1] + (", " if rest else "") + '"traceEvents": ['
+    f = open(a.out, "w")
+    f.write(head)
+    first = True
+
+    def out_append(e):
+        nonlocal first
+        f.write(("" if first else ", ") + json.dumps(e))
+        first = False
+
     for k in range(a.copies):
         for e in ev:
             if k == 0:
-                out.append(e)
+                out_append(e)
                 continue
             e = dict(e)
             if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M":
@@ -49,10 +60,9 @@ def main():
             name = e.get("name", "")
             if isinstance(name, str) and name.startswith("ProfilerStep#"):
                 e["name"] = "ProfilerStep#%d" % (int(name.split("#")[1]) + k * nsteps)
-            out.append(e)
-    d["traceEvents"] = out
-    with open(a.out, "w") as f:
-        json.dump(d, f)
+            out_append(e)
+    f.write("]}")
+    f.close()
 
 
 if __name__ == "__main__":

@@ -70,21 +70,36 @@ pub(super) fn write_timeline(path: &Path, t: &Trace, a: &Analysis) -> Result<(),
         .iter()
         .map(|s| (s.node_name.as_str(), s.rank))
         .collect();
+    // One row per allocator event (millions in a long trace): fields are formatted into one
+    // reused buffer and written one by one, not collected as a vector of new strings per row.
+    let mut cell = String::new();
+    let mut num = |w: &mut csv::Writer<std::fs::File>, v: &dyn std::fmt::Display| {
+        use std::fmt::Write as _;
+        cell.clear();
+        let _ = write!(cell, "{v}");
+        w.write_field(cell.as_bytes())
+    };
     for r in &a.timeline {
         let node = r.node.map(|n| &a.step.nodes[n]);
-        let mut rec = vec![
-            (r.ts - t0).to_string(),
-            format!("{:.3}", t.kineto.epoch_us(r.ts)),
-            r.iteration.map_or(String::new(), |i| {
-                a.step.iterations[i as usize].label.clone()
-            }),
-            node.and_then(|n| rank_of.get(n.name.as_str()))
-                .map_or(String::new(), |r| r.to_string()),
-            node.map_or(String::new(), |n| n.name.clone()),
-            r.total.to_string(),
-        ];
-        rec.extend(r.breakdown.iter().map(|b| b.to_string()));
-        w.write_record(&rec).map_err(csv_err(path))?;
+        let mut row = |w: &mut csv::Writer<std::fs::File>| -> csv::Result<()> {
+            num(w, &(r.ts - t0))?;
+            num(w, &format_args!("{:.3}", t.kineto.epoch_us(r.ts)))?;
+            w.write_field(
+                r.iteration
+                    .map_or("", |i| a.step.iterations[i as usize].label.as_str()),
+            )?;
+            match node.and_then(|n| rank_of.get(n.name.as_str())) {
+                Some(rank) => num(w, rank)?,
+                None => w.write_field("")?,
+            }
+            w.write_field(node.map_or("", |n| n.name.as_str()))?;
+            num(w, &r.total)?;
+            for b in &r.breakdown {
+                num(w, b)?;
+            }
+            w.write_record(None::<&[u8]>)
+        };
+        row(&mut w).map_err(csv_err(path))?;
     }
     w.flush().map_err(io(path))
 }

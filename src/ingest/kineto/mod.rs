@@ -810,6 +810,20 @@ pub fn fast_reader_agrees(buf: &[u8]) -> bool {
     }
 }
 
+/// Reads the event at the start of `buf` with the fast reader only (benches); the index past it,
+/// or `None` where serde_json would have to read it.
+#[doc(hidden)]
+pub fn fast_event_end(buf: &[u8]) -> Option<usize> {
+    fast::event(buf, 0).ok().map(|(_, end)| end)
+}
+
+/// Reads the event at the start of `buf` with serde_json only (benches); the index past it.
+#[doc(hidden)]
+pub fn serde_event_end(buf: &[u8]) -> Option<usize> {
+    let mut s = serde_json::Deserializer::from_slice(buf).into_iter::<RawEvent>();
+    s.next()?.ok().map(|_| s.byte_offset())
+}
+
 /// Parses the events of one piece of `traceEvents`: from `from` until an element starts at or
 /// past `limit`.
 fn parse_piece(buf: &[u8], from: usize, limit: usize) -> (Partial, json_scan::Stop) {
