@@ -53,7 +53,6 @@ pub(super) fn write_activation_stats(path: &Path, a: &Analysis) -> Result<(), Er
 }
 
 pub(super) fn write_timeline(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
-    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
     let mut header = vec![
         "time_ns",
         "epoch_us",
@@ -63,45 +62,36 @@ pub(super) fn write_timeline(path: &Path, t: &Trace, a: &Analysis) -> Result<(),
         "total_allocated_bytes",
     ];
     header.extend(CATEGORIES.iter().map(|c| c.key()));
-    w.write_record(&header).map_err(csv_err(path))?;
+    let mut w = super::Rows::create(path, &header).map_err(csv_err(path))?;
     let t0 = t.memory.first().map_or(0, |m| m.ts);
     let rank_of: rustc_hash::FxHashMap<&str, u32> = a
         .node_stats
         .iter()
         .map(|s| (s.node_name.as_str(), s.rank))
         .collect();
-    // One row per allocator event (millions in a long trace): fields are formatted into one
-    // reused buffer and written one by one, not collected as a vector of new strings per row.
-    let mut cell = String::new();
-    let mut num = |w: &mut csv::Writer<std::fs::File>, v: &dyn std::fmt::Display| {
-        use std::fmt::Write as _;
-        cell.clear();
-        let _ = write!(cell, "{v}");
-        w.write_field(cell.as_bytes())
-    };
     for r in &a.timeline {
         let node = r.node.map(|n| &a.step.nodes[n]);
-        let mut row = |w: &mut csv::Writer<std::fs::File>| -> csv::Result<()> {
-            num(w, &(r.ts - t0))?;
-            num(w, &format_args!("{:.3}", t.kineto.epoch_us(r.ts)))?;
-            w.write_field(
-                r.iteration
-                    .map_or("", |i| a.step.iterations[i as usize].label.as_str()),
-            )?;
-            match node.and_then(|n| rank_of.get(n.name.as_str())) {
-                Some(rank) => num(w, rank)?,
-                None => w.write_field("")?,
-            }
-            w.write_field(node.map_or("", |n| n.name.as_str()))?;
-            num(w, &r.total)?;
+        let iteration = r
+            .iteration
+            .map_or("", |i| a.step.iterations[i as usize].label.as_str());
+        let rank = node.and_then(|n| rank_of.get(n.name.as_str()));
+        let row = (|| {
+            w.num(r.ts - t0)?
+                .us(t.kineto.epoch_ns(r.ts))?
+                .text(iteration)?;
+            match rank {
+                Some(rank) => w.num(rank)?,
+                None => w.text("")?,
+            };
+            w.text(node.map_or("", |n| n.name.as_str()))?.num(r.total)?;
             for b in &r.breakdown {
-                num(w, b)?;
+                w.num(b)?;
             }
-            w.write_record(None::<&[u8]>)
-        };
-        row(&mut w).map_err(csv_err(path))?;
+            w.end()
+        })();
+        row.map_err(csv_err(path))?;
     }
-    w.flush().map_err(io(path))
+    w.finish().map_err(io(path))
 }
 
 pub(super) fn write_graph(dir: &Path, a: &Analysis) -> Result<(), Error> {

@@ -70,6 +70,57 @@ pub(crate) fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
     }
 }
 
+/// A CSV table written a field at a time through one reused buffer. The tables with a row per
+/// allocator event or per node are the largest outputs; a new `String` per field was most of
+/// their cost.
+pub(crate) struct Rows {
+    w: csv::Writer<File>,
+    cell: String,
+}
+
+impl Rows {
+    /// Creates the file and writes the header.
+    pub(crate) fn create(path: &Path, header: &[&str]) -> csv::Result<Rows> {
+        let mut w = csv::Writer::from_path(path)?;
+        w.write_record(header)?;
+        Ok(Rows {
+            w,
+            cell: String::new(),
+        })
+    }
+
+    /// A number (or anything whose text needs no quoting).
+    pub(crate) fn num(&mut self, v: impl std::fmt::Display) -> csv::Result<&mut Self> {
+        use std::fmt::Write as _;
+        self.cell.clear();
+        let _ = write!(self.cell, "{v}");
+        self.w.write_field(self.cell.as_bytes())?;
+        Ok(self)
+    }
+
+    /// Text, quoted as CSV needs.
+    pub(crate) fn text(&mut self, s: &str) -> csv::Result<&mut Self> {
+        self.w.write_field(s)?;
+        Ok(self)
+    }
+
+    /// Nanoseconds as microseconds with three decimals, exactly (no float on the way).
+    pub(crate) fn us(&mut self, ns: i64) -> csv::Result<&mut Self> {
+        let (q, r) = (ns.div_euclid(1000), ns.rem_euclid(1000));
+        self.num(format_args!("{q}.{r:03}"))
+    }
+
+    /// Ends the row.
+    pub(crate) fn end(&mut self) -> csv::Result<()> {
+        self.w.write_record(None::<&[u8]>)
+    }
+
+    /// Flushes the file.
+    pub(crate) fn finish(mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
 /// Formats seconds with enough digits for nanosecond inputs, without float noise.
 pub(crate) fn secs(v: f64) -> String {
     // A sum of nothing is -0.0 in Rust; write it as 0.
@@ -206,46 +257,47 @@ fn write_node_stats(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
 }
 
 fn write_node_iterations(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
-    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
-    w.write_record([
-        "iteration",
-        "rank",
-        "node_name",
-        "op",
-        "gtype",
-        "start_ns",
-        "cpu_time_ns",
-        "gpu_time_ns",
-        "gpu_span_ns",
-        "kernels",
-        "active_mem_bytes",
-        "peak_mem_bytes",
-        "alloc_bytes",
-        "free_bytes",
-    ])
+    let mut w = Rows::create(
+        path,
+        &[
+            "iteration",
+            "rank",
+            "node_name",
+            "op",
+            "gtype",
+            "start_ns",
+            "cpu_time_ns",
+            "gpu_time_ns",
+            "gpu_span_ns",
+            "kernels",
+            "active_mem_bytes",
+            "peak_mem_bytes",
+            "alloc_bytes",
+            "free_bytes",
+        ],
+    )
     .map_err(csv_err(path))?;
     for n in &a.step.nodes {
         let op = t.op(n.op);
         let it = &a.step.iterations[n.iteration as usize];
-        w.write_record([
-            it.label.clone(),
-            n.rank.to_string(),
-            n.name.clone(),
-            t.kineto.str(op.name).to_owned(),
-            n.phase.as_str().to_owned(),
-            (op.start - it.start).to_string(),
-            n.cpu_time.to_string(),
-            n.gpu_time.to_string(),
-            n.gpu_span.to_string(),
-            n.kernels.to_string(),
-            n.active_before.to_string(),
-            n.peak.to_string(),
-            n.alloc_bytes.to_string(),
-            n.free_bytes.to_string(),
-        ])
-        .map_err(csv_err(path))?;
+        w.text(&it.label)
+            .and_then(|w| w.num(n.rank))
+            .and_then(|w| w.text(&n.name))
+            .and_then(|w| w.text(t.kineto.str(op.name)))
+            .and_then(|w| w.text(n.phase.as_str()))
+            .and_then(|w| w.num(op.start - it.start))
+            .and_then(|w| w.num(n.cpu_time))
+            .and_then(|w| w.num(n.gpu_time))
+            .and_then(|w| w.num(n.gpu_span))
+            .and_then(|w| w.num(n.kernels))
+            .and_then(|w| w.num(n.active_before))
+            .and_then(|w| w.num(n.peak))
+            .and_then(|w| w.num(n.alloc_bytes))
+            .and_then(|w| w.num(n.free_bytes))
+            .and_then(|w| w.end())
+            .map_err(csv_err(path))?;
     }
-    w.flush().map_err(io(path))
+    w.finish().map_err(io(path))
 }
 
 fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {

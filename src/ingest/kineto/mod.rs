@@ -301,11 +301,16 @@ pub struct KinetoTrace {
 impl KinetoTrace {
     /// Converts a trace time (ns) to Unix-epoch µs, the memory snapshot's clock.
     pub fn epoch_us(&self, t_ns: i64) -> f64 {
+        self.epoch_ns(t_ns) as f64 / 1000.0
+    }
+
+    /// Converts a trace time (ns) to Unix-epoch ns, exactly.
+    pub fn epoch_ns(&self, t_ns: i64) -> i64 {
         let base = match self.header.time_convention {
             TimeConvention::RelativeToBase => self.header.base_time_ns.unwrap_or(0),
             TimeConvention::AbsoluteEpoch => 0,
         };
-        (base as f64 + t_ns as f64) / 1000.0
+        base.saturating_add(t_ns)
     }
 
     /// The string behind an id.
