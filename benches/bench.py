@@ -113,6 +113,7 @@ def main():
             src = os.path.join(ROOT, "sample_traces/resnet18/snapshot.pickle.gz")
             subprocess.run([sys.executable, os.path.join(ROOT, "benches/gen_snapshot.py"), src, snap, "--mb", str(a.snapshot)], check=True)
         size = os.path.getsize(snap) / 1e6
+        subprocess.run(["sh", "-c", f"cat {snap} > /dev/null"], check=True)
         stages = os.path.join(ROOT, "target/release/examples/stages")
         loads = []
         for _ in range(a.runs):

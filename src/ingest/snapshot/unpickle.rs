@@ -375,15 +375,10 @@ impl<'a> Pickle<'a> {
     }
 }
 
+/// The pickle machine: the tables it builds, and its stack, marks and memo.
 struct Reader<'a> {
-    buf: &'a [u8],
+    pk: Pickle<'a>,
     pos: usize,
-    texts: Vec<Text>,
-    wide: Vec<i64>,
-    floats: Vec<f64>,
-    seqs: Store<ValueId>,
-    maps: Store<(ValueId, ValueId)>,
-    entries: Vec<[ValueId; ENTRY_KEYS.len()]>,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
@@ -401,38 +396,32 @@ const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
 /// Parses a pickle holding plain data.
 pub fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
     let mut r = Reader {
-        buf,
+        pk: Pickle {
+            buf,
+            texts: Vec::new(),
+            wide: Vec::new(),
+            floats: Vec::new(),
+            seqs: Store::new(),
+            maps: Store::new(),
+            entries: Vec::new(),
+            root: NONE,
+        },
         pos: 0,
-        texts: Vec::new(),
-        wide: Vec::new(),
-        floats: Vec::new(),
-        seqs: Store::new(),
-        maps: Store::new(),
-        entries: Vec::new(),
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Vec::new(),
     };
-    let root = r.run()?;
-    Ok(Pickle {
-        buf,
-        texts: r.texts,
-        wide: r.wide,
-        floats: r.floats,
-        seqs: r.seqs,
-        maps: r.maps,
-        entries: r.entries,
-        root,
-    })
+    r.pk.root = r.run()?;
+    Ok(r.pk)
 }
 
 impl<'a> Reader<'a> {
     #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
-        if self.buf.len() - self.pos < n {
+        if self.pk.buf.len() - self.pos < n {
             return Err(PickleError::Truncated { offset: self.pos });
         }
-        let s = &self.buf[self.pos..self.pos + n];
+        let s = &self.pk.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
     }
@@ -459,9 +448,9 @@ impl<'a> Reader<'a> {
     }
 
     fn line(&mut self) -> Result<&'a [u8], PickleError> {
-        let rest = &self.buf[self.pos..];
+        let rest = &self.pk.buf[self.pos..];
         let n = memchr::memchr(b'\n', rest).ok_or(PickleError::Truncated {
-            offset: self.buf.len(),
+            offset: self.pk.buf.len(),
         })?;
         self.pos += n + 1;
         Ok(&rest[..n])
@@ -511,21 +500,21 @@ impl<'a> Reader<'a> {
     }
 
     fn str_span(&mut self, start: usize, n: usize, offset: usize) -> Result<ValueId, PickleError> {
-        if std::str::from_utf8(&self.buf[start..start + n]).is_err() {
+        if std::str::from_utf8(&self.pk.buf[start..start + n]).is_err() {
             return Err(self.malformed("string is not UTF-8", offset));
         }
-        self.texts.push(Text::Span(start, n));
-        Ok(ValueId::new(Kind::Str, self.texts.len() as u64 - 1))
+        self.pk.texts.push(Text::Span(start, n));
+        Ok(ValueId::new(Kind::Str, self.pk.texts.len() as u64 - 1))
     }
 
     fn owned_str(&mut self, s: String) -> ValueId {
-        self.texts.push(Text::Owned(s.into()));
-        ValueId::new(Kind::Str, self.texts.len() as u64 - 1)
+        self.pk.texts.push(Text::Owned(s.into()));
+        ValueId::new(Kind::Str, self.pk.texts.len() as u64 - 1)
     }
 
     fn memo_put(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
         let v = self.top(offset)?;
-        if idx > self.buf.len() {
+        if idx > self.pk.buf.len() {
             return Err(self.malformed(format!("memo index {idx} out of range"), offset));
         }
         if self.memo.len() <= idx {
@@ -554,7 +543,7 @@ impl<'a> Reader<'a> {
         if !matches!(list.kind(), Kind::List | Kind::Set) {
             return Err(self.malformed("APPEND to something that is not a list", offset));
         }
-        self.seqs.extend(list.data(), &self.stack[from..]);
+        self.pk.seqs.extend(list.data(), &self.stack[from..]);
         self.stack.truncate(from);
         Ok(())
     }
@@ -573,18 +562,18 @@ impl<'a> Reader<'a> {
             return Err(self.malformed("SETITEM on something that is not a dict", offset));
         }
         let c = dict.data() as usize;
-        match self.maps.items[c] {
+        match self.pk.maps.items[c] {
             Items::Flat(_, 0) => {
                 if let Some(rec) = self.entry_record(&self.stack[from..]) {
-                    self.entries.push(rec);
-                    self.maps.items[c] = Items::Entry(self.entries.len() - 1);
+                    self.pk.entries.push(rec);
+                    self.pk.maps.items[c] = Items::Entry(self.pk.entries.len() - 1);
                     self.stack.truncate(from);
                     return Ok(());
                 }
             }
             Items::Entry(r) => {
                 // Grown after all: back to a generic dict of the kept members.
-                let rec = self.entries[r];
+                let rec = self.pk.entries[r];
                 let keys: Vec<ValueId> = ENTRY_KEYS
                     .iter()
                     .map(|k| self.owned_str(k.to_string()))
@@ -594,12 +583,12 @@ impl<'a> Reader<'a> {
                     .zip(rec)
                     .filter(|(_, v)| v.kind() != Kind::Absent)
                     .collect();
-                self.maps.items[c] = Items::Own(pairs);
+                self.pk.maps.items[c] = Items::Own(pairs);
             }
             _ => {}
         }
         let pairs = self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1]));
-        self.maps.extend_with(dict.data(), pairs);
+        self.pk.maps.extend_with(dict.data(), pairs);
         self.stack.truncate(from);
         Ok(())
     }
@@ -615,8 +604,8 @@ impl<'a> Reader<'a> {
             if k.kind() != Kind::Str {
                 return None;
             }
-            let key = match &self.texts[k.data() as usize] {
-                Text::Span(s, n) => &self.buf[*s..*s + *n],
+            let key = match &self.pk.texts[k.data() as usize] {
+                Text::Span(s, n) => &self.pk.buf[*s..*s + *n],
                 Text::Owned(o) => o.as_bytes(),
             };
             if let Some(i) = ENTRY_KEYS.iter().position(|e| e.as_bytes() == key) {
@@ -640,19 +629,19 @@ impl<'a> Reader<'a> {
         if (-(1i64 << (PAYLOAD_BITS - 1))..1i64 << (PAYLOAD_BITS - 1)).contains(&v) {
             ValueId::new(Kind::Int, v as u64)
         } else {
-            self.wide.push(v);
-            ValueId::new(Kind::WideInt, self.wide.len() as u64 - 1)
+            self.pk.wide.push(v);
+            ValueId::new(Kind::WideInt, self.pk.wide.len() as u64 - 1)
         }
     }
 
     fn float(&mut self, v: f64) -> ValueId {
-        self.floats.push(v);
-        ValueId::new(Kind::Float, self.floats.len() as u64 - 1)
+        self.pk.floats.push(v);
+        ValueId::new(Kind::Float, self.pk.floats.len() as u64 - 1)
     }
 
     /// A new container holding `stack[from..]`, which are dropped from the stack.
     fn seq_from_stack(&mut self, kind: Kind, from: usize) -> ValueId {
-        let id = self.seqs.add(&self.stack[from..]);
+        let id = self.pk.seqs.add(&self.stack[from..]);
         self.stack.truncate(from);
         ValueId::new(kind, id)
     }
@@ -667,8 +656,8 @@ impl<'a> Reader<'a> {
             bytes[..b.len()].copy_from_slice(b);
             self.int(i64::from_le_bytes(bytes))
         } else {
-            self.texts.push(Text::Span(start, b.len()));
-            ValueId::new(Kind::BigInt, self.texts.len() as u64 - 1)
+            self.pk.texts.push(Text::Span(start, b.len()));
+            ValueId::new(Kind::BigInt, self.pk.texts.len() as u64 - 1)
         }
     }
 
@@ -689,24 +678,24 @@ impl<'a> Reader<'a> {
                 b'.' => return self.pop(offset),
                 b'(' => self.marks.push(self.stack.len()),
                 b'}' => {
-                    let id = self.maps.add(&[]);
+                    let id = self.pk.maps.add(&[]);
                     self.stack.push(ValueId::new(Kind::Dict, id));
                 }
                 b']' => {
-                    let id = self.seqs.add(&[]);
+                    let id = self.pk.seqs.add(&[]);
                     self.stack.push(ValueId::new(Kind::List, id));
                 }
                 b')' => {
-                    let id = self.seqs.add(&[]);
+                    let id = self.pk.seqs.add(&[]);
                     self.stack.push(ValueId::new(Kind::Tuple, id));
                 }
                 0x8f => {
-                    let id = self.seqs.add(&[]);
+                    let id = self.pk.seqs.add(&[]);
                     self.stack.push(ValueId::new(Kind::Set, id));
                 }
                 b'd' => {
                     let from = self.pop_mark(offset)?;
-                    let id = ValueId::new(Kind::Dict, self.maps.add(&[]));
+                    let id = ValueId::new(Kind::Dict, self.pk.maps.add(&[]));
                     self.add_to_dict(id, from, offset)?;
                     self.stack.push(id);
                 }
@@ -743,7 +732,7 @@ impl<'a> Reader<'a> {
                             self.malformed("APPEND to something that is not a list", offset)
                         );
                     }
-                    self.seqs.extend(list.data(), &[v]);
+                    self.pk.seqs.extend(list.data(), &[v]);
                 }
                 b'e' | 0x90 => {
                     let from = self.pop_mark(offset)?;
@@ -759,7 +748,7 @@ impl<'a> Reader<'a> {
                             self.malformed("SETITEM on something that is not a dict", offset)
                         );
                     }
-                    self.maps.extend(d.data(), &[(k, v)]);
+                    self.pk.maps.extend(d.data(), &[(k, v)]);
                 }
                 b'u' => {
                     let from = self.pop_mark(offset)?;
@@ -871,8 +860,8 @@ impl<'a> Reader<'a> {
                     };
                     let start = self.pos;
                     self.take(n)?;
-                    self.texts.push(Text::Span(start, n));
-                    let v = ValueId::new(Kind::Bytes, self.texts.len() as u64 - 1);
+                    self.pk.texts.push(Text::Span(start, n));
+                    let v = ValueId::new(Kind::Bytes, self.pk.texts.len() as u64 - 1);
                     self.stack.push(v);
                 }
                 0x94 => {
