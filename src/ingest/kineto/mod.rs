@@ -516,7 +516,7 @@ enum Category {
 impl Category {
     /// Case does not matter: older writers used `Operator`, `Runtime`, `Kernel`.
     fn of(cat: &str) -> Category {
-        const NAMES: [(&str, Category); 11] = [
+        const NAMES: [(&str, Category); 12] = [
             ("cpu_op", Category::Op(OpKind::Op)),
             ("kernel", Category::Gpu(GpuKind::Kernel)),
             ("cuda_runtime", Category::Runtime),
@@ -528,10 +528,8 @@ impl Category {
             ("gpu_memcpy", Category::Gpu(GpuKind::Memcpy)),
             ("memcpy", Category::Gpu(GpuKind::Memcpy)),
             ("gpu_memset", Category::Gpu(GpuKind::Memset)),
+            ("memset", Category::Gpu(GpuKind::Memset)),
         ];
-        if cat.eq_ignore_ascii_case("memset") {
-            return Category::Gpu(GpuKind::Memset);
-        }
         NAMES
             .iter()
             .find(|(n, _)| cat.eq_ignore_ascii_case(n))
@@ -808,11 +806,14 @@ pub fn fast_reader_agrees(buf: &[u8]) -> bool {
     let Ok((fast, end)) = fast::event(buf, 0) else {
         return true;
     };
+    matches!(serde_event(buf), Some(Ok((slow, e))) if slow == fast && e == end)
+}
+
+/// The event at the start of `buf` as serde_json reads it, with the index past it; `None` for
+/// text holding no value.
+fn serde_event(buf: &[u8]) -> Option<Result<(RawEvent<'_>, usize), serde_json::Error>> {
     let mut s = serde_json::Deserializer::from_slice(buf).into_iter::<RawEvent>();
-    match s.next() {
-        Some(Ok(slow)) => slow == fast && s.byte_offset() == end,
-        _ => false,
-    }
+    Some(s.next()?.map(|ev| (ev, s.byte_offset())))
 }
 
 /// Reads the event at the start of `buf` with the fast reader only (benches); the index past it,
@@ -825,8 +826,7 @@ pub fn fast_event_end(buf: &[u8]) -> Option<usize> {
 /// Reads the event at the start of `buf` with serde_json only (benches); the index past it.
 #[doc(hidden)]
 pub fn serde_event_end(buf: &[u8]) -> Option<usize> {
-    let mut s = serde_json::Deserializer::from_slice(buf).into_iter::<RawEvent>();
-    s.next()?.ok().map(|_| s.byte_offset())
+    serde_event(buf)?.ok().map(|(_, end)| end)
 }
 
 /// Parses the events of one piece of `traceEvents`: from `from` until an element starts at or
@@ -851,12 +851,10 @@ fn parse_element(p: &mut Partial, buf: &[u8], pos: usize) -> Option<usize> {
         p.add(ev, pos);
         return Some(end);
     }
-    let mut stream = serde_json::Deserializer::from_slice(&buf[pos..]).into_iter::<RawEvent>();
-    match stream.next()? {
-        Ok(ev) => {
-            let end = pos + stream.byte_offset();
+    match serde_event(&buf[pos..])? {
+        Ok((ev, used)) => {
             p.add(ev, pos);
-            Some(end)
+            Some(pos + used)
         }
         Err(e) => {
             // One malformed event does not spoil the rest: skip it structurally. If even that

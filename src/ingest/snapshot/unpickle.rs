@@ -740,15 +740,13 @@ impl<'a> Reader<'a> {
                     self.add_to_list(list, from, offset)?;
                 }
                 b's' => {
-                    let v = self.pop(offset)?;
-                    let k = self.pop(offset)?;
-                    let d = self.top(offset)?;
-                    if d.kind() != Kind::Dict {
-                        return Err(
-                            self.malformed("SETITEM on something that is not a dict", offset)
-                        );
-                    }
-                    self.pk.maps.extend(d.data(), &[(k, v)]);
+                    // One key and value: the same path as SETITEMS, so a history entry read
+                    // as a record keeps its members when it grows.
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    let from = self.stack.len().checked_sub(2).filter(|&f| f >= floor);
+                    let from = from.ok_or_else(|| self.malformed("stack underflow", offset))?;
+                    let d = self.below(from, offset)?;
+                    self.add_to_dict(d, from, offset)?;
                 }
                 b'u' => {
                     let from = self.pop_mark(offset)?;
@@ -1083,6 +1081,22 @@ mod tests {
         assert_eq!(a(0, "size"), None);
         assert_eq!(pk.as_str(a(1, "action").unwrap()), Some("free"));
         assert_eq!(pk.as_i64(a(1, "extra").unwrap()), Some(1));
+    }
+
+    #[test]
+    fn setitem_after_a_history_record_keeps_its_members() {
+        // d = {'action': 'alloc'} (read as a record), then d['size'] = 7 with SETITEM.
+        let mut p = vec![0x80, 2, b'}', b'(', 0x8c, 6];
+        p.extend_from_slice(b"action");
+        p.extend_from_slice(&[0x8c, 5]);
+        p.extend_from_slice(b"alloc");
+        p.extend_from_slice(&[b'u', 0x8c, 4]);
+        p.extend_from_slice(b"size");
+        p.extend_from_slice(&[b'K', 7, b's', b'.']);
+        let pk = parse(&p).unwrap();
+        let get = |k: &str| pk.dict_get(pk.root, k);
+        assert_eq!(pk.as_str(get("action").unwrap()), Some("alloc"));
+        assert_eq!(pk.as_i64(get("size").unwrap()), Some(7));
     }
 
     #[test]
