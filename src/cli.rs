@@ -244,6 +244,9 @@ pub(crate) struct AnalyzeArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// Print the wall time of each stage (parse, rebuild, analyse, write) to stderr.
+    #[arg(long)]
+    pub(crate) timings: bool,
     /// Plots to draw, comma-separated (memory_vs_rank, memory_over_time, node_runtime,
     /// activations, peak_breakdown, roofline) [default: all].
     #[arg(long, value_delimiter = ',')]

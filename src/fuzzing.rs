@@ -41,8 +41,14 @@ pub fn exec_trace(data: &[u8]) {
 }
 
 /// One Kineto event through the fast reader and through serde_json: where the fast reader
-/// accepts the bytes, both must read the same event. Panics when they differ.
+/// accepts the bytes, both must read the same event; and the block-wise skip must end where the
+/// byte-wise one does. Panics when they differ.
 pub fn kineto_event(data: &[u8]) {
+    assert!(
+        crate::ingest::kineto::container_skip_agrees(data),
+        "the block-wise and byte-wise skips disagree on {:?}",
+        String::from_utf8_lossy(data)
+    );
     assert!(
         crate::ingest::kineto::fast_reader_agrees(data),
         "the fast reader and serde_json disagree on {:?}",

@@ -80,11 +80,15 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             }
             let mut props = args.input.props(args.out.clone(), args.top)?;
             props.report = args.report()?;
-            if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            if args.timings {
+                props.progress = Some(timing);
+            } else if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 props.progress = Some(progress);
             }
             let outcome = steptrace::analyze(&props);
-            if props.progress.is_some() {
+            if args.timings {
+                timing("");
+            } else if props.progress.is_some() {
                 eprint!("\r\x1b[2K");
             }
             let outcome = outcome?;
@@ -264,4 +268,19 @@ fn progress(stage: &str) {
         "\r\x1b[2Ksteptrace: {stage}... ({:.1} s)",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// `--timings`: each stage's wall time, printed when the next one starts (an empty name ends
+/// the last).
+fn timing(stage: &str) {
+    use std::sync::Mutex;
+    static LAST: Mutex<Option<(String, std::time::Instant)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let now = std::time::Instant::now();
+    if let Some((name, t)) = last.take() {
+        eprintln!("steptrace: {name}: {:.3} s", (now - t).as_secs_f64());
+    }
+    if !stage.is_empty() {
+        *last = Some((stage.to_owned(), now));
+    }
 }

@@ -79,6 +79,146 @@ pub(crate) fn skip_value(buf: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// [`skip_value`] for an object or array at `i`, 64 bytes at a time: one pass of byte
+/// compares makes bitmasks of quotes, brackets and backslashes; a prefix XOR of the quotes
+/// marks the bytes inside strings, and only the brackets outside them are counted. Half the
+/// events of a `with_stack` trace are skipped whole, and this is several times faster than
+/// finding their strings one by one. `None` where `skip_value` should decide instead: a
+/// backslash (rare in traces), no bracket at `i`, or the text ending inside the value.
+pub(crate) fn skip_container(buf: &[u8], i: usize) -> Option<usize> {
+    let open = *buf.get(i)?;
+    let close = match open {
+        b'{' => b'}',
+        b'[' => b']',
+        _ => return None,
+    };
+    let mut depth = 0u32;
+    let mut in_string = 0u64;
+    let mut pos = i;
+    loop {
+        let rest = buf.get(pos..)?;
+        let (m, whole) = match rest.first_chunk::<64>() {
+            Some(block) => (BlockMasks::of(block, open, close), true),
+            None if rest.is_empty() => return None,
+            None => {
+                // Padding with spaces adds no quote or bracket.
+                let mut block = [b' '; 64];
+                block[..rest.len()].copy_from_slice(rest);
+                (BlockMasks::of(&block, open, close), false)
+            }
+        };
+        if m.backslash != 0 {
+            return None;
+        }
+        // Set from an opening quote up to (not including) its closing one; a string running
+        // on from the block before flips the whole block.
+        let inside = prefix_xor(m.quote) ^ in_string;
+        in_string = ((inside as i64) >> 63) as u64;
+        let mut brackets = (m.open | m.close) & !inside;
+        while brackets != 0 {
+            let k = brackets.trailing_zeros();
+            if m.open >> k & 1 == 1 {
+                depth += 1;
+            } else {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(pos + k as usize + 1);
+                }
+            }
+            brackets &= brackets - 1;
+        }
+        if !whole {
+            return None;
+        }
+        pos += 64;
+    }
+}
+
+/// Bit `k` set: `x` has an odd number of set bits at positions `0..=k`.
+#[inline]
+fn prefix_xor(mut x: u64) -> u64 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x
+}
+
+/// Where one 64-byte block holds quotes, backslashes, and the opening and closing bracket
+/// being counted: bit `k` for byte `k`.
+#[derive(Debug, PartialEq, Eq)]
+struct BlockMasks {
+    quote: u64,
+    backslash: u64,
+    open: u64,
+    close: u64,
+}
+
+impl BlockMasks {
+    #[inline]
+    fn of(b: &[u8; 64], open: u8, close: u8) -> BlockMasks {
+        #[cfg(target_arch = "x86_64")]
+        {
+            BlockMasks::sse2(b, open, close)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            BlockMasks::portable(b, open, close)
+        }
+    }
+
+    /// The definition, byte by byte (other targets, and the tests' reference).
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn portable(b: &[u8; 64], open: u8, close: u8) -> BlockMasks {
+        let mut m = BlockMasks {
+            quote: 0,
+            backslash: 0,
+            open: 0,
+            close: 0,
+        };
+        for (k, &c) in b.iter().enumerate() {
+            m.quote |= u64::from(c == b'"') << k;
+            m.backslash |= u64::from(c == b'\\') << k;
+            m.open |= u64::from(c == open) << k;
+            m.close |= u64::from(c == close) << k;
+        }
+        m
+    }
+
+    /// SSE2 is part of every x86_64 CPU, so this needs no runtime detection.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn sse2(b: &[u8; 64], open: u8, close: u8) -> BlockMasks {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is enabled on every x86_64 target, which is all these intrinsics need;
+        // `b` is 64 bytes long, so bytes 16k..16k+16 are in bounds for k < 4, and `loadu` has
+        // no alignment requirement.
+        unsafe {
+            let splat = |c: u8| _mm_set1_epi8(c as i8);
+            let (q, bs, o, c) = (splat(b'"'), splat(b'\\'), splat(open), splat(close));
+            let mut m = BlockMasks {
+                quote: 0,
+                backslash: 0,
+                open: 0,
+                close: 0,
+            };
+            for k in 0..4 {
+                let v = _mm_loadu_si128(b.as_ptr().add(16 * k).cast::<__m128i>());
+                let bits = |x: __m128i| u64::from(_mm_movemask_epi8(_mm_cmpeq_epi8(v, x)) as u16);
+                m.quote |= bits(q) << (16 * k);
+                m.backslash |= bits(bs) << (16 * k);
+                m.open |= bits(o) << (16 * k);
+                m.close |= bits(c) << (16 * k);
+            }
+            m
+        }
+    }
+}
+
 /// Where a top-level key's value lies in an object document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Found {
@@ -346,6 +486,59 @@ fn chunk_array_parallel(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue7_block_skip_ends_where_the_byte_skip_does() {
+        // Strings and brackets across block edges, brackets inside strings, the other bracket
+        // kind, nesting, text after the value, and values cut short.
+        let mut cases: Vec<Vec<u8>> = vec![
+            br#"{"a": "x}{", "b": [1, {"c": "]}"}], "d": 3} tail"#.to_vec(),
+            br#"[[1, 2], {"]": "["}, "]"] ,"#.to_vec(),
+            br#"{"a": {"b": {"c": {}}}}"#.to_vec(),
+            br#"{"a": "unterminated }"#.to_vec(),
+            b"{".to_vec(),
+        ];
+        for pad in [0, 1, 30, 55, 60, 62, 63, 64, 65, 127, 128, 200] {
+            let name = "n".repeat(pad);
+            cases.push(format!(r#"{{"name": "{name}}}{{", "args": {{"x": [1]}}}}, {{}}"#).into());
+            cases.push(format!(r#"{{"{name}": 1, "s": "}}", "t": {{"u": "{name}"}}}}"#).into());
+        }
+        for c in &cases {
+            let expect = skip_value(c, 0);
+            match skip_container(c, 0) {
+                Some(end) => assert_eq!(Some(end), expect, "{}", String::from_utf8_lossy(c)),
+                None => assert_eq!(expect, None, "{}", String::from_utf8_lossy(c)),
+            }
+        }
+        // A backslash leaves the decision to the byte-wise skip.
+        assert_eq!(skip_container(br#"{"a": "\"}"}"#, 0), None);
+    }
+
+    #[test]
+    fn block_masks_match_their_definition() {
+        let mut b = [0u8; 64];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..200 {
+            for c in b.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly the interesting bytes, some anything.
+                *c = if x % 3 == 0 {
+                    x as u8
+                } else {
+                    b"\"\\{}[] a"[(x % 8) as usize]
+                };
+            }
+            let (o, c) = if round % 2 == 0 {
+                (b'{', b'}')
+            } else {
+                (b'[', b']')
+            };
+            assert_eq!(BlockMasks::of(&b, o, c), BlockMasks::portable(&b, o, c));
+        }
+        assert_eq!(prefix_xor(0b1001), 0b0111);
+    }
 
     #[test]
     fn skips_nested_values_with_tricky_strings() {

@@ -109,6 +109,7 @@ proptest! {
             _ => {}
         }
         prop_assert!(steptrace::ingest::kineto::fast_reader_agrees(&b), "{}", String::from_utf8_lossy(&b));
+        prop_assert!(steptrace::ingest::kineto::container_skip_agrees(&b), "{}", String::from_utf8_lossy(&b));
     }
 
     /// Parsing in chunks on many threads loses and reorders nothing, whatever the names hold

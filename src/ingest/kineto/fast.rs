@@ -19,14 +19,6 @@ type R<T> = Result<T, Bail>;
 /// Nesting beyond this is left to serde_json (whose own limit is 128).
 const MAX_DEPTH: usize = 64;
 
-/// Skips the value at `at` like [`super::json_scan::skip_value`] but faster on the short
-/// events it serves (one pass, no searcher set-up per string); `None` when the value is not
-/// plain (then `skip_value` decides).
-pub(crate) fn skip(buf: &[u8], at: usize) -> Option<usize> {
-    let mut c = Cur { b: buf, i: at };
-    c.skip(1).ok().map(|()| c.i)
-}
-
 /// Reads the event whose `{` is at `at`; returns it and the index just past its `}`.
 pub(crate) fn event(buf: &[u8], at: usize) -> R<(RawEvent<'_>, usize)> {
     let mut c = Cur { b: buf, i: at };
@@ -37,19 +29,22 @@ pub(crate) fn event(buf: &[u8], at: usize) -> R<(RawEvent<'_>, usize)> {
         return Ok((ev, c.i + 1));
     }
     let mut seen = 0u32;
+    let mut hint = 0;
     loop {
-        let key = c.key()?;
-        let bit = match key {
-            "ph" => 1,
-            "cat" => 2,
-            "name" => 4,
-            "pid" => 8,
-            "tid" => 16,
-            "ts" => 32,
-            "dur" => 64,
-            "id" => 128,
-            "args" => 256,
-            _ => 0,
+        let bit = match c.common_key(&EVENT_KEYS, &mut hint) {
+            Some(bit) => bit,
+            None => match c.key()? {
+                "ph" => 1,
+                "cat" => 2,
+                "name" => 4,
+                "pid" => 8,
+                "tid" => 16,
+                "ts" => 32,
+                "dur" => 64,
+                "id" => 128,
+                "args" => 256,
+                _ => 0,
+            },
         };
         // serde's derive refuses a repeated field; let it say so.
         if seen & bit != 0 {
@@ -73,6 +68,51 @@ pub(crate) fn event(buf: &[u8], at: usize) -> R<(RawEvent<'_>, usize)> {
         }
     }
 }
+
+/// A key as Kineto writes it, with the `": "` after it, as one masked 8-byte word: matching it
+/// is one load and compare where reading the key as a string took a scan and a match.
+struct KeyPat {
+    word: u64,
+    mask: u64,
+    len: usize,
+    bit: u32,
+}
+
+const fn key_pat(text: &[u8], bit: u32) -> KeyPat {
+    assert!(text.len() <= 8);
+    let mut word = 0u64;
+    let mut i = 0;
+    while i < text.len() {
+        word |= (text[i] as u64) << (8 * i);
+        i += 1;
+    }
+    let mask = if text.len() == 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * text.len())) - 1
+    };
+    KeyPat {
+        word,
+        mask,
+        len: text.len(),
+        bit,
+    }
+}
+
+/// An event's keys, in the order Kineto writes them (`ph`, `cat`, `name`, `pid`, `tid`, `ts`,
+/// `dur`, `args`), so the next key is usually the next pattern. A key followed by anything but
+/// `": "` is read the long way, with the same result.
+const EVENT_KEYS: [KeyPat; 9] = [
+    key_pat(b"\"ph\": ", 1),
+    key_pat(b"\"cat\": ", 2),
+    key_pat(b"\"name\": ", 4),
+    key_pat(b"\"pid\": ", 8),
+    key_pat(b"\"tid\": ", 16),
+    key_pat(b"\"ts\": ", 32),
+    key_pat(b"\"dur\": ", 64),
+    key_pat(b"\"args\": ", 256),
+    key_pat(b"\"id\": ", 128),
+];
 
 /// Any byte that ends the plain part of a string: `"`, `\`, a control character or non-ASCII.
 #[inline]
@@ -162,6 +202,31 @@ impl<'a> Cur<'a> {
         Ok(ascii(&b[start..j]))
     }
 
+    /// One of `pats` at the cursor, tried from `hint` on (then `hint` names the one after it):
+    /// its bit, with the cursor past the key, `:` and space. `None` leaves the cursor as it was.
+    #[inline]
+    fn common_key(&mut self, pats: &[KeyPat], hint: &mut usize) -> Option<u32> {
+        let w = u64::from_le_bytes(self.b.get(self.i..self.i + 8)?.try_into().ok()?);
+        let n = pats.len();
+        let mut k = *hint;
+        for _ in 0..n {
+            if k >= n {
+                k = 0;
+            }
+            let p = &pats[k];
+            k += 1;
+            if w & p.mask == p.word {
+                // The space after `:` may be followed by more whitespace; `ws` eats it as the
+                // long way would.
+                self.i += p.len;
+                self.ws();
+                *hint = k;
+                return Some(p.bit);
+            }
+        }
+        None
+    }
+
     /// A member's key and the `:` after it.
     #[inline]
     fn key(&mut self) -> R<&'a str> {
@@ -233,15 +298,34 @@ impl<'a> Cur<'a> {
         Ok(ascii(&b[s..j]))
     }
 
-    /// An integer that serde_json would hand over as `i64`/`u64` without loss.
+    /// An integer that serde_json would hand over as `i64`/`u64` without loss: at most 18
+    /// characters with the sign, read in the same pass that checks them.
     #[inline]
     fn int(&mut self) -> R<i64> {
-        let t = self.number()?;
-        // serde_json reads `-0` as the float -0.0.
-        if t.len() > 18 || t == "-0" || t.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+        let b = self.b;
+        let s = self.i;
+        let neg = b.get(s) == Some(&b'-');
+        let mut j = s + usize::from(neg);
+        let mut v: i64 = 0;
+        match b.get(j) {
+            // A leading zero stands alone; serde_json reads `-0` as the float -0.0.
+            Some(b'0') if !neg => j += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(&c @ b'0'..=b'9') = b.get(j) {
+                    v = v * 10 + i64::from(c - b'0');
+                    j += 1;
+                    if j - s > 18 {
+                        return Err(Bail);
+                    }
+                }
+            }
+            _ => return Err(Bail),
+        }
+        if let Some(b'.' | b'e' | b'E') = b.get(j) {
             return Err(Bail);
         }
-        t.parse().map_err(|_| Bail)
+        self.i = j;
+        Ok(if neg { -v } else { v })
     }
 
     fn lenient_str(&mut self) -> R<LenientStr<'a>> {
@@ -271,7 +355,7 @@ impl<'a> Cur<'a> {
     fn lenient(&mut self) -> R<Lenient> {
         match self.peek()? {
             b'n' => self.literal(b"null").map(|()| Lenient::default()),
-            _ => Ok(Lenient(None, Some(i128::from(self.int()?)))),
+            _ => Ok(Lenient::Int(self.int()?)),
         }
     }
 

@@ -45,21 +45,46 @@ impl<'de: 'a, 'a> Deserialize<'de> for IdOrName<'a> {
 
 /// A number that tolerates the shapes older or foreign writers use: integer, float, numeric
 /// string, null. Anything else becomes `None` instead of failing the whole event.
+/// 16 bytes, not the 48 of an `(Option<f64>, Option<i128>)`: an event holds fourteen of these
+/// and is moved once per event, so its size showed in the parse profile.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Lenient(pub Option<f64>, pub Option<i128>);
+pub(crate) enum Lenient {
+    /// Absent, null, or a shape that is not a number.
+    #[default]
+    None,
+    /// An integer in `i64`'s range (non-negative ones included: one form per value, so two
+    /// readers' results compare equal).
+    Int(i64),
+    /// An integer above `i64::MAX`.
+    UInt(u64),
+    Float(f64),
+}
 
 impl Lenient {
+    /// An integer as read: `None` beyond both `i64` and `u64` (such a number names nothing
+    /// steptrace uses).
+    fn of_int(i: i128) -> Lenient {
+        if let Ok(v) = i64::try_from(i) {
+            Lenient::Int(v)
+        } else if let Ok(v) = u64::try_from(i) {
+            Lenient::UInt(v)
+        } else {
+            Lenient::None
+        }
+    }
+
     pub(crate) fn i64(self) -> Option<i64> {
-        match (self.1, self.0) {
-            (Some(i), _) => i64::try_from(i).ok(),
-            (None, Some(f)) if f.is_finite() => Some(f as i64),
+        match self {
+            Lenient::Int(i) => Some(i),
+            Lenient::Float(f) if f.is_finite() => Some(f as i64),
             _ => None,
         }
     }
     pub(crate) fn u64(self) -> Option<u64> {
-        match (self.1, self.0) {
-            (Some(i), _) => u64::try_from(i).ok(),
-            (None, Some(f)) if f.is_finite() && f >= 0.0 => Some(f as u64),
+        match self {
+            Lenient::Int(i) => u64::try_from(i).ok(),
+            Lenient::UInt(u) => Some(u),
+            Lenient::Float(f) if f.is_finite() && f >= 0.0 => Some(f as u64),
             _ => None,
         }
     }
@@ -74,20 +99,20 @@ impl<'de> Deserialize<'de> for Lenient {
                 f.write_str("a number")
             }
             fn visit_i64<E>(self, v: i64) -> Result<Lenient, E> {
-                Ok(Lenient(None, Some(v as i128)))
+                Ok(Lenient::Int(v))
             }
             fn visit_u64<E>(self, v: u64) -> Result<Lenient, E> {
-                Ok(Lenient(None, Some(v as i128)))
+                Ok(Lenient::of_int(i128::from(v)))
             }
             fn visit_f64<E>(self, v: f64) -> Result<Lenient, E> {
-                Ok(Lenient(Some(v), None))
+                Ok(Lenient::Float(v))
             }
             fn visit_str<E>(self, v: &str) -> Result<Lenient, E> {
                 let v = v.trim();
                 if let Ok(i) = v.parse::<i128>() {
-                    return Ok(Lenient(None, Some(i)));
+                    return Ok(Lenient::of_int(i));
                 }
-                Ok(Lenient(v.parse::<f64>().ok(), None))
+                Ok(v.parse::<f64>().map_or(Lenient::None, Lenient::Float))
             }
             fn visit_bool<E>(self, _: bool) -> Result<Lenient, E> {
                 Ok(Lenient::default())
@@ -199,6 +224,11 @@ pub(crate) fn time_ns(t: &RawTime<'_>) -> Result<i64, BadTime> {
     let Some(text) = t.0.as_deref() else {
         return Err(BadTime::Missing);
     };
+    plain_time_ns(text.as_bytes()).map_or_else(|| general_time_ns(text), Ok)
+}
+
+/// [`time_ns`] for any text.
+fn general_time_ns(text: &str) -> Result<i64, BadTime> {
     let s = text.trim().as_bytes();
     let (neg, s) = match s.split_first() {
         Some((b'-', rest)) => (true, rest),
@@ -276,6 +306,33 @@ pub(crate) fn time_ns(t: &RawTime<'_>) -> Result<i64, BadTime> {
 }
 
 /// A recorded-inputs member (`Input Dims`, ...) as its JSON text.
+/// The common case of [`time_ns`] in integer arithmetic: unsigned digits with at most three
+/// after the point (Kineto writes microseconds with nanosecond decimals) and at most 15 before
+/// it, so the result is exact and below [`MAX_ABS_NS`]. Anything else is `None`.
+#[inline]
+fn plain_time_ns(s: &[u8]) -> Option<i64> {
+    let point = s.iter().position(|&c| c == b'.').unwrap_or(s.len());
+    let (int, frac) = (&s[..point], s.get(point + 1..).unwrap_or_default());
+    if int.is_empty() || int.len() > 15 || frac.len() > 3 || (point < s.len() && frac.is_empty()) {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in int {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(c - b'0');
+    }
+    let mut f: i64 = 0;
+    for &c in frac {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        f = f * 10 + i64::from(c - b'0');
+    }
+    Some(v * 1000 + f * [1000, 100, 10, 1][frac.len()])
+}
+
 fn raw_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de str>, D::Error> {
     Ok(Option::<&'de RawValue>::deserialize(d)?.map(RawValue::get))
 }
@@ -459,5 +516,17 @@ mod tests {
             ns("123456789012345678901234567890123456789"),
             Err(BadTime::OutOfRange)
         );
+    }
+
+    proptest::proptest! {
+        /// The integer fast path gives what the general conversion gives, wherever it answers.
+        #[test]
+        fn issue7_plain_time_agrees_with_general(
+            text in "[0-9]{0,17}(\\.[0-9]{0,5})?[ e.-]?",
+        ) {
+            if let Some(fast) = plain_time_ns(text.as_bytes()) {
+                proptest::prop_assert_eq!(Ok(fast), general_time_ns(&text), "{}", text);
+            }
+        }
     }
 }
