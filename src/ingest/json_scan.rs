@@ -524,7 +524,7 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 // Mostly the interesting bytes, some anything.
-                *c = if x % 3 == 0 {
+                *c = if x.is_multiple_of(3) {
                     x as u8
                 } else {
                     b"\"\\{}[] a"[(x % 8) as usize]
