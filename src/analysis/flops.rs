@@ -744,9 +744,24 @@ pub struct NodeFlops {
     pub exact_bytes: bool,
 }
 
+/// Parsed arguments by their texts. The same shapes recur in every iteration, so each thread
+/// keeps what it has parsed: parsing was most of the FLOP stage.
+#[derive(Default)]
+struct ArgCache<'t>(FxHashMap<(Option<&'t str>, Option<&'t str>, Option<&'t str>), Vec<Arg>>);
+
+impl<'t> ArgCache<'t> {
+    /// The arguments of op `o`.
+    fn of(&mut self, t: &'t Trace, o: OpId) -> &[Arg] {
+        let i = t.kineto.inputs(t.op(o));
+        self.0
+            .entry((i.dims, i.types, i.concrete))
+            .or_insert_with(|| parse_args(i.dims, i.types, i.concrete))
+    }
+}
+
 /// FLOPs of every node instance, in `step.nodes` order, with the per-op-type FlopCounterMode
 /// counts of the whole profile (`aten::addmm` → `aten.addmm`).
-pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64>) {
+pub fn compute<'t>(t: &'t Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64>) {
     let et_index: FxHashMap<i64, &ExecNode> = t
         .exec_trace
         .as_ref()
@@ -758,15 +773,11 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
         })
         .unwrap_or_default();
     let et_of = |o: OpId| t.op(o).rf_id.and_then(|r| et_index.get(&r).copied());
-    let args_of = |o: OpId| {
-        let i = t.kineto.inputs(t.op(o));
-        parse_args(i.dims, i.types, i.concrete)
-    };
     // Nodes on all threads; each returns its FLOPs by op type, summed afterwards in node order.
     let per_node: Vec<(NodeFlops, Vec<(String, u64)>)> = step
         .nodes
         .par_iter()
-        .map(|n| {
+        .map_init(ArgCache::default, |cache, n| {
             let mut by_type: Vec<(String, u64)> = Vec::new();
             let mut nf = NodeFlops::default();
             // Element type of the heaviest FLOP op (under autocast the node's own inputs may
@@ -779,7 +790,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
                 let leaf = t.children[o.0 as usize].is_empty();
                 let fam = family(name).or_else(|| if leaf { leaf_default(name) } else { None });
                 if let Some(fam) = fam {
-                    let args = args_of(o);
+                    let args = cache.of(t, o);
                     if let Some(f) = op_flops_as(fam, name, &args, et_of(o)) {
                         nf.matmul += f.matmul;
                         nf.all += f.all;
@@ -801,7 +812,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
                 stack.extend(t.children[o.0 as usize].iter().rev());
             }
             // Traffic of the node as a whole: its own inputs and outputs.
-            let args = args_of(n.op);
+            let args = cache.of(t, n.op);
             let conv_like = matches!(family(t.op_name(n.op)), Some("conv" | "conv_backward"))
                 || t.op_name(n.op).starts_with("aten::conv");
             nf.dtype = heaviest.1.or_else(|| {

@@ -11,6 +11,7 @@
 //! closes one iteration: the next one begins at the first host→device input copy after the
 //! optimizer (else at the first op with an autograd sequence number).
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -286,140 +287,154 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         .filter_map(|(gi, l)| l.map(|(_, ts)| (ts, gi)))
         .collect();
     launches.sort_unstable();
+    // Iterations are independent: each builds its nodes on its own thread, and they are joined
+    // in iteration order, so the output does not depend on the threads.
+    let per_window: Vec<(Vec<Node>, Iteration)> = windows
+        .par_iter()
+        .zip(per_iter)
+        .enumerate()
+        .map(|(ii, ((ws, we, label), mut idx))| {
+            let mut nodes = Vec::with_capacity(idx.len());
+            idx.sort_by_key(|&ni| {
+                let o = t.op(node_ops[ni]);
+                (o.start, Some(o.thread) != main, o.thread, node_ops[ni])
+            });
+            let bw: Vec<OpId> = idx
+                .iter()
+                .map(|&ni| node_ops[ni])
+                .filter(|&o| is_bw(o))
+                .collect();
+            let backward = (!bw.is_empty()).then(|| {
+                (
+                    bw.iter().map(|&o| t.op(o).start).min().unwrap_or(0),
+                    bw.iter().map(|&o| t.op(o).end()).max().unwrap_or(0),
+                )
+            });
+            let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
+            let mut seen_compute = false;
+            for (rank, &ni) in idx.iter().enumerate() {
+                let o = node_ops[ni];
+                let op = t.op(o);
+                let phase = if facts.in_zero_grad[o.0 as usize] {
+                    Phase::ZeroGrad
+                } else if facts.in_optimizer[o.0 as usize] {
+                    Phase::Optimizer
+                } else if is_bw(o)
+                    || (Some(op.thread) != main && autograd_thread[op.thread.0 as usize])
+                {
+                    Phase::Backward
+                } else if Some(op.thread) != main {
+                    Phase::Other
+                } else {
+                    match backward {
+                        Some((bs, be)) if op.start >= bs && op.start < be => Phase::Backward,
+                        Some((_, be)) if op.start >= be => {
+                            if has_opt_annotations || is_dtoh_read(t, &gpu_of_node[ni]) {
+                                Phase::Other
+                            } else {
+                                Phase::Optimizer
+                            }
+                        }
+                        _ => {
+                            // A loss read for logging (`.item()`) and the input copies before the
+                            // first compute op are not forward work.
+                            if is_dtoh_read(t, &gpu_of_node[ni]) || (!seen_compute && has_htod(ni))
+                            {
+                                Phase::Other
+                            } else {
+                                seen_compute = true;
+                                Phase::Forward
+                            }
+                        }
+                    }
+                };
+                let autograd_fn = facts.autograd_fn[o.0 as usize];
+                let module = t.module[o.0 as usize].or_else(|| {
+                    if phase == Phase::Backward {
+                        seq_of_bw(o).and_then(|s| module_by_seq.get(&s).copied())
+                    } else {
+                        None
+                    }
+                });
+                // Forward ops inside backward recompute checkpointed activations: they run under
+                // an autograd node but are not the node's own backward formula.
+                let recompute = phase == Phase::Backward && t.module[o.0 as usize].is_some();
+                let key = (phase, module, op.name);
+                let k = counters.entry(key).or_insert(0);
+                let name = match module {
+                    Some(m) => format!(
+                        "{}:{}/{}#{}",
+                        phase.as_str(),
+                        t.kineto.str(m),
+                        t.kineto.str(op.name),
+                        k
+                    ),
+                    None => format!("{}:{}#{}", phase.as_str(), t.kineto.str(op.name), k),
+                };
+                *k += 1;
+                let (gpu_time, gpu_span, kernels) = gpu_totals(t, &gpu_of_node[ni]);
+                let mem = node_memory(t, op.thread, op.start, op.end());
+                nodes.push(Node {
+                    op: o,
+                    iteration: ii as u32,
+                    rank: rank as u32,
+                    name,
+                    phase,
+                    autograd_fn,
+                    module,
+                    recompute,
+                    gpu_time,
+                    gpu_span,
+                    kernels,
+                    cpu_time: op.dur,
+                    active_before: mem.0,
+                    peak: mem.1,
+                    alloc_bytes: mem.2,
+                    free_bytes: mem.3,
+                });
+            }
+            // Iteration totals over everything launched in its window.
+            let mut acts: Vec<(i64, i64)> = Vec::new();
+            let mut gpu_time = 0;
+            // Launches sorted by time: each iteration reads only its own slice.
+            let lo = launches.partition_point(|l| l.0 < *ws);
+            for &(_, gi) in launches[lo..].iter().take_while(|l| l.0 < *we) {
+                let g = &t.kineto.gpu[gi];
+                gpu_time += g.dur;
+                acts.push((g.start, g.start + g.dur));
+            }
+            let gpu_unattributed: i64 = unattributed
+                .iter()
+                .filter(|(_, ts)| *ts >= *ws && *ts < *we)
+                .map(|(g, _)| t.kineto.gpu[g.0 as usize].dur)
+                .sum();
+            let mlo = t.memory.partition_point(|m| m.ts < *ws);
+            let peak_allocated = t.memory[mlo..]
+                .iter()
+                .take_while(|m| m.ts <= *we)
+                .map(|m| m.total_allocated)
+                .max();
+            let iteration = Iteration {
+                index: ii as u32,
+                label: label.clone(),
+                start: *ws,
+                end: *we,
+                nodes: 0..nodes.len(),
+                gpu_time,
+                gpu_busy: union_len(&mut acts),
+                gpu_unattributed,
+                peak_allocated,
+                backward,
+            };
+            (nodes, iteration)
+        })
+        .collect();
     let mut nodes = Vec::with_capacity(node_ops.len());
     let mut iterations = Vec::with_capacity(windows.len());
-    for (ii, (ws, we, label)) in windows.iter().enumerate() {
-        let mut idx = std::mem::take(&mut per_iter[ii]);
-        idx.sort_by_key(|&ni| {
-            let o = t.op(node_ops[ni]);
-            (o.start, Some(o.thread) != main, o.thread, node_ops[ni])
-        });
-        let bw: Vec<OpId> = idx
-            .iter()
-            .map(|&ni| node_ops[ni])
-            .filter(|&o| is_bw(o))
-            .collect();
-        let backward = (!bw.is_empty()).then(|| {
-            (
-                bw.iter().map(|&o| t.op(o).start).min().unwrap_or(0),
-                bw.iter().map(|&o| t.op(o).end()).max().unwrap_or(0),
-            )
-        });
-        let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
-        let first = nodes.len();
-        let mut seen_compute = false;
-        for (rank, &ni) in idx.iter().enumerate() {
-            let o = node_ops[ni];
-            let op = t.op(o);
-            let phase = if facts.in_zero_grad[o.0 as usize] {
-                Phase::ZeroGrad
-            } else if facts.in_optimizer[o.0 as usize] {
-                Phase::Optimizer
-            } else if is_bw(o) || (Some(op.thread) != main && autograd_thread[op.thread.0 as usize])
-            {
-                Phase::Backward
-            } else if Some(op.thread) != main {
-                Phase::Other
-            } else {
-                match backward {
-                    Some((bs, be)) if op.start >= bs && op.start < be => Phase::Backward,
-                    Some((_, be)) if op.start >= be => {
-                        if has_opt_annotations || is_dtoh_read(t, &gpu_of_node[ni]) {
-                            Phase::Other
-                        } else {
-                            Phase::Optimizer
-                        }
-                    }
-                    _ => {
-                        // A loss read for logging (`.item()`) and the input copies before the
-                        // first compute op are not forward work.
-                        if is_dtoh_read(t, &gpu_of_node[ni]) || (!seen_compute && has_htod(ni)) {
-                            Phase::Other
-                        } else {
-                            seen_compute = true;
-                            Phase::Forward
-                        }
-                    }
-                }
-            };
-            let autograd_fn = facts.autograd_fn[o.0 as usize];
-            let module = t.module[o.0 as usize].or_else(|| {
-                if phase == Phase::Backward {
-                    seq_of_bw(o).and_then(|s| module_by_seq.get(&s).copied())
-                } else {
-                    None
-                }
-            });
-            // Forward ops inside backward recompute checkpointed activations: they run under
-            // an autograd node but are not the node's own backward formula.
-            let recompute = phase == Phase::Backward && t.module[o.0 as usize].is_some();
-            let key = (phase, module, op.name);
-            let k = counters.entry(key).or_insert(0);
-            let name = match module {
-                Some(m) => format!(
-                    "{}:{}/{}#{}",
-                    phase.as_str(),
-                    t.kineto.str(m),
-                    t.kineto.str(op.name),
-                    k
-                ),
-                None => format!("{}:{}#{}", phase.as_str(), t.kineto.str(op.name), k),
-            };
-            *k += 1;
-            let (gpu_time, gpu_span, kernels) = gpu_totals(t, &gpu_of_node[ni]);
-            let mem = node_memory(t, op.thread, op.start, op.end());
-            nodes.push(Node {
-                op: o,
-                iteration: ii as u32,
-                rank: rank as u32,
-                name,
-                phase,
-                autograd_fn,
-                module,
-                recompute,
-                gpu_time,
-                gpu_span,
-                kernels,
-                cpu_time: op.dur,
-                active_before: mem.0,
-                peak: mem.1,
-                alloc_bytes: mem.2,
-                free_bytes: mem.3,
-            });
-        }
-        // Iteration totals over everything launched in its window.
-        let mut acts: Vec<(i64, i64)> = Vec::new();
-        let mut gpu_time = 0;
-        // Launches sorted by time: each iteration reads only its own slice.
-        let lo = launches.partition_point(|l| l.0 < *ws);
-        for &(_, gi) in launches[lo..].iter().take_while(|l| l.0 < *we) {
-            let g = &t.kineto.gpu[gi];
-            gpu_time += g.dur;
-            acts.push((g.start, g.start + g.dur));
-        }
-        let gpu_unattributed: i64 = unattributed
-            .iter()
-            .filter(|(_, ts)| *ts >= *ws && *ts < *we)
-            .map(|(g, _)| t.kineto.gpu[g.0 as usize].dur)
-            .sum();
-        let mlo = t.memory.partition_point(|m| m.ts < *ws);
-        let peak_allocated = t.memory[mlo..]
-            .iter()
-            .take_while(|m| m.ts <= *we)
-            .map(|m| m.total_allocated)
-            .max();
-        iterations.push(Iteration {
-            index: ii as u32,
-            label: label.clone(),
-            start: *ws,
-            end: *we,
-            nodes: first..nodes.len(),
-            gpu_time,
-            gpu_busy: union_len(&mut acts),
-            gpu_unattributed,
-            peak_allocated,
-            backward,
-        });
+    for (mut own, mut it) in per_window {
+        it.nodes = nodes.len()..nodes.len() + own.len();
+        nodes.append(&mut own);
+        iterations.push(it);
     }
     let unattributed_total: u64 = unattributed.len() as u64;
     diag.warn_n(

@@ -38,8 +38,12 @@ where
     Column::new(name.into(), v)
 }
 
-/// Writes the Parquet files into `dir`.
-pub(super) fn write_all(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+/// The Parquet files, one writer each, so the report runs them side by side.
+pub(super) fn writers() -> [fn(&Path, &Trace, &Analysis) -> Result<(), Error>; 4] {
+    [node_stats, activation_stats, memory_timeline, flops]
+}
+
+fn node_stats(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
     let n = &a.node_stats;
     let s =
         |f: &dyn Fn(&crate::analysis::NodeStat) -> String| n.iter().map(f).collect::<Vec<String>>();
@@ -97,7 +101,10 @@ pub(super) fn write_all(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error
                 n.iter().map(|x| x.iterations_present).collect::<Vec<u32>>(),
             ),
         ],
-    )?;
+    )
+}
+
+fn activation_stats(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
     let act = &a.liveness.activations;
     write(
         &dir.join("activation_stats.parquet"),
@@ -171,7 +178,10 @@ pub(super) fn write_all(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error
                 act.iter().map(|x| x.storage_id).collect::<Vec<i64>>(),
             ),
         ],
-    )?;
+    )
+}
+
+fn memory_timeline(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
     let tl = &a.timeline;
     let t0 = t.memory.first().map_or(0, |m| m.ts);
     let mut cols = vec![
@@ -190,7 +200,10 @@ pub(super) fn write_all(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error
             tl.iter().map(|r| r.breakdown[i]).collect::<Vec<i64>>(),
         ));
     }
-    write(&dir.join("memory_timeline.parquet"), cols)?;
+    write(&dir.join("memory_timeline.parquet"), cols)
+}
+
+fn flops(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
     let f = &a.flops;
     write(
         &dir.join("flops.parquet"),

@@ -166,7 +166,9 @@ pub fn write_all(
         Box::new(|| memory::write_graph(dir, a)),
     ];
     #[cfg(feature = "parquet")]
-    tasks.push(Box::new(|| frames::write_all(dir, t, a)));
+    for w in frames::writers() {
+        tasks.push(Box::new(move || w(dir, t, a)));
+    }
     if !opts.no_plots {
         tasks.push(Box::new(|| {
             let plot_dir = dir.join("plots");
