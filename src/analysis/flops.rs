@@ -747,7 +747,10 @@ pub struct NodeFlops {
 /// Parsed arguments by their texts. The same shapes recur in every iteration, so each thread
 /// keeps what it has parsed: parsing was most of the FLOP stage.
 #[derive(Default)]
-struct ArgCache<'t>(FxHashMap<(Option<&'t str>, Option<&'t str>, Option<&'t str>), Vec<Arg>>);
+struct ArgCache<'t>(FxHashMap<InputTexts<'t>, Vec<Arg>>);
+
+/// An op's `Input Dims`, `Input type` and `Concrete Inputs` texts.
+type InputTexts<'t> = (Option<&'t str>, Option<&'t str>, Option<&'t str>);
 
 impl<'t> ArgCache<'t> {
     /// The arguments of op `o`.
