@@ -764,7 +764,7 @@ impl<'t> ArgCache<'t> {
 
 /// FLOPs of every node instance, in `step.nodes` order, with the per-op-type FlopCounterMode
 /// counts of the whole profile (`aten::addmm` → `aten.addmm`).
-pub fn compute<'t>(t: &'t Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64>) {
+pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64>) {
     let et_index: FxHashMap<i64, &ExecNode> = t
         .exec_trace
         .as_ref()
