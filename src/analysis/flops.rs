@@ -794,7 +794,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
                 let fam = family(name).or_else(|| if leaf { leaf_default(name) } else { None });
                 if let Some(fam) = fam {
                     let args = cache.of(t, o);
-                    if let Some(f) = op_flops_as(fam, name, &args, et_of(o)) {
+                    if let Some(f) = op_flops_as(fam, name, args, et_of(o)) {
                         nf.matmul += f.matmul;
                         nf.all += f.all;
                         if f.all > heaviest.0 {
