@@ -38,8 +38,11 @@ where
     Column::new(name.into(), v)
 }
 
+/// Writes one Parquet file into the directory.
+type Writer = fn(&Path, &Trace, &Analysis) -> Result<(), Error>;
+
 /// The Parquet files, one writer each, so the report runs them side by side.
-pub(super) fn writers() -> [fn(&Path, &Trace, &Analysis) -> Result<(), Error>; 4] {
+pub(super) fn writers() -> [Writer; 4] {
     [node_stats, activation_stats, memory_timeline, flops]
 }
 
