@@ -88,20 +88,37 @@ impl Trace {
             });
         }
         let parent = build_forest(ops, &thread_ops, diag);
-        let mut children: Vec<Vec<OpId>> = vec![Vec::new(); ops.len()];
-        let mut roots: Vec<OpId> = Vec::new();
-        for list in &thread_ops {
-            for &o in list {
-                match parent[o.0 as usize] {
-                    Some(p) => children[p.0 as usize].push(o),
-                    None => roots.push(o),
-                }
-            }
-        }
-        let launch = attribute_launches(&kineto, &thread_ops, &parent, diag);
-        let main_thread = find_main_thread(&kineto, &thread_ops, &parent);
-        let (device, memory) = select_device_memory(&kineto);
-        let module = module_paths(&mut kineto, &thread_ops);
+        // The rest reads what is built so far and nothing of each other: side by side. Module
+        // paths are interned afterwards, in the order they were made, so ids do not depend on
+        // the threads.
+        let k = &kineto;
+        let (((children, roots), launch), ((main_thread, (device, memory)), (module, paths))) =
+            rayon::join(
+                || {
+                    rayon::join(
+                        || children_and_roots(ops.len(), &thread_ops, &parent),
+                        || attribute_launches(k, &thread_ops, &parent),
+                    )
+                },
+                || {
+                    rayon::join(
+                        || {
+                            (
+                                find_main_thread(k, &thread_ops, &parent),
+                                select_device_memory(k),
+                            )
+                        },
+                        || module_paths(k, &thread_ops),
+                    )
+                },
+            );
+        let (launch, counts) = launch;
+        counts.report(diag);
+        let path_ids: Vec<StrId> = paths.iter().map(|p| kineto.strings.intern(p)).collect();
+        let module = module
+            .into_iter()
+            .map(|m| m.map(|i| path_ids[i as usize]))
+            .collect();
         Trace {
             kineto,
             snapshot,
@@ -196,6 +213,59 @@ fn build_forest(
     parent
 }
 
+/// Ops directly inside each op, and the ops inside none, each in thread then time order.
+fn children_and_roots(
+    n_ops: usize,
+    thread_ops: &[Vec<OpId>],
+    parent: &[Option<OpId>],
+) -> (Vec<Vec<OpId>>, Vec<OpId>) {
+    let mut children: Vec<Vec<OpId>> = vec![Vec::new(); n_ops];
+    let mut roots: Vec<OpId> = Vec::new();
+    for list in thread_ops {
+        for &o in list {
+            match parent[o.0 as usize] {
+                Some(p) => children[p.0 as usize].push(o),
+                None => roots.push(o),
+            }
+        }
+    }
+    (children, roots)
+}
+
+/// What launch attribution found wrong, reported once it is done.
+struct LaunchCounts {
+    duplicates: u64,
+    no_launch: u64,
+    no_op: u64,
+}
+
+impl LaunchCounts {
+    fn report(&self, diag: &mut Diagnostics) {
+        let LaunchCounts {
+            duplicates,
+            no_launch,
+            no_op,
+        } = *self;
+        diag.warn_n(
+            "duplicate_correlation_ids",
+            duplicates,
+            format!("{duplicates} CUDA runtime calls reuse a correlation id"),
+        );
+        diag.warn_n(
+            "gpu_activity_without_launch",
+            no_launch,
+            format!(
+                "{no_launch} GPU activities have no CUDA runtime call with their correlation id"
+            ),
+        );
+        diag.warn_n(
+            "launch_outside_ops",
+            no_op,
+            format!("{no_op} GPU activities were launched outside any CPU op"),
+        );
+    }
+}
+
 /// The innermost op on `thread` that encloses time `t`.
 fn enclosing_op(ops: &[CpuOp], list: &[OpId], parent: &[Option<OpId>], t: i64) -> Option<OpId> {
     let idx = list.partition_point(|&o| ops[o.0 as usize].start <= t);
@@ -213,8 +283,8 @@ fn attribute_launches(
     k: &KinetoTrace,
     thread_ops: &[Vec<OpId>],
     parent: &[Option<OpId>],
-    diag: &mut Diagnostics,
-) -> Vec<Option<(OpId, i64)>> {
+) -> (Vec<Option<(OpId, i64)>>, LaunchCounts) {
+    use rayon::prelude::*;
     let mut by_corr: FxHashMap<i64, usize> = FxHashMap::default();
     let mut duplicates = 0u64;
     for (i, r) in k.runtime.iter().enumerate() {
@@ -228,48 +298,38 @@ fn attribute_launches(
             }
         }
     }
-    diag.warn_n(
-        "duplicate_correlation_ids",
-        duplicates,
-        format!("{duplicates} CUDA runtime calls reuse a correlation id"),
-    );
-    let mut no_launch = 0u64;
-    let mut no_op = 0u64;
-    let out = k
+    // `None`: no launch with the activity's correlation id; `Some(None)`: a launch outside
+    // every op.
+    let found: Vec<Option<Option<(OpId, i64)>>> = k
         .gpu
-        .iter()
+        .par_iter()
         .map(|g| {
-            let Some(&ri) = g.correlation.and_then(|c| by_corr.get(&c)) else {
-                no_launch += 1;
-                return None;
-            };
+            let &ri = g.correlation.and_then(|c| by_corr.get(&c))?;
             let r = &k.runtime[ri];
             let op = enclosing_op(&k.ops, &thread_ops[r.thread.0 as usize], parent, r.start);
-            if op.is_none() {
-                no_op += 1;
-            }
-            op.map(|o| (o, r.start))
+            Some(op.map(|o| (o, r.start)))
         })
         .collect();
-    diag.warn_n(
-        "gpu_activity_without_launch",
+    let no_launch = found.iter().filter(|f| f.is_none()).count() as u64;
+    let no_op = found.iter().filter(|f| matches!(f, Some(None))).count() as u64;
+    let counts = LaunchCounts {
+        duplicates,
         no_launch,
-        format!("{no_launch} GPU activities have no CUDA runtime call with their correlation id"),
-    );
-    diag.warn_n(
-        "launch_outside_ops",
         no_op,
-        format!("{no_op} GPU activities were launched outside any CPU op"),
-    );
-    out
+    };
+    (found.into_iter().map(Option::flatten).collect(), counts)
 }
 
-/// Interns the `/`-joined path of `nn.Module` ranges enclosing each op on its thread.
-fn module_paths(k: &mut KinetoTrace, thread_ops: &[Vec<OpId>]) -> Vec<Option<StrId>> {
+/// The `/`-joined path of `nn.Module` ranges enclosing each op on its thread, as an index into
+/// the paths returned beside (made in module-range order, for the caller to intern).
+fn module_paths(k: &KinetoTrace, thread_ops: &[Vec<OpId>]) -> (Vec<Option<u32>>, Vec<String>) {
     let mut out = vec![None; k.ops.len()];
+    let mut paths: Vec<String> = Vec::new();
     if k.modules.is_empty() {
-        return out;
+        return (out, paths);
     }
+    // Paths already made, so a path repeated in every iteration is one string.
+    let mut known: FxHashMap<String, u32> = FxHashMap::default();
     let mut per_thread: Vec<Vec<usize>> = vec![Vec::new(); k.threads.len()];
     for (i, m) in k.modules.iter().enumerate() {
         per_thread[m.thread.0 as usize].push(i);
@@ -288,7 +348,7 @@ fn module_paths(k: &mut KinetoTrace, thread_ops: &[Vec<OpId>]) -> Vec<Option<Str
         });
         // Nest the module ranges and name each by its path from the root module.
         let mut parent: Vec<Option<usize>> = vec![None; spans.len()];
-        let mut path: Vec<StrId> = Vec::with_capacity(spans.len());
+        let mut path: Vec<u32> = Vec::with_capacity(spans.len());
         let mut stack: Vec<usize> = Vec::new();
         for (pos, &mi) in spans.iter().enumerate() {
             let m = k.modules[mi];
@@ -301,12 +361,17 @@ fn module_paths(k: &mut KinetoTrace, thread_ops: &[Vec<OpId>]) -> Vec<Option<Str
                 }
             }
             parent[pos] = stack.last().copied();
-            let name = k.strings.resolve(m.name).to_owned();
+            let name = k.strings.resolve(m.name);
             let full = match parent[pos] {
-                Some(p) => format!("{}/{}", k.strings.resolve(path[p]), name),
-                None => name,
+                Some(p) => format!("{}/{}", paths[path[p] as usize], name),
+                None => name.to_owned(),
             };
-            path.push(k.strings.intern(&full));
+            let next = paths.len() as u32;
+            let id = *known.entry(full).or_insert_with_key(|full| {
+                paths.push(full.clone());
+                next
+            });
+            path.push(id);
             stack.push(pos);
         }
         for &o in &thread_ops[t] {
@@ -323,7 +388,7 @@ fn module_paths(k: &mut KinetoTrace, thread_ops: &[Vec<OpId>]) -> Vec<Option<Str
             }
         }
     }
-    out
+    (out, paths)
 }
 
 /// The training loop's thread: where `ProfilerStep#` ranges are, else the thread with the most
