@@ -80,12 +80,12 @@ pub(super) fn write_timeline(path: &Path, t: &Trace, a: &Analysis) -> Result<(),
                 .us(t.kineto.epoch_ns(r.ts))?
                 .text(iteration)?;
             match rank {
-                Some(rank) => w.num(rank)?,
+                Some(rank) => w.num(*rank)?,
                 None => w.text("")?,
             };
             w.text(node.map_or("", |n| n.name.as_str()))?.num(r.total)?;
             for b in &r.breakdown {
-                w.num(b)?;
+                w.num(*b)?;
             }
             w.end()
         })();
