@@ -19,14 +19,14 @@ type R<T> = Result<T, Bail>;
 /// Nesting beyond this is left to serde_json (whose own limit is 128).
 const MAX_DEPTH: usize = 64;
 
-/// Reads the event whose `{` is at `at`; returns it and the index just past its `}`.
-pub(crate) fn event(buf: &[u8], at: usize) -> R<(RawEvent<'_>, usize)> {
+/// Reads the event whose `{` is at `at` into `ev` (which must be the default); returns the
+/// index just past its `}`. After a [`Bail`], `ev` holds whatever was read before it.
+pub(crate) fn event<'a>(buf: &'a [u8], at: usize, ev: &mut RawEvent<'a>) -> R<usize> {
     let mut c = Cur { b: buf, i: at };
-    let mut ev = RawEvent::default();
     c.eat(b'{')?;
     c.ws();
     if c.peek()? == b'}' {
-        return Ok((ev, c.i + 1));
+        return Ok(c.i + 1);
     }
     let mut seen = 0u32;
     let mut hint = 0;
@@ -64,7 +64,7 @@ pub(crate) fn event(buf: &[u8], at: usize) -> R<(RawEvent<'_>, usize)> {
             _ => c.skip(1)?,
         }
         if c.next_member(b'}')? {
-            return Ok((ev, c.i));
+            return Ok(c.i);
         }
     }
 }
@@ -507,8 +507,9 @@ mod tests {
             r#"{"args":{},"extra":[true,false,null,{"a":[-0.5e-3]}]}"#,
             r#"{"ph":"M","name":"process_name","pid":3,"args":{"name":"python3"}}"#,
         ] {
-            let (fast, end) =
-                event(text.as_bytes(), 0).unwrap_or_else(|_| panic!("bailed: {text}"));
+            let mut fast = RawEvent::default();
+            let end =
+                event(text.as_bytes(), 0, &mut fast).unwrap_or_else(|_| panic!("bailed: {text}"));
             let (slow, slow_end) = by_serde(text).unwrap();
             assert_eq!(fast, slow, "{text}");
             assert_eq!(end, slow_end);
@@ -535,7 +536,12 @@ mod tests {
             r#"{"args":{"Bytes":-0}}"#, // serde_json: the float -0.0
             "{\"name\":\"a\tb\"}",      // raw control character
         ] {
-            assert_eq!(event(text.as_bytes(), 0).map(|_| ()), Err(Bail), "{text}");
+            let mut ev = RawEvent::default();
+            assert_eq!(
+                event(text.as_bytes(), 0, &mut ev).map(|_| ()),
+                Err(Bail),
+                "{text}"
+            );
         }
     }
 

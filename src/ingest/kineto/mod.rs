@@ -581,13 +581,13 @@ impl Partial {
         t
     }
 
-    fn add(&mut self, ev: RawEvent<'_>, offset: usize) {
+    fn add(&mut self, ev: &RawEvent<'_>, offset: usize) {
         let ph = ev.ph.0.as_deref().unwrap_or("");
         let cat = ev.cat.0.as_deref().unwrap_or("");
         let name = ev.name.0.as_deref().unwrap_or("");
         match ph {
-            "X" => self.add_complete(&ev, cat, name, offset),
-            "i" | "I" if name == "[memory]" => self.add_memory(&ev, offset),
+            "X" => self.add_complete(ev, cat, name, offset),
+            "i" | "I" if name == "[memory]" => self.add_memory(ev, offset),
             "s" | "f" if cat == "fwdbwd" => {
                 let (Ok(ts), Some(id)) = (time_ns(&ev.ts), ev.id.as_ref()) else {
                     return;
@@ -596,7 +596,7 @@ impl Partial {
                     IdOrName::Num(n) => *n,
                     IdOrName::Name(s) => s.parse().unwrap_or(-1),
                 };
-                let thread = self.thread(&ev);
+                let thread = self.thread(ev);
                 self.flows.push(FlowEnd {
                     id,
                     thread,
@@ -780,6 +780,18 @@ fn skippable(buf: &[u8]) -> bool {
     // Built once: constructing a searcher per event cost more than parsing the event.
     static CAT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"cat\""));
     static MODULE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"nn.Module: "));
+    // Kineto's layout of a complete event, checked first: searching for `"cat"` in every
+    // event was a tenth of the parse.
+    const COMPLETE: &[u8] = b"{\"ph\": \"X\", \"cat\": ";
+    const PYTHON_NAME: &[u8] = b"\"python_function\", \"name\": \"";
+    if let Some(rest) = buf.strip_prefix(COMPLETE) {
+        if let Some(name) = rest.strip_prefix(PYTHON_NAME) {
+            return !name.starts_with(b"nn.Module: ");
+        }
+        if !rest.starts_with(b"\"python_function\"") && !rest.starts_with(b"\"ac2g\"") {
+            return false;
+        }
+    }
     let head = &buf[..buf.len().min(96)];
     let Some(i) = CAT.find(head) else {
         return false;
@@ -803,7 +815,8 @@ fn skippable(buf: &[u8]) -> bool {
 /// byte. The fuzz target `kineto_event` and a property test hold the fast reader to this.
 #[doc(hidden)]
 pub fn fast_reader_agrees(buf: &[u8]) -> bool {
-    let Ok((fast, end)) = fast::event(buf, 0) else {
+    let mut fast = RawEvent::default();
+    let Ok(end) = fast::event(buf, 0, &mut fast) else {
         return true;
     };
     matches!(serde_event(buf), Some(Ok((slow, e))) if slow == fast && e == end)
@@ -830,7 +843,7 @@ fn serde_event(buf: &[u8]) -> Option<Result<(RawEvent<'_>, usize), serde_json::E
 /// or `None` where serde_json would have to read it.
 #[doc(hidden)]
 pub fn fast_event_end(buf: &[u8]) -> Option<usize> {
-    fast::event(buf, 0).ok().map(|(_, end)| end)
+    fast::event(buf, 0, &mut RawEvent::default()).ok()
 }
 
 /// Reads the event at the start of `buf` with serde_json only (benches); the index past it.
@@ -857,13 +870,16 @@ fn parse_element(p: &mut Partial, buf: &[u8], pos: usize) -> Option<usize> {
     if skippable(&buf[pos..]) {
         return json_scan::skip_container(buf, pos).or_else(|| json_scan::skip_value(buf, pos));
     }
-    if let Ok((ev, end)) = fast::event(buf, pos) {
-        p.add(ev, pos);
+    // Filled in place: an event is some 500 bytes, and moving it out of the reader and into
+    // `add` showed in the profile.
+    let mut ev = RawEvent::default();
+    if let Ok(end) = fast::event(buf, pos, &mut ev) {
+        p.add(&ev, pos);
         return Some(end);
     }
     match serde_event(&buf[pos..])? {
         Ok((ev, used)) => {
-            p.add(ev, pos);
+            p.add(&ev, pos);
             Some(pos + used)
         }
         Err(e) => {
@@ -879,22 +895,18 @@ fn parse_element(p: &mut Partial, buf: &[u8], pos: usize) -> Option<usize> {
     }
 }
 
-fn merge(trace: &mut KinetoTrace, partials: Vec<Partial>, diag: &mut Diagnostics) {
+fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnostics) {
+    use rayon::prelude::*;
+    // First, in piece order, what each piece's local string and thread ids become: ids are
+    // given in order of first appearance in the file, whatever the threads.
     let mut thread_index: FxHashMap<(ThreadKey, ThreadKey), ThreadId> = FxHashMap::default();
-    // Sized once: regrowing tables of millions of rows would copy them again and again.
-    let total = |f: fn(&Partial) -> usize| partials.iter().map(f).sum::<usize>();
-    trace.ops.reserve_exact(total(|p| p.ops.len()));
-    trace.runtime.reserve_exact(total(|p| p.runtime.len()));
-    trace.gpu.reserve_exact(total(|p| p.gpu.len()));
-    trace.memory.reserve_exact(total(|p| p.memory.len()));
-    trace
-        .input_text
-        .reserve_exact(total(|p| p.input_text.len()));
-    for mut p in partials {
+    let mut maps: Vec<(Vec<StrId>, Vec<ThreadId>)> = Vec::with_capacity(partials.len());
+    let mut text_base = 0u64;
+    let mut text_bases = Vec::with_capacity(partials.len());
+    for p in &partials {
         let smap = trace.strings.absorb(&p.strings);
-        let s = |id: StrId| smap[id.0 as usize];
         let k = |key: ThreadKey| match key {
-            ThreadKey::Name(id) => ThreadKey::Name(s(id)),
+            ThreadKey::Name(id) => ThreadKey::Name(smap[id.0 as usize]),
             n => n,
         };
         let tmap: Vec<ThreadId> = p
@@ -911,41 +923,96 @@ fn merge(trace: &mut KinetoTrace, partials: Vec<Partial>, diag: &mut Diagnostics
                 })
             })
             .collect();
-        let t = |id: ThreadId| tmap[id.0 as usize];
-        let text_base = trace.input_text.len() as u64;
-        trace.input_text.push_str(&p.input_text);
-        trace.ops.extend(p.ops.drain(..).map(|mut o| {
-            o.name = s(o.name);
-            o.thread = t(o.thread);
-            // Ops without inputs keep the all-zero span, wherever their piece began.
-            if o.inputs != InputSpans::default() {
-                o.inputs.start += text_base;
+        maps.push((smap, tmap));
+        text_bases.push(text_base);
+        text_base += p.input_text.len() as u64;
+    }
+    // Then every piece's rows are rewritten to the global ids, each piece on its own thread.
+    partials
+        .par_iter_mut()
+        .zip(&maps)
+        .zip(&text_bases)
+        .for_each(|((p, (smap, tmap)), &text_base)| {
+            let s = |id: StrId| smap[id.0 as usize];
+            let t = |id: ThreadId| tmap[id.0 as usize];
+            for o in &mut p.ops {
+                o.name = s(o.name);
+                o.thread = t(o.thread);
+                // Ops without inputs keep the all-zero span, wherever their piece began.
+                if o.inputs != InputSpans::default() {
+                    o.inputs.start += text_base;
+                }
             }
-            o
-        }));
-        trace.runtime.extend(p.runtime.drain(..).map(|mut r| {
-            r.name = s(r.name);
-            r.thread = t(r.thread);
-            r
-        }));
-        trace.gpu.extend(p.gpu.drain(..).map(|mut g| {
-            g.name = s(g.name);
-            g
-        }));
-        trace.memory.extend(p.memory.drain(..).map(|mut m| {
-            m.thread = t(m.thread);
-            m
-        }));
-        trace.modules.extend(p.modules.drain(..).map(|mut m| {
-            m.name = s(m.name);
-            m.thread = t(m.thread);
-            m
-        }));
-        trace.flows.extend(p.flows.drain(..).map(|mut f| {
-            f.thread = t(f.thread);
-            f
-        }));
-        trace.process_names.append(&mut p.process_names);
+            for r in &mut p.runtime {
+                r.name = s(r.name);
+                r.thread = t(r.thread);
+            }
+            for g in &mut p.gpu {
+                g.name = s(g.name);
+            }
+            for m in &mut p.memory {
+                m.thread = t(m.thread);
+            }
+            for m in &mut p.modules {
+                m.name = s(m.name);
+                m.thread = t(m.thread);
+            }
+            for f in &mut p.flows {
+                f.thread = t(f.thread);
+            }
+        });
+    // And the tables are joined, each one's pieces copied side by side: copying (and faulting
+    // in) tens of MB on one thread was most of this merge.
+    let mut texts: Vec<String> = partials
+        .iter_mut()
+        .map(|p| std::mem::take(&mut p.input_text))
+        .collect();
+    let mut ops: Vec<Vec<CpuOp>> = partials
+        .iter_mut()
+        .map(|p| std::mem::take(&mut p.ops))
+        .collect();
+    let mut runtime: Vec<Vec<RuntimeCall>> = partials
+        .iter_mut()
+        .map(|p| std::mem::take(&mut p.runtime))
+        .collect();
+    let mut gpu: Vec<Vec<GpuActivity>> = partials
+        .iter_mut()
+        .map(|p| std::mem::take(&mut p.gpu))
+        .collect();
+    let mut memory: Vec<Vec<MemEvent>> = partials
+        .iter_mut()
+        .map(|p| std::mem::take(&mut p.memory))
+        .collect();
+    let ((o, r), (g, (m, text))) = rayon::join(
+        || rayon::join(|| par_concat(&mut ops), || par_concat(&mut runtime)),
+        || {
+            rayon::join(
+                || par_concat(&mut gpu),
+                || {
+                    rayon::join(
+                        || par_concat(&mut memory),
+                        || {
+                            let mut bytes: Vec<Vec<u8>> = texts
+                                .iter_mut()
+                                .map(|t| std::mem::take(t).into_bytes())
+                                .collect();
+                            par_concat(&mut bytes)
+                        },
+                    )
+                },
+            )
+        },
+    );
+    trace.ops = o;
+    trace.runtime = r;
+    trace.gpu = g;
+    trace.memory = m;
+    // Every piece's text is the text of a `String` (UTF-8), and UTF-8 texts joined are UTF-8.
+    trace.input_text = String::from_utf8(text).unwrap_or_default();
+    for p in partials {
+        trace.modules.extend(p.modules);
+        trace.flows.extend(p.flows);
+        trace.process_names.extend(p.process_names);
         for (kind, msg) in p.anomalies {
             diag.warn(kind, format!("{}: {msg}", trace.path.display()));
         }
@@ -953,6 +1020,33 @@ fn merge(trace: &mut KinetoTrace, partials: Vec<Partial>, diag: &mut Diagnostics
     // Allocator events must be replayed in time order; a stable sort keeps file order on ties,
     // which is the allocator's own order for events of one thread.
     trace.memory.sort_by_key(|m| m.ts);
+}
+
+/// The parts joined in order into one new vector, each part copied on its own thread (the parts
+/// are left empty).
+fn par_concat<T: Send>(parts: &mut [Vec<T>]) -> Vec<T> {
+    use rayon::prelude::*;
+    let total: usize = parts.iter().map(Vec::len).sum();
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    let mut rest = &mut out.spare_capacity_mut()[..total];
+    let mut dsts = Vec::with_capacity(parts.len());
+    for p in parts.iter() {
+        let (dst, tail) = rest.split_at_mut(p.len());
+        dsts.push(dst);
+        rest = tail;
+    }
+    dsts.into_par_iter()
+        .zip(parts.par_iter_mut())
+        .for_each(|(dst, src)| {
+            for (d, s) in dst.iter_mut().zip(src.drain(..)) {
+                d.write(s);
+            }
+        });
+    // SAFETY: the parts' lengths sum to `total`, the destinations split `0..total` among them
+    // without gaps, and each destination slot was written with its part's item above (`drain`
+    // yields exactly `len` items, moved out so none is dropped twice).
+    unsafe { out.set_len(total) };
+    out
 }
 
 #[cfg(test)]
