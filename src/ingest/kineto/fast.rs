@@ -69,31 +69,32 @@ pub(crate) fn event<'a>(buf: &'a [u8], at: usize, ev: &mut RawEvent<'a>) -> R<us
     }
 }
 
-/// A key as Kineto writes it, with the `": "` after it, as one masked 8-byte word: matching it
-/// is one load and compare where reading the key as a string took a scan and a match.
+/// A key as Kineto writes it, with the `": "` after it, as up to four masked 8-byte words:
+/// matching it is a load and compare per word where reading the key as a string took a scan
+/// and a match against every name.
 struct KeyPat {
-    word: u64,
-    mask: u64,
+    words: [u64; 4],
+    masks: [u64; 4],
+    /// Words in use.
+    n: usize,
     len: usize,
     bit: u32,
 }
 
 const fn key_pat(text: &[u8], bit: u32) -> KeyPat {
-    assert!(text.len() <= 8);
-    let mut word = 0u64;
+    assert!(text.len() <= 32);
+    let mut words = [0u64; 4];
+    let mut masks = [0u64; 4];
     let mut i = 0;
     while i < text.len() {
-        word |= (text[i] as u64) << (8 * i);
+        words[i / 8] |= (text[i] as u64) << (8 * (i % 8));
+        masks[i / 8] |= 0xff << (8 * (i % 8));
         i += 1;
     }
-    let mask = if text.len() == 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * text.len())) - 1
-    };
     KeyPat {
-        word,
-        mask,
+        words,
+        masks,
+        n: text.len().div_ceil(8),
         len: text.len(),
         bit,
     }
@@ -112,6 +113,48 @@ const EVENT_KEYS: [KeyPat; 9] = [
     key_pat(b"\"dur\": ", 64),
     key_pat(b"\"args\": ", 256),
     key_pat(b"\"id\": ", 128),
+];
+
+/// The members of `args` in the orders Kineto writes them (ops, runtime calls, kernels,
+/// allocator events, Python ranges), with the bit of the field each fills; 0 is a member that
+/// is skipped. A key not listed is read the long way.
+const ARG_KEYS: [KeyPat; 36] = [
+    key_pat(b"\"External id\": ", 1),
+    key_pat(b"\"Record function id\": ", 1 << 1),
+    key_pat(b"\"Sequence number\": ", 1 << 2),
+    key_pat(b"\"Fwd thread id\": ", 1 << 3),
+    key_pat(b"\"Concrete Inputs\": ", 1 << 16),
+    key_pat(b"\"Input type\": ", 1 << 15),
+    key_pat(b"\"Input Strides\": ", 0),
+    key_pat(b"\"Input Dims\": ", 1 << 14),
+    key_pat(b"\"Ev Idx\": ", 0),
+    key_pat(b"\"cbid\": ", 0),
+    key_pat(b"\"correlation\": ", 1 << 4),
+    key_pat(b"\"queued\": ", 0),
+    key_pat(b"\"device\": ", 1 << 11),
+    key_pat(b"\"context\": ", 0),
+    key_pat(b"\"stream\": ", 1 << 12),
+    key_pat(b"\"registers per thread\": ", 0),
+    key_pat(b"\"shared memory\": ", 0),
+    key_pat(b"\"blocks per SM\": ", 0),
+    key_pat(b"\"warps per SM\": ", 0),
+    key_pat(b"\"grid\": ", 0),
+    key_pat(b"\"block\": ", 0),
+    key_pat(b"\"est. achieved occupancy %\": ", 0),
+    key_pat(b"\"bytes\": ", 1 << 13),
+    key_pat(b"\"memory bandwidth (GB/s)\": ", 0),
+    key_pat(b"\"Total Reserved\": ", 1 << 8),
+    key_pat(b"\"Total Allocated\": ", 1 << 7),
+    key_pat(b"\"Bytes\": ", 1 << 6),
+    key_pat(b"\"Device Id\": ", 1 << 10),
+    key_pat(b"\"Device Type\": ", 1 << 9),
+    key_pat(b"\"Addr\": ", 1 << 5),
+    key_pat(b"\"finished\": ", 0),
+    key_pat(b"\"Python parent id\": ", 0),
+    key_pat(b"\"Python id\": ", 0),
+    key_pat(b"\"Python thread\": ", 0),
+    key_pat(b"\"Python module id\": ", 0),
+    key_pat(b"\"name\": ", 1 << 17),
 ];
 
 /// Any byte that ends the plain part of a string: `"`, `\`, a control character or non-ASCII.
@@ -206,7 +249,13 @@ impl<'a> Cur<'a> {
     /// its bit, with the cursor past the key, `:` and space. `None` leaves the cursor as it was.
     #[inline]
     fn common_key(&mut self, pats: &[KeyPat], hint: &mut usize) -> Option<u32> {
-        let w = u64::from_le_bytes(self.b.get(self.i..self.i + 8)?.try_into().ok()?);
+        let word = |k: usize| {
+            let at = self.i + 8 * k;
+            self.b
+                .get(at..at + 8)
+                .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+        };
+        let w0 = word(0)?;
         let n = pats.len();
         let mut k = *hint;
         for _ in 0..n {
@@ -215,7 +264,10 @@ impl<'a> Cur<'a> {
             }
             let p = &pats[k];
             k += 1;
-            if w & p.mask == p.word {
+            if w0 & p.masks[0] != p.words[0] {
+                continue;
+            }
+            if (1..p.n).all(|j| word(j).is_some_and(|w| w & p.masks[j] == p.words[j])) {
                 // The space after `:` may be followed by more whitespace; `ws` eats it as the
                 // long way would.
                 self.i += p.len;
@@ -384,28 +436,11 @@ impl<'a> Cur<'a> {
             return Ok(Some(a));
         }
         let mut seen = 0u32;
+        let mut hint = 0;
         loop {
-            let key = self.key()?;
-            let bit: u32 = match key {
-                "External id" | "external id" => 1,
-                "Record function id" => 1 << 1,
-                "Sequence number" => 1 << 2,
-                "Fwd thread id" => 1 << 3,
-                "correlation" => 1 << 4,
-                "Addr" => 1 << 5,
-                "Bytes" => 1 << 6,
-                "Total Allocated" => 1 << 7,
-                "Total Reserved" => 1 << 8,
-                "Device Type" => 1 << 9,
-                "Device Id" => 1 << 10,
-                "device" => 1 << 11,
-                "stream" => 1 << 12,
-                "bytes" => 1 << 13,
-                "Input Dims" | "Input dims" => 1 << 14,
-                "Input type" => 1 << 15,
-                "Concrete Inputs" => 1 << 16,
-                "name" => 1 << 17,
-                _ => 0,
+            let bit: u32 = match self.common_key(&ARG_KEYS, &mut hint) {
+                Some(bit) => bit,
+                None => Self::arg_bit(self.key()?),
             };
             if seen & bit != 0 {
                 return Err(Bail);
@@ -435,6 +470,31 @@ impl<'a> Cur<'a> {
             if self.next_member(b'}')? {
                 return Ok(Some(a));
             }
+        }
+    }
+
+    /// The field bit of an `args` key read the long way (0: not a field).
+    fn arg_bit(key: &str) -> u32 {
+        match key {
+            "External id" | "external id" => 1,
+            "Record function id" => 1 << 1,
+            "Sequence number" => 1 << 2,
+            "Fwd thread id" => 1 << 3,
+            "correlation" => 1 << 4,
+            "Addr" => 1 << 5,
+            "Bytes" => 1 << 6,
+            "Total Allocated" => 1 << 7,
+            "Total Reserved" => 1 << 8,
+            "Device Type" => 1 << 9,
+            "Device Id" => 1 << 10,
+            "device" => 1 << 11,
+            "stream" => 1 << 12,
+            "bytes" => 1 << 13,
+            "Input Dims" | "Input dims" => 1 << 14,
+            "Input type" => 1 << 15,
+            "Concrete Inputs" => 1 << 16,
+            "name" => 1 << 17,
+            _ => 0,
         }
     }
 
@@ -542,6 +602,35 @@ mod tests {
                 Err(Bail),
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn key_patterns_name_the_fields_the_long_way_names() {
+        let text = |p: &KeyPat| {
+            let mut b = Vec::new();
+            for i in 0..p.len {
+                b.push((p.words[i / 8] >> (8 * (i % 8))) as u8);
+            }
+            let b = b.strip_suffix(b"\": ").expect("ends with \": ").to_vec();
+            String::from_utf8(b.strip_prefix(b"\"").unwrap().to_vec()).unwrap()
+        };
+        for p in &ARG_KEYS {
+            assert_eq!(p.bit, Cur::arg_bit(&text(p)), "{}", text(p));
+        }
+        for p in &EVENT_KEYS {
+            assert!(p.bit.is_power_of_two(), "{}", text(p));
+        }
+        // Patterns and the long way agree on whole events (key order shuffled, spacing varied).
+        for text in [
+            r#"{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 2, "ts": 3, "dur": 4, "args": {"External id": 5, "Record function id": 6, "Concrete Inputs": [""], "Input type": ["float"], "Input Strides": [[1]], "Input Dims": [[2]], "Ev Idx": 7}}"#,
+            r#"{"args":   {"Input Dims" :  [[2]], "External id":5}, "dur":4, "ph":"X"}"#,
+            r#"{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": {"Total Reserved": 2, "Total Allocated": 1, "Bytes": -3, "Device Id": 0, "Device Type": 1, "Addr": 9, "finished": false, "Ev Idx": 2}}"#,
+            r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"External id": 1, "queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 9, "registers per thread": 32, "shared memory": 0, "blocks per SM": 1.5, "warps per SM": 2, "grid": [1, 1, 1], "block": [32, 1, 1], "est. achieved occupancy %": 3}}"#,
+        ] {
+            assert!(super::super::fast_reader_agrees(text.as_bytes()), "{text}");
+            let mut ev = RawEvent::default();
+            assert!(event(text.as_bytes(), 0, &mut ev).is_ok(), "{text}");
         }
     }
 
