@@ -159,6 +159,7 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
     }
     report::write_all(&out_dir, &trace, &analysis, &diag, &props.report)?;
     let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
+    ingest::source::drop_aside(trace);
     Ok(Outcome {
         out_dir,
         console,

@@ -140,6 +140,15 @@ fn inflated_size_hint(raw: &[u8]) -> usize {
     want.min(1 << 34)
 }
 
+/// Drops `v` on a helper thread: unmapping a large file or freeing the tables of a large trace
+/// is kernel and allocator work that nothing downstream waits for. If no thread can be started,
+/// `v` is dropped here.
+pub fn drop_aside<T: Send + 'static>(v: T) {
+    let _ = std::thread::Builder::new()
+        .name("steptrace-drop".into())
+        .spawn(move || drop(v));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -440,7 +440,8 @@ pub fn from_bytes_chunked(
         text_bytes: buf.len(),
         input_text: String::new(),
     };
-    drop(buf);
+    // Unmapping a large file takes milliseconds of page-table work that nothing waits for.
+    source::drop_aside(buf);
     merge(&mut trace, partials, diag);
     if trace.ops.is_empty() && trace.gpu.is_empty() && trace.memory.is_empty() {
         diag.warn(
@@ -1008,7 +1009,9 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
     trace.gpu = g;
     trace.memory = m;
     // Every piece's text is the text of a `String` (UTF-8), and UTF-8 texts joined are UTF-8.
-    trace.input_text = String::from_utf8(text).unwrap_or_default();
+    // SAFETY: each piece's text was a `String`, so valid UTF-8, and UTF-8 texts joined whole
+    // are UTF-8 (checking 20 MB again cost 1.5 ms on the one thread the merge waits on).
+    trace.input_text = unsafe { String::from_utf8_unchecked(text) };
     for p in partials {
         trace.modules.extend(p.modules);
         trace.flows.extend(p.flows);
@@ -1018,8 +1021,11 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
         }
     }
     // Allocator events must be replayed in time order; a stable sort keeps file order on ties,
-    // which is the allocator's own order for events of one thread.
-    trace.memory.sort_by_key(|m| m.ts);
+    // which is the allocator's own order for events of one thread. Usually they are in order
+    // already, and checking is cheaper than sorting.
+    if !trace.memory.is_sorted_by_key(|m| m.ts) {
+        trace.memory.sort_by_key(|m| m.ts);
+    }
 }
 
 /// The parts joined in order into one new vector, each part copied on its own thread (the parts
