@@ -35,6 +35,38 @@ fn analyzes_a_sample_directory() {
 }
 
 #[test]
+fn issue7_timings_name_every_stage_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = steptrace()
+        .args(["analyze", "-q", "--no-plots", "--timings", "--out"])
+        .arg(dir.path())
+        .arg(root().join("sample_traces/resnet18"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stages: Vec<&str> = err
+        .lines()
+        .map(|l| {
+            let l = l.strip_prefix("steptrace: ").expect(l);
+            let (stage, secs) = l.rsplit_once(": ").expect(l);
+            let secs = secs.strip_suffix(" s").expect(l);
+            assert!(secs.parse::<f64>().is_ok_and(|v| v >= 0.0), "{l}");
+            stage
+        })
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "reading and parsing",
+            "rebuilding the step",
+            "analysing",
+            "writing results"
+        ]
+    );
+}
+
+#[test]
 fn missing_file_exits_2_naming_it() {
     let out = steptrace()
         .args(["analyze", "/nonexistent/trace.json"])
