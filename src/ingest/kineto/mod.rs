@@ -964,26 +964,14 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
         });
     // And the tables are joined, each one's pieces copied side by side: copying (and faulting
     // in) tens of MB on one thread was most of this merge.
-    let mut texts: Vec<String> = partials
-        .iter_mut()
-        .map(|p| std::mem::take(&mut p.input_text))
-        .collect();
-    let mut ops: Vec<Vec<CpuOp>> = partials
-        .iter_mut()
-        .map(|p| std::mem::take(&mut p.ops))
-        .collect();
-    let mut runtime: Vec<Vec<RuntimeCall>> = partials
-        .iter_mut()
-        .map(|p| std::mem::take(&mut p.runtime))
-        .collect();
-    let mut gpu: Vec<Vec<GpuActivity>> = partials
-        .iter_mut()
-        .map(|p| std::mem::take(&mut p.gpu))
-        .collect();
-    let mut memory: Vec<Vec<MemEvent>> = partials
-        .iter_mut()
-        .map(|p| std::mem::take(&mut p.memory))
-        .collect();
+    fn take_each<T: Default>(parts: &mut [Partial], f: fn(&mut Partial) -> &mut T) -> Vec<T> {
+        parts.iter_mut().map(|p| std::mem::take(f(p))).collect()
+    }
+    let mut texts = take_each(&mut partials, |p| &mut p.input_text);
+    let mut ops = take_each(&mut partials, |p| &mut p.ops);
+    let mut runtime = take_each(&mut partials, |p| &mut p.runtime);
+    let mut gpu = take_each(&mut partials, |p| &mut p.gpu);
+    let mut memory = take_each(&mut partials, |p| &mut p.memory);
     let ((o, r), (g, (m, text))) = rayon::join(
         || rayon::join(|| par_concat(&mut ops), || par_concat(&mut runtime)),
         || {
