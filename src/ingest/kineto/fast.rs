@@ -33,18 +33,7 @@ pub(crate) fn event<'a>(buf: &'a [u8], at: usize, ev: &mut RawEvent<'a>) -> R<us
     loop {
         let bit = match c.common_key(&EVENT_KEYS, &mut hint) {
             Some(bit) => bit,
-            None => match c.key()? {
-                "ph" => 1,
-                "cat" => 2,
-                "name" => 4,
-                "pid" => 8,
-                "tid" => 16,
-                "ts" => 32,
-                "dur" => 64,
-                "id" => 128,
-                "args" => 256,
-                _ => 0,
-            },
+            None => event_bit(c.key()?),
         };
         // serde's derive refuses a repeated field; let it say so.
         if seen & bit != 0 {
@@ -69,32 +58,45 @@ pub(crate) fn event<'a>(buf: &'a [u8], at: usize, ev: &mut RawEvent<'a>) -> R<us
     }
 }
 
-/// A key as Kineto writes it, with the `": "` after it, as up to four masked 8-byte words:
-/// matching it is a load and compare per word where reading the key as a string took a scan
-/// and a match against every name.
+/// The field bit of an event key (0: a member that is skipped).
+fn event_bit(key: &str) -> u32 {
+    match key {
+        "ph" => 1,
+        "cat" => 2,
+        "name" => 4,
+        "pid" => 8,
+        "tid" => 16,
+        "ts" => 32,
+        "dur" => 64,
+        "id" => 128,
+        "args" => 256,
+        _ => 0,
+    }
+}
+
+/// An event key as Kineto writes it, with the `": "` after it, as one masked 8-byte word:
+/// matching it is one load and compare where reading the key as a string took a scan and a
+/// match against every name.
 struct KeyPat {
-    words: [u64; 4],
-    masks: [u64; 4],
-    /// Words in use.
-    n: usize,
+    word: u64,
+    mask: u64,
     len: usize,
     bit: u32,
 }
 
 const fn key_pat(text: &[u8], bit: u32) -> KeyPat {
-    assert!(text.len() <= 32);
-    let mut words = [0u64; 4];
-    let mut masks = [0u64; 4];
+    assert!(text.len() <= 8);
+    let mut word = 0u64;
+    let mut mask = 0u64;
     let mut i = 0;
     while i < text.len() {
-        words[i / 8] |= (text[i] as u64) << (8 * (i % 8));
-        masks[i / 8] |= 0xff << (8 * (i % 8));
+        word |= (text[i] as u64) << (8 * i);
+        mask |= 0xff << (8 * i);
         i += 1;
     }
     KeyPat {
-        words,
-        masks,
-        n: text.len().div_ceil(8),
+        word,
+        mask,
         len: text.len(),
         bit,
     }
@@ -113,48 +115,6 @@ const EVENT_KEYS: [KeyPat; 9] = [
     key_pat(b"\"dur\": ", 64),
     key_pat(b"\"args\": ", 256),
     key_pat(b"\"id\": ", 128),
-];
-
-/// The members of `args` in the orders Kineto writes them (ops, runtime calls, kernels,
-/// allocator events, Python ranges), with the bit of the field each fills; 0 is a member that
-/// is skipped. A key not listed is read the long way.
-const ARG_KEYS: [KeyPat; 36] = [
-    key_pat(b"\"External id\": ", 1),
-    key_pat(b"\"Record function id\": ", 1 << 1),
-    key_pat(b"\"Sequence number\": ", 1 << 2),
-    key_pat(b"\"Fwd thread id\": ", 1 << 3),
-    key_pat(b"\"Concrete Inputs\": ", 1 << 16),
-    key_pat(b"\"Input type\": ", 1 << 15),
-    key_pat(b"\"Input Strides\": ", 0),
-    key_pat(b"\"Input Dims\": ", 1 << 14),
-    key_pat(b"\"Ev Idx\": ", 0),
-    key_pat(b"\"cbid\": ", 0),
-    key_pat(b"\"correlation\": ", 1 << 4),
-    key_pat(b"\"queued\": ", 0),
-    key_pat(b"\"device\": ", 1 << 11),
-    key_pat(b"\"context\": ", 0),
-    key_pat(b"\"stream\": ", 1 << 12),
-    key_pat(b"\"registers per thread\": ", 0),
-    key_pat(b"\"shared memory\": ", 0),
-    key_pat(b"\"blocks per SM\": ", 0),
-    key_pat(b"\"warps per SM\": ", 0),
-    key_pat(b"\"grid\": ", 0),
-    key_pat(b"\"block\": ", 0),
-    key_pat(b"\"est. achieved occupancy %\": ", 0),
-    key_pat(b"\"bytes\": ", 1 << 13),
-    key_pat(b"\"memory bandwidth (GB/s)\": ", 0),
-    key_pat(b"\"Total Reserved\": ", 1 << 8),
-    key_pat(b"\"Total Allocated\": ", 1 << 7),
-    key_pat(b"\"Bytes\": ", 1 << 6),
-    key_pat(b"\"Device Id\": ", 1 << 10),
-    key_pat(b"\"Device Type\": ", 1 << 9),
-    key_pat(b"\"Addr\": ", 1 << 5),
-    key_pat(b"\"finished\": ", 0),
-    key_pat(b"\"Python parent id\": ", 0),
-    key_pat(b"\"Python id\": ", 0),
-    key_pat(b"\"Python thread\": ", 0),
-    key_pat(b"\"Python module id\": ", 0),
-    key_pat(b"\"name\": ", 1 << 17),
 ];
 
 /// Any byte that ends the plain part of a string: `"`, `\`, a control character or non-ASCII.
@@ -249,13 +209,7 @@ impl<'a> Cur<'a> {
     /// its bit, with the cursor past the key, `:` and space. `None` leaves the cursor as it was.
     #[inline]
     fn common_key(&mut self, pats: &[KeyPat], hint: &mut usize) -> Option<u32> {
-        let word = |k: usize| {
-            let at = self.i + 8 * k;
-            self.b
-                .get(at..at + 8)
-                .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-        };
-        let w0 = word(0)?;
+        let w = u64::from_le_bytes(self.b.get(self.i..self.i + 8)?.try_into().ok()?);
         let n = pats.len();
         let mut k = *hint;
         for _ in 0..n {
@@ -264,10 +218,7 @@ impl<'a> Cur<'a> {
             }
             let p = &pats[k];
             k += 1;
-            if w0 & p.masks[0] != p.words[0] {
-                continue;
-            }
-            if (1..p.n).all(|j| word(j).is_some_and(|w| w & p.masks[j] == p.words[j])) {
+            if w & p.mask == p.word {
                 // The space after `:` may be followed by more whitespace; `ws` eats it as the
                 // long way would.
                 self.i += p.len;
@@ -436,12 +387,8 @@ impl<'a> Cur<'a> {
             return Ok(Some(a));
         }
         let mut seen = 0u32;
-        let mut hint = 0;
         loop {
-            let bit: u32 = match self.common_key(&ARG_KEYS, &mut hint) {
-                Some(bit) => bit,
-                None => Self::arg_bit(self.key()?),
-            };
+            let bit = Self::arg_bit(self.key()?);
             if seen & bit != 0 {
                 return Err(Bail);
             }
@@ -608,17 +555,12 @@ mod tests {
     #[test]
     fn key_patterns_name_the_fields_the_long_way_names() {
         let text = |p: &KeyPat| {
-            let mut b = Vec::new();
-            for i in 0..p.len {
-                b.push((p.words[i / 8] >> (8 * (i % 8))) as u8);
-            }
+            let b: Vec<u8> = (0..p.len).map(|i| (p.word >> (8 * i)) as u8).collect();
             let b = b.strip_suffix(b"\": ").expect("ends with \": ").to_vec();
             String::from_utf8(b.strip_prefix(b"\"").unwrap().to_vec()).unwrap()
         };
-        for p in &ARG_KEYS {
-            assert_eq!(p.bit, Cur::arg_bit(&text(p)), "{}", text(p));
-        }
         for p in &EVENT_KEYS {
+            assert_eq!(p.bit, event_bit(&text(p)), "{}", text(p));
             assert!(p.bit.is_power_of_two(), "{}", text(p));
         }
         // Patterns and the long way agree on whole events (key order shuffled, spacing varied).
