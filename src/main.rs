@@ -74,9 +74,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
         }
         cli::Command::Analyze(args) => {
             if let Some(n) = args.input.threads {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n.max(1))
-                    .build_global()?;
+                limit_threads(n)?;
             }
             let mut props = args.input.props(args.out.clone(), args.top)?;
             props.report = args.report()?;
@@ -131,9 +129,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
         cli::Command::Sweep(args) => sweep(args),
         cli::Command::Flops(args) => {
             if let Some(n) = args.input.threads {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n.max(1))
-                    .build_global()?;
+                limit_threads(n)?;
             }
             let (_trace, analysis, _diag) =
                 steptrace::run_analysis(&args.input.props(None, args.top)?)?;
@@ -268,6 +264,20 @@ fn progress(stage: &str) {
         "\r\x1b[2Ksteptrace: {stage}... ({:.1} s)",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// `--threads N`: rayon's pool, and the pool polars starts for the Parquet copies, which would
+/// otherwise take every core. Called before any other thread exists (polars reads its variable
+/// when it first starts its pool); a limit the user set for polars is kept.
+fn limit_threads(n: usize) -> anyhow::Result<()> {
+    let n = n.max(1);
+    if std::env::var_os("POLARS_MAX_THREADS").is_none() {
+        std::env::set_var("POLARS_MAX_THREADS", n.to_string());
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()?;
+    Ok(())
 }
 
 /// `--timings`: each stage's wall time, printed when the next one starts (an empty name ends

@@ -62,36 +62,28 @@ pub(super) fn write_timeline(path: &Path, t: &Trace, a: &Analysis) -> Result<(),
         "total_allocated_bytes",
     ];
     header.extend(CATEGORIES.iter().map(|c| c.key()));
-    let mut w = super::Rows::create(path, &header).map_err(csv_err(path))?;
     let t0 = t.memory.first().map_or(0, |m| m.ts);
     let rank_of: rustc_hash::FxHashMap<&str, u32> = a
         .node_stats
         .iter()
         .map(|s| (s.node_name.as_str(), s.rank))
         .collect();
-    for r in &a.timeline {
+    super::write_table(path, &header, &a.timeline, |w, r| {
         let node = r.node.map(|n| &a.step.nodes[n]);
         let iteration = r
             .iteration
             .map_or("", |i| a.step.iterations[i as usize].label.as_str());
-        let rank = node.and_then(|n| rank_of.get(n.name.as_str()));
-        let row = (|| {
-            w.num(r.ts - t0)?
-                .us(t.kineto.epoch_ns(r.ts))?
-                .text(iteration)?;
-            match rank {
-                Some(rank) => w.num(*rank)?,
-                None => w.text("")?,
-            };
-            w.text(node.map_or("", |n| n.name.as_str()))?.num(r.total)?;
-            for b in &r.breakdown {
-                w.num(*b)?;
-            }
-            w.end()
-        })();
-        row.map_err(csv_err(path))?;
-    }
-    w.finish().map_err(io(path))
+        w.num(r.ts - t0).us(t.kineto.epoch_ns(r.ts)).text(iteration);
+        match node.and_then(|n| rank_of.get(n.name.as_str())) {
+            Some(rank) => w.num(*rank),
+            None => w.text(""),
+        };
+        w.text(node.map_or("", |n| n.name.as_str())).num(r.total);
+        for b in &r.breakdown {
+            w.num(*b);
+        }
+        w.end();
+    })
 }
 
 pub(super) fn write_graph(dir: &Path, a: &Analysis) -> Result<(), Error> {

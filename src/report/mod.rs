@@ -70,56 +70,117 @@ pub(crate) fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
     }
 }
 
-/// A CSV table written a field at a time through one reused buffer. The tables with a row per
-/// allocator event or per node are the largest outputs; a new `String` per field was most of
-/// their cost.
+/// CSV rows formatted into memory, with the quoting of the `csv` crate's default writer (a
+/// field is quoted when it holds `,`, `"`, `\r` or `\n`, quotes doubled; a row of one empty
+/// field is `""`), which a property test holds it to. The tables with a row per allocator event
+/// or per node are the largest outputs: a `String` per field, and then the `csv` writer's
+/// per-field state machine, were most of their cost.
 pub(crate) struct Rows {
-    w: csv::Writer<File>,
-    cell: Vec<u8>,
+    buf: Vec<u8>,
+    row_start: usize,
+    fields: u32,
     int: itoa::Buffer,
 }
 
 impl Rows {
-    /// Creates the file and writes the header.
-    pub(crate) fn create(path: &Path, header: &[&str]) -> csv::Result<Rows> {
-        let mut w = csv::Writer::from_path(path)?;
-        w.write_record(header)?;
-        Ok(Rows {
-            w,
-            cell: Vec::new(),
+    pub(crate) fn new() -> Rows {
+        Rows {
+            buf: Vec::new(),
+            row_start: 0,
+            fields: 0,
             int: itoa::Buffer::new(),
-        })
+        }
+    }
+
+    fn sep(&mut self) {
+        if self.fields > 0 {
+            self.buf.push(b',');
+        }
+        self.fields += 1;
     }
 
     /// An integer (itoa: `Display` through `fmt` was a tenth of writing the large tables).
-    pub(crate) fn num(&mut self, v: impl itoa::Integer) -> csv::Result<&mut Self> {
-        self.w.write_field(self.int.format(v))?;
-        Ok(self)
+    pub(crate) fn num(&mut self, v: impl itoa::Integer) -> &mut Self {
+        self.sep();
+        self.buf.extend_from_slice(self.int.format(v).as_bytes());
+        self
     }
 
     /// Text, quoted as CSV needs.
-    pub(crate) fn text(&mut self, s: &str) -> csv::Result<&mut Self> {
-        self.w.write_field(s)?;
-        Ok(self)
+    pub(crate) fn text(&mut self, s: &str) -> &mut Self {
+        self.sep();
+        let b = s.as_bytes();
+        if b.iter().any(|&c| matches!(c, b',' | b'"' | b'\r' | b'\n')) {
+            self.buf.push(b'"');
+            for &c in b {
+                if c == b'"' {
+                    self.buf.push(b'"');
+                }
+                self.buf.push(c);
+            }
+            self.buf.push(b'"');
+        } else {
+            self.buf.extend_from_slice(b);
+        }
+        self
     }
 
     /// Nanoseconds as microseconds with three decimals, exactly (no float on the way).
-    pub(crate) fn us(&mut self, ns: i64) -> csv::Result<&mut Self> {
-        self.cell.clear();
-        us_text(ns, &mut self.cell);
-        self.w.write_field(&self.cell)?;
-        Ok(self)
+    pub(crate) fn us(&mut self, ns: i64) -> &mut Self {
+        self.sep();
+        us_text(ns, &mut self.buf);
+        self
     }
 
     /// Ends the row.
-    pub(crate) fn end(&mut self) -> csv::Result<()> {
-        self.w.write_record(None::<&[u8]>)
+    pub(crate) fn end(&mut self) {
+        // A row of one empty field would be an empty line, which readers skip.
+        if self.fields == 1 && self.buf.len() == self.row_start {
+            self.buf.extend_from_slice(b"\"\"");
+        }
+        self.buf.push(b'\n');
+        self.row_start = self.buf.len();
+        self.fields = 0;
     }
 
-    /// Flushes the file.
-    pub(crate) fn finish(mut self) -> std::io::Result<()> {
-        self.w.flush()
+    /// The text so far.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf
     }
+}
+
+/// Writes a CSV table of one row per item. Rows are formatted in blocks on all threads and
+/// written in item order, so the file does not depend on the threads.
+pub(crate) fn write_table<T: Sync>(
+    path: &Path,
+    header: &[&str],
+    items: &[T],
+    row: impl Fn(&mut Rows, &T) + Sync,
+) -> Result<(), Error> {
+    use rayon::prelude::*;
+    const BLOCK: usize = 4096;
+    let mut head = Rows::new();
+    for h in header {
+        head.text(h);
+    }
+    head.end();
+    let blocks: Vec<Rows> = items
+        .par_chunks(BLOCK)
+        .map(|c| {
+            let mut r = Rows::new();
+            r.buf.reserve(c.len() * 128);
+            for x in c {
+                row(&mut r, x);
+            }
+            r
+        })
+        .collect();
+    let mut f = File::create(path).map_err(io(path))?;
+    f.write_all(head.bytes()).map_err(io(path))?;
+    for b in &blocks {
+        f.write_all(b.bytes()).map_err(io(path))?;
+    }
+    Ok(())
 }
 
 /// `ns` as microseconds with three decimals: `-1` is `-0.001`.
@@ -276,47 +337,41 @@ fn write_node_stats(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
 }
 
 fn write_node_iterations(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
-    let mut w = Rows::create(
-        path,
-        &[
-            "iteration",
-            "rank",
-            "node_name",
-            "op",
-            "gtype",
-            "start_ns",
-            "cpu_time_ns",
-            "gpu_time_ns",
-            "gpu_span_ns",
-            "kernels",
-            "active_mem_bytes",
-            "peak_mem_bytes",
-            "alloc_bytes",
-            "free_bytes",
-        ],
-    )
-    .map_err(csv_err(path))?;
-    for n in &a.step.nodes {
+    let header = [
+        "iteration",
+        "rank",
+        "node_name",
+        "op",
+        "gtype",
+        "start_ns",
+        "cpu_time_ns",
+        "gpu_time_ns",
+        "gpu_span_ns",
+        "kernels",
+        "active_mem_bytes",
+        "peak_mem_bytes",
+        "alloc_bytes",
+        "free_bytes",
+    ];
+    write_table(path, &header, &a.step.nodes, |w, n| {
         let op = t.op(n.op);
         let it = &a.step.iterations[n.iteration as usize];
         w.text(&it.label)
-            .and_then(|w| w.num(n.rank))
-            .and_then(|w| w.text(&n.name))
-            .and_then(|w| w.text(t.kineto.str(op.name)))
-            .and_then(|w| w.text(n.phase.as_str()))
-            .and_then(|w| w.num(op.start - it.start))
-            .and_then(|w| w.num(n.cpu_time))
-            .and_then(|w| w.num(n.gpu_time))
-            .and_then(|w| w.num(n.gpu_span))
-            .and_then(|w| w.num(n.kernels))
-            .and_then(|w| w.num(n.active_before))
-            .and_then(|w| w.num(n.peak))
-            .and_then(|w| w.num(n.alloc_bytes))
-            .and_then(|w| w.num(n.free_bytes))
-            .and_then(|w| w.end())
-            .map_err(csv_err(path))?;
-    }
-    w.finish().map_err(io(path))
+            .num(n.rank)
+            .text(&n.name)
+            .text(t.kineto.str(op.name))
+            .text(n.phase.as_str())
+            .num(op.start - it.start)
+            .num(n.cpu_time)
+            .num(n.gpu_time)
+            .num(n.gpu_span)
+            .num(n.kernels)
+            .num(n.active_before)
+            .num(n.peak)
+            .num(n.alloc_bytes)
+            .num(n.free_bytes)
+            .end();
+    })
 }
 
 fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {
@@ -528,6 +583,44 @@ mod tests {
         assert_eq!(text(-1), "-0.001");
         assert_eq!(text(-1_500), "-1.500");
         assert_eq!(text(i64::MIN), "-9223372036854775.808");
+    }
+
+    /// Rows as the `csv` crate's default writer makes them, for the property test.
+    fn csv_crate_text(rows: &[Vec<String>]) -> Vec<u8> {
+        let mut w = csv::WriterBuilder::new()
+            .flexible(true)
+            .from_writer(Vec::new());
+        for r in rows {
+            w.write_record(r).unwrap();
+        }
+        w.into_inner().unwrap()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rows_quote_as_the_csv_crate_does(
+            rows in proptest::collection::vec(
+                proptest::collection::vec("[a,\"\r\n #é0-]{0,6}", 1..5),
+                0..6,
+            )
+        ) {
+            let mut r = Rows::new();
+            for row in &rows {
+                for f in row {
+                    r.text(f);
+                }
+                r.end();
+            }
+            proptest::prop_assert_eq!(r.bytes(), &csv_crate_text(&rows)[..]);
+        }
+    }
+
+    #[test]
+    fn rows_mix_numbers_and_texts() {
+        let mut r = Rows::new();
+        r.num(-12i64).us(1_500).text("a,b").text("").end();
+        r.text("").end();
+        assert_eq!(r.bytes(), b"-12,1.500,\"a,b\",\n\"\"\n");
     }
 
     #[test]
