@@ -61,7 +61,7 @@ fn main() {
     mark("memory");
     let ns = node_stats::compute(&tr, &step, &mem, &mut diag);
     mark("node_stats");
-    let _tl = memory::timeline(&tr, &step, &mem);
+    let _tl = memory::timeline(&tr, &mem);
     mark("timeline");
     let _lv = liveness::compute(&tr, &step, &mem, &ns, None);
     mark("liveness");

@@ -25,6 +25,7 @@ pub mod fuzzing;
 pub mod ingest;
 pub mod intern;
 pub mod model;
+mod par;
 pub mod report;
 
 use std::path::{Path, PathBuf};

@@ -16,6 +16,7 @@
 //! else TEMP; input copies before the forward → INPUT; anything else → TEMP if freed in its
 //! iteration, else OTHER.
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -123,6 +124,9 @@ pub struct Memory {
     pub from_snapshot: bool,
     /// For each allocator event of the trace (in order): the block it allocates or frees.
     pub event_block: Vec<Option<usize>>,
+    /// For each allocator event: the node (index into `Step::nodes`) running on its thread at
+    /// its time, and the iteration holding that time.
+    pub event_place: Vec<(Option<usize>, Option<u32>)>,
 }
 
 /// Finds the node (index into `step.nodes`) running on `thread` at `ts`.
@@ -198,9 +202,12 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
     // Block of each event, as an index into `blocks` for now (pre-window blocks come first in
     // the final list, so these are shifted at the end).
     let mut event_block: Vec<Option<usize>> = vec![None; t.memory.len()];
-    for (ei, m) in t.memory.iter().enumerate() {
-        let node = idx.at(m.thread, m.ts);
-        if m.bytes > 0 {
+    // Each event's node and iteration are independent searches, made on all threads; the
+    // replay below is what must follow the events' order.
+    let place: Vec<(Option<usize>, Option<u32>)> = t
+        .memory
+        .par_iter()
+        .map(|m| {
             // Iterations are in time order and do not overlap.
             let k = step.iterations.partition_point(|it| it.end < m.ts);
             let iteration = step
@@ -208,6 +215,11 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
                 .get(k)
                 .filter(|it| m.ts >= it.start)
                 .map(|it| it.index);
+            (idx.at(m.thread, m.ts), iteration)
+        })
+        .collect();
+    for (ei, (m, &(node, iteration))) in t.memory.iter().zip(&place).enumerate() {
+        if m.bytes > 0 {
             open.insert(m.addr, blocks.len());
             event_block[ei] = Some(blocks.len());
             blocks.push(Block {
@@ -228,9 +240,9 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
             early_frees.push((m.addr, -m.bytes, m.ts, node, ei));
         }
     }
-    for b in &mut blocks {
-        b.category = in_window_category(step, b);
-    }
+    blocks
+        .par_iter_mut()
+        .for_each(|b| b.category = in_window_category(step, b));
 
     // Blocks made before the window.
     let before_total = t.memory.first().map_or(0, |m| m.total_allocated - m.bytes);
@@ -338,6 +350,7 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
         unexplained_before: unexplained,
         from_snapshot,
         event_block,
+        event_place: place,
     }
 }
 
@@ -449,18 +462,17 @@ pub struct TimelineRow {
 /// The breakdown after every allocator event, computed incrementally in event order: each
 /// event moves its block's bytes in or out of the block's category; what no block explains is
 /// OTHER, so every row adds up to `Total Allocated`.
-pub fn timeline(t: &Trace, step: &Step, mem: &Memory) -> Vec<TimelineRow> {
-    let idx = NodeIndex::new(t, step);
+pub fn timeline(t: &Trace, mem: &Memory) -> Vec<TimelineRow> {
     let mut cur = [0i64; 7];
     for b in mem.blocks.iter().filter(|b| b.alloc == i64::MIN) {
         cur[b.category.index()] += b.size;
     }
-    let mut it_cursor = 0usize;
     t.memory
         .iter()
-        .enumerate()
-        .map(|(ei, m)| {
-            if let Some(bi) = mem.event_block[ei] {
+        .zip(&mem.event_block)
+        .zip(&mem.event_place)
+        .map(|((m, &block), &(node, iteration))| {
+            if let Some(bi) = block {
                 let b = &mem.blocks[bi];
                 let c = b.category.index();
                 cur[c] += if m.bytes > 0 { b.size } else { -b.size };
@@ -468,18 +480,10 @@ pub fn timeline(t: &Trace, step: &Step, mem: &Memory) -> Vec<TimelineRow> {
             let mut b = cur;
             let known: i64 = b.iter().sum();
             b[Category::Other.index()] += m.total_allocated - known;
-            while it_cursor < step.iterations.len() && step.iterations[it_cursor].end < m.ts {
-                it_cursor += 1;
-            }
-            let iteration = step
-                .iterations
-                .get(it_cursor)
-                .filter(|it| m.ts >= it.start && m.ts <= it.end)
-                .map(|it| it.index);
             TimelineRow {
                 ts: m.ts,
                 iteration,
-                node: idx.at(m.thread, m.ts),
+                node,
                 total: m.total_allocated,
                 breakdown: b,
             }

@@ -210,7 +210,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
             let mem = memory::compute(t, &step, diag);
             let node_stats = node_stats::compute(t, &step, &mem, diag);
             let (timeline, live) = rayon::join(
-                || memory::timeline(t, &step, &mem),
+                || memory::timeline(t, &mem),
                 || liveness::compute(t, &step, &mem, &node_stats, opts.swap_bandwidth_gbps),
             );
             (mem, node_stats, timeline, live)

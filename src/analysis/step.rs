@@ -178,39 +178,53 @@ struct OpFacts {
 /// Rebuilds iterations, phases and nodes.
 pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     let n_ops = t.kineto.ops.len();
-    let mut node_ops = Vec::new();
-    for &r in &t.roots {
-        collect_nodes(t, r, &mut node_ops);
-    }
+    // Each root's subtree is searched on its own thread; the lists are joined in root order.
+    let mut per_root: Vec<Vec<OpId>> = t
+        .roots
+        .par_iter()
+        .map(|&r| {
+            let mut v = Vec::new();
+            collect_nodes(t, r, &mut v);
+            v
+        })
+        .collect();
+    let node_ops: Vec<OpId> = crate::par::concat(&mut per_root);
 
-    // Names of autograd functions are interned once, as they are reported per node.
+    // Per node: the name of its nearest `evaluate_function` ancestor and whether an optimizer
+    // range holds it, found on all threads; the autograd functions' names are interned after,
+    // in node order, as they are reported per node.
+    let found: Vec<(Option<StrId>, bool, bool)> = node_ops
+        .par_iter()
+        .map(|&o| {
+            let mut f = (None, false, false);
+            for a in t.ancestors(o) {
+                let name_id = t.op(a).name;
+                let name = t.kineto.str(name_id);
+                if f.0.is_none() && name.starts_with(EVALUATE_FUNCTION) {
+                    f.0 = Some(name_id);
+                }
+                f.1 |= name.starts_with("Optimizer.step#");
+                f.2 |= name.starts_with("Optimizer.zero_grad#");
+            }
+            f
+        })
+        .collect();
     let mut facts = OpFacts {
         autograd_fn: vec![None; n_ops],
         in_optimizer: vec![false; n_ops],
         in_zero_grad: vec![false; n_ops],
     };
     let mut fn_names: FxHashMap<StrId, StrId> = FxHashMap::default();
-    for &o in &node_ops {
-        let ancestors: Vec<OpId> = t.ancestors(o).collect();
-        for a in ancestors {
-            let name_id = t.op(a).name;
-            let name = t.kineto.str(name_id);
-            let fn_name = name.strip_prefix(EVALUATE_FUNCTION).map(str::to_owned);
-            let (opt, zg) = (
-                name.starts_with("Optimizer.step#"),
-                name.starts_with("Optimizer.zero_grad#"),
-            );
-            if facts.autograd_fn[o.0 as usize].is_none() {
-                if let Some(f) = fn_name {
-                    let id = *fn_names
-                        .entry(name_id)
-                        .or_insert_with(|| t.kineto.strings.intern(&f));
-                    facts.autograd_fn[o.0 as usize] = Some(id);
-                }
-            }
-            facts.in_optimizer[o.0 as usize] |= opt;
-            facts.in_zero_grad[o.0 as usize] |= zg;
+    for (&o, &(eval, opt, zg)) in node_ops.iter().zip(&found) {
+        if let Some(name_id) = eval {
+            let id = *fn_names.entry(name_id).or_insert_with(|| {
+                let f = t.kineto.str(name_id)[EVALUATE_FUNCTION.len()..].to_owned();
+                t.kineto.strings.intern(&f)
+            });
+            facts.autograd_fn[o.0 as usize] = Some(id);
         }
+        facts.in_optimizer[o.0 as usize] = opt;
+        facts.in_zero_grad[o.0 as usize] = zg;
     }
     let is_bw = |o: OpId| facts.autograd_fn[o.0 as usize].is_some();
     // Threads the autograd engine ran on; other side threads (data loading, pinning) are not
@@ -222,23 +236,30 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         }
     }
 
-    // GPU activities per node op.
+    // GPU activities per node op: each launch's owner is found on all threads.
     let mut node_of: Vec<u32> = vec![u32::MAX; n_ops];
     for (i, &o) in node_ops.iter().enumerate() {
         node_of[o.0 as usize] = i as u32;
     }
+    let owners: Vec<Option<(Option<u32>, i64)>> = t
+        .launch
+        .par_iter()
+        .map(|l| {
+            let (op, launch_ts) = (*l)?;
+            let owner = std::iter::once(op)
+                .chain(t.ancestors(op))
+                .map(|a| node_of[a.0 as usize])
+                .find(|&n| n != u32::MAX);
+            Some((owner, launch_ts))
+        })
+        .collect();
     let mut gpu_of_node: Vec<Vec<GpuId>> = vec![Vec::new(); node_ops.len()];
     let mut unattributed: Vec<(GpuId, i64)> = Vec::new();
-    for (gi, l) in t.launch.iter().enumerate() {
-        let Some((op, launch_ts)) = *l else {
-            continue;
-        };
-        let owner = std::iter::once(op)
-            .chain(t.ancestors(op))
-            .find(|a| node_of[a.0 as usize] != u32::MAX);
+    for (gi, owner) in owners.into_iter().enumerate() {
         match owner {
-            Some(a) => gpu_of_node[node_of[a.0 as usize] as usize].push(GpuId(gi as u32)),
-            None => unattributed.push((GpuId(gi as u32), launch_ts)),
+            Some((Some(n), _)) => gpu_of_node[n as usize].push(GpuId(gi as u32)),
+            Some((None, launch_ts)) => unattributed.push((GpuId(gi as u32), launch_ts)),
+            None => {}
         }
     }
     let has_htod = |ni: usize| {
@@ -252,15 +273,20 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     let (detection, windows) = find_iterations(t, &node_ops, &is_bw, &has_htod, main);
 
     // Assign nodes to iterations by start time.
+    let window_of: Vec<Option<usize>> = node_ops
+        .par_iter()
+        .map(|&o| {
+            let s = t.op(o).start;
+            let w = windows.partition_point(|w| w.1 <= s);
+            (w < windows.len() && windows[w].0 <= s).then_some(w)
+        })
+        .collect();
     let mut per_iter: Vec<Vec<usize>> = vec![Vec::new(); windows.len()];
     let mut outside = 0usize;
-    for (ni, &o) in node_ops.iter().enumerate() {
-        let s = t.op(o).start;
-        let w = windows.partition_point(|w| w.1 <= s);
-        if w < windows.len() && windows[w].0 <= s {
-            per_iter[w].push(ni);
-        } else {
-            outside += 1;
+    for (ni, w) in window_of.into_iter().enumerate() {
+        match w {
+            Some(w) => per_iter[w].push(ni),
+            None => outside += 1,
         }
     }
 
@@ -286,7 +312,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         .enumerate()
         .filter_map(|(gi, l)| l.map(|(_, ts)| (ts, gi)))
         .collect();
-    launches.sort_unstable();
+    launches.par_sort_unstable();
     // Iterations are independent: each builds its nodes on its own thread, and they are joined
     // in iteration order, so the output does not depend on the threads.
     let per_window: Vec<(Vec<Node>, Iteration)> = windows
@@ -429,13 +455,14 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
             (nodes, iteration)
         })
         .collect();
-    let mut nodes = Vec::with_capacity(node_ops.len());
-    let mut iterations = Vec::with_capacity(windows.len());
-    for (mut own, mut it) in per_window {
-        it.nodes = nodes.len()..nodes.len() + own.len();
-        nodes.append(&mut own);
-        iterations.push(it);
+    let (mut per_iter_nodes, mut iterations): (Vec<Vec<Node>>, Vec<Iteration>) =
+        per_window.into_iter().unzip();
+    let mut first = 0;
+    for (it, own) in iterations.iter_mut().zip(&per_iter_nodes) {
+        it.nodes = first..first + own.len();
+        first += own.len();
     }
+    let nodes = crate::par::concat(&mut per_iter_nodes);
     let unattributed_total: u64 = unattributed.len() as u64;
     diag.warn_n(
         "gpu_activity_outside_nodes",

@@ -973,19 +973,24 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
     let mut gpu = take_each(&mut partials, |p| &mut p.gpu);
     let mut memory = take_each(&mut partials, |p| &mut p.memory);
     let ((o, r), (g, (m, text))) = rayon::join(
-        || rayon::join(|| par_concat(&mut ops), || par_concat(&mut runtime)),
         || {
             rayon::join(
-                || par_concat(&mut gpu),
+                || crate::par::concat(&mut ops),
+                || crate::par::concat(&mut runtime),
+            )
+        },
+        || {
+            rayon::join(
+                || crate::par::concat(&mut gpu),
                 || {
                     rayon::join(
-                        || par_concat(&mut memory),
+                        || crate::par::concat(&mut memory),
                         || {
                             let mut bytes: Vec<Vec<u8>> = texts
                                 .iter_mut()
                                 .map(|t| std::mem::take(t).into_bytes())
                                 .collect();
-                            par_concat(&mut bytes)
+                            crate::par::concat(&mut bytes)
                         },
                     )
                 },
@@ -1014,33 +1019,6 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
     if !trace.memory.is_sorted_by_key(|m| m.ts) {
         trace.memory.sort_by_key(|m| m.ts);
     }
-}
-
-/// The parts joined in order into one new vector, each part copied on its own thread (the parts
-/// are left empty).
-fn par_concat<T: Send>(parts: &mut [Vec<T>]) -> Vec<T> {
-    use rayon::prelude::*;
-    let total: usize = parts.iter().map(Vec::len).sum();
-    let mut out: Vec<T> = Vec::with_capacity(total);
-    let mut rest = &mut out.spare_capacity_mut()[..total];
-    let mut dsts = Vec::with_capacity(parts.len());
-    for p in parts.iter() {
-        let (dst, tail) = rest.split_at_mut(p.len());
-        dsts.push(dst);
-        rest = tail;
-    }
-    dsts.into_par_iter()
-        .zip(parts.par_iter_mut())
-        .for_each(|(dst, src)| {
-            for (d, s) in dst.iter_mut().zip(src.drain(..)) {
-                d.write(s);
-            }
-        });
-    // SAFETY: the parts' lengths sum to `total`, the destinations split `0..total` among them
-    // without gaps, and each destination slot was written with its part's item above (`drain`
-    // yields exactly `len` items, moved out so none is dropped twice).
-    unsafe { out.set_len(total) };
-    out
 }
 
 #[cfg(test)]
