@@ -615,6 +615,29 @@ mod tests {
         }
     }
 
+    /// The sample traces have fewer rows than a block, so the golden and thread-count tests
+    /// never join several blocks: this table spans four.
+    #[test]
+    fn write_table_joins_blocks_in_row_order() {
+        let items: Vec<i64> = (0..3 * 4096 + 5).map(|i| i * 7 - 100).collect();
+        let path = std::env::temp_dir().join(format!("steptrace-rows-{}.csv", std::process::id()));
+        write_table(&path, &["n", "label"], &items, |w, &v| {
+            w.num(v).text(if v % 3 == 0 { "a,b" } else { "c" }).end();
+        })
+        .unwrap();
+        let mut expected = Rows::new();
+        expected.text("n").text("label").end();
+        for &v in &items {
+            expected
+                .num(v)
+                .text(if v % 3 == 0 { "a,b" } else { "c" })
+                .end();
+        }
+        let written = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(written, expected.bytes());
+    }
+
     #[test]
     fn rows_mix_numbers_and_texts() {
         let mut r = Rows::new();
