@@ -244,7 +244,8 @@ pub(crate) struct AnalyzeArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,
-    /// Print the wall time of each stage (parse, rebuild, analyse, write) to stderr.
+    /// Print the wall time of each stage (parse, rebuild, analyse, write) to stderr, with the
+    /// CPU time of all threads in it and how many cores that kept busy.
     #[arg(long)]
     pub(crate) timings: bool,
     /// Plots to draw, comma-separated (memory_vs_rank, memory_over_time, node_runtime,

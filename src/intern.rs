@@ -56,6 +56,25 @@ impl Interner {
     pub fn absorb(&mut self, other: &Interner) -> Vec<StrId> {
         other.strings.iter().map(|s| self.intern(s)).collect()
     }
+
+    /// The first half of [`Interner::absorb`], which only reads this table (so it can run on
+    /// many tables at once): which of `other`'s strings this table holds already.
+    pub fn lookup(&self, other: &Interner) -> Vec<Option<StrId>> {
+        other.strings.iter().map(|s| self.get(s)).collect()
+    }
+
+    /// The second half of [`Interner::absorb`]: adds the strings of `other` that `found`
+    /// (from [`Interner::lookup`] on this table, or on an earlier state of it) lacks, in
+    /// `other`'s order, and returns the same map as `absorb` would.
+    pub fn absorb_rest(&mut self, other: &Interner, found: Vec<Option<StrId>>) -> Vec<StrId> {
+        debug_assert_eq!(found.len(), other.strings.len());
+        other
+            .strings
+            .iter()
+            .zip(found)
+            .map(|(s, f)| f.unwrap_or_else(|| self.intern(s)))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -74,5 +93,35 @@ mod tests {
         assert_eq!(a.resolve(map[y.0 as usize]), "aten::add");
         assert_eq!(map[z.0 as usize], x);
         assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn lookup_then_absorb_rest_is_absorb() {
+        let table = |names: &[&str]| {
+            let mut t = Interner::new();
+            for n in names {
+                t.intern(n);
+            }
+            t
+        };
+        let pieces = [
+            table(&["a", "b"]),
+            table(&["c", "a", "d"]),
+            table(&["d", "e", "c", "b"]),
+        ];
+        let mut one_by_one = Interner::new();
+        let maps: Vec<Vec<StrId>> = pieces.iter().map(|p| one_by_one.absorb(p)).collect();
+        // Looked up against the first piece only, then completed in order.
+        let mut two_steps = pieces[0].clone();
+        let found: Vec<_> = pieces.iter().map(|p| two_steps.lookup(p)).collect();
+        for ((p, f), m) in pieces.iter().zip(found).zip(&maps) {
+            assert_eq!(&two_steps.absorb_rest(p, f), m);
+        }
+        fn all(t: &Interner) -> Vec<String> {
+            (0..t.len() as u32)
+                .map(|i| t.resolve(StrId(i)).to_owned())
+                .collect()
+        }
+        assert_eq!(all(&one_by_one), all(&two_steps));
     }
 }

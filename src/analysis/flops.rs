@@ -790,7 +790,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
             let mut stack = vec![n.op];
             while let Some(o) = stack.pop() {
                 let name = t.op_name(o);
-                let leaf = t.children[o.0 as usize].is_empty();
+                let leaf = t.children(o).is_empty();
                 let fam = family(name).or_else(|| if leaf { leaf_default(name) } else { None });
                 if let Some(fam) = fam {
                     let args = cache.of(t, o);
@@ -812,7 +812,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
                     }
                     continue;
                 }
-                stack.extend(t.children[o.0 as usize].iter().rev());
+                stack.extend(t.children(o).iter().rev());
             }
             // Traffic of the node as a whole: its own inputs and outputs.
             let args = cache.of(t, n.op);

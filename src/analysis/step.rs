@@ -155,10 +155,10 @@ fn is_autograd_wrapper(name: &str) -> bool {
 fn collect_nodes(t: &Trace, op: OpId, out: &mut Vec<OpId>) {
     let o = t.op(op);
     let name = t.kineto.str(o.name);
-    let transparent = o.kind == OpKind::Annotation
-        || (is_autograd_wrapper(name) && !t.children[op.0 as usize].is_empty());
+    let transparent =
+        o.kind == OpKind::Annotation || (is_autograd_wrapper(name) && !t.children(op).is_empty());
     if transparent {
-        for &c in &t.children[op.0 as usize] {
+        for &c in t.children(op) {
             collect_nodes(t, c, out);
         }
     } else {

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 
 use crate::diagnostics::Diagnostics;
 use crate::ingest::exec_trace::ExecTrace;
-use crate::ingest::kineto::{CpuOp, KinetoTrace, MemEvent, OpKind, ThreadId};
+use crate::ingest::kineto::{CpuOp, KinetoTrace, MemEvent, OpKind, RuntimeCall, ThreadId};
 use crate::ingest::snapshot::Snapshot;
 use crate::ingest::Loaded;
 use crate::intern::StrId;
@@ -38,8 +38,8 @@ pub struct Trace {
     pub exec_trace: Option<ExecTrace>,
     /// Enclosing op of each op on its thread (annotations included).
     pub parent: Vec<Option<OpId>>,
-    /// Ops directly inside each op, in time order.
-    pub children: Vec<Vec<OpId>>,
+    /// Ops directly inside each op, in time order ([`Trace::children`]).
+    pub children: Children,
     /// Ops inside no other op, per thread in time order.
     pub roots: Vec<OpId>,
     /// Ops of each thread, ordered by (start, longer first, file order).
@@ -75,18 +75,7 @@ impl Trace {
             thread_ops[op.thread.0 as usize].push(OpId(i as u32));
         }
         let ops = &kineto.ops;
-        for list in &mut thread_ops {
-            // Longer first on equal starts, so a parent precedes the child it encloses;
-            // annotations before ops, since record_function ranges wrap the ops they time.
-            list.sort_by(|&a, &b| {
-                let (x, y) = (&ops[a.0 as usize], &ops[b.0 as usize]);
-                x.start
-                    .cmp(&y.start)
-                    .then(y.dur.cmp(&x.dur))
-                    .then((x.kind == OpKind::Op).cmp(&(y.kind == OpKind::Op)))
-                    .then(a.cmp(&b))
-            });
-        }
+        sort_thread_ops(ops, &mut thread_ops);
         let parent = build_forest(ops, &thread_ops, diag);
         // The rest reads what is built so far and nothing of each other: side by side. Module
         // paths are interned afterwards, in the order they were made, so ids do not depend on
@@ -145,6 +134,11 @@ impl Trace {
         self.kineto.str(self.op(id).name)
     }
 
+    /// The ops directly inside an op, in time order.
+    pub fn children(&self, id: OpId) -> &[OpId] {
+        self.children.of(id)
+    }
+
     /// Ancestors of an op, innermost first.
     pub fn ancestors(&self, id: OpId) -> impl Iterator<Item = OpId> + '_ {
         std::iter::successors(self.parent[id.0 as usize], move |p| {
@@ -163,6 +157,34 @@ impl Trace {
     }
 }
 
+/// Orders each thread's ops by start, longer first on equal starts (so a parent precedes the
+/// child it encloses), annotations before ops (record_function ranges wrap the ops they time),
+/// then file order. Sorted by copied keys, on all threads: comparing through the op table
+/// was the largest piece of the model's serial time.
+fn sort_thread_ops(ops: &[CpuOp], thread_ops: &mut [Vec<OpId>]) {
+    use rayon::prelude::*;
+    thread_ops.par_iter_mut().for_each(|list| {
+        // The last member holds the id, so no two keys are equal and an unstable sort gives
+        // the one order.
+        let mut keys: Vec<(i64, std::cmp::Reverse<i64>, u64)> = list
+            .iter()
+            .map(|&id| {
+                let op = &ops[id.0 as usize];
+                let is_op = u64::from(op.kind == OpKind::Op);
+                (
+                    op.start,
+                    std::cmp::Reverse(op.dur),
+                    is_op << 32 | u64::from(id.0),
+                )
+            })
+            .collect();
+        keys.sort();
+        for (slot, k) in list.iter_mut().zip(&keys) {
+            *slot = OpId(k.2 as u32);
+        }
+    });
+}
+
 /// Nests each thread's ops by time with a stack.
 ///
 /// ```text
@@ -179,38 +201,75 @@ fn build_forest(
     thread_ops: &[Vec<OpId>],
     diag: &mut Diagnostics,
 ) -> Vec<Option<OpId>> {
+    use rayon::prelude::*;
+    // Each thread's ops nest on their own: one thread's parents on each core, each as a list
+    // beside the thread's ops, then laid out by op id.
+    let per_thread: Vec<(Vec<Option<OpId>>, u64, String)> = thread_ops
+        .par_iter()
+        .map(|list| {
+            let mut parents = Vec::with_capacity(list.len());
+            let mut overlaps = 0u64;
+            let mut example = String::new();
+            let mut stack: Vec<OpId> = Vec::new();
+            for &id in list {
+                let op = &ops[id.0 as usize];
+                while let Some(&top) = stack.last() {
+                    let t = &ops[top.0 as usize];
+                    let ended =
+                        t.end() <= op.start && !(op.dur == 0 && t.dur == 0 && t.end() == op.start);
+                    if ended {
+                        stack.pop();
+                    } else if t.end() < op.end() {
+                        overlaps += 1;
+                        if example.is_empty() {
+                            example = format!(
+                                "a range at {} ns starts inside the one at {} ns and ends after it",
+                                op.start, t.start
+                            );
+                        }
+                        stack.pop();
+                    } else {
+                        break;
+                    }
+                }
+                parents.push(stack.last().copied());
+                stack.push(id);
+            }
+            (parents, overlaps, example)
+        })
+        .collect();
     let mut parent = vec![None; ops.len()];
     let mut overlaps = 0u64;
     let mut example = String::new();
-    for list in thread_ops {
-        let mut stack: Vec<OpId> = Vec::new();
-        for &id in list {
-            let op = &ops[id.0 as usize];
-            while let Some(&top) = stack.last() {
-                let t = &ops[top.0 as usize];
-                let ended =
-                    t.end() <= op.start && !(op.dur == 0 && t.dur == 0 && t.end() == op.start);
-                if ended {
-                    stack.pop();
-                } else if t.end() < op.end() {
-                    overlaps += 1;
-                    if example.is_empty() {
-                        example = format!(
-                            "a range at {} ns starts inside the one at {} ns and ends after it",
-                            op.start, t.start
-                        );
-                    }
-                    stack.pop();
-                } else {
-                    break;
-                }
-            }
-            parent[id.0 as usize] = stack.last().copied();
-            stack.push(id);
+    for (list, (parents, n, ex)) in thread_ops.iter().zip(per_thread) {
+        for (&id, p) in list.iter().zip(parents) {
+            parent[id.0 as usize] = p;
+        }
+        overlaps += n;
+        // The first thread's example, as a walk of the threads in order would find it.
+        if example.is_empty() {
+            example = ex;
         }
     }
     diag.warn_n("overlapping_ops", overlaps, example);
     parent
+}
+
+/// The ops directly inside each op, all in one table: a list per op was 166,000 small
+/// allocations on a 250 MB trace, most of the model's serial time.
+#[derive(Debug, Clone, Default)]
+pub struct Children {
+    /// Where each op's children start in `ids`; one more entry than ops.
+    starts: Vec<u32>,
+    ids: Vec<OpId>,
+}
+
+impl Children {
+    /// The ops directly inside `id`, in time order.
+    pub fn of(&self, id: OpId) -> &[OpId] {
+        let i = id.0 as usize;
+        &self.ids[self.starts[i] as usize..self.starts[i + 1] as usize]
+    }
 }
 
 /// Ops directly inside each op, and the ops inside none, each in thread then time order.
@@ -218,18 +277,32 @@ fn children_and_roots(
     n_ops: usize,
     thread_ops: &[Vec<OpId>],
     parent: &[Option<OpId>],
-) -> (Vec<Vec<OpId>>, Vec<OpId>) {
-    let mut children: Vec<Vec<OpId>> = vec![Vec::new(); n_ops];
+) -> (Children, Vec<OpId>) {
+    // Counted first, then placed: each parent's slots are filled in the order the threads'
+    // lists give its children.
+    let mut starts = vec![0u32; n_ops + 1];
+    for p in parent.iter().flatten() {
+        starts[p.0 as usize + 1] += 1;
+    }
+    for i in 0..n_ops {
+        starts[i + 1] += starts[i];
+    }
+    let mut next: Vec<u32> = starts[..n_ops].to_vec();
+    let mut ids = vec![OpId(0); starts[n_ops] as usize];
     let mut roots: Vec<OpId> = Vec::new();
     for list in thread_ops {
         for &o in list {
             match parent[o.0 as usize] {
-                Some(p) => children[p.0 as usize].push(o),
+                Some(p) => {
+                    let slot = &mut next[p.0 as usize];
+                    ids[*slot as usize] = o;
+                    *slot += 1;
+                }
                 None => roots.push(o),
             }
         }
     }
-    (children, roots)
+    (Children { starts, ids }, roots)
 }
 
 /// What launch attribution found wrong, reported once it is done.
@@ -266,6 +339,69 @@ impl LaunchCounts {
     }
 }
 
+/// Runtime calls by correlation id. CUPTI numbers them from 1 upwards, so a table indexed by
+/// the id is the usual case (hashing 100,000s of ids was the longest part of the model);
+/// ids spread wider than that go in a hash map.
+enum CorrelationIndex {
+    Dense { min: i64, slots: Vec<u32> },
+    Sparse(FxHashMap<i64, u32>),
+}
+
+impl CorrelationIndex {
+    /// The index, and how many calls reuse an id taken before (the first call keeps it: a
+    /// repeated id is corrupt data, counted).
+    fn new(runtime: &[RuntimeCall]) -> (CorrelationIndex, u64) {
+        let ids = || runtime.iter().filter_map(|r| r.correlation);
+        let (min, max) = ids().fold((i64::MAX, i64::MIN), |(lo, hi), c| (lo.min(c), hi.max(c)));
+        let mut duplicates = 0u64;
+        let span = max.checked_sub(min).and_then(|s| usize::try_from(s).ok());
+        match span {
+            Some(span) if span < 4 * runtime.len() + 1024 => {
+                let mut slots = vec![u32::MAX; span + 1];
+                for (i, r) in runtime.iter().enumerate() {
+                    if let Some(c) = r.correlation {
+                        let slot = &mut slots[(c - min) as usize];
+                        if *slot == u32::MAX {
+                            *slot = i as u32;
+                        } else {
+                            duplicates += 1;
+                        }
+                    }
+                }
+                (CorrelationIndex::Dense { min, slots }, duplicates)
+            }
+            _ => {
+                let mut map = FxHashMap::default();
+                for (i, r) in runtime.iter().enumerate() {
+                    if let Some(c) = r.correlation {
+                        match map.entry(c) {
+                            std::collections::hash_map::Entry::Occupied(_) => duplicates += 1,
+                            std::collections::hash_map::Entry::Vacant(v) => {
+                                v.insert(i as u32);
+                            }
+                        }
+                    }
+                }
+                (CorrelationIndex::Sparse(map), duplicates)
+            }
+        }
+    }
+
+    /// The runtime call holding `c`.
+    fn get(&self, c: i64) -> Option<usize> {
+        match self {
+            CorrelationIndex::Dense { min, slots } => {
+                let i = usize::try_from(c.checked_sub(*min)?).ok()?;
+                slots
+                    .get(i)
+                    .filter(|&&s| s != u32::MAX)
+                    .map(|&s| s as usize)
+            }
+            CorrelationIndex::Sparse(map) => map.get(&c).map(|&s| s as usize),
+        }
+    }
+}
+
 /// The innermost op on `thread` that encloses time `t`.
 fn enclosing_op(ops: &[CpuOp], list: &[OpId], parent: &[Option<OpId>], t: i64) -> Option<OpId> {
     let idx = list.partition_point(|&o| ops[o.0 as usize].start <= t);
@@ -285,26 +421,14 @@ fn attribute_launches(
     parent: &[Option<OpId>],
 ) -> (Vec<Option<(OpId, i64)>>, LaunchCounts) {
     use rayon::prelude::*;
-    let mut by_corr: FxHashMap<i64, usize> = FxHashMap::default();
-    let mut duplicates = 0u64;
-    for (i, r) in k.runtime.iter().enumerate() {
-        if let Some(c) = r.correlation {
-            // The first launch with an id keeps it: a repeated id is corrupt data, counted.
-            match by_corr.entry(c) {
-                std::collections::hash_map::Entry::Occupied(_) => duplicates += 1,
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(i);
-                }
-            }
-        }
-    }
+    let (by_corr, duplicates) = CorrelationIndex::new(&k.runtime);
     // `None`: no launch with the activity's correlation id; `Some(None)`: a launch outside
     // every op.
     let found: Vec<Option<Option<(OpId, i64)>>> = k
         .gpu
         .par_iter()
         .map(|g| {
-            let &ri = g.correlation.and_then(|c| by_corr.get(&c))?;
+            let ri = by_corr.get(g.correlation?)?;
             let r = &k.runtime[ri];
             let op = enclosing_op(&k.ops, &thread_ops[r.thread.0 as usize], parent, r.start);
             Some(op.map(|o| (o, r.start)))
@@ -423,22 +547,95 @@ fn find_main_thread(
 
 /// Allocator events of the CUDA device with the most of them (ties: lowest index).
 fn select_device_memory(k: &KinetoTrace) -> (Option<i64>, Vec<MemEvent>) {
-    let mut counts: std::collections::BTreeMap<i64, usize> = std::collections::BTreeMap::new();
+    use rayon::prelude::*;
+    // (device, events): a trace names a handful of devices, so a short list beats a map.
+    let mut counts: Vec<(i64, usize)> = Vec::new();
     for m in &k.memory {
         if m.device_type == 1 {
-            *counts.entry(m.device_id).or_default() += 1;
+            match counts.iter_mut().find(|(d, _)| *d == m.device_id) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((m.device_id, 1)),
+            }
         }
     }
+    // The most events; the lowest id among equals.
     let device = counts
         .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(&d, _)| d);
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|&(d, _)| d);
     let device = device.or_else(|| k.gpu.first().map(|g| g.device));
     let memory = k
         .memory
-        .iter()
+        .par_iter()
         .filter(|m| m.device_type == 1 && Some(m.device_id) == device)
         .copied()
         .collect();
     (device, memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(correlation: Option<i64>) -> RuntimeCall {
+        RuntimeCall {
+            name: StrId(0),
+            thread: ThreadId(0),
+            start: 0,
+            dur: 0,
+            correlation,
+        }
+    }
+
+    #[test]
+    fn correlation_index_dense_and_sparse_agree() {
+        // Dense: ids 5..=9 with a gap, a repeat and a call without id.
+        let dense: Vec<RuntimeCall> = [Some(5), Some(7), None, Some(9), Some(7), Some(6)]
+            .into_iter()
+            .map(call)
+            .collect();
+        // Sparse: the same pattern spread far apart, and negative.
+        let spread = |c: i64| c * 1_000_000_007 - 3;
+        let sparse: Vec<RuntimeCall> = dense
+            .iter()
+            .map(|r| call(r.correlation.map(spread)))
+            .collect();
+        let (d, d_dups) = CorrelationIndex::new(&dense);
+        let (s, s_dups) = CorrelationIndex::new(&sparse);
+        assert!(matches!(d, CorrelationIndex::Dense { .. }));
+        assert!(matches!(s, CorrelationIndex::Sparse(_)));
+        assert_eq!((d_dups, s_dups), (1, 1));
+        for c in 0..12 {
+            let want = match c {
+                5 => Some(0),
+                7 => Some(1),
+                9 => Some(3),
+                6 => Some(5),
+                _ => None,
+            };
+            assert_eq!(d.get(c), want, "{c}");
+            assert_eq!(s.get(spread(c)), want, "{c}");
+        }
+        assert_eq!(d.get(i64::MIN), None);
+        assert_eq!(d.get(i64::MAX), None);
+        let (empty, dups) = CorrelationIndex::new(&[]);
+        assert_eq!((empty.get(0), dups), (None, 0));
+    }
+
+    #[test]
+    fn children_follow_thread_then_time_order() {
+        // Thread 0: 0 encloses 1 and 2; thread 1: 3 encloses 4. 5 stands alone.
+        let thread_ops = vec![
+            vec![OpId(0), OpId(1), OpId(2), OpId(5)],
+            vec![OpId(3), OpId(4)],
+        ];
+        let parent = vec![None, Some(OpId(0)), Some(OpId(0)), None, Some(OpId(3)), None];
+        let (children, roots) = children_and_roots(6, &thread_ops, &parent);
+        assert_eq!(roots, [OpId(0), OpId(5), OpId(3)]);
+        assert_eq!(children.of(OpId(0)), [OpId(1), OpId(2)]);
+        assert_eq!(children.of(OpId(3)), [OpId(4)]);
+        for leaf in [1, 2, 4, 5] {
+            assert!(children.of(OpId(leaf)).is_empty());
+        }
+    }
 }

@@ -148,7 +148,7 @@ pub fn write(path: &Path, t: &Trace, a: &Analysis, compact: bool) -> Result<(), 
     // One chunk per element gives every element's boundaries.
     let arr =
         json_scan::chunk_array(&buf, start, 1).map_err(|_| bad("traceEvents is not an array"))?;
-    let f = std::fs::File::create(path).map_err(io(path))?;
+    let f = super::create(path)?;
     let mut w =
         flate2::write::GzEncoder::new(std::io::BufWriter::new(f), flate2::Compression::new(6));
     let mut out = |bytes: &[u8]| w.write_all(bytes).map_err(io(path));

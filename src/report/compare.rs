@@ -60,7 +60,7 @@ pub fn write(
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut files = Vec::new();
     let p = dir.join(format!("{stem}.csv"));
-    let mut w = csv::Writer::from_path(&p).map_err(csv_err(&p))?;
+    let mut w = super::csv_writer(&p)?;
     let mut header = vec![
         value_name.to_owned(),
         "run".into(),

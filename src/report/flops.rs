@@ -30,7 +30,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 pub(super) fn write_flops_csv(path: &Path, a: &Analysis) -> Result<(), Error> {
-    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
+    let mut w = super::csv_writer(path)?;
     w.write_record([
         "rank",
         "node_name",
@@ -97,7 +97,7 @@ fn group_by(rows: &[FlopRow], key: impl Fn(&FlopRow) -> String) -> BTreeMap<Stri
 }
 
 fn write_groups(path: &Path, label: &str, groups: &BTreeMap<String, Group>) -> Result<(), Error> {
-    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
+    let mut w = super::csv_writer(path)?;
     w.write_record([
         label,
         "nodes",

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use polars::prelude::*;
 
-use super::{io, Error};
+use super::Error;
 use crate::analysis::memory::CATEGORIES;
 use crate::analysis::Analysis;
 use crate::model::Trace;
@@ -24,7 +24,7 @@ fn write(path: &Path, columns: Vec<Column>) -> Result<(), Error> {
         source: std::io::Error::other(e.to_string()),
     };
     let mut df = DataFrame::new_infer_height(columns).map_err(fail)?;
-    let f = std::fs::File::create(path).map_err(io(path))?;
+    let f = super::create(path)?;
     ParquetWriter::new(f).finish(&mut df).map_err(fail)?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use super::{human_bytes, human_time, io, Error};
+use super::{human_bytes, human_time, Error};
 use crate::analysis::Analysis;
 use crate::diagnostics::Diagnostics;
 
@@ -171,5 +171,5 @@ pub(super) fn write(
     }
     o.push_str("</body></html>\n");
     let path = dir.join("report.html");
-    std::fs::write(&path, o).map_err(io(&path))
+    super::write_file(&path, o.as_bytes())
 }

@@ -10,7 +10,7 @@ use crate::analysis::Analysis;
 use crate::model::Trace;
 
 pub(super) fn write_activation_stats(path: &Path, a: &Analysis) -> Result<(), Error> {
-    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
+    let mut w = super::csv_writer(path)?;
     w.write_record([
         "activation_name",
         "creation_rank",
@@ -95,9 +95,9 @@ pub(super) fn write_graph(dir: &Path, a: &Analysis) -> Result<(), Error> {
         path: p.clone(),
         source: e.into(),
     })?;
-    std::fs::write(&p, text).map_err(io(&p))?;
+    super::write_file(&p, &text)?;
     let p = dir.join("graph.dot");
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&p).map_err(io(&p))?);
+    let mut f = std::io::BufWriter::new(super::create(&p)?);
     let esc = |s: &str| s.replace('"', "\\\"");
     let mut text = format!(
         "digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, fontsize=9];\n",

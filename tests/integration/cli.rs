@@ -48,10 +48,16 @@ fn issue7_timings_name_every_stage_in_order() {
     let stages: Vec<&str> = err
         .lines()
         .map(|l| {
+            // steptrace: STAGE: WALL s (CPU s CPU, CORES cores)
             let l = l.strip_prefix("steptrace: ").expect(l);
+            let (l, cpu) = l.split_once(" (").expect(l);
             let (stage, secs) = l.rsplit_once(": ").expect(l);
             let secs = secs.strip_suffix(" s").expect(l);
             assert!(secs.parse::<f64>().is_ok_and(|v| v >= 0.0), "{l}");
+            let (cpu, cores) = cpu.split_once(" s CPU, ").expect(l);
+            assert!(cpu.parse::<f64>().is_ok_and(|v| v >= 0.0), "{l}");
+            let cores = cores.strip_suffix(" cores)").expect(l);
+            assert!(cores.parse::<f64>().is_ok_and(|v| v >= 0.0), "{l}");
             stage
         })
         .collect();

@@ -904,8 +904,20 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
     let mut maps: Vec<(Vec<StrId>, Vec<ThreadId>)> = Vec::with_capacity(partials.len());
     let mut text_base = 0u64;
     let mut text_bases = Vec::with_capacity(partials.len());
-    for p in &partials {
-        let smap = trace.strings.absorb(&p.strings);
+    // The first piece's strings take the first ids, as they would one by one; which of the
+    // other pieces' strings it already holds is looked up on all threads, and only the rest
+    // are added here, in order. (Looking up every piece's names here was 8 ms on one thread.)
+    if trace.strings.is_empty() {
+        if let Some(first) = partials.first_mut() {
+            trace.strings = first.strings.clone();
+        }
+    }
+    let found: Vec<Vec<Option<StrId>>> = partials
+        .par_iter()
+        .map(|p| trace.strings.lookup(&p.strings))
+        .collect();
+    for (p, found) in partials.iter().zip(found) {
+        let smap = trace.strings.absorb_rest(&p.strings, found);
         let k = |key: ThreadKey| match key {
             ThreadKey::Name(id) => ThreadKey::Name(smap[id.0 as usize]),
             n => n,
@@ -1017,7 +1029,8 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
     // which is the allocator's own order for events of one thread. Usually they are in order
     // already, and checking is cheaper than sorting.
     if !trace.memory.is_sorted_by_key(|m| m.ts) {
-        trace.memory.sort_by_key(|m| m.ts);
+        // Stable, on all threads (3 ms on one for 80,000 events).
+        trace.memory.par_sort_by_key(|m| m.ts);
     }
 }
 

@@ -95,7 +95,7 @@ fn chart<'a, DB: DrawingBackend, X: AsRangedCoord, Y: AsRangedCoord>(
 }
 
 fn write_data(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(), Error> {
-    let mut w = csv::Writer::from_path(path).map_err(csv_err(path))?;
+    let mut w = super::csv_writer(path)?;
     w.write_record(header).map_err(csv_err(path))?;
     for r in rows {
         w.write_record(r).map_err(csv_err(path))?;
