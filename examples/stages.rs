@@ -78,7 +78,8 @@ fn main() {
         laps.push((name, lap.elapsed().as_secs_f64()));
         lap = Instant::now();
     };
-    let mem = memory::compute(&tr, &step, &mut diag);
+    let replay = memory::replay(&memory::replay_input(&tr));
+    let mem = memory::compute(&tr, &step, replay, &mut diag);
     mark("memory");
     let ns = node_stats::compute(&tr, &step, &mem, &mut diag);
     mark("node_stats");

@@ -192,18 +192,54 @@ fn category_from_frames(s: &Snapshot, frames: &[crate::ingest::snapshot::FrameId
     Category::Other
 }
 
-/// Builds the blocks and their categories.
-pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
-    let idx = NodeIndex::new(t, step);
-    let mut blocks: Vec<Block> = Vec::new();
+/// The allocator's events replayed in order: which block each event makes or frees. It needs
+/// nothing of the step, so [`crate::analysis::run`] makes it beside the step's reconstruction.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Blocks made in the window, in allocation order: (allocating event, freeing event).
+    blocks: Vec<(usize, Option<usize>)>,
+    /// For each event: the block (index into `blocks`) it makes or frees.
+    event_block: Vec<Option<usize>>,
+    /// Frees of blocks made before the window, as event indices.
+    early_frees: Vec<usize>,
+}
+
+/// Replays allocator events given as (address, signed bytes), in time order.
+pub fn replay(events: &[(u64, i64)]) -> Replay {
+    let mut r = Replay {
+        event_block: vec![None; events.len()],
+        ..Replay::default()
+    };
     let mut open: FxHashMap<u64, usize> = FxHashMap::default();
-    // Frees of blocks made before the window: (addr, bytes, ts, node, event index).
-    let mut early_frees: Vec<(u64, i64, i64, Option<usize>, usize)> = Vec::new();
-    // Block of each event, as an index into `blocks` for now (pre-window blocks come first in
-    // the final list, so these are shifted at the end).
-    let mut event_block: Vec<Option<usize>> = vec![None; t.memory.len()];
-    // Each event's node and iteration are independent searches, made on all threads; the
-    // replay below is what must follow the events' order.
+    for (ei, &(addr, bytes)) in events.iter().enumerate() {
+        if bytes > 0 {
+            open.insert(addr, r.blocks.len());
+            r.event_block[ei] = Some(r.blocks.len());
+            r.blocks.push((ei, None));
+        } else if let Some(b) = open.remove(&addr) {
+            r.blocks[b].1 = Some(ei);
+            r.event_block[ei] = Some(b);
+        } else {
+            r.early_frees.push(ei);
+        }
+    }
+    r
+}
+
+/// The (address, signed bytes) of each allocator event, for [`replay`].
+pub fn replay_input(t: &Trace) -> Vec<(u64, i64)> {
+    t.memory.iter().map(|m| (m.addr, m.bytes)).collect()
+}
+
+/// Builds the blocks and their categories from the events' [`replay`].
+pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -> Memory {
+    let idx = NodeIndex::new(t, step);
+    let Replay {
+        blocks: made,
+        mut event_block,
+        early_frees,
+    } = replay;
+    // Each event's node and iteration are independent searches, made on all threads.
     let place: Vec<(Option<usize>, Option<u32>)> = t
         .memory
         .par_iter()
@@ -218,31 +254,32 @@ pub fn compute(t: &Trace, step: &Step, diag: &mut Diagnostics) -> Memory {
             (idx.at(m.thread, m.ts), iteration)
         })
         .collect();
-    for (ei, (m, &(node, iteration))) in t.memory.iter().zip(&place).enumerate() {
-        if m.bytes > 0 {
-            open.insert(m.addr, blocks.len());
-            event_block[ei] = Some(blocks.len());
-            blocks.push(Block {
+    let blocks: Vec<Block> = made
+        .par_iter()
+        .map(|&(a, f)| {
+            let m = &t.memory[a];
+            let mut b = Block {
                 addr: m.addr,
                 size: m.bytes,
                 alloc: m.ts,
-                free: None,
+                free: f.map(|f| t.memory[f].ts),
                 category: Category::Other,
-                producer: node,
-                freer: None,
-                iteration,
-            });
-        } else if let Some(b) = open.remove(&m.addr) {
-            blocks[b].free = Some(m.ts);
-            blocks[b].freer = node;
-            event_block[ei] = Some(b);
-        } else {
-            early_frees.push((m.addr, -m.bytes, m.ts, node, ei));
-        }
-    }
-    blocks
-        .par_iter_mut()
-        .for_each(|b| b.category = in_window_category(step, b));
+                producer: place[a].0,
+                freer: f.and_then(|f| place[f].0),
+                iteration: place[a].1,
+            };
+            b.category = in_window_category(step, &b);
+            b
+        })
+        .collect();
+    // (addr, bytes, ts, node, event index) of frees of blocks made before the window.
+    let early_frees: Vec<(u64, i64, i64, Option<usize>, usize)> = early_frees
+        .into_iter()
+        .map(|ei| {
+            let m = &t.memory[ei];
+            (m.addr, -m.bytes, m.ts, place[ei].0, ei)
+        })
+        .collect();
 
     // Blocks made before the window.
     let before_total = t.memory.first().map_or(0, |m| m.total_allocated - m.bytes);
@@ -489,4 +526,28 @@ pub fn timeline(t: &Trace, mem: &Memory) -> Vec<TimelineRow> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_pairs_frees_with_the_latest_allocation_at_their_address() {
+        let events = [
+            (0x10, 512),  // 0: block 0
+            (0x20, -512), // 1: made before the window
+            (0x10, 1024), // 2: block 1 at the same address; block 0 is never freed
+            (0x10, -1024),
+            (0x10, 0), // 4: nothing open at 0x10 any more: an early free
+            (0x30, 512),
+        ];
+        let r = replay(&events);
+        assert_eq!(r.blocks, [(0, None), (2, Some(3)), (5, None)]);
+        assert_eq!(
+            r.event_block,
+            [Some(0), None, Some(1), Some(1), None, Some(2)]
+        );
+        assert_eq!(r.early_frees, [1, 4]);
+    }
 }

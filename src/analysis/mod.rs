@@ -200,14 +200,19 @@ fn file_name(p: &std::path::Path) -> String {
 
 /// Runs every analysis.
 pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
-    let step = step::compute(t, diag);
+    // The allocator replay needs only the events (a copy of their addresses and sizes, as
+    // the step holds the trace to intern names): beside the step, it leaves the memory chain
+    // below shorter.
+    let events = memory::replay_input(t);
+    let (step, replay) = rayon::join(|| step::compute(t, diag), || memory::replay(&events));
+    drop(events);
     let t: &Trace = t;
     // FLOPs need only the step; the memory chain needs its own earlier results. The two run
     // side by side, and the timeline beside liveness; every warning comes from the memory
     // chain, in its sequential order, so the diagnostics do not depend on the threads.
     let ((mem, node_stats, timeline, live), (node_flops, by_type)) = rayon::join(
         || {
-            let mem = memory::compute(t, &step, diag);
+            let mem = memory::compute(t, &step, replay, diag);
             let node_stats = node_stats::compute(t, &step, &mem, diag);
             let (timeline, live) = rayon::join(
                 || memory::timeline(t, &mem),

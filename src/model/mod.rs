@@ -629,7 +629,14 @@ mod tests {
             vec![OpId(0), OpId(1), OpId(2), OpId(5)],
             vec![OpId(3), OpId(4)],
         ];
-        let parent = vec![None, Some(OpId(0)), Some(OpId(0)), None, Some(OpId(3)), None];
+        let parent = vec![
+            None,
+            Some(OpId(0)),
+            Some(OpId(0)),
+            None,
+            Some(OpId(3)),
+            None,
+        ];
         let (children, roots) = children_and_roots(6, &thread_ops, &parent);
         assert_eq!(roots, [OpId(0), OpId(5), OpId(3)]);
         assert_eq!(children.of(OpId(0)), [OpId(1), OpId(2)]);
