@@ -96,9 +96,6 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
                 writeln!(out, "\nwrote {}", outcome.out_dir.display())?;
                 out.flush()?;
             }
-            // The process ends here: freeing the analysis block by block (tens of MB in
-            // small pieces) would only delay the exit, which returns all memory at once.
-            std::mem::forget(outcome);
             Ok(0)
         }
         cli::Command::Compare(args) => {

@@ -198,7 +198,8 @@ fn category_from_frames(s: &Snapshot, frames: &[crate::ingest::snapshot::FrameId
 pub struct Replay {
     /// Blocks made in the window, in allocation order: (allocating event, freeing event).
     blocks: Vec<(usize, Option<usize>)>,
-    /// For each event: the block (index into `blocks`) it makes or frees.
+    /// For each event: the block (index into `blocks`) it makes or frees. [`compute`] puts
+    /// the blocks made before the window first and shifts these indices by their number.
     event_block: Vec<Option<usize>>,
     /// Frees of blocks made before the window, as event indices.
     early_frees: Vec<usize>,

@@ -907,10 +907,9 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
     // The first piece's strings take the first ids, as they would one by one; which of the
     // other pieces' strings it already holds is looked up on all threads, and only the rest
     // are added here, in order. (Looking up every piece's names here was 8 ms on one thread.)
-    if trace.strings.is_empty() {
-        if let Some(first) = partials.first_mut() {
-            trace.strings = first.strings.clone();
-        }
+    // (`trace.strings` is still empty here: it starts as the first piece's table.)
+    if let Some(first) = partials.first() {
+        trace.strings = first.strings.clone();
     }
     let found: Vec<Vec<Option<StrId>>> = partials
         .par_iter()
