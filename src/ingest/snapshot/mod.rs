@@ -6,6 +6,7 @@ pub mod unpickle;
 
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use self::unpickle::{Pickle, Value, ValueId};
@@ -54,17 +55,17 @@ pub enum Action {
 }
 
 impl Action {
-    fn parse(s: &str) -> Action {
+    fn parse(s: &[u8]) -> Action {
         match s {
-            "alloc" => Action::Alloc,
-            "free_requested" => Action::FreeRequested,
-            "free_completed" | "free" => Action::FreeCompleted,
-            "segment_alloc" => Action::SegmentAlloc,
-            "segment_free" => Action::SegmentFree,
-            "segment_map" => Action::SegmentMap,
-            "segment_unmap" => Action::SegmentUnmap,
-            "snapshot" => Action::Snapshot,
-            "oom" => Action::Oom,
+            b"alloc" => Action::Alloc,
+            b"free_requested" => Action::FreeRequested,
+            b"free_completed" | b"free" => Action::FreeCompleted,
+            b"segment_alloc" => Action::SegmentAlloc,
+            b"segment_free" => Action::SegmentFree,
+            b"segment_map" => Action::SegmentMap,
+            b"segment_unmap" => Action::SegmentUnmap,
+            b"snapshot" => Action::Snapshot,
+            b"oom" => Action::Oom,
             _ => Action::Other,
         }
     }
@@ -86,6 +87,9 @@ pub struct TraceEntry {
     /// Stack at the event ([`Snapshot::stack`] gives its frames, innermost first).
     pub stack: StackId,
 }
+
+/// Not a stack: an entry skipped, or a list not yet seen.
+const NO_STACK: StackId = StackId(u32::MAX);
 
 /// Index of a distinct stack in [`Snapshot::stacks`]: millions of history entries share a few
 /// thousand stacks, so each entry holds 4 bytes instead of a vector of frames.
@@ -239,6 +243,77 @@ impl<'a> Extractor<'a> {
         self.pk.as_i64(id?).and_then(|v| u64::try_from(v).ok())
     }
 
+    /// One device's history. Stacks are found in entry order on this thread (their ids
+    /// number them by first use); then every entry's members are read on all threads.
+    fn history(&mut self, items: &[ValueId], by_list: &mut [StackId]) -> Vec<TraceEntry> {
+        let pk = self.pk;
+        let mut stacks = Vec::with_capacity(items.len());
+        let mut missing = 0usize;
+        for &e in items {
+            let (action, frames) = match pk.entry(e) {
+                Some(r) => (r.get("action"), r.get("frames")),
+                None => (pk.dict_get(e, "action"), pk.dict_get(e, "frames")),
+            };
+            if action.and_then(|a| pk.str_bytes(a)).is_none() {
+                self.diag.warn(
+                    "snapshot_entry_without_action",
+                    format!(
+                        "{}: a device_traces entry has no action",
+                        self.path.display()
+                    ),
+                );
+                missing += 1;
+                stacks.push(NO_STACK);
+                continue;
+            }
+            let list = frames.and_then(|f| pk.seq_index(f));
+            let stack = match list.map(|i| by_list[i]) {
+                Some(s) if s != NO_STACK => s,
+                _ => {
+                    let s = self.stack_of(frames);
+                    if let Some(i) = list {
+                        by_list[i] = s;
+                    }
+                    s
+                }
+            };
+            stacks.push(stack);
+        }
+        let entry = |(&e, &stack): (&ValueId, &StackId)| {
+            // History entries come as fixed records; other dicts are looked up by key.
+            let rec = pk.entry(e);
+            let g = |k: &str| match rec {
+                Some(r) => r.get(k),
+                None => pk.dict_get(e, k),
+            };
+            let u64_of = |k: &str| {
+                g(k).and_then(|v| pk.as_i64(v))
+                    .and_then(|v| u64::try_from(v).ok())
+            };
+            TraceEntry {
+                action: g("action")
+                    .and_then(|a| pk.str_bytes(a))
+                    .map_or(Action::Other, Action::parse),
+                addr: u64_of("addr").unwrap_or(0),
+                size: u64_of("size").unwrap_or(0),
+                stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+                time_us: g("time_us").and_then(|v| pk.as_i64(v)),
+                stack,
+            }
+        };
+        if missing == 0 {
+            items.par_iter().zip(&stacks).map(entry).collect()
+        } else {
+            let kept: Vec<(ValueId, StackId)> = items
+                .iter()
+                .zip(&stacks)
+                .filter(|(_, &s)| s != NO_STACK)
+                .map(|(&e, &s)| (e, s))
+                .collect();
+            kept.par_iter().map(|(e, s)| entry((e, s))).collect()
+        }
+    }
+
     fn stack_of(&mut self, id: Option<ValueId>) -> StackId {
         let pk = self.pk;
         let objects = id.map_or(&[][..], |id| pk.items(id));
@@ -327,37 +402,11 @@ impl<'a> Extractor<'a> {
         }
         let mut device_traces = Vec::new();
         if let Some(t) = traces_id {
+            // Stack by the pickle's list object: most entries name a list, and a table by
+            // list beats hashing its frames for each of millions of entries.
+            let mut by_list = vec![NO_STACK; pk.seq_count()];
             for &dev in pk.items(t) {
-                let mut entries = Vec::with_capacity(pk.items(dev).len());
-                for &e in pk.items(dev) {
-                    // History entries come as fixed records; other dicts are looked up by key.
-                    let rec = pk.entry(e);
-                    let g = |k: &str| match rec {
-                        Some(r) => r.get(k),
-                        None => pk.dict_get(e, k),
-                    };
-                    let Some(action) = g("action").and_then(|a| pk.as_str(a)) else {
-                        self.diag.warn(
-                            "snapshot_entry_without_action",
-                            format!(
-                                "{}: a device_traces entry has no action",
-                                self.path.display()
-                            ),
-                        );
-                        continue;
-                    };
-                    let action = Action::parse(action);
-                    let stack = self.stack_of(g("frames"));
-                    entries.push(TraceEntry {
-                        action,
-                        addr: self.u64_of(g("addr")).unwrap_or(0),
-                        size: self.u64_of(g("size")).unwrap_or(0),
-                        stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
-                        time_us: g("time_us").and_then(|v| pk.as_i64(v)),
-                        stack,
-                    });
-                }
-                device_traces.push(entries);
+                device_traces.push(self.history(pk.items(dev), &mut by_list));
             }
         }
         let mut annotations = Vec::new();

@@ -14,6 +14,9 @@
 //! the pickle shares in thousands of places (stack frames) is stored once and never copied.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::{FxHashMap, FxHasher};
 
 /// What kind of value a [`ValueId`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -167,7 +170,7 @@ impl EntryRecord<'_> {
     }
 }
 
-/// Where a string's or byte string's bytes are.
+/// A string or byte string that does not fit a packed span word (see [`Texts`]).
 #[derive(Debug, Clone)]
 enum Text {
     /// `buf[start..start + len]`.
@@ -176,24 +179,103 @@ enum Text {
     Owned(Box<str>),
 }
 
-/// The items of one container.
-#[derive(Debug, Clone)]
-enum Items<T> {
+/// Strings and byte strings, 8 bytes each: a GB snapshot holds tens of millions (every
+/// history entry writes its action afresh), and as 24-byte enums their table alone was a
+/// quarter of the file's size, all of it page faults. A word is `start | len << 40` of a span
+/// of the input, or [`SIDE`] and an index into `side` for the rest (decoded or long texts).
+#[derive(Debug, Clone, Default)]
+struct Texts {
+    words: Vec<u64>,
+    side: Vec<Text>,
+}
+
+/// A [`Texts`] word that indexes the side table.
+const SIDE: u64 = 1 << 63;
+const TEXT_LEN_SHIFT: u32 = 40;
+const TEXT_MAX_LEN: usize = (1 << (63 - TEXT_LEN_SHIFT)) - 1;
+const TEXT_MAX_START: usize = (1 << TEXT_LEN_SHIFT) - 1;
+
+impl Texts {
+    fn push(&mut self, t: Text) -> u64 {
+        let word = match t {
+            Text::Span(s, n) if s <= TEXT_MAX_START && n <= TEXT_MAX_LEN => {
+                s as u64 | (n as u64) << TEXT_LEN_SHIFT
+            }
+            t => {
+                self.side.push(t);
+                SIDE | (self.side.len() as u64 - 1)
+            }
+        };
+        self.words.push(word);
+        self.words.len() as u64 - 1
+    }
+
+    fn bytes<'b>(&'b self, buf: &'b [u8], t: u64) -> &'b [u8] {
+        let w = self.words[t as usize];
+        if w & SIDE == 0 {
+            let s = (w & TEXT_MAX_START as u64) as usize;
+            return &buf[s..s + (w >> TEXT_LEN_SHIFT) as usize];
+        }
+        match &self.side[(w & !SIDE) as usize] {
+            Text::Span(s, n) => &buf[*s..*s + *n],
+            Text::Owned(o) => o.as_bytes(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.words.len()
+    }
+}
+
+/// Where the items of one container are, packed in 8 bytes (see [`Store`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
     /// `flat[start..start + len]` of the container kind's shared table.
     Flat(usize, usize),
-    /// Its own vector: the container grew again after others had been filled.
-    Own(Vec<T>),
+    /// `own[i]`: the container grew again after others had been filled.
+    Own(usize),
     /// A dict that is a `device_traces` history entry, filled in one go: only the members in
     /// [`ENTRY_KEYS`], as a fixed record of [`Pickle`]'s `entries`. A GB snapshot holds
     /// millions of these; as generic dicts they took several times the file's size.
     Entry(usize),
 }
 
-/// Containers of one item type: their items, mostly in one shared table.
+/// Slot words: bit 63 clear is `Flat` (`start | len << 39`); set, bit 62 tells `Entry` from
+/// `Own` and the rest is the index.
+const NOT_FLAT: u64 = 1 << 63;
+const ENTRY: u64 = 1 << 62;
+const SLOT_LEN_SHIFT: u32 = 39;
+const SLOT_MAX_LEN: usize = (1 << (63 - SLOT_LEN_SHIFT)) - 1;
+const SLOT_MAX_START: usize = (1 << SLOT_LEN_SHIFT) - 1;
+
+impl Slot {
+    fn unpack(w: u64) -> Slot {
+        if w & NOT_FLAT == 0 {
+            Slot::Flat(
+                (w & SLOT_MAX_START as u64) as usize,
+                (w >> SLOT_LEN_SHIFT) as usize,
+            )
+        } else if w & ENTRY != 0 {
+            Slot::Entry((w & !(NOT_FLAT | ENTRY)) as usize)
+        } else {
+            Slot::Own((w & !NOT_FLAT) as usize)
+        }
+    }
+
+    /// The word of a flat slot, if its start and length fit.
+    fn flat(start: usize, len: usize) -> Option<u64> {
+        (start <= SLOT_MAX_START && len <= SLOT_MAX_LEN)
+            .then_some(start as u64 | (len as u64) << SLOT_LEN_SHIFT)
+    }
+}
+
+/// Containers of one item type: their items, mostly in one shared table, each described by
+/// an 8-byte slot word (millions of containers; 24-byte enums were a quarter of the file).
 #[derive(Debug, Clone)]
 struct Store<T> {
     flat: Vec<T>,
-    items: Vec<Items<T>>,
+    items: Vec<u64>,
+    own: Vec<Vec<T>>,
 }
 
 impl<T: Copy> Store<T> {
@@ -201,13 +283,36 @@ impl<T: Copy> Store<T> {
         Store {
             flat: Vec::new(),
             items: Vec::new(),
+            own: Vec::new(),
         }
+    }
+
+    fn slot(&self, c: u64) -> Slot {
+        Slot::unpack(self.items[c as usize])
+    }
+
+    /// Gives container `c` a vector of its own.
+    fn set_own(&mut self, c: u64, v: Vec<T>) {
+        self.own.push(v);
+        self.items[c as usize] = NOT_FLAT | (self.own.len() as u64 - 1);
+    }
+
+    fn set_entry(&mut self, c: u64, r: usize) {
+        self.items[c as usize] = NOT_FLAT | ENTRY | r as u64;
     }
 
     fn add(&mut self, items: &[T]) -> u64 {
         let start = self.flat.len();
-        self.flat.extend_from_slice(items);
-        self.items.push(Items::Flat(start, items.len()));
+        match Slot::flat(start, items.len()) {
+            Some(w) => {
+                self.flat.extend_from_slice(items);
+                self.items.push(w);
+            }
+            None => {
+                self.own.push(items.to_vec());
+                self.items.push(NOT_FLAT | (self.own.len() as u64 - 1));
+            }
+        }
         self.items.len() as u64 - 1
     }
 
@@ -219,35 +324,39 @@ impl<T: Copy> Store<T> {
     /// none yet), otherwise in a vector of its own, made once.
     fn extend_with(&mut self, c: u64, more: impl Iterator<Item = T>) {
         let end = self.flat.len();
-        let slot = &mut self.items[c as usize];
-        match slot {
-            Items::Flat(start, len) if *start + *len == end || *len == 0 => {
-                if *len == 0 {
-                    *start = end;
-                }
+        match self.slot(c) {
+            Slot::Flat(start, len) if start + len == end || len == 0 => {
+                let start = if len == 0 { end } else { start };
                 self.flat.extend(more);
-                *len = self.flat.len() - *start;
+                match Slot::flat(start, self.flat.len() - start) {
+                    Some(w) => self.items[c as usize] = w,
+                    None => {
+                        // Too long for a slot word: its items (the table's tail) move out.
+                        let v = self.flat.split_off(start);
+                        self.set_own(c, v);
+                    }
+                }
             }
-            Items::Flat(start, len) => {
-                let mut v = self.flat[*start..*start + *len].to_vec();
+            Slot::Flat(start, len) => {
+                let mut v = self.flat[start..start + len].to_vec();
                 v.extend(more);
-                *slot = Items::Own(v);
+                self.set_own(c, v);
             }
-            Items::Own(v) => v.extend(more),
+            Slot::Own(i) => self.own[i].extend(more),
             // Only dicts become entries, and `Reader::add_to_dict` turns a grown one back
             // into a generic dict first.
-            Items::Entry(_) => {
+            Slot::Entry(_) => {
                 let v: Vec<T> = more.collect();
-                *slot = Items::Own(v);
+                self.set_own(c, v);
             }
         }
     }
 
     fn get(&self, c: u64) -> &[T] {
-        match &self.items[c as usize] {
-            Items::Flat(start, len) => &self.flat[*start..*start + *len],
-            Items::Own(v) => v,
-            Items::Entry(_) => &[],
+        match self.slot(c) {
+            Slot::Flat(start, len) => &self.flat[start..start + len],
+            Slot::Own(i) => &self.own[i],
+            Slot::Entry(_) => &[],
         }
     }
 }
@@ -256,7 +365,7 @@ impl<T: Copy> Store<T> {
 #[derive(Debug, Clone)]
 pub struct Pickle<'a> {
     buf: &'a [u8],
-    texts: Vec<Text>,
+    texts: Texts,
     wide: Vec<i64>,
     floats: Vec<f64>,
     seqs: Store<ValueId>,
@@ -292,18 +401,12 @@ impl<'a> Pickle<'a> {
     }
 
     fn bytes(&self, t: u64) -> &[u8] {
-        match &self.texts[t as usize] {
-            Text::Span(s, n) => &self.buf[*s..*s + *n],
-            Text::Owned(o) => o.as_bytes(),
-        }
+        self.texts.bytes(self.buf, t)
     }
 
     fn text(&self, t: u64) -> &str {
-        match &self.texts[t as usize] {
-            // Checked when read: a Str span is UTF-8.
-            Text::Span(s, n) => std::str::from_utf8(&self.buf[*s..*s + *n]).unwrap_or_default(),
-            Text::Owned(o) => o,
-        }
+        // Checked when read: a Str span is UTF-8.
+        std::str::from_utf8(self.bytes(t)).unwrap_or_default()
     }
 
     /// Number of strings and containers (scalars are not counted: they live in their ids).
@@ -336,10 +439,21 @@ impl<'a> Pickle<'a> {
         if id.kind() != Kind::Dict {
             return None;
         }
-        match self.maps.items[id.data() as usize] {
-            Items::Entry(r) => Some(EntryRecord(&self.entries[r])),
+        match self.maps.slot(id.data()) {
+            Slot::Entry(r) => Some(EntryRecord(&self.entries[r])),
             _ => None,
         }
+    }
+
+    /// The number of lists, tuples and sets: [`Pickle::seq_index`] is below it.
+    pub fn seq_count(&self) -> usize {
+        self.seqs.items.len()
+    }
+
+    /// A dense index of a list, tuple or set (for tables by container, which beat hash maps
+    /// when millions of entries each name one).
+    pub fn seq_index(&self, id: ValueId) -> Option<usize> {
+        matches!(id.kind(), Kind::List | Kind::Tuple | Kind::Set).then_some(id.data() as usize)
     }
 
     /// The items of a list, tuple or set (empty for anything else).
@@ -369,25 +483,121 @@ impl<'a> Pickle<'a> {
         }
     }
 
+    /// A string value's UTF-8 bytes, without checking them again (they were when read).
+    pub fn str_bytes(&self, id: ValueId) -> Option<&[u8]> {
+        (id.kind() == Kind::Str).then(|| self.bytes(id.data()))
+    }
+
     /// A string value.
     pub fn as_str(&self, id: ValueId) -> Option<&str> {
         (id.kind() == Kind::Str).then(|| self.text(id.data()))
     }
 }
 
+/// Whether two parses hold the same values: equal scalars and texts, containers with equal
+/// items in order, history records alike in both. Shared objects are compared once (by the
+/// pair of ids), so cyclic pickles terminate.
+#[doc(hidden)]
+pub fn same(a: &Pickle<'_>, b: &Pickle<'_>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![(a.root, b.root)];
+    while let Some((x, y)) = todo.pop() {
+        if !seen.insert((x, y)) {
+            continue;
+        }
+        match (a.entry(x), b.entry(y)) {
+            (Some(rx), Some(ry)) => {
+                for k in ENTRY_KEYS {
+                    match (rx.get(k), ry.get(k)) {
+                        (Some(u), Some(v)) => todo.push((u, v)),
+                        (None, None) => {}
+                        _ => return false,
+                    }
+                }
+                continue;
+            }
+            (None, None) => {}
+            _ => return false,
+        }
+        let ok = match (a.get(x), b.get(y)) {
+            (Value::List(u), Value::List(v))
+            | (Value::Tuple(u), Value::Tuple(v))
+            | (Value::Set(u), Value::Set(v)) => {
+                u.len() == v.len() && {
+                    todo.extend(u.iter().copied().zip(v.iter().copied()));
+                    true
+                }
+            }
+            (Value::Dict(u), Value::Dict(v)) => {
+                u.len() == v.len() && {
+                    for (&(k1, v1), &(k2, v2)) in u.iter().zip(v) {
+                        todo.push((k1, k2));
+                        todo.push((v1, v2));
+                    }
+                    true
+                }
+            }
+            // NaN floats compare by bits.
+            (Value::Float(u), Value::Float(v)) => u.to_bits() == v.to_bits(),
+            (u, v) => u == v,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
 /// The pickle machine: the tables it builds, and its stack, marks and memo.
 struct Reader<'a> {
+    /// Whether history entries take [`Reader::fast_entry`].
+    fast: bool,
     pk: Pickle<'a>,
     pos: usize,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
-    memo: Vec<Option<ValueId>>,
+    /// [`UNSET`] where nothing was stored.
+    memo: Vec<ValueId>,
+    /// (string index + 1, what it names) of recent dict keys, by string index modulo size.
+    key_cache: [(u64, Option<KeySlot>); KEY_CACHE],
+    /// Where in `seqs.flat` each distinct item list read by [`Reader::fast_entry`] is, by a
+    /// hash of its items: every allocation's stack is a list of its own, mostly of the same
+    /// frames as others, and sharing their items saves a fifth of a GB snapshot's memory.
+    shared: FxHashMap<u64, usize>,
+    /// Hashes `shared` gained in the current fast entry (taken back if it is undone).
+    shared_new: Vec<u64>,
 }
+
+/// What a dict key names in a history entry.
+#[derive(Debug, Clone, Copy)]
+enum KeySlot {
+    /// `ENTRY_KEYS[i]`.
+    Kept(usize),
+    /// `ENTRY_IGNORED[i]`.
+    Ignored(usize),
+}
+
+const KEY_CACHE: usize = 16;
+
+/// Where [`Reader::fast_entry`] started: the position and the tables' lengths.
+#[derive(Debug, Clone, Copy)]
+struct Undo {
+    pos: usize,
+    texts: usize,
+    side: usize,
+    wide: usize,
+    seq_items: usize,
+    seq_flat: usize,
+    memo: usize,
+}
+
+/// A memo slot never stored to. Its kind bits are not a [`Kind`]: it never leaves the memo.
+const UNSET: ValueId = ValueId(u64::MAX);
 
 const NONE: ValueId = ValueId::new(Kind::None, 0);
 
-/// The members of a `device_traces` history entry that are kept (see [`Items::Entry`]).
+/// The members of a `device_traces` history entry that are kept (see [`Slot::Entry`]).
 const ENTRY_KEYS: [&str; 6] = ["action", "addr", "size", "stream", "time_us", "frames"];
 /// Members an entry may also have, which nothing reads.
 const ENTRY_IGNORED: [&str; 2] = ["compile_context", "user_metadata"];
@@ -395,10 +605,22 @@ const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
 
 /// Parses a pickle holding plain data.
 pub fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
+    parse_with(buf, true)
+}
+
+/// [`parse`] without the fast path for history entries: what tests and the fuzz target
+/// compare it against ([`same`]).
+#[doc(hidden)]
+pub fn parse_generic(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
+    parse_with(buf, false)
+}
+
+fn parse_with(buf: &[u8], fast: bool) -> Result<Pickle<'_>, PickleError> {
     let mut r = Reader {
+        fast,
         pk: Pickle {
             buf,
-            texts: Vec::new(),
+            texts: Texts::default(),
             wide: Vec::new(),
             floats: Vec::new(),
             seqs: Store::new(),
@@ -410,6 +632,9 @@ pub fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Vec::new(),
+        key_cache: [(0, None); KEY_CACHE],
+        shared: FxHashMap::default(),
+        shared_new: Vec::new(),
     };
     r.pk.root = r.run()?;
     Ok(r.pk)
@@ -503,13 +728,14 @@ impl<'a> Reader<'a> {
         if std::str::from_utf8(&self.pk.buf[start..start + n]).is_err() {
             return Err(self.malformed("string is not UTF-8", offset));
         }
-        self.pk.texts.push(Text::Span(start, n));
-        Ok(ValueId::new(Kind::Str, self.pk.texts.len() as u64 - 1))
+        Ok(ValueId::new(
+            Kind::Str,
+            self.pk.texts.push(Text::Span(start, n)),
+        ))
     }
 
     fn owned_str(&mut self, s: String) -> ValueId {
-        self.pk.texts.push(Text::Owned(s.into()));
-        ValueId::new(Kind::Str, self.pk.texts.len() as u64 - 1)
+        ValueId::new(Kind::Str, self.pk.texts.push(Text::Owned(s.into())))
     }
 
     fn memo_put(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
@@ -518,17 +744,19 @@ impl<'a> Reader<'a> {
             return Err(self.malformed(format!("memo index {idx} out of range"), offset));
         }
         if self.memo.len() <= idx {
-            self.memo.resize(idx + 1, None);
+            self.memo.resize(idx + 1, UNSET);
         }
-        self.memo[idx] = Some(v);
+        self.memo[idx] = v;
         Ok(())
     }
 
     fn memo_get(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
-        let v =
-            self.memo.get(idx).copied().flatten().ok_or_else(|| {
-                self.malformed(format!("memo index {idx} was never stored"), offset)
-            })?;
+        let v = self
+            .memo
+            .get(idx)
+            .copied()
+            .filter(|&v| v != UNSET)
+            .ok_or_else(|| self.malformed(format!("memo index {idx} was never stored"), offset))?;
         self.stack.push(v);
         Ok(())
     }
@@ -561,17 +789,17 @@ impl<'a> Reader<'a> {
         if dict.kind() != Kind::Dict {
             return Err(self.malformed("SETITEM on something that is not a dict", offset));
         }
-        let c = dict.data() as usize;
-        match self.pk.maps.items[c] {
-            Items::Flat(_, 0) => {
-                if let Some(rec) = self.entry_record(&self.stack[from..]) {
+        let c = dict.data();
+        match self.pk.maps.slot(c) {
+            Slot::Flat(_, 0) => {
+                if let Some(rec) = self.entry_record(from) {
                     self.pk.entries.push(rec);
-                    self.pk.maps.items[c] = Items::Entry(self.pk.entries.len() - 1);
+                    self.pk.maps.set_entry(c, self.pk.entries.len() - 1);
                     self.stack.truncate(from);
                     return Ok(());
                 }
             }
-            Items::Entry(r) => {
+            Slot::Entry(r) => {
                 // Grown after all: back to a generic dict of the kept members.
                 let rec = self.pk.entries[r];
                 let keys: Vec<ValueId> = ENTRY_KEYS
@@ -583,46 +811,66 @@ impl<'a> Reader<'a> {
                     .zip(rec)
                     .filter(|(_, v)| v.kind() != Kind::Absent)
                     .collect();
-                self.pk.maps.items[c] = Items::Own(pairs);
+                self.pk.maps.set_own(c, pairs);
             }
             _ => {}
         }
         let pairs = self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1]));
-        self.pk.maps.extend_with(dict.data(), pairs);
+        self.pk.maps.extend_with(c, pairs);
         self.stack.truncate(from);
         Ok(())
     }
 
-    /// The record of a history entry, if `kv` (key, value, key, value, ...) is one: an
-    /// `action` member, string keys, nothing beyond [`ENTRY_KEYS`] and [`ENTRY_IGNORED`], no
-    /// key twice.
-    fn entry_record(&self, kv: &[ValueId]) -> Option<[ValueId; ENTRY_KEYS.len()]> {
+    /// The record of a history entry, if `stack[from..]` (key, value, key, value, ...) is
+    /// one: an `action` member, string keys, nothing beyond [`ENTRY_KEYS`] and
+    /// [`ENTRY_IGNORED`], no key twice.
+    fn entry_record(&mut self, from: usize) -> Option<[ValueId; ENTRY_KEYS.len()]> {
         let mut rec = [ABSENT; ENTRY_KEYS.len()];
         let mut ignored = 0u8;
-        for pair in kv.chunks_exact(2) {
-            let (k, v) = (pair[0], pair[1]);
-            if k.kind() != Kind::Str {
-                return None;
-            }
-            let key = match &self.pk.texts[k.data() as usize] {
-                Text::Span(s, n) => &self.pk.buf[*s..*s + *n],
-                Text::Owned(o) => o.as_bytes(),
-            };
-            if let Some(i) = ENTRY_KEYS.iter().position(|e| e.as_bytes() == key) {
-                if rec[i] != ABSENT {
-                    return None;
+        for i in (from..self.stack.len()).step_by(2) {
+            let (k, v) = (self.stack[i], self.stack[i + 1]);
+            match self.key_slot(k)? {
+                KeySlot::Kept(i) => {
+                    if rec[i] != ABSENT {
+                        return None;
+                    }
+                    rec[i] = v;
                 }
-                rec[i] = v;
-            } else if let Some(i) = ENTRY_IGNORED.iter().position(|e| e.as_bytes() == key) {
-                if ignored & (1 << i) != 0 {
-                    return None;
+                KeySlot::Ignored(i) => {
+                    if ignored & (1 << i) != 0 {
+                        return None;
+                    }
+                    ignored |= 1 << i;
                 }
-                ignored |= 1 << i;
-            } else {
-                return None;
             }
         }
         (rec[0] != ABSENT).then_some(rec)
+    }
+
+    /// Which entry member the string `k` names, if any. Pickles share each key string through
+    /// the memo, so a small cache by string index answers nearly every lookup without
+    /// comparing text (the comparisons were a tenth of reading a GB snapshot).
+    #[inline]
+    fn key_slot(&mut self, k: ValueId) -> Option<KeySlot> {
+        if k.kind() != Kind::Str {
+            return None;
+        }
+        let t = k.data();
+        let line = &mut self.key_cache[(t % KEY_CACHE as u64) as usize];
+        if line.0 == t + 1 {
+            return line.1;
+        }
+        let key = self.pk.texts.bytes(self.pk.buf, t);
+        let slot = if let Some(i) = ENTRY_KEYS.iter().position(|e| e.as_bytes() == key) {
+            Some(KeySlot::Kept(i))
+        } else {
+            ENTRY_IGNORED
+                .iter()
+                .position(|e| e.as_bytes() == key)
+                .map(KeySlot::Ignored)
+        };
+        self.key_cache[(t % KEY_CACHE as u64) as usize] = (t + 1, slot);
+        slot
     }
 
     fn int(&mut self, v: i64) -> ValueId {
@@ -656,9 +904,229 @@ impl<'a> Reader<'a> {
             bytes[..b.len()].copy_from_slice(b);
             self.int(i64::from_le_bytes(bytes))
         } else {
-            self.pk.texts.push(Text::Span(start, b.len()));
-            ValueId::new(Kind::BigInt, self.pk.texts.len() as u64 - 1)
+            ValueId::new(Kind::BigInt, self.pk.texts.push(Text::Span(start, b.len())))
         }
+    }
+
+    /// Reads a `device_traces` history entry whose EMPTY_DICT was just taken, without the
+    /// stack. The generic loop spent most of its time in mispredicted opcode dispatch, while
+    /// an entry's opcodes come in a few fixed shapes that this loop's branches learn. It
+    /// leaves everything as the generic path would and returns true; at anything else it
+    /// undoes what it did, puts `pos` back and returns false, and the generic path reads the
+    /// dict (and reports any error).
+    fn fast_entry(&mut self) -> bool {
+        let at = Undo {
+            pos: self.pos,
+            texts: self.pk.texts.words.len(),
+            side: self.pk.texts.side.len(),
+            wide: self.pk.wide.len(),
+            seq_items: self.pk.seqs.items.len(),
+            seq_flat: self.pk.seqs.flat.len(),
+            memo: self.memo.len(),
+        };
+        self.shared_new.clear();
+        if self.fast_entry_items().is_some() {
+            return true;
+        }
+
+        // The generic path reads the same opcodes again from `at.pos`, so it stores the same
+        // values under the same memo indices, strings and lists (the key cache stays right).
+        // What must go is what would shift: MEMOIZE numbers by the memo's length, and the
+        // tables' next indices by theirs.
+        self.memo.truncate(at.memo);
+        self.pk.texts.words.truncate(at.texts);
+        self.pk.texts.side.truncate(at.side);
+        self.pk.wide.truncate(at.wide);
+        self.pk.seqs.items.truncate(at.seq_items);
+        self.pk.seqs.flat.truncate(at.seq_flat);
+        for h in self.shared_new.drain(..) {
+            self.shared.remove(&h);
+        }
+        self.pos = at.pos;
+        false
+    }
+
+    fn fast_entry_items(&mut self) -> Option<()> {
+        let dict = ValueId::new(Kind::Dict, self.pk.maps.items.len() as u64);
+        let mut op = self.fast_op()?;
+        if self.fast_put(op, dict)? {
+            op = self.fast_op()?;
+        }
+        if op != b'(' {
+            return None;
+        }
+        let mut rec = [ABSENT; ENTRY_KEYS.len()];
+        let mut ignored = 0u8;
+        loop {
+            let op = self.fast_op()?;
+            if op == b'u' {
+                break;
+            }
+            let key = self.fast_value(op)?;
+            let slot = self.key_slot(key)?;
+            let op = self.fast_op()?;
+            let v = self.fast_value(op)?;
+            match slot {
+                KeySlot::Kept(i) if rec[i] == ABSENT => rec[i] = v,
+                KeySlot::Ignored(i) if ignored & (1 << i) == 0 => ignored |= 1 << i,
+                _ => return None,
+            }
+        }
+        if rec[0] == ABSENT {
+            return None;
+        }
+        self.pk.entries.push(rec);
+        self.pk.maps.items.push(0);
+        self.pk
+            .maps
+            .set_entry(dict.data(), self.pk.entries.len() - 1);
+        self.stack.push(dict);
+        Some(())
+    }
+
+    /// Where the items just read into `seqs.flat[start..]` are kept: an earlier list's equal
+    /// items, the new ones then dropped, or `start` itself. Safe to share: a list that grows
+    /// later moves its items to a vector of its own first ([`Store::extend_with`]).
+    fn share_items(&mut self, start: usize) -> usize {
+        let items = &self.pk.seqs.flat[start..];
+        if items.is_empty() {
+            return start;
+        }
+        let h = {
+            let mut hasher = FxHasher::default();
+            items.hash(&mut hasher);
+            hasher.finish()
+        };
+        match self.shared.get(&h) {
+            Some(&at) if self.pk.seqs.flat.get(at..at + items.len()) == Some(items) => {
+                self.pk.seqs.flat.truncate(start);
+                at
+            }
+            // Another list with this hash: kept apart.
+            Some(_) => start,
+            None => {
+                self.shared.insert(h, start);
+                self.shared_new.push(h);
+                start
+            }
+        }
+    }
+
+    /// The next opcode, past any FRAME (protocol 4 puts one before a value every 64 KiB).
+    #[inline]
+    fn fast_op(&mut self) -> Option<u8> {
+        loop {
+            let op = *self.pk.buf.get(self.pos)?;
+            self.pos += 1;
+            if op != 0x95 {
+                return Some(op);
+            }
+            self.take(8).ok()?;
+        }
+    }
+
+    /// Stores `v` in the memo if `op` is a PUT (true).
+    #[inline]
+    fn fast_put(&mut self, op: u8, v: ValueId) -> Option<bool> {
+        let idx = match op {
+            0x94 => self.memo.len(),
+            b'q' => self.u8().ok()? as usize,
+            b'r' => self.u32().ok()?,
+            _ => return Some(false),
+        };
+        if idx > self.pk.buf.len() {
+            return None;
+        }
+        if self.memo.len() <= idx {
+            self.memo.resize(idx + 1, UNSET);
+        }
+        self.memo[idx] = v;
+        Some(true)
+    }
+
+    /// One key or value of an entry (and the PUT that follows it, if any): scalars, strings,
+    /// memo references, and lists of memo references (a stack's frames).
+    #[inline]
+    fn fast_value(&mut self, op: u8) -> Option<ValueId> {
+        let v = match op {
+            b'h' | b'j' => {
+                let idx = if op == b'h' {
+                    self.u8().ok()? as usize
+                } else {
+                    self.u32().ok()?
+                };
+                return self.memo.get(idx).copied().filter(|&v| v != UNSET);
+            }
+            b'K' => {
+                let v = self.u8().ok()? as i64;
+                return Some(self.int(v));
+            }
+            b'M' => {
+                let v = self.u16().ok()? as i64;
+                return Some(self.int(v));
+            }
+            b'J' => {
+                let b = self.take(4).ok()?;
+                return Some(self.int(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64));
+            }
+            0x8a => {
+                let n = self.u8().ok()? as usize;
+                let start = self.pos;
+                let b = self.take(n).ok()?;
+                return Some(self.long(b, start));
+            }
+            b'N' => return Some(NONE),
+            0x88 => return Some(ValueId::new(Kind::Bool, 1)),
+            0x89 => return Some(ValueId::new(Kind::Bool, 0)),
+            0x8c | b'X' => {
+                let n = if op == 0x8c {
+                    self.u8().ok()? as usize
+                } else {
+                    self.u32().ok()?
+                };
+                let start = self.pos;
+                self.take(n).ok()?;
+                self.str_span(start, n, start).ok()?
+            }
+            b']' => {
+                let list = ValueId::new(Kind::List, self.pk.seqs.add(&[]));
+                let mut op = self.fast_op()?;
+                if self.fast_put(op, list)? {
+                    // An empty list is followed by the next key, never by a MARK.
+                    match self.pk.buf.get(self.pos) {
+                        Some(b'(') => op = self.fast_op()?,
+                        _ => return Some(list),
+                    }
+                }
+                if op != b'(' {
+                    return None;
+                }
+                let start = self.pk.seqs.flat.len();
+                loop {
+                    let idx = match self.fast_op()? {
+                        b'h' => self.u8().ok()? as usize,
+                        b'j' => self.u32().ok()?,
+                        b'e' => break,
+                        _ => return None,
+                    };
+                    let item = self.memo.get(idx).copied().filter(|&v| v != UNSET)?;
+                    self.pk.seqs.flat.push(item);
+                }
+                let len = self.pk.seqs.flat.len() - start;
+                let start = self.share_items(start);
+                self.pk.seqs.items[list.data() as usize] = Slot::flat(start, len)?;
+                return Some(list);
+            }
+            _ => return None,
+        };
+        // A string just read may be memoised.
+        if let Some(&next) = self.pk.buf.get(self.pos) {
+            if matches!(next, 0x94 | b'q' | b'r') {
+                self.pos += 1;
+                self.fast_put(next, v)?;
+            }
+        }
+        Some(v)
     }
 
     fn run(&mut self) -> Result<ValueId, PickleError> {
@@ -678,6 +1146,9 @@ impl<'a> Reader<'a> {
                 b'.' => return self.pop(offset),
                 b'(' => self.marks.push(self.stack.len()),
                 b'}' => {
+                    if self.fast && self.fast_entry() {
+                        continue;
+                    }
                     let id = self.pk.maps.add(&[]);
                     self.stack.push(ValueId::new(Kind::Dict, id));
                 }
@@ -858,8 +1329,7 @@ impl<'a> Reader<'a> {
                     };
                     let start = self.pos;
                     self.take(n)?;
-                    self.pk.texts.push(Text::Span(start, n));
-                    let v = ValueId::new(Kind::Bytes, self.pk.texts.len() as u64 - 1);
+                    let v = ValueId::new(Kind::Bytes, self.pk.texts.push(Text::Span(start, n)));
                     self.stack.push(v);
                 }
                 0x94 => {
@@ -1116,6 +1586,374 @@ mod tests {
             p.push(b'.');
             let pk = parse(&p).unwrap();
             assert_eq!(pk.as_i64(pk.root), Some(v));
+        }
+    }
+
+    /// Protocol 4 opcodes with the memo counted, for building pickles in tests.
+    struct W {
+        out: Vec<u8>,
+        memo: usize,
+        /// BINPUT / LONG_BINPUT with explicit indices (protocol 2) instead of MEMOIZE.
+        explicit: bool,
+    }
+
+    impl W {
+        fn new() -> W {
+            W {
+                out: vec![0x80, 4],
+                memo: 0,
+                explicit: false,
+            }
+        }
+        fn op(&mut self, b: &[u8]) -> &mut W {
+            self.out.extend_from_slice(b);
+            self
+        }
+        /// MEMOIZE; returns the index.
+        fn put(&mut self) -> usize {
+            match (self.explicit, self.memo) {
+                (false, _) => self.out.push(0x94),
+                (true, i) if i < 256 => self.out.extend_from_slice(&[b'q', i as u8]),
+                (true, i) => {
+                    self.out.push(b'r');
+                    self.out.extend_from_slice(&(i as u32).to_le_bytes());
+                }
+            }
+            self.memo += 1;
+            self.memo - 1
+        }
+        fn get(&mut self, i: usize) -> &mut W {
+            if i < 256 {
+                self.op(&[b'h', i as u8])
+            } else {
+                let mut b = vec![b'j'];
+                b.extend_from_slice(&(i as u32).to_le_bytes());
+                self.op(&b)
+            }
+        }
+        fn str(&mut self, t: &str) -> &mut W {
+            self.op(&[0x8c, t.len() as u8]);
+            self.op(t.as_bytes())
+        }
+        fn long(&mut self, v: i64) -> &mut W {
+            self.op(&[0x8a, 8]);
+            self.op(&v.to_le_bytes())
+        }
+    }
+
+    #[test]
+    fn issue7_fast_history_entries_read_like_generic_ones() {
+        let mut w = W::new();
+        w.op(b"]");
+        let root = w.put();
+        w.op(b"(");
+        // Two frame dicts, in a list of their own: {'name': 'f'}, {'name': 'g'}.
+        w.op(b"]");
+        w.put();
+        w.op(b"(}");
+        let f = w.put();
+        w.str("name");
+        let name = w.put();
+        w.str("f").put();
+        w.op(b"s}");
+        let g = w.put();
+        w.get(name).str("g").put();
+        w.op(b"se");
+        // The history.
+        w.op(b"]");
+        let history = w.put();
+        w.op(b"(");
+        // 1: keys written out, frames [f, g].
+        w.op(b"}");
+        w.put();
+        w.op(b"(");
+        let mut keys = std::collections::HashMap::new();
+        for (k, v) in [
+            ("action", "alloc"),
+            ("addr", ""),
+            ("size", ""),
+            ("frames", ""),
+        ] {
+            w.str(k);
+            keys.insert(k, w.put());
+            match k {
+                "action" => {
+                    w.str(v).put();
+                }
+                "addr" => {
+                    w.long(1 << 40);
+                }
+                "size" => {
+                    w.op(&[b'M', 0, 2]);
+                }
+                _ => {
+                    w.op(b"]");
+                    w.put();
+                    w.op(b"(").get(f).get(g).op(b"e");
+                }
+            }
+        }
+        w.op(b"u");
+        // 2: keys by the memo, a FRAME inside, frames [f, g] again in a list of its own.
+        w.op(b"}");
+        w.put();
+        w.op(b"(").get(keys["action"]).str("free_requested").put();
+        w.op(&[0x95, 1, 0, 0, 0, 0, 0, 0, 0]);
+        w.get(keys["addr"]).long(1 << 40);
+        w.get(keys["frames"]).op(b"]");
+        let frames2 = w.put();
+        w.op(b"(").get(f).get(g).op(b"eu");
+        // 3: a member no record keeps: a generic dict, read after the fast path gave up.
+        w.op(b"}");
+        w.put();
+        w.op(b"(").get(keys["action"]).str("alloc").put();
+        w.str("extra").put();
+        w.op(&[b'K', 1, b'u']);
+        // 4: a new frame dict inside the frames list: the fast path undoes its memo entries
+        // and the generic path reads them again, at the same indices.
+        w.op(b"}");
+        w.put();
+        w.op(b"(").get(keys["action"]).str("alloc");
+        let alloc4 = w.put();
+        w.get(keys["frames"]).op(b"]");
+        w.put();
+        w.op(b"(").get(f).op(b"}");
+        let h = w.put();
+        w.get(name).str("h").put();
+        w.op(b"seu");
+        w.op(b"e");
+        // Later: the second entry's frames list grows; the first one's must not.
+        w.get(frames2).op(b"(").get(h).op(b"e0");
+        w.get(alloc4).op(b"0");
+        w.op(b"e.");
+        let _ = (root, history);
+        let pk = parse(&w.out).unwrap();
+        let generic = parse_generic(&w.out).unwrap();
+        assert!(same(&pk, &generic));
+        let top = pk.items(pk.root);
+        let hist = pk.items(top[1]);
+        assert_eq!(hist.len(), 4);
+        let frames = |e: ValueId| -> Vec<&str> {
+            let list = pk.dict_get(e, "frames").unwrap();
+            pk.items(list)
+                .iter()
+                .map(|&fr| pk.as_str(pk.dict_get(fr, "name").unwrap()).unwrap())
+                .collect()
+        };
+        assert!(pk.entry(hist[0]).is_some() && pk.entry(hist[1]).is_some());
+        assert_eq!(frames(hist[0]), ["f", "g"]);
+        assert_eq!(frames(hist[1]), ["f", "g", "h"], "grown after sharing");
+        assert_eq!(
+            pk.as_i64(pk.dict_get(hist[1], "addr").unwrap()),
+            Some(1 << 40)
+        );
+        assert!(
+            pk.entry(hist[2]).is_none(),
+            "an unknown member keeps a generic dict"
+        );
+        assert_eq!(pk.as_i64(pk.dict_get(hist[2], "extra").unwrap()), Some(1));
+        assert!(pk.entry(hist[3]).is_some());
+        assert_eq!(frames(hist[3]), ["f", "h"]);
+    }
+
+    #[test]
+    fn issue7_fast_path_undoes_protocol_2_memo_overwrites() {
+        // Protocol 2 reuses PUT indices: an entry that overwrites memo 0 and then gives up
+        // (a float member) must leave memo 0 as the generic path would find it.
+        let mut p = vec![0x80, 2, b']', b'q', 0, b'('];
+        p.extend_from_slice(&[b'}', b'(', 0x8c, 6]);
+        p.extend_from_slice(b"action");
+        p.extend_from_slice(&[0x8c, 5]);
+        p.extend_from_slice(b"alloc");
+        p.extend_from_slice(&[b'q', 0, 0x8c, 4]);
+        p.extend_from_slice(b"size");
+        p.push(b'G');
+        p.extend_from_slice(&2.5f64.to_be_bytes());
+        p.extend_from_slice(&[b'u', b'h', 0, b'e', b'.']);
+        let pk = parse(&p).unwrap();
+        assert!(same(&pk, &parse_generic(&p).unwrap()));
+        let v = pk.items(pk.root);
+        assert_eq!(pk.as_str(v[1]), Some("alloc"));
+        assert_eq!(pk.as_f64(pk.dict_get(v[0], "size").unwrap()), Some(2.5));
+    }
+
+    #[test]
+    fn issue7_long_containers_and_texts_leave_the_packed_words() {
+        // A list of 2^24 items is past a flat slot's length; it moves to a vector of its own.
+        let n = SLOT_MAX_LEN + 1;
+        let mut p = vec![0x80, 2, b']', b'('];
+        p.extend(std::iter::repeat_n([b'K', 7], n).flatten());
+        p.extend_from_slice(b"e.");
+        let pk = parse(&p).unwrap();
+        assert_eq!(pk.items(pk.root).len(), n);
+        assert!(matches!(pk.seqs.slot(0), Slot::Own(_)));
+        assert!(pk.items(pk.root).iter().all(|&v| pk.as_i64(v) == Some(7)));
+        // A string past a text word's length goes to the side table.
+        let n = TEXT_MAX_LEN + 1;
+        let mut p = vec![0x80, 2, b'X'];
+        p.extend_from_slice(&(n as u32).to_le_bytes());
+        p.extend(std::iter::repeat_n(b'a', n));
+        p.push(b'.');
+        let pk = parse(&p).unwrap();
+        assert_eq!(pk.as_str(pk.root).map(str::len), Some(n));
+        assert_eq!(pk.texts.side.len(), 1);
+    }
+
+    /// A history of entries in many shapes, each drawn from one number: members present or
+    /// not, keys written out or by the memo, frames lists new, shared, empty or holding a
+    /// new frame dict, members no record keeps, duplicate keys, FRAME opcodes; and lists
+    /// grown afterwards.
+    fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
+        let mut w = W::new();
+        if explicit {
+            w.out[1] = 2;
+            w.explicit = true;
+        }
+        w.op(b"]");
+        w.put();
+        w.op(b"(]");
+        w.put();
+        w.op(b"(");
+        let mut frames = Vec::new();
+        let mut name = None;
+        for f in ["f", "g", "h"] {
+            w.op(b"}");
+            frames.push(w.put());
+            match name {
+                Some(n) => {
+                    w.get(n);
+                }
+                None => {
+                    w.str("name");
+                    name = Some(w.put());
+                }
+            }
+            w.str(f).put();
+            w.op(b"s");
+        }
+        w.op(b"e]");
+        w.put();
+        w.op(b"(");
+        let mut keys: std::collections::HashMap<&str, usize> = Default::default();
+        let mut lists = Vec::new();
+        let mut actions = Vec::new();
+        for (n, &c) in choices.iter().enumerate() {
+            let bit = |i: u32| c >> i & 1 == 1;
+            w.op(b"}");
+            w.put();
+            w.op(b"(");
+            let mut members = vec!["action", "addr", "size", "stream", "time_us", "frames"];
+            members.retain(|m| *m == "action" && !bit(20) || !bit(members_bit(m)));
+            if bit(11) {
+                members.push("compile_context");
+            }
+            if bit(12) && bit(13) {
+                members.push("unknown");
+            }
+            if bit(14) && bit(15) {
+                members.push("addr");
+            }
+            for m in members {
+                if bit(16) && bit(17) {
+                    w.op(&[0x95, 0, 0, 0, 0, 0, 0, 0, 0]);
+                }
+                match keys.get(m) {
+                    Some(&k) if !bit(18) => {
+                        w.get(k);
+                    }
+                    _ => {
+                        w.str(m);
+                        let k = w.put();
+                        keys.insert(m, k);
+                    }
+                }
+                match m {
+                    "action" => match actions.get(c as usize % 4) {
+                        Some(&a) if bit(19) => {
+                            w.get(a);
+                        }
+                        _ => {
+                            w.str(["alloc", "free_requested", "free_completed", "oom"][n % 4]);
+                            actions.push(w.put());
+                        }
+                    },
+                    "addr" | "time_us" => {
+                        w.long((n as i64) << 40 | c as i64);
+                    }
+                    "size" => {
+                        w.op(&[b'M', c as u8, 1]);
+                    }
+                    "stream" => {
+                        w.op(if bit(9) { b"N" } else { b"K\x07" });
+                    }
+                    "frames" => match (c >> 2) % 4 {
+                        0 => {
+                            w.op(b"]");
+                            w.put();
+                        }
+                        1 if !lists.is_empty() => {
+                            w.get(lists[c as usize % lists.len()]);
+                        }
+                        _ => {
+                            w.op(b"]");
+                            lists.push(w.put());
+                            w.op(b"(");
+                            for i in 0..(c >> 4) % 4 + 1 {
+                                w.get(frames[(c >> (5 + i)) as usize % frames.len()]);
+                            }
+                            if (c >> 2) % 4 == 3 && bit(10) {
+                                // A frame dict of its own, written inside the list.
+                                w.op(b"}");
+                                frames.push(w.put());
+                                w.get(name.unwrap()).str("new").put();
+                                w.op(b"s");
+                            }
+                            w.op(b"e");
+                        }
+                    },
+                    _ => {
+                        w.op(b"K\x01");
+                    }
+                }
+            }
+            w.op(b"u");
+        }
+        w.op(b"e");
+        // Lists grown afterwards (APPENDS onto a memo reference, then POP).
+        for &c in choices.iter().take(3) {
+            if let Some(&l) = lists.get(c as usize % lists.len().max(1)) {
+                w.get(l).op(b"(");
+                w.get(frames[c as usize % frames.len()]);
+                w.op(b"e0");
+            }
+        }
+        w.op(b"e.");
+        w.out
+    }
+
+    fn members_bit(m: &str) -> u32 {
+        match m {
+            "addr" => 21,
+            "size" => 22,
+            "stream" => 23,
+            "time_us" => 24,
+            "frames" => 25,
+            _ => 26,
+        }
+    }
+
+    proptest::proptest! {
+        /// The fast path for history entries reads exactly what the generic path does.
+        #[test]
+        fn issue7_fast_and_generic_parses_agree(
+            choices in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..40),
+            explicit in proptest::prelude::any::<bool>(),
+        ) {
+            let p = history_pickle(&choices, explicit);
+            let fast = parse(&p).unwrap();
+            let generic = parse_generic(&p).unwrap();
+            proptest::prop_assert!(same(&fast, &generic));
+            proptest::prop_assert_eq!(fast.entries.len(), generic.entries.len());
         }
     }
 
