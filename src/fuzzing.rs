@@ -31,13 +31,6 @@ pub fn kineto(data: &[u8]) {
 
 /// A memory snapshot pickle.
 pub fn pickle(data: &[u8]) {
-    // The fast path for history entries must read exactly what the generic one does.
-    use crate::ingest::snapshot::unpickle;
-    match (unpickle::parse(data), unpickle::parse_generic(data)) {
-        (Ok(a), Ok(b)) => assert!(unpickle::same(&a, &b), "fast and generic parses differ"),
-        (Err(a), Err(b)) => assert_eq!(a, b, "fast and generic parses fail differently"),
-        (a, b) => panic!("fast parse {:?}, generic {:?}", a.err(), b.err()),
-    }
     let mut d = Diagnostics::default();
     let _ = crate::ingest::snapshot::from_bytes(Path::new("fuzz.pickle"), data, &mut d);
 }
