@@ -208,6 +208,8 @@ struct Extractor<'a> {
     stacks: Vec<Box<[FrameId]>>,
     /// Stacks by the pickle's frame objects (a list per entry, its frames shared)...
     stack_by_list: FxHashMap<Box<[ValueId]>, StackId>,
+    /// ...by where those items are stored (see `stack_of`)...
+    stack_by_items: FxHashMap<(usize, usize), StackId>,
     /// ...and by content (equal stacks written as separate lists).
     stack_by_frames: FxHashMap<Box<[FrameId]>, StackId>,
 }
@@ -223,6 +225,7 @@ impl<'a> Extractor<'a> {
             frame_index: FxHashMap::default(),
             stacks: Vec::new(),
             stack_by_list: FxHashMap::default(),
+            stack_by_items: FxHashMap::default(),
             stack_by_frames: FxHashMap::default(),
         }
     }
@@ -317,7 +320,15 @@ impl<'a> Extractor<'a> {
     fn stack_of(&mut self, id: Option<ValueId>) -> StackId {
         let pk = self.pk;
         let objects = id.map_or(&[][..], |id| pk.items(id));
+        // Lists with equal items mostly share them in the pickle's tables
+        // (`unpickle::Reader::share_items`): where they do, the items' address finds them
+        // without hashing each list's frames.
+        let at = (objects.as_ptr() as usize, objects.len());
+        if let Some(&s) = self.stack_by_items.get(&at) {
+            return s;
+        }
         if let Some(&s) = self.stack_by_list.get(objects) {
+            self.stack_by_items.insert(at, s);
             return s;
         }
         let frames: Box<[FrameId]> = objects.iter().filter_map(|&f| self.frame(f)).collect();
@@ -327,6 +338,7 @@ impl<'a> Extractor<'a> {
             self.stacks.push(frames);
         }
         self.stack_by_list.insert(objects.into(), s);
+        self.stack_by_items.insert(at, s);
         s
     }
 
