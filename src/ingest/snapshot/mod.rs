@@ -242,10 +242,6 @@ impl<'a> Extractor<'a> {
         Some(self.strings.intern(s))
     }
 
-    fn u64_of(&self, id: Option<ValueId>) -> Option<u64> {
-        self.pk.as_i64(id?).and_then(|v| u64::try_from(v).ok())
-    }
-
     /// One device's history. Stacks are found in entry order on this thread (their ids
     /// number them by first use); then every entry's members are read on all threads.
     fn history(&mut self, items: &[ValueId], by_list: &mut [StackId]) -> Vec<TraceEntry> {
@@ -289,10 +285,7 @@ impl<'a> Extractor<'a> {
                 Some(r) => r.get(k),
                 None => pk.dict_get(e, k),
             };
-            let u64_of = |k: &str| {
-                g(k).and_then(|v| pk.as_i64(v))
-                    .and_then(|v| u64::try_from(v).ok())
-            };
+            let u64_of = |k: &str| g(k).and_then(|v| pk.as_u64(v));
             TraceEntry {
                 action: g("action")
                     .and_then(|a| pk.str_bytes(a))
@@ -391,9 +384,15 @@ impl<'a> Extractor<'a> {
                     .str_of(pk.dict_get(b, "state"))
                     .unwrap_or_else(|| self.strings.intern("unknown"));
                 blocks.push(Block {
-                    address: self.u64_of(pk.dict_get(b, "address")).unwrap_or(0),
-                    size: self.u64_of(pk.dict_get(b, "size")).unwrap_or(0),
-                    requested_size: self.u64_of(pk.dict_get(b, "requested_size")),
+                    address: pk
+                        .dict_get(b, "address")
+                        .and_then(|v| pk.as_u64(v))
+                        .unwrap_or(0),
+                    size: pk
+                        .dict_get(b, "size")
+                        .and_then(|v| pk.as_u64(v))
+                        .unwrap_or(0),
+                    requested_size: pk.dict_get(b, "requested_size").and_then(|v| pk.as_u64(v)),
                     state,
                 });
                 // Pre-2.1 snapshots kept the history inside blocks instead of device_traces.
@@ -404,9 +403,9 @@ impl<'a> Extractor<'a> {
             let segment_type = self.str_of(g("segment_type"));
             segments.push(Segment {
                 device: g("device").and_then(|v| pk.as_i64(v)).unwrap_or(0),
-                address: self.u64_of(g("address")).unwrap_or(0),
-                total_size: self.u64_of(g("total_size")).unwrap_or(0),
-                allocated_size: self.u64_of(g("allocated_size")).unwrap_or(0),
+                address: g("address").and_then(|v| pk.as_u64(v)).unwrap_or(0),
+                total_size: g("total_size").and_then(|v| pk.as_u64(v)).unwrap_or(0),
+                allocated_size: g("allocated_size").and_then(|v| pk.as_u64(v)).unwrap_or(0),
                 stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
                 segment_type,
                 blocks,

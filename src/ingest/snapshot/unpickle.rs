@@ -6,12 +6,14 @@
 //! calls (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID, BINPERSID,
 //! EXT*) is an error naming the opcode and its offset; it is never executed.
 //!
-//! Built for snapshots of a GB: scalars live inline in their 16-byte [`ValueId`], strings are
-//! spans of the input (checked UTF-8, never copied), and the items of containers filled in one
-//! go (nearly all of them: each history entry's dict, each stack's frame list) share two flat
-//! tables, so the reader allocates nothing per container. A container extended again after
-//! others were filled gets a vector of its own, once. The memo stores `ValueId`s, so an object
-//! the pickle shares in thousands of places (stack frames) is stored once and never copied.
+//! Built for snapshots of a GB: scalars live inline in their 8-byte [`ValueId`], strings are
+//! spans of the input (checked UTF-8, never copied) described by 8-byte words, and the items of
+//! containers filled in one go (nearly all of them: each stack's frame list, the history's
+//! batches) share two flat tables behind 8-byte slot words, so the reader allocates nothing per
+//! container; history entries become fixed records. A container extended again after others
+//! were filled gets a vector of its own, once, and short lists with equal items share them. The
+//! memo stores `ValueId`s, so an object the pickle shares in thousands of places (stack frames)
+//! is stored once and never copied.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -472,6 +474,11 @@ impl<'a> Pickle<'a> {
             Value::Float(f) if f.fract() == 0.0 && f.is_finite() => Some(f as i64),
             _ => None,
         }
+    }
+
+    /// A non-negative integer value (as [`Pickle::as_i64`] reads it).
+    pub fn as_u64(&self, id: ValueId) -> Option<u64> {
+        self.as_i64(id).and_then(|v| u64::try_from(v).ok())
     }
 
     /// A float value (ints convert).
@@ -1488,6 +1495,13 @@ mod tests {
         assert_eq!(pk.items(pk.root).len(), n);
         assert!(matches!(pk.seqs.slot(0), Slot::Own(_)));
         assert!(pk.items(pk.root).iter().all(|&v| pk.as_i64(v) == Some(7)));
+        // The same made at once (MARK ... LIST) goes to its own vector straight away.
+        let mut p = vec![0x80, 2, b'('];
+        p.extend(std::iter::repeat_n([b'K', 7], n).flatten());
+        p.extend_from_slice(b"l.");
+        let pk = parse(&p).unwrap();
+        assert_eq!(pk.items(pk.root).len(), n);
+        assert!(matches!(pk.seqs.slot(0), Slot::Own(_)));
         // A string past a text word's length goes to the side table.
         let n = TEXT_MAX_LEN + 1;
         let mut p = vec![0x80, 2, b'X'];
