@@ -184,6 +184,10 @@ pub(crate) struct CaptureArgs {
     /// Allocator history entries kept (ring buffer).
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) max_entries: u64,
+    /// Steps timed after the window with nothing recorded: the program's own step time,
+    /// reported beside the instrumented one (0: no timing phase).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) timing_steps: u32,
     /// The program and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -227,6 +231,7 @@ impl CaptureArgs {
             python: self.python.clone(),
             max_entries: self.max_entries,
             cache: None,
+            timing_steps: self.timing_steps,
         })
     }
 }

@@ -145,7 +145,33 @@ pub fn run_analysis(
     stage("analysing");
     let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
     analysis.summary.name = run_name(&props.input);
+    apply_program_step_time(&mut analysis.summary, inputs.program_step_time_ns, &mut diag);
     Ok((trace, analysis, diag))
+}
+
+/// The step time users compare with their own: the one capture timed with nothing recorded,
+/// when the run directory has it; the instrumented one stays beside it (issue 17).
+fn apply_program_step_time(s: &mut analysis::Summary, program_ns: Option<i64>, diag: &mut Diagnostics) {
+    s.step_time_instrumented_s = s.step_time_s;
+    match program_ns {
+        Some(ns) => {
+            s.step_time_s = ns as f64 * 1e-9;
+            s.step_time_source = "timing_phase";
+            s.profiler_overhead = Some(s.step_time_instrumented_s / s.step_time_s);
+        }
+        None if s.step_time_s > 0.0 && s.gpu_busy_s < 0.5 * s.step_time_s && s.gpu_busy_s > 0.0 => {
+            diag.warn(
+                "step_time_includes_profiler",
+                format!(
+                    "the step time ({:.3} ms) is measured under the profiler and the GPU idles {:.0}% of it: \
+                     much of that can be the profiler's own work on the CPU; `steptrace capture` also times steps with nothing recorded",
+                    s.step_time_s * 1e3,
+                    100.0 * (1.0 - s.gpu_busy_s / s.step_time_s)
+                ),
+            );
+        }
+        None => {}
+    }
 }
 
 /// Reads, reconstructs, analyses and writes, returning the console summary.

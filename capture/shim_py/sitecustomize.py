@@ -4,19 +4,28 @@ The launcher writes this file into a temporary directory and puts that directory
 PYTHONPATH, so Python imports it at start-up as `sitecustomize`. It does nothing until the
 program imports torch; then it records, without changes to the program:
 
-- CUDA caching-allocator history (snapshot pickles at the end of the active window and at exit),
-- a Kineto trace over the schedule in STEPTRACE_SCHEDULE, steps found from optimizer.step()
-  (a global post hook), else from the first top-level module forward after a backward pass,
-  or from explicit `steptrace_capture.step()` calls,
-- the Execution Trace over the same window,
-- NVTX ranges per iteration and phase (and per op through the C++ shim, when it was built).
+- CUDA caching-allocator history from start-up to the end of the active window (snapshot
+  pickles at the window's end and at exit),
+- a Kineto trace over the schedule in STEPTRACE_SCHEDULE, with steps found from optimizer
+  steps (global hooks; with several optimizers, the last of each cycle), GradScaler updates
+  that skipped the step, the first top-level module forward after a backward pass (no
+  optimizer), or explicit `steptrace_capture.step()` calls,
+- the Execution Trace over the active window only (it costs several times the step),
+- a timing phase after the first skipped steps and before anything heavy has run:
+  STEPTRACE_TIMING_STEPS steps with no instrumentation but the boundary hooks (memory history
+  paused), timed by the host clock and CUDA events (the program's own step time),
+- NVTX ranges per iteration and phase (and per op through the C++ shim, when an NVTX tool is
+  attached).
 
-It never lets its own failure break the program: errors are recorded in the status file the
-launcher turns into manifest.json. An existing sitecustomize later on sys.path is run too.
+After the window every hook is removed. (The profiler's Python tracer leaves CPython 3.12
+slower after it stops, which is why the timing phase comes first.) It never lets its own failure break the program: errors are recorded
+in the status file the launcher turns into manifest.json. An existing sitecustomize later on
+sys.path is run too.
 """
 
 import os
 import sys
+import time
 
 _ENV_OUT = "STEPTRACE_OUT"
 
@@ -43,9 +52,18 @@ class _State:
         self.record = set(filter(None, os.environ.get("STEPTRACE_RECORD", "trace,memory,et,nvtx").split(",")))
         self.schedule = _parse_schedule(os.environ.get("STEPTRACE_SCHEDULE", ""))
         self.max_entries = int(os.environ.get("STEPTRACE_MAX_ENTRIES", "1000000"))
+        self.timing_steps = int(os.environ.get("STEPTRACE_TIMING_STEPS", "10") or 0)
+        self.reference = os.environ.get("STEPTRACE_REFERENCE") == "1"
+        self.reference_flops = self.reference and os.environ.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.suffix = "_rank%d" % self.rank if ("RANK" in os.environ or self.world > 1) else ""
+        s = self.schedule
+        # Boundary counts (steps) at which the window opens and closes. repeat=0 records
+        # cycles until the program ends, as torch.profiler does.
+        self.active_start = s["skip_first"] + s["wait"] + s["warmup"]
+        cycle = s["wait"] + s["warmup"] + s["active"]
+        self.window_end = s["skip_first"] + cycle * s["repeat"] if s["repeat"] > 0 else None
         self.status = {
             "rank": self.rank,
             "world_size": self.world,
@@ -57,6 +75,9 @@ class _State:
             "boundary": None,
             "window_complete": False,
             "exited_cleanly": False,
+            "phase": "before_window",
+            "timing_ns": [],
+            "timing_cuda_ms": [],
         }
         self.torch = None
         self.prof = None
@@ -67,6 +88,21 @@ class _State:
         self.forward_depth = 0
         self.nvtx_iteration_open = False
         self.done = False
+        self.hooks = []
+        self.orig_backward = None
+        self.orig_scaler_update = None
+        # Optimizers stepped since the cycle began, and the one that ends a step once the
+        # cycle is known (the last before the first repeat).
+        self.cycle = []
+        self.anchor = None
+        self.cuda_events = []
+        self.flop_mode = None
+        self.flops_armed = False
+        self.pstep = 0  # profiler steps: boundaries outside the timing phase
+        self.timing_started = False
+        self.module_hooks = []
+        # Per-op and per-module NVTX ranges only matter when a tool records them.
+        self.nvtx_tool = bool(os.environ.get("NVTX_INJECTION64_PATH"))
 
     def path(self, name, ext):
         return os.path.join(self.out, "%s%s%s" % (name, self.suffix, ext))
@@ -112,20 +148,239 @@ def _nvtx(push=None, pop=False):
         pass
 
 
+def _cuda_ok():
+    return _S.status.get("cuda_available") is True
+
+
 def _boundary(kind):
-    """Ends the current step: the profiler's schedule advances."""
-    if _S.prof is None:
+    """Ends the current step: the timing phase takes its clock reading, or the profiler's
+    schedule advances and the window opens or closes."""
+    if _S.done or _S.status["phase"] == "finished":
         return
-    if _S.status["boundary"] is None:
-        _S.status["boundary"] = kind
+    st = _S.status
+    if st["boundary"] is None:
+        st["boundary"] = kind
     _S.backward_since_step = False
-    _S.status["steps"] += 1
+    st["steps"] += 1
+    ph = st["phase"]
+    if ph == "timing":
+        _timing_mark()
+    elif ph in ("before_window", "window"):
+        _S.pstep += 1
+        n = _S.pstep
+        if _S.reference and _cuda_ok():
+            _reference_peak(n)
+        if _S.prof is not None:
+            try:
+                _S.prof.step()
+            except Exception as exc:
+                _S.error("profiler.step", exc)
+        if not _S.timing_started and n == max(1, _S.schedule["skip_first"]) and n < _S.active_start:
+            _start_timing()
+        elif n == _S.active_start:
+            st["phase"] = "window"
+            _start_et()
+            _write_status()
+        if _S.window_end is not None and n >= _S.window_end:
+            _end_window()
+    elif ph == "reference":
+        _reference_flops_step()
+    if st["phase"] != "finished":
+        _nvtx(push="steptrace.iteration %d" % st["steps"], pop=_S.nvtx_iteration_open)
+        _S.nvtx_iteration_open = True
+    elif _S.nvtx_iteration_open:
+        _nvtx(pop=True)
+        _S.nvtx_iteration_open = False
+
+
+def _start_timing():
+    """The timing phase, right after the skipped first steps and before anything heavy has
+    run: the profiler's Python tracer leaves the interpreter slower after it stops (CPython
+    3.12), so steps timed after the window would not be the program's own. Memory history
+    pauses too; module hooks go when an optimizer marks the steps."""
+    st = _S.status
+    _S.timing_started = True
+    if _S.timing_steps <= 0:
+        return
+    st["phase"] = "timing"
+    if st.get("memory_history"):
+        try:
+            _S.torch.cuda.memory._record_memory_history(enabled=None)
+            st["memory_history_paused"] = True
+        except Exception as exc:
+            _S.error("pause memory history", exc)
+    if st["boundary"] != "backward_pass" and not _S.nvtx_tool:
+        for h in _S.module_hooks:
+            h.remove()
+        _S.module_hooks = []
+    _timing_mark()
+
+
+def _start_et():
+    if "et" not in _S.record or _S.torch is None:
+        return
     try:
-        _S.prof.step()
+        from torch.profiler import ExecutionTraceObserver
+
+        _S.et = ExecutionTraceObserver()
+        _S.et.register_callback(_S.path("exec_trace", ".json"))
+        _S.et.start()
     except Exception as exc:
-        _S.error("profiler.step", exc)
-    _nvtx(push="steptrace.iteration %d" % _S.status["steps"], pop=_S.nvtx_iteration_open)
-    _S.nvtx_iteration_open = True
+        _S.error("execution trace", exc)
+        _S.et = None
+
+
+def _stop_et():
+    """Stops the Execution Trace and closes its file, exactly once."""
+    et, _S.et = _S.et, None
+    if et is None:
+        return
+    try:
+        et.stop()
+        et.unregister_callback()
+        _S.status["files"]["exec_trace"] = os.path.basename(_S.path("exec_trace", ".json"))
+    except Exception as exc:
+        _S.error("execution trace", exc)
+
+
+def _end_window():
+    """The active window is over: the trace was written by on_trace_ready; the Execution
+    Trace and memory history stop here, so later steps run without them."""
+    st = _S.status
+    _stop_et()
+    # The profiler's results are large and full of Python objects: kept alive, every later
+    # full garbage collection would walk them for the rest of the run.
+    _S.prof = None
+    try:
+        import gc
+
+        gc.collect()
+    except Exception:
+        pass
+    st["window_complete"] = True
+    torch = _S.torch
+    if st.get("memory_history"):
+        try:
+            torch.cuda.memory._record_memory_history(enabled=None)
+            st["memory_history_stopped_at_step"] = st["steps"]
+        except Exception as exc:
+            _S.error("stop memory history", exc)
+    if _S.reference_flops and _cuda_ok():
+        st["phase"] = "reference"
+        _S.flops_armed = True
+        _reference_flops_step()
+    else:
+        _finish_hooks()
+    _write_status()
+
+
+def _timing_mark():
+    """A clock reading at a boundary of the timing phase (after our own work at the boundary,
+    so the trace export and snapshot dump before it are not counted)."""
+    st = _S.status
+    if _cuda_ok():
+        try:
+            ev = _S.torch.cuda.Event(enable_timing=True)
+            ev.record()
+            _S.cuda_events.append(ev)
+        except Exception as exc:
+            _S.error("cuda event", exc)
+    st["timing_ns"].append(time.perf_counter_ns())
+    if len(st["timing_ns"]) > _S.timing_steps:
+        _after_timing()
+
+
+def _after_timing():
+    st = _S.status
+    _timing_cuda()
+    st["phase"] = "before_window"
+    if st.get("memory_history_paused"):
+        _start_memory_history()
+    _write_status()
+
+
+def _timing_cuda():
+    if len(_S.cuda_events) > 1:
+        try:
+            _S.cuda_events[-1].synchronize()
+            _S.status["timing_cuda_ms"] = [
+                a.elapsed_time(b) for a, b in zip(_S.cuda_events, _S.cuda_events[1:])
+            ]
+        except Exception as exc:
+            _S.error("cuda event timing", exc)
+    _S.cuda_events = []
+
+
+def _start_memory_history():
+    try:
+        # context="alloc": PyTorch 2.11's default ("all") makes backward fail under
+        # non-reentrant activation checkpointing.
+        _S.torch.cuda.memory._record_memory_history(
+            context="alloc", stacks="python", max_entries=_S.max_entries
+        )
+        _S.status["memory_history"] = True
+    except Exception as exc:
+        _S.error("record_memory_history", exc)
+
+
+def _reference_peak(n):
+    """Validation only: torch.cuda.max_memory_allocated() of each step of the window, reset
+    at the step's start."""
+    torch = _S.torch
+    try:
+        ref = _S.status.setdefault("reference", {"window_step_peaks_bytes": []})
+        if _S.active_start < n <= (_S.window_end or n):
+            ref["window_step_peaks_bytes"].append(int(torch.cuda.max_memory_allocated()))
+        if _S.active_start <= n < (_S.window_end or n + 1):
+            torch.cuda.reset_peak_memory_stats()
+    except Exception as exc:
+        _S.error("reference peak", exc)
+
+
+def _reference_flops_step():
+    """Validation only: FlopCounterMode over one whole step after the timing phase."""
+    torch = _S.torch
+    try:
+        if _S.flops_armed:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            _S.flops_armed = False
+            _S.flop_mode = FlopCounterMode(display=False)
+            _S.flop_mode.__enter__()
+            return
+        mode, _S.flop_mode = _S.flop_mode, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+            ref = _S.status.setdefault("reference", {})
+            ref["flop_counter_total"] = int(mode.get_total_flops())
+            ref["flop_counter_by_op"] = {
+                str(k): int(v) for k, v in sorted(mode.get_flop_counts().get("Global", {}).items(), key=str)
+            }
+    except Exception as exc:
+        _S.error("reference flops", exc)
+        _S.flop_mode = None
+    _finish_hooks()
+    _write_status()
+
+
+def _finish_hooks():
+    """Everything recorded: remove every hook so the rest of the run is the program's own."""
+    _S.status["phase"] = "finished"
+    for h in _S.hooks + _S.module_hooks:
+        try:
+            h.remove()
+        except Exception:
+            pass
+    _S.hooks = []
+    _S.module_hooks = []
+    torch = _S.torch
+    if _S.orig_backward is not None:
+        torch.autograd.backward = _S.orig_backward
+    if _S.orig_scaler_update is not None:
+        try:
+            torch.amp.GradScaler.update = _S.orig_scaler_update
+        except Exception:
+            pass
 
 
 def step():
@@ -137,6 +392,19 @@ def step():
     _boundary("explicit")
 
 
+def _optimizer_ends_step(optimizer):
+    """With several optimizers (a GAN's D and G), a step ends at the last optimizer of each
+    cycle: the one stepped just before the first optimizer repeats."""
+    if _S.anchor is not None:
+        return optimizer is _S.anchor
+    if any(o is optimizer for o in _S.cycle):
+        _S.anchor = _S.cycle[-1]
+        _S.status["optimizers_per_step"] = len(_S.cycle)
+        return optimizer is _S.anchor
+    _S.cycle.append(optimizer)
+    return False
+
+
 def _install_hooks(torch):
     import functools
 
@@ -146,7 +414,15 @@ def _install_hooks(torch):
     def opt_post(optimizer, args, kwargs):
         _nvtx(pop=True)
         _S.optimizer_seen = True
-        if not _S.explicit and _S.backward_since_step:
+        if _S.explicit or not _S.backward_since_step:
+            return
+        if len(_S.cycle) == 0 and _S.anchor is None:
+            # The first optimizer ever: a single-optimizer program ends its step here. A
+            # second, different optimizer before the next backward makes it a cycle.
+            _S.cycle.append(optimizer)
+            _boundary("optimizer_step")
+            return
+        if _optimizer_ends_step(optimizer):
             _boundary("optimizer_step")
 
     from torch.optim.optimizer import (
@@ -154,9 +430,11 @@ def _install_hooks(torch):
         register_optimizer_step_pre_hook,
     )
 
-    register_optimizer_step_pre_hook(opt_pre)
-    register_optimizer_step_post_hook(opt_post)
+    _S.hooks.append(register_optimizer_step_pre_hook(opt_pre))
+    _S.hooks.append(register_optimizer_step_post_hook(opt_post))
 
+    # Tensor.backward calls torch.autograd.backward through the module attribute, so this
+    # one wrapper sees both.
     orig_backward = torch.autograd.backward
 
     @functools.wraps(orig_backward)
@@ -168,7 +446,25 @@ def _install_hooks(torch):
             _nvtx(pop=True)
             _S.backward_since_step = True
 
+    _S.orig_backward = orig_backward
     torch.autograd.backward = backward
+
+    try:
+        # A GradScaler that finds inf/NaN gradients skips optimizer.step(); its update() still
+        # runs once per step, so it ends a step the optimizer hook did not.
+        orig_update = torch.amp.GradScaler.update
+
+        @functools.wraps(orig_update)
+        def update(self, *args, **kwargs):
+            out = orig_update(self, *args, **kwargs)
+            if not _S.explicit and _S.backward_since_step and _S.optimizer_seen:
+                _boundary("grad_scaler_update")
+            return out
+
+        _S.orig_scaler_update = orig_update
+        torch.amp.GradScaler.update = update
+    except Exception as exc:
+        _S.error("GradScaler hook", exc)
 
     def fwd_pre(module, args):
         if _S.forward_depth == 0:
@@ -189,8 +485,8 @@ def _install_hooks(torch):
         register_module_forward_pre_hook,
     )
 
-    register_module_forward_pre_hook(fwd_pre)
-    register_module_forward_hook(fwd_post)
+    _S.module_hooks.append(register_module_forward_pre_hook(fwd_pre))
+    _S.module_hooks.append(register_module_forward_hook(fwd_post))
 
 
 def _on_trace_ready(prof):
@@ -202,20 +498,15 @@ def _on_trace_ready(prof):
             _S.status["files"]["trace"] = os.path.basename(p)
         except Exception as exc:
             _S.error("export_chrome_trace", exc)
-    if "memory" in _S.record and torch.cuda.is_available():
+    if "memory" in _S.record and _S.status.get("memory_history"):
         try:
             p = _S.path("snapshot", ".pickle")
             torch.cuda.memory._dump_snapshot(p)
             _S.status["files"]["snapshot"] = os.path.basename(p)
         except Exception as exc:
             _S.error("memory snapshot", exc)
-    if _S.et is not None:
-        _S.status["files"]["exec_trace"] = os.path.basename(_S.path("exec_trace", ".json"))
-    if os.environ.get("STEPTRACE_REFERENCE") == "1":
+    if _S.reference:
         _write_references(prof, torch)
-    _S.status["window_complete"] = _S.status["steps"] >= sum(
-        _S.schedule[k] for k in ("skip_first", "wait", "warmup", "active")
-    )
     _write_status()
 
 
@@ -232,7 +523,7 @@ def _write_references(prof, torch):
         _S.status["files"]["torch_key_averages"] = os.path.basename(p)
     except Exception as exc:
         _S.error("key_averages", exc)
-    if torch.cuda.is_available():
+    if _cuda_ok():
         try:
             p = _S.path("memory_timeline_torch", ".json")
             prof.export_memory_timeline(p, device="cuda:%d" % torch.cuda.current_device())
@@ -269,15 +560,7 @@ def _on_torch(torch):
     else:
         st["no_snapshot_reason"] = "no CUDA device visible to torch"
     if "memory" in _S.record and cuda:
-        try:
-            # context="alloc": PyTorch 2.11's default ("all") makes backward fail under
-            # non-reentrant activation checkpointing.
-            torch.cuda.memory._record_memory_history(
-                context="alloc", stacks="python", max_entries=_S.max_entries
-            )
-            st["memory_history"] = True
-        except Exception as exc:
-            _S.error("record_memory_history", exc)
+        _start_memory_history()
     lib = os.environ.get("STEPTRACE_NVTX_LIB")
     if lib and "nvtx" in _S.record:
         try:
@@ -285,16 +568,14 @@ def _on_torch(torch):
             st["nvtx_shim"] = lib
         except Exception as exc:
             _S.error("load NVTX shim", exc)
-    if "trace" in _S.record or "et" in _S.record:
+    if "trace" in _S.record:
         try:
             from torch.profiler import ProfilerActivity, profile, schedule
 
-            if "et" in _S.record:
-                from torch.profiler import ExecutionTraceObserver
-
-                _S.et = ExecutionTraceObserver()
-                _S.et.register_callback(_S.path("exec_trace", ".json"))
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            # The Execution Trace is not handed to the profiler: the shim starts it with the
+            # active window and closes it once at the window's end (handing it over wrote the
+            # file twice under torch.compile).
             _S.prof = profile(
                 activities=acts,
                 schedule=schedule(**_S.schedule),
@@ -304,7 +585,6 @@ def _on_torch(torch):
                 with_stack=True,
                 with_flops=True,
                 with_modules=True,
-                execution_trace_observer=_S.et,
             )
             _S.prof.start()
         except Exception as exc:
@@ -325,34 +605,40 @@ def _on_torch(torch):
 def _at_exit():
     if _S.done:
         return
-    _S.done = True
+    st = _S.status
     torch = _S.torch
     if _S.nvtx_iteration_open:
         _nvtx(pop=True)
         _S.nvtx_iteration_open = False
     if torch is None:
-        _S.status["no_trace_reason"] = "the program never imported torch"
-        _S.status["exited_cleanly"] = True
+        _S.done = True
+        st["no_trace_reason"] = "the program never imported torch"
+        st["exited_cleanly"] = True
         _write_status()
         return
-    if _S.prof is not None:
+    st["phase_at_exit"] = st["phase"]
+    if st["phase"] in ("before_window", "window") and _S.prof is not None:
         try:
             _S.prof.stop()  # a window cut short still reaches on_trace_ready
         except Exception as exc:
             _S.error("profiler.stop", exc)
-    if _S.et is not None:
+    _stop_et()
+    if _S.flop_mode is not None:
         try:
-            _S.et.unregister_callback()
-        except Exception as exc:
-            _S.error("execution trace", exc)
-    if "memory" in _S.record and _S.status.get("memory_history"):
+            _S.flop_mode.__exit__(None, None, None)
+        except Exception:
+            pass
+    if st["phase"] == "timing":
+        _timing_cuda()
+    _S.done = True
+    if "memory" in _S.record and st.get("memory_history"):
         try:
             p = _S.path("snapshot_exit", ".pickle")
             torch.cuda.memory._dump_snapshot(p)
             _S.status["files"]["snapshot_exit"] = os.path.basename(p)
         except Exception as exc:
             _S.error("exit snapshot", exc)
-    _S.status["exited_cleanly"] = True
+    st["exited_cleanly"] = True
     _write_status()
 
 

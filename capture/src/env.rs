@@ -17,6 +17,12 @@ pub const NATIVE: &str = "STEPTRACE_NATIVE";
 /// Canonical path of the native program: only that process captures, not others that inherit
 /// LD_PRELOAD from it.
 pub const NATIVE_EXE: &str = "STEPTRACE_NATIVE_EXE";
+/// Steps timed after the active window with nothing recorded (the program's own step time).
+pub const TIMING_STEPS: &str = "STEPTRACE_TIMING_STEPS";
+/// Native programs with no step boundary: seconds after start before a time window opens.
+pub const FALLBACK_S: &str = "STEPTRACE_FALLBACK_S";
+/// Native programs with no step boundary: how long that time window records, seconds.
+pub const FALLBACK_WINDOW_S: &str = "STEPTRACE_FALLBACK_WINDOW_S";
 /// Python's module search path: the shim directory goes first, the user's value is kept after.
 pub const PYTHONPATH: &str = "PYTHONPATH";
 /// Libraries the loader preloads: the C++ shim goes first, the user's value is kept after.

@@ -1,14 +1,10 @@
-//! After the child: compress what the shims wrote, cut a native program's whole-run trace down
-//! to the schedule's active window, and collect the shims' status files.
+//! After the child: compress what the shims wrote, collect the shims' status files, and turn
+//! the timing phase's clock readings into the program's own step time.
 
-use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
-use crate::Schedule;
 
 /// Gzips `path` into `path.gz` and removes the original. Returns the new file name.
 pub fn gzip_file(path: &Path) -> std::io::Result<PathBuf> {
@@ -77,6 +73,22 @@ pub struct ShimStatus {
     /// Written by the C++ shim.
     #[serde(default)]
     pub native: bool,
+    /// Clock readings (ns) at the boundaries of the timing phase.
+    #[serde(default)]
+    pub timing_ns: Vec<i64>,
+    /// CUDA-event intervals (ms) between the same boundaries.
+    #[serde(default)]
+    pub timing_cuda_ms: Vec<f64>,
+    /// Where the shim was when it last wrote: before_window, window, timing, reference,
+    /// finished.
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// Why the window is incomplete, when the shim knows.
+    #[serde(default)]
+    pub window_incomplete_reason: Option<String>,
+    /// Validation references (STEPTRACE_REFERENCE=1), passed through to the manifest.
+    #[serde(default)]
+    pub reference: Option<serde_json::Value>,
 }
 
 fn one() -> i64 {
@@ -102,171 +114,52 @@ pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
     v
 }
 
-/// The active window of a native run, from the boundaries (epoch ns): iteration `i` runs from
-/// boundary `i-1` to boundary `i` (iteration 0 from program start). Returns `(start, end,
-/// complete)`; `end` is `None` when the program stopped inside the window.
-pub fn active_window(boundaries: &[i64], s: &Schedule) -> Option<(i64, Option<i64>, bool)> {
-    let first = (s.skip_first + s.wait + s.warmup) as usize;
-    let last = first + s.active as usize;
-    if first == 0 {
-        return None; // would start at program start, before any boundary: not trimmed
-    }
-    let start = *boundaries.get(first - 1)?;
-    let end = boundaries.get(last - 1).copied();
-    Some((start, end, end.is_some()))
+/// The program's own step time, from the timing phase that follows the active window: the
+/// boundaries of steps run with nothing recorded but the boundary hooks.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Timing {
+    /// Steps timed.
+    pub steps: usize,
+    /// Median host-clock interval between boundaries, seconds.
+    pub step_time_s: f64,
+    /// Median CUDA-event interval between the same boundaries (Python programs), seconds.
+    pub step_time_cuda_s: Option<f64>,
+    /// Every interval, seconds, in order.
+    pub intervals_s: Vec<f64>,
 }
 
-/// What trimming kept, and the GPU the trace names.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Trimmed {
-    /// Events kept.
-    pub kept: usize,
-    /// Events in the whole-run trace.
-    pub total: usize,
-    /// `deviceProperties[0].name`.
-    pub gpu: Option<String>,
-    /// `deviceProperties[0].totalGlobalMem`.
-    pub gpu_memory_bytes: Option<i64>,
-    /// `Record function id`s of the ops kept (to cut the Execution Trace the same way).
-    pub rf_ids: HashSet<i64>,
-}
-
-/// Writes the events of `src` (a whole-run Kineto trace) that fall in `[start, end)` epoch ns
-/// to `dst`: CPU events by their time, GPU activity with the launch it belongs to, metadata
-/// always.
-pub fn trim_trace(
-    src: &Path,
-    dst: &Path,
-    start: i64,
-    end: Option<i64>,
-) -> std::io::Result<Trimmed> {
-    let mut text = Vec::new();
-    File::open(src)?.read_to_end(&mut text)?;
-    let mut doc: Value = serde_json::from_slice(&text)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-    drop(text);
-    let dev0 = doc.pointer("/deviceProperties/0");
-    let gpu = dev0
-        .and_then(|d| d.get("name"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let gpu_memory_bytes = dev0
-        .and_then(|d| d.get("totalGlobalMem"))
-        .and_then(Value::as_i64);
-    let base = doc
-        .get("baseTimeNanoseconds")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    let inside = |ts: f64| {
-        let t = base + ts * 1000.0;
-        t >= start as f64 && end.is_none_or(|e| t < e as f64)
-    };
-    let events = doc
-        .get_mut("traceEvents")
-        .and_then(Value::as_array_mut)
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no traceEvents"))?;
-    let total = events.len();
-    let is_gpu = |e: &Value| {
-        matches!(
-            e.get("cat").and_then(Value::as_str),
-            Some("kernel" | "gpu_memcpy" | "gpu_memset" | "gpu_user_annotation")
-        )
-    };
-    // Correlation ids of the runtime calls kept: their GPU activity comes along.
-    let mut kept_corr: HashSet<i64> = HashSet::new();
-    for e in events.iter() {
-        if !is_gpu(e) && e.get("ts").and_then(Value::as_f64).is_some_and(inside) {
-            if let Some(c) = e.pointer("/args/correlation").and_then(Value::as_i64) {
-                kept_corr.insert(c);
-            }
-        }
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
     }
-    events.retain(|e| {
-        if e.get("ph").and_then(Value::as_str) == Some("M") {
-            return true;
-        }
-        if is_gpu(e) {
-            return e
-                .pointer("/args/correlation")
-                .and_then(Value::as_i64)
-                .is_some_and(|c| kept_corr.contains(&c));
-        }
-        match e.get("cat").and_then(Value::as_str) {
-            Some("ac2g") => e
-                .get("id")
-                .and_then(Value::as_i64)
-                .is_some_and(|c| kept_corr.contains(&c)),
-            _ => e.get("ts").and_then(Value::as_f64).is_some_and(inside),
-        }
-    });
-    let kept = events.len();
-    let rf_ids = events
-        .iter()
-        .filter_map(|e| {
-            e.pointer("/args/Record function id")
-                .and_then(Value::as_i64)
-        })
-        .collect();
-    let mut w = BufWriter::new(File::create(dst)?);
-    serde_json::to_writer(&mut w, &doc)?;
-    w.flush()?;
-    Ok(Trimmed {
-        kept,
-        total,
-        gpu,
-        gpu_memory_bytes,
-        rf_ids,
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
     })
 }
 
-/// Keeps the Execution Trace nodes whose `rf_id` is in `rf_ids`, with their ancestors
-/// (`ctrl_deps`), so the ET covers the same ops as the cut trace. Returns (kept, total).
-pub fn trim_exec_trace(
-    src: &Path,
-    dst: &Path,
-    rf_ids: &HashSet<i64>,
-) -> std::io::Result<(usize, usize)> {
-    let bad = |e: serde_json::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-    let mut doc: Value = serde_json::from_slice(&std::fs::read(src)?).map_err(bad)?;
-    let nodes = doc
-        .get_mut("nodes")
-        .and_then(Value::as_array_mut)
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no nodes"))?;
-    let total = nodes.len();
-    let rf = |n: &Value| {
-        n.get("attrs")?
-            .as_array()?
-            .iter()
-            .find(|a| a.get("name").and_then(Value::as_str) == Some("rf_id"))?
-            .get("value")?
-            .as_i64()
-    };
-    let parent: std::collections::HashMap<i64, i64> = nodes
-        .iter()
-        .filter_map(|n| Some((n.get("id")?.as_i64()?, n.get("ctrl_deps")?.as_i64()?)))
+/// Timing from boundary clock readings (ns) and CUDA-event intervals (ms). The first interval
+/// is left out when there are three or more: it follows the window's own writing, which
+/// drained the GPU's queue. `None` with fewer than two readings.
+pub fn timing(boundaries_ns: &[i64], cuda_ms: &[f64]) -> Option<Timing> {
+    let intervals: Vec<f64> = boundaries_ns
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 * 1e-9)
         .collect();
-    let mut keep: HashSet<i64> = HashSet::new();
-    for n in nodes.iter() {
-        if rf(n).is_some_and(|r| rf_ids.contains(&r)) {
-            let mut id = n.get("id").and_then(Value::as_i64);
-            while let Some(i) = id {
-                if !keep.insert(i) {
-                    break;
-                }
-                id = parent.get(&i).copied().filter(|p| *p != i);
-            }
-        }
-    }
-    nodes.retain(|n| {
-        n.get("id")
-            .and_then(Value::as_i64)
-            .is_some_and(|i| keep.contains(&i))
-    });
-    let kept = nodes.len();
-    let mut w = BufWriter::new(File::create(dst)?);
-    serde_json::to_writer(&mut w, &doc)?;
-    w.flush()?;
-    Ok((kept, total))
+    let skip = usize::from(intervals.len() >= 3);
+    let step_time_s = median(&intervals[skip.min(intervals.len())..])?;
+    let cuda: Vec<f64> = cuda_ms.iter().map(|m| m * 1e-3).collect();
+    let cuda_skip = usize::from(cuda.len() >= 3);
+    Some(Timing {
+        steps: intervals.len(),
+        step_time_s,
+        step_time_cuda_s: median(&cuda[cuda_skip.min(cuda.len())..]),
+        intervals_s: intervals,
+    })
 }
 
 #[cfg(test)]
@@ -274,63 +167,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exec_trace_keeps_matched_nodes_and_ancestors() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("et.json");
-        std::fs::write(
-            &src,
-            r#"{"schema":"1","nodes":[
-              {"id":1,"name":"root","ctrl_deps":1,"attrs":[{"name":"rf_id","value":0}]},
-              {"id":2,"name":"a","ctrl_deps":1,"attrs":[{"name":"rf_id","value":10}]},
-              {"id":3,"name":"b","ctrl_deps":2,"attrs":[{"name":"rf_id","value":11}]},
-              {"id":4,"name":"c","ctrl_deps":1,"attrs":[{"name":"rf_id","value":12}]}]}"#,
-        )
-        .unwrap();
-        let dst = dir.path().join("out.json");
-        let (kept, total) = trim_exec_trace(&src, &dst, &HashSet::from([11])).unwrap();
-        assert_eq!((kept, total), (3, 4));
-        let t = std::fs::read_to_string(&dst).unwrap();
-        assert!(
-            t.contains("\"b\"")
-                && t.contains("\"a\"")
-                && t.contains("root")
-                && !t.contains("\"c\"")
-        );
-    }
-
-    #[test]
-    fn window_from_boundaries() {
-        let s = Schedule::default(); // skip 1, wait 1, warmup 1, active 3
-        let b = [10, 20, 30, 40, 50, 60, 70];
-        assert_eq!(active_window(&b, &s), Some((30, Some(60), true)));
-        assert_eq!(active_window(&b[..4], &s), Some((30, None, false)));
-        assert_eq!(active_window(&b[..2], &s), None);
-    }
-
-    #[test]
-    fn trims_by_time_and_correlation() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("full.json");
-        std::fs::write(
-            &src,
-            r#"{"baseTimeNanoseconds": 1000, "traceEvents": [
-              {"ph":"M","name":"process_name","pid":1,"args":{"name":"x"}},
-              {"ph":"X","cat":"cpu_op","name":"early","ts":0.5,"dur":1},
-              {"ph":"X","cat":"cuda_runtime","name":"launch","ts":2,"dur":1,"args":{"correlation":7}},
-              {"ph":"X","cat":"kernel","name":"k","ts":9,"dur":1,"args":{"correlation":7}},
-              {"ph":"X","cat":"kernel","name":"k0","ts":9,"dur":1,"args":{"correlation":1}},
-              {"ph":"X","cat":"cpu_op","name":"late","ts":5,"dur":1}]}"#,
-        )
-        .unwrap();
-        let dst = dir.path().join("t.json");
-        let t = trim_trace(&src, &dst, 2000, Some(4000)).unwrap();
-        assert_eq!((t.kept, t.total), (3, 6));
-        let t = std::fs::read_to_string(&dst).unwrap();
-        assert!(
-            t.contains("launch")
-                && t.contains("\"k\"")
-                && !t.contains("early")
-                && !t.contains("late")
-        );
+    fn timing_leaves_out_the_first_interval_and_takes_the_median() {
+        // Issue 17: the program's own step time from the timing phase.
+        let ns = [0, 50_000_000, 60_000_000, 71_000_000, 80_000_000];
+        let t = timing(&ns, &[50.0, 10.0, 11.0, 9.0]).unwrap();
+        assert_eq!(t.steps, 4);
+        assert!((t.step_time_s - 0.010).abs() < 1e-12, "{t:?}");
+        assert!((t.step_time_cuda_s.unwrap() - 0.010).abs() < 1e-12);
+        assert_eq!(t.intervals_s.len(), 4);
+        // Two readings: one interval, kept.
+        let t = timing(&[0, 20_000_000], &[]).unwrap();
+        assert!((t.step_time_s - 0.02).abs() < 1e-12);
+        assert_eq!(t.step_time_cuda_s, None);
+        assert!(timing(&[5], &[]).is_none());
     }
 }

@@ -107,6 +107,13 @@ impl std::str::FromStr for Schedule {
     }
 }
 
+impl Schedule {
+    /// Step boundaries a program must reach for the (last) active window to close.
+    pub fn steps_to_window_end(&self) -> u32 {
+        self.skip_first + (self.wait + self.warmup + self.active) * self.repeat.max(1)
+    }
+}
+
 impl std::fmt::Display for Schedule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -189,6 +196,8 @@ pub struct CaptureProps {
     pub max_entries: u64,
     /// Shim cache directory (default [`shim::cache_root`]).
     pub cache: Option<PathBuf>,
+    /// Steps timed after the window with nothing recorded (0: none).
+    pub timing_steps: u32,
 }
 
 /// `manifest.json`.
@@ -232,6 +241,9 @@ pub struct Manifest {
     pub completed: bool,
     /// Why not, when not.
     pub incomplete_reasons: Vec<String>,
+    /// The program's own median step time, seconds (rank 0, or the lowest rank), timed after
+    /// the window with nothing recorded; `analyze` reports it beside the instrumented one.
+    pub step_time_s: Option<f64>,
     /// Files for analyze (rank 0, or the lowest rank), relative to the run directory.
     pub files: std::collections::BTreeMap<String, String>,
     /// Every rank's files and shim status.
@@ -253,6 +265,11 @@ pub struct RankFiles {
     pub boundary: Option<String>,
     /// Shim errors.
     pub errors: Vec<String>,
+    /// The program's own step time, from the timing phase after the window.
+    pub timing: Option<finalize::Timing>,
+    /// Validation references the shim measured (STEPTRACE_REFERENCE=1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<serde_json::Value>,
 }
 
 /// What a capture produced.
@@ -393,16 +410,24 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
     });
 
     nvtx::range_push!("steptrace.capture.prepare");
-    let torch = match shim::probe_torch(&python) {
-        Ok(t) => Some(t),
-        Err(why) => {
-            notes.push(format!(
-                "{why}: the program runs without instrumentation unless it imports torch itself"
-            ));
-            None
+    // The C++ shim serves native programs, and per-op NVTX ranges when an NVTX tool (Nsight
+    // Systems) is attached to record them: otherwise a Python program needs neither it nor
+    // the probe of its torch (an `import torch`, seconds).
+    let nvtx_tool = std::env::var_os("NVTX_INJECTION64_PATH").is_some_and(|v| !v.is_empty());
+    let need_cpp = mode == Mode::Native || (props.record.nvtx && nvtx_tool);
+    let torch = if need_cpp {
+        match shim::probe_torch(&python) {
+            Ok(t) => Some(t),
+            Err(why) => {
+                notes.push(format!(
+                    "{why}: the program runs without instrumentation unless it imports torch itself"
+                ));
+                None
+            }
         }
+    } else {
+        None
     };
-    let need_cpp = mode == Mode::Native || props.record.nvtx;
     let mut cpp_shim = None;
     if let (Some(t), true) = (&torch, need_cpp) {
         let cache = props.cache.clone().unwrap_or_else(shim::cache_root);
@@ -421,6 +446,7 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
         (env::SCHEDULE.into(), props.schedule.to_string()),
         (env::RECORD.into(), props.record.env_value()),
         (env::MAX_ENTRIES.into(), props.max_entries.to_string()),
+        (env::TIMING_STEPS.into(), props.timing_steps.to_string()),
         (
             env::PYTHONPATH.into(),
             env::chain(
@@ -503,92 +529,26 @@ fn finish(
         );
     }
     let mut ranks = Vec::new();
-    // The C++ shim does not ask the GPU its name; the trace's deviceProperties has it.
-    let mut trace_gpu: Option<(String, Option<i64>)> = None;
     for (_name, st) in &statuses {
         let mut files = st.files.clone();
         if st.native {
-            // The C++ shim traced the whole run: cut it to the active window.
-            if let Some(full) = files.remove("trace_full") {
-                let src = out.join(&full);
-                let dst_name = full.replace("trace_full", "trace");
-                match finalize::active_window(&st.boundaries_epoch_ns, &props.schedule) {
-                    Some((a, b, complete)) if src.is_file() => {
-                        match finalize::trim_trace(&src, &out.join(&dst_name), a, b) {
-                            Ok(t) => {
-                                notes.push(format!(
-                                    "rank {}: kept {} of {} trace events (the active window)",
-                                    st.rank, t.kept, t.total
-                                ));
-                                if trace_gpu.is_none() {
-                                    trace_gpu = t.gpu.clone().map(|g| (g, t.gpu_memory_bytes));
-                                }
-                                if let Some(et_full) = files.remove("exec_trace_full") {
-                                    let et_src = out.join(&et_full);
-                                    let et_name = et_full.replace("exec_trace_full", "exec_trace");
-                                    match finalize::trim_exec_trace(
-                                        &et_src,
-                                        &out.join(&et_name),
-                                        &t.rf_ids,
-                                    ) {
-                                        Ok(_) => {
-                                            let _ = std::fs::remove_file(&et_src);
-                                            files.insert("exec_trace".into(), et_name);
-                                        }
-                                        Err(e) => {
-                                            notes.push(format!(
-                                                "rank {}: could not cut {et_full}: {e}",
-                                                st.rank
-                                            ));
-                                            files.insert("exec_trace".into(), et_full);
-                                        }
-                                    }
-                                }
-                                let _ = std::fs::remove_file(&src);
-                                files.insert("trace".into(), dst_name);
-                                if !complete {
-                                    reasons.push(format!(
-                                        "rank {}: the program ended inside the active window",
-                                        st.rank
-                                    ));
-                                }
-                            }
-                            Err(e) => {
-                                notes.push(format!(
-                                    "rank {}: could not trim {full}: {e}; kept whole",
-                                    st.rank
-                                ));
-                                files.insert("trace".into(), full);
-                            }
-                        }
-                    }
-                    _ => {
-                        reasons.push(format!(
-                            "rank {}: {} step boundaries seen, fewer than the schedule needs; the whole run's trace is kept",
-                            st.rank,
-                            st.boundaries_epoch_ns.len()
-                        ));
-                        files.insert("trace".into(), full);
-                        if let Some(et_full) = files.remove("exec_trace_full") {
-                            files.insert("exec_trace".into(), et_full);
-                        }
-                    }
+            // The C++ shim records the window itself (trace, Execution Trace, snapshot at
+            // the window's end); without a window, the exit snapshot is what there is.
+            if !files.contains_key("snapshot") {
+                if let Some(s) = files.get("snapshot_exit").cloned() {
+                    files.insert("snapshot".into(), s);
                 }
             }
-            if let Some(s) = files.get("snapshot_exit").cloned() {
-                files.insert("snapshot".into(), s);
-            }
-        } else if !st.window_complete && st.no_trace_reason.is_none() {
-            reasons.push(format!(
-                "rank {}: the active window was not recorded whole ({} steps seen)",
-                st.rank, st.steps
-            ));
         }
-        if let Some(r) = &st.no_trace_reason {
-            reasons.push(format!("rank {}: {r}", st.rank));
-        }
-        if let Some(r) = &st.no_snapshot_reason {
-            notes.push(format!("rank {}: no memory snapshot: {r}", st.rank));
+        if !st.window_complete && st.no_trace_reason.is_none() {
+            let why = st.window_incomplete_reason.clone().unwrap_or_else(|| {
+                format!(
+                    "the active window was not recorded whole ({} steps seen, {} needed)",
+                    st.steps.max(st.boundaries_epoch_ns.len() as i64),
+                    props.schedule.steps_to_window_end()
+                )
+            });
+            reasons.push(format!("rank {}: {why}", st.rank));
         }
         // Compress what is there; drop roles whose file is missing.
         let mut present = std::collections::BTreeMap::new();
@@ -621,12 +581,21 @@ fn finish(
                 }
             }
         }
+        let timing = finalize::timing(&st.timing_ns, &st.timing_cuda_ms);
+        if timing.is_none() && st.window_complete && props.timing_steps > 0 {
+            notes.push(format!(
+                "rank {}: the program ended before the timing phase after the window: its own step time is unknown",
+                st.rank
+            ));
+        }
         ranks.push(RankFiles {
             rank: st.rank,
             files: present,
             steps: st.steps.max(st.boundaries_epoch_ns.len() as i64),
             boundary: st.boundary.clone(),
             errors: st.errors.clone(),
+            timing,
+            reference: st.reference.clone(),
         });
     }
     nvtx::range_pop!();
@@ -659,13 +628,8 @@ fn finish(
             .clone()
             .or_else(|| torch.as_ref().and_then(|t| t.cuda.clone())),
         driver: driver_version(),
-        gpu: first
-            .gpu
-            .clone()
-            .or_else(|| trace_gpu.as_ref().map(|g| g.0.clone())),
-        gpu_memory_bytes: first
-            .gpu_memory_bytes
-            .or_else(|| trace_gpu.as_ref().and_then(|g| g.1)),
+        gpu: first.gpu.clone(),
+        gpu_memory_bytes: first.gpu_memory_bytes,
         schedule: props.schedule,
         record: props.record,
         rank: first.rank,
@@ -674,6 +638,10 @@ fn finish(
             .map(|(_, s)| s.world_size)
             .max()
             .unwrap_or(1),
+        step_time_s: ranks
+            .first()
+            .and_then(|r| r.timing.as_ref())
+            .map(|t| t.step_time_s),
         completed: reasons.is_empty(),
         incomplete_reasons: reasons,
         files,

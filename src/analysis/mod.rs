@@ -86,8 +86,15 @@ pub struct Summary {
     pub iteration_labels: Vec<String>,
     /// Nodes in the aligned step (union over iterations).
     pub nodes_per_iteration: usize,
-    /// Median iteration span, s.
+    /// The step time: the program's own (timed by capture with nothing recorded) when the run
+    /// directory has it, else the median iteration span under the profiler, s.
     pub step_time_s: f64,
+    /// Median iteration span under the profiler, s (includes the profiler's own overhead).
+    pub step_time_instrumented_s: f64,
+    /// Where `step_time_s` comes from: `timing_phase` or `instrumented`.
+    pub step_time_source: &'static str,
+    /// `step_time_instrumented_s / step_time_s`, when the program's own time is known.
+    pub profiler_overhead: Option<f64>,
     /// Each iteration's span, s.
     pub step_times_s: Vec<f64>,
     /// Median union of GPU activity per iteration, s.
@@ -284,15 +291,25 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
                 .iter()
                 .find(|i| ts >= i.start && ts <= i.end);
             let node = it.and_then(|it| {
+                let nodes = &step.nodes[it.nodes.clone()];
                 // Innermost in time: the latest-starting node that contains the event.
-                step.nodes[it.nodes.clone()]
+                let inside = nodes
                     .iter()
                     .filter(|n| {
                         let o = t.op(n.op);
                         o.start <= ts && ts <= o.end()
                     })
                     .max_by_key(|n| (t.op(n.op).start, n.rank))
-                    .map(|n| n.name.clone())
+                    .map(|n| n.name.clone());
+                // Memory allocated outside any op (a compiled graph's buffers are allocated
+                // without the dispatcher): the node that ran last before it (issue 17).
+                inside.or_else(|| {
+                    nodes
+                        .iter()
+                        .filter(|n| t.op(n.op).start <= ts)
+                        .max_by_key(|n| (t.op(n.op).end(), n.rank))
+                        .map(|n| format!("{} (allocated after it, outside any op)", n.name))
+                })
             });
             (node, it.map(|i| i.label.clone()))
         }
@@ -309,6 +326,9 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         iteration_labels: step.iterations.iter().map(|i| i.label.clone()).collect(),
         nodes_per_iteration: node_stats.len(),
         step_time_s,
+        step_time_instrumented_s: step_time_s,
+        step_time_source: "instrumented",
+        profiler_overhead: None,
         step_times_s: step_times,
         gpu_busy_s: ns_to_s(median(&mut busy).unwrap_or(0.0)),
         gpu_time_s: ns_to_s(median(&mut gt).unwrap_or(0.0)),

@@ -52,6 +52,9 @@ pub struct Inputs {
     pub exec_trace: Option<PathBuf>,
     /// `manifest.json` of a capture run directory.
     pub manifest: Option<PathBuf>,
+    /// The program's own median step time, ns, timed by capture after the window with
+    /// nothing recorded (from the manifest).
+    pub program_step_time_ns: Option<i64>,
 }
 
 /// What each file in a directory looks like it is, from its name.
@@ -97,6 +100,8 @@ struct Manifest {
     files: ManifestFiles,
     #[serde(default)]
     ranks: Vec<ManifestRank>,
+    #[serde(default)]
+    step_time_s: Option<f64>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -104,6 +109,17 @@ struct ManifestRank {
     rank: i64,
     #[serde(default)]
     files: ManifestFiles,
+    #[serde(default)]
+    timing: Option<ManifestTiming>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ManifestTiming {
+    step_time_s: f64,
+}
+
+fn secs_to_ns(s: f64) -> Option<i64> {
+    (s.is_finite() && s > 0.0).then(|| (s * 1e9).round() as i64)
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -134,6 +150,7 @@ pub fn discover(
             snapshot: None,
             exec_trace: None,
             manifest: None,
+            program_step_time_ns: None,
         }
     };
     if let Some(s) = snapshot {
@@ -156,9 +173,9 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),
         })?;
-        let files = match rank {
+        let (files, step_time) = match rank {
             Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
-                Some(x) => x.files,
+                Some(x) => (x.files, x.timing.map(|t| t.step_time_s)),
                 None => {
                     return Err(Error::Discovery {
                         path: dir.to_path_buf(),
@@ -166,7 +183,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                     })
                 }
             },
-            None => m.files,
+            None => (m.files, m.step_time_s),
         };
         if let Some(trace) = files.trace {
             return Ok(Inputs {
@@ -174,6 +191,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 snapshot: files.snapshot.map(|s| dir.join(s)),
                 exec_trace: files.exec_trace.map(|s| dir.join(s)),
                 manifest: Some(manifest_path),
+                program_step_time_ns: step_time.and_then(secs_to_ns),
             });
         }
     }
@@ -251,6 +269,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         snapshot: one(snapshots, "snapshot")?,
         exec_trace: one(ets, "Execution Trace")?,
         manifest: None,
+        program_step_time_ns: None,
     })
 }
 

@@ -1,0 +1,101 @@
+"""One JSON line per corpus program: what capture and analyze report beside the references
+measured in the same session (the program's own step time, torch.cuda.max_memory_allocated
+per window step, FlopCounterMode). Used by run.sh.
+
+    python3 collect.py NAME KIND WORKDIR PLAIN_RC CAPTURE_RC ANALYZE_RC PLAIN_S CAPTURE_S ANALYZE_S
+"""
+
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except Exception:
+        return None
+
+
+def own_timing(text):
+    """The program's own printed step time, ms, where it prints one."""
+    m = re.findall(r"time per iteration: ([0-9.]+)ms", text)  # nanoGPT bench.py
+    if m:
+        return float(m[-1]), "printed: time per iteration"
+    m = re.findall(r"ms/batch\s+([0-9.]+)", text)  # word_language_model
+    if m:
+        return statistics.median(float(x) for x in m), "printed: ms/batch (median of log lines)"
+    m = re.findall(r"iter (\d+): loss [0-9.]+, time ([0-9.]+)ms", text)  # nanoGPT train.py
+    if m:
+        later = [float(t) for i, t in m if int(i) >= 20]
+        if later:
+            return statistics.median(later), "printed: iter time (median from iter 20)"
+    return None, None
+
+
+def main():
+    name, kind, w = sys.argv[1:4]
+    plain_rc, cap_rc, an_rc = (int(x) for x in sys.argv[4:7])
+    plain_s, cap_s, an_s = (float(x) for x in sys.argv[7:10])
+    row = {"name": name, "kind": kind, "plain_exit": plain_rc, "capture_exit": cap_rc,
+           "analyze_exit": an_rc, "plain_run_s": plain_s, "capture_run_s": cap_s,
+           "slowdown": cap_s / plain_s if plain_s > 0 else None, "analyze_s": an_s}
+    try:
+        with open(os.path.join(w, "logs", name + ".plain.out"), errors="replace") as f:
+            printed, how = own_timing(f.read())
+        row["own_printed_step_ms"] = printed
+        row["own_printed_how"] = how
+    except Exception:
+        pass
+    if kind == "py":
+        ref = load(os.path.join(w, "ref", name + ".json")) or {}
+        row["reference_step_ms"] = (ref.get("median_step_s") or 0) * 1e3 or None
+        row["reference_how"] = "steptimer.py: optimizer step hook alone"
+        row["reference_optimizer_steps"] = ref.get("optimizer_steps")
+    else:
+        lm = load(os.path.join(w, "ref", name + "_light", "manifest.json")) or {}
+        row["reference_step_ms"] = (lm.get("step_time_s") or 0) * 1e3 or None
+        row["reference_how"] = "boundary detector alone (capture with nothing recorded)"
+        row["reference_steps_seen"] = max([r.get("steps", 0) for r in lm.get("ranks", [])] or [0])
+    m = load(os.path.join(w, "runs", name, "manifest.json")) or {}
+    r0 = (m.get("ranks") or [{}])[0]
+    row["capture_completed"] = m.get("completed")
+    row["capture_incomplete"] = m.get("incomplete_reasons")
+    row["capture_notes"] = m.get("notes")
+    row["boundary"] = r0.get("boundary")
+    row["steps_found"] = r0.get("steps")
+    row["shim_errors"] = r0.get("errors")
+    row["files"] = sorted((m.get("files") or {}).keys())
+    refd = r0.get("reference") or {}
+    peaks = refd.get("window_step_peaks_bytes") or []
+    row["ref_max_memory_allocated"] = max(peaks) if peaks else None
+    row["ref_flop_counter_total"] = refd.get("flop_counter_total")
+    s = load(os.path.join(w, "an", name, "summary.json")) or {}
+    row["iterations"] = s.get("iterations")
+    row["iteration_detection"] = s.get("iteration_detection")
+    row["step_time_ms"] = (s.get("step_time_s") or 0) * 1e3
+    row["step_time_instrumented_ms"] = (s.get("step_time_instrumented_s") or 0) * 1e3 or None
+    row["peak_allocated"] = s.get("peak_allocated_bytes")
+    row["peak_node"] = s.get("peak_node")
+    row["flops_fcm_convention"] = s.get("matmul_flops_per_iteration")
+    row["warnings"] = s.get("warnings")
+    if row["ref_max_memory_allocated"] and row["peak_allocated"]:
+        row["peak_error_pct"] = 100.0 * (row["peak_allocated"] / row["ref_max_memory_allocated"] - 1)
+    own = row.get("own_printed_step_ms") or row.get("reference_step_ms")
+    if own and row["step_time_ms"]:
+        row["step_time_error_pct"] = 100.0 * (row["step_time_ms"] / own - 1)
+    if row["ref_flop_counter_total"] and row["flops_fcm_convention"]:
+        row["flops_error_pct"] = 100.0 * (row["flops_fcm_convention"] / row["ref_flop_counter_total"] - 1)
+    try:
+        with open(os.path.join(w, "logs", name + ".analyze.err"), errors="replace") as f:
+            row["analyze_stderr"] = f.read()[-600:]
+    except Exception:
+        pass
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The corpus run on the GPU machine: public training programs, unchanged, each run plain (its
+# own step time) and under `steptrace capture` (with STEPTRACE_REFERENCE=1: torch's
+# max_memory_allocated per window step and FlopCounterMode over one step), then analysed.
+# Then signals and crashes at each phase of a capture. Results: $OUT/results.jsonl,
+# $OUT/signals.jsonl, the run directories in $OUT/runs_*.tar.gz.
+#
+#   bash capture/corpus/run.sh [NAMES...]     # needs target/release/steptrace and .corpus/
+# (.corpus/ comes from capture/corpus/fetch.sh; .corpus/build.sh builds the three C++
+# examples with their own CMakeLists, as their READMEs say.)
+set -u
+ROOT=$(pwd)
+ST=$ROOT/target/release/steptrace
+W=/tmp/corpus
+# The C++ builds and the shim cache are kept between runs on a warm machine.
+mkdir -p $W && find $W -mindepth 1 -maxdepth 1 ! -name build ! -name cache -exec rm -rf {} +
+mkdir -p $W/logs $W/runs $W/an $W/ref
+cp -r .corpus/src $W/src
+cp -r .corpus/src/examples .corpus/src/nanoGPT $W/
+python3 capture/corpus/make_data.py $W
+export STEPTRACE_CACHE=$W/cache PYTHONUNBUFFERED=1
+ONLY=" ${*:-} "
+want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
+if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals; then
+  if [ ! -x $W/build/regression/regression ]; then
+    t0=$(date +%s); bash .corpus/build.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
+  fi
+fi
+now() { date +%s.%N; }
+minus() { python3 -c "print($1 - $2)"; }
+
+# prog NAME KIND(py|cpp) DIR FLOPS(1|0) -- COMMAND...
+prog() {
+  local name=$1 kind=$2 dir=$3 flops=$4; shift 5
+  want $name || return 0
+  cd $dir
+  local t0 t1 t2 t3 t4
+  t0=$(now)
+  if [ $kind = py ]; then
+    python3 $ROOT/capture/corpus/steptimer.py $W/ref/$name.json "${@:2}" >$W/logs/$name.plain.out 2>&1
+  else
+    "$@" >$W/logs/$name.plain.out 2>&1
+  fi
+  local plain_rc=$?
+  t1=$(now)
+  STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=$flops $ST capture --out $W/runs/$name -- "$@" \
+    >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
+  local cap_rc=$?
+  t2=$(now)
+  if [ $kind = cpp ]; then
+    # The C++ reference step time: every step timed by the boundary detector alone.
+    $ST capture --out $W/ref/${name}_light --no-trace --no-memory --no-et --no-nvtx \
+      --schedule skip_first=1,wait=0,warmup=0,active=1 --timing-steps 100000 -- "$@" \
+      >$W/logs/$name.light.out 2>$W/logs/$name.light.err
+  fi
+  t3=$(now)
+  $ST analyze $W/runs/$name --out $W/an/$name >$W/logs/$name.analyze.out 2>$W/logs/$name.analyze.err
+  local an_rc=$?
+  t4=$(now)
+  cd $ROOT
+  python3 capture/corpus/collect.py "$name" "$kind" $W "$plain_rc" "$cap_rc" "$an_rc" \
+    "$(minus $t1 $t0)" "$(minus $t2 $t1)" "$(minus $t4 $t3)" >>$OUT/results.jsonl
+  tail -n 1 $OUT/results.jsonl
+}
+
+E=$W/examples
+N=$W/nanoGPT
+prog py_mnist py $E/mnist 1 -- python3 main.py --epochs 2
+prog py_word_lm py $E/word_language_model 1 -- python3 main.py --accel --epochs 1
+prog py_dcgan py $E/dcgan 1 -- python3 main.py --dataset fake --accel --niter 8 --outf $W/dcgan_out
+prog nanogpt_bench py $N 1 -- python3 bench.py --real_data=False --compile=False
+prog nanogpt_bench_compile py $N 0 -- python3 bench.py --real_data=False --compile=True
+prog nanogpt_train_fp16_accum py $N 1 -- python3 train.py --dataset=openwebtext --compile=False --dtype=float16 \
+  --gradient_accumulation_steps=4 --batch_size=8 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 \
+  --max_iters=200 --lr_decay_iters=200 --eval_interval=100000 --eval_iters=2 --log_interval=1 --warmup_iters=10 \
+  --out_dir=$W/ngout
+prog cpp_mnist cpp $W/cppdata 1 -- $W/build/mnist/mnist
+prog cpp_dcgan cpp $W/cppdata 1 -- $W/build/dcgan/dcgan --epochs 1
+prog cpp_regression cpp $W/cppdata 1 -- $W/build/regression/regression
+
+# Signals and crashes: the signal is sent when the shim's status says the phase is reached.
+sig() { # NAME PHASE SIGNAL TARGET(steptrace|child) -- COMMAND...
+  local name=$1 phase=$2 signal=$3 target=$4; shift 5
+  local out=$W/sig/$name
+  mkdir -p $W/sig
+  $ST capture --out $out --schedule skip_first=1,wait=1,warmup=1,active=${ACTIVE:-200} -- "$@" \
+    >$W/logs/sig_$name.out 2>$W/logs/sig_$name.err &
+  local pid=$! seen=""
+  for i in $(seq 1 600); do
+    sleep 0.05
+    seen=$(python3 -c "import json,glob;print(json.load(open(glob.glob('$out/shim*.json')[0])).get('phase',''))" 2>/dev/null)
+    [ "$seen" = "$phase" ] && break
+    [ "$phase" = after ] && [ "$seen" = finished ] && break
+  done
+  local victim=$pid
+  [ $target = child ] && victim=$(pgrep -P $pid | head -n 1)
+  kill -$signal $victim 2>/dev/null
+  wait $pid; local rc=$?
+  $ST analyze $out --out $out.an >$W/logs/sig_$name.analyze.out 2>&1; local an=$?
+  python3 - "$name" "$phase" "$seen" "$signal" "$rc" "$an" "$out" <<'PY' >>$OUT/signals.jsonl
+import json, sys, os
+name, phase, seen, signal, rc, an, out = sys.argv[1:]
+m = {}
+try:
+    m = json.load(open(os.path.join(out, "manifest.json")))
+except Exception as e:
+    m = {"error": str(e)}
+print(json.dumps({"name": name, "phase_wanted": phase, "phase_seen": seen, "signal": signal,
+  "steptrace_exit": int(rc), "analyze_exit": int(an), "completed": m.get("completed"),
+  "incomplete_reasons": m.get("incomplete_reasons"), "files": m.get("files"),
+  "errors": [e for r in m.get("ranks", []) for e in r.get("errors", [])]}))
+PY
+  tail -n 1 $OUT/signals.jsonl
+}
+if want signals; then
+  cd $E/mnist
+  for s in INT TERM; do
+    for ph in before_window window after; do sig py_${s}_$ph $ph $s steptrace -- python3 main.py --epochs 3; done
+  done
+  sig py_SEGV_after after SEGV child -- python3 main.py --epochs 3
+  sig py_SEGV_window window SEGV child -- python3 main.py --epochs 3
+  cd $W/cppdata
+  for s in INT TERM; do
+    for ph in before_window window after; do ACTIVE=400 sig cpp_${s}_$ph $ph $s steptrace -- $W/build/mnist/mnist; done
+  done
+  ACTIVE=400 sig cpp_SEGV_window window SEGV child -- $W/build/mnist/mnist
+  ACTIVE=400 sig cpp_SEGV_after after SEGV child -- $W/build/mnist/mnist
+  ACTIVE=400 sig cpp_ABRT_window window ABRT child -- $W/build/mnist/mnist
+  cd $ROOT
+fi
+
+cd $W
+tar czf $OUT/runs_py.tar.gz runs/py_* runs/nanogpt* an/py_* an/nanogpt* ref 2>/dev/null
+tar czf $OUT/runs_cpp.tar.gz runs/cpp_* an/cpp_* 2>/dev/null
+tar czf $OUT/logs.tar.gz logs sig 2>/dev/null
+ls -la $OUT
