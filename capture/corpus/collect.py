@@ -60,6 +60,11 @@ def main():
         row["reference_step_ms"] = (lm.get("step_time_s") or 0) * 1e3 or None
         row["reference_how"] = "boundary detector alone (capture with nothing recorded)"
         row["reference_steps_seen"] = max([r.get("steps", 0) for r in lm.get("ranks", [])] or [0])
+        try:
+            with open(os.path.join(w, "ref", name + ".light_s")) as f:
+                row["light_run_s"] = float(f.read())
+        except Exception:
+            pass
     m = load(os.path.join(w, "runs", name, "manifest.json")) or {}
     r0 = (m.get("ranks") or [{}])[0]
     row["capture_completed"] = m.get("completed")

@@ -50,10 +50,11 @@ prog() {
   if [ $kind = cpp ]; then
     # The C++ reference step time: every step timed by the boundary detector alone.
     $ST capture --out $W/ref/${name}_light --no-trace --no-memory --no-et --no-nvtx \
-      --schedule skip_first=1,wait=0,warmup=0,active=1 --timing-steps 100000 -- "$@" \
+      --schedule skip_first=1,wait=1,warmup=0,active=1 --timing-steps 100000 -- "$@" \
       >$W/logs/$name.light.out 2>$W/logs/$name.light.err
   fi
   t3=$(now)
+  echo "$(minus $t3 $t2)" >$W/ref/$name.light_s
   $ST analyze $W/runs/$name --out $W/an/$name >$W/logs/$name.analyze.out 2>$W/logs/$name.analyze.err
   local an_rc=$?
   t4=$(now)
@@ -67,7 +68,7 @@ E=$W/examples
 N=$W/nanoGPT
 prog py_mnist py $E/mnist 1 -- python3 main.py --epochs 2
 prog py_word_lm py $E/word_language_model 1 -- python3 main.py --accel --epochs 1
-prog py_dcgan py $E/dcgan 1 -- python3 main.py --dataset fake --accel --niter 8 --outf $W/dcgan_out
+prog py_dcgan py $E/dcgan 1 -- python3 main.py --dataset fake --accel --niter 8 --batchSize 50 --outf $W/dcgan_out
 prog nanogpt_bench py $N 1 -- python3 bench.py --real_data=False --compile=False
 prog nanogpt_bench_compile py $N 0 -- python3 bench.py --real_data=False --compile=True
 prog nanogpt_train_fp16_accum py $N 1 -- python3 train.py --dataset=openwebtext --compile=False --dtype=float16 \

@@ -155,6 +155,7 @@ struct Native {
   std::thread::id main_thread;
   Schedule sched;
   int64_t timing_steps = 10;
+  int64_t timing_settle = 5;  // timed but left out: autotuning and allocator growth settle
   bool reference = false;
   int64_t fallback_ns = 0;
   int64_t fallback_window_ns = 0;
@@ -258,6 +259,7 @@ void write_status(bool cleanly) {
     write_list(f, g.boundaries);
     f << ",\n \"timing_ns\": ";
     write_list(f, g.timing_ns);
+    f << ",\n \"timing_settle\": " << (g.timing_started ? g.timing_settle : 0);
     f << ",\n \"phase\": \"" << phase_name(g.phase) << "\",\n \"window_complete\": "
       << (g.window_complete ? "true" : "false");
     if (!g.incomplete.empty()) f << ",\n \"window_incomplete_reason\": \"" << json_escape(g.incomplete) << "\"";
@@ -448,7 +450,7 @@ void on_boundary(int64_t now) {
     {
       std::lock_guard<std::mutex> lock(g.mu);
       g.timing_ns.push_back(now);
-      done = static_cast<int64_t>(g.timing_ns.size()) > g.timing_steps;
+      done = static_cast<int64_t>(g.timing_ns.size()) > g.timing_settle + g.timing_steps;
     }
     if (done) {
       g.phase = Phase::Before;
@@ -756,6 +758,7 @@ void start_native() {
   g.main_thread = std::this_thread::get_id();
   g.sched = parse_schedule(env("STEPTRACE_SCHEDULE"));
   g.timing_steps = env_int("STEPTRACE_TIMING_STEPS", 10);
+  g.timing_settle = env_int("STEPTRACE_TIMING_SETTLE", 5);
   g.reference = env("STEPTRACE_REFERENCE") == "1";
   g.fallback_ns = env_int("STEPTRACE_FALLBACK_S", 30) * 1000000000LL;
   g.fallback_window_ns = env_int("STEPTRACE_FALLBACK_WINDOW_S", 2) * 1000000000LL;

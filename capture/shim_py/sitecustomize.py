@@ -53,6 +53,9 @@ class _State:
         self.schedule = _parse_schedule(os.environ.get("STEPTRACE_SCHEDULE", ""))
         self.max_entries = int(os.environ.get("STEPTRACE_MAX_ENTRIES", "1000000"))
         self.timing_steps = int(os.environ.get("STEPTRACE_TIMING_STEPS", "10") or 0)
+        # Steps run (and timed, but left out of the median) before the timed ones: cuDNN
+        # autotuning, allocator growth and recompilation settle there.
+        self.timing_settle = int(os.environ.get("STEPTRACE_TIMING_SETTLE", "5") or 0)
         self.reference = os.environ.get("STEPTRACE_REFERENCE") == "1"
         self.reference_flops = self.reference and os.environ.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
         self.rank = int(os.environ.get("RANK", "0") or 0)
@@ -77,6 +80,7 @@ class _State:
             "exited_cleanly": False,
             "phase": "before_window",
             "timing_ns": [],
+            "timing_settle": 0,
             "timing_cuda_ms": [],
         }
         self.torch = None
@@ -197,22 +201,19 @@ def _start_timing():
     """The timing phase, right after the skipped first steps and before anything heavy has
     run: the profiler's Python tracer leaves the interpreter slower after it stops (CPython
     3.12), so steps timed after the window would not be the program's own. Memory history
-    pauses too; module hooks go when an optimizer marks the steps."""
+    pauses too."""
     st = _S.status
     _S.timing_started = True
     if _S.timing_steps <= 0:
         return
     st["phase"] = "timing"
+    st["timing_settle"] = _S.timing_settle
     if st.get("memory_history"):
         try:
             _S.torch.cuda.memory._record_memory_history(enabled=None)
             st["memory_history_paused"] = True
         except Exception as exc:
             _S.error("pause memory history", exc)
-    if st["boundary"] != "backward_pass" and not _S.nvtx_tool:
-        for h in _S.module_hooks:
-            h.remove()
-        _S.module_hooks = []
     _timing_mark()
 
 
@@ -286,7 +287,7 @@ def _timing_mark():
         except Exception as exc:
             _S.error("cuda event", exc)
     st["timing_ns"].append(time.perf_counter_ns())
-    if len(st["timing_ns"]) > _S.timing_steps:
+    if len(st["timing_ns"]) > _S.timing_settle + _S.timing_steps:
         _after_timing()
 
 
@@ -405,6 +406,20 @@ def _optimizer_ends_step(optimizer):
     return False
 
 
+def _optimizer_found():
+    """Steps are marked by the optimizer (or its GradScaler) from now on: the module hooks of
+    the no-optimizer fallback go, unless an NVTX tool records their ranges (global module hooks
+    put every module call on its slow path)."""
+    if _S.optimizer_seen:
+        return
+    _S.optimizer_seen = True
+    if not _S.nvtx_tool:
+        for h in _S.module_hooks:
+            h.remove()
+        _S.module_hooks = []
+        _S.forward_depth = 0
+
+
 def _install_hooks(torch):
     import functools
 
@@ -413,7 +428,7 @@ def _install_hooks(torch):
 
     def opt_post(optimizer, args, kwargs):
         _nvtx(pop=True)
-        _S.optimizer_seen = True
+        _optimizer_found()
         if _S.explicit or not _S.backward_since_step:
             return
         if len(_S.cycle) == 0 and _S.anchor is None:
@@ -457,7 +472,8 @@ def _install_hooks(torch):
         @functools.wraps(orig_update)
         def update(self, *args, **kwargs):
             out = orig_update(self, *args, **kwargs)
-            if not _S.explicit and _S.backward_since_step and _S.optimizer_seen:
+            _optimizer_found()
+            if not _S.explicit and _S.backward_since_step:
                 _boundary("grad_scaler_update")
             return out
 

@@ -76,6 +76,9 @@ pub struct ShimStatus {
     /// Clock readings (ns) at the boundaries of the timing phase.
     #[serde(default)]
     pub timing_ns: Vec<i64>,
+    /// Timing intervals left out as warm-up.
+    #[serde(default)]
+    pub timing_settle: usize,
     /// CUDA-event intervals (ms) between the same boundaries.
     #[serde(default)]
     pub timing_cuda_ms: Vec<f64>,
@@ -118,8 +121,10 @@ pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
 /// boundaries of steps run with nothing recorded but the boundary hooks.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Timing {
-    /// Steps timed.
+    /// Steps timed (in the median).
     pub steps: usize,
+    /// Steps timed first and left out (warm-up).
+    pub settle: usize,
     /// Median host-clock interval between boundaries, seconds.
     pub step_time_s: f64,
     /// Median CUDA-event interval between the same boundaries (Python programs), seconds.
@@ -142,20 +147,21 @@ fn median(v: &[f64]) -> Option<f64> {
     })
 }
 
-/// Timing from boundary clock readings (ns) and CUDA-event intervals (ms). The first interval
-/// is left out when there are three or more: it follows the window's own writing, which
-/// drained the GPU's queue. `None` with fewer than two readings.
-pub fn timing(boundaries_ns: &[i64], cuda_ms: &[f64]) -> Option<Timing> {
+/// Timing from boundary clock readings (ns) and CUDA-event intervals (ms). The first `settle`
+/// intervals (warm-up: autotuning, allocator growth) are left out while any remain after them.
+/// `None` with fewer than two readings.
+pub fn timing(boundaries_ns: &[i64], cuda_ms: &[f64], settle: usize) -> Option<Timing> {
     let intervals: Vec<f64> = boundaries_ns
         .windows(2)
         .map(|w| (w[1] - w[0]) as f64 * 1e-9)
         .collect();
-    let skip = usize::from(intervals.len() >= 3);
-    let step_time_s = median(&intervals[skip.min(intervals.len())..])?;
+    let skip = if intervals.len() > settle { settle } else { 0 };
+    let step_time_s = median(&intervals[skip..])?;
     let cuda: Vec<f64> = cuda_ms.iter().map(|m| m * 1e-3).collect();
-    let cuda_skip = usize::from(cuda.len() >= 3);
+    let cuda_skip = if cuda.len() > settle { settle } else { 0 };
     Some(Timing {
-        steps: intervals.len(),
+        steps: intervals.len() - skip,
+        settle: skip,
         step_time_s,
         step_time_cuda_s: median(&cuda[cuda_skip.min(cuda.len())..]),
         intervals_s: intervals,
@@ -170,15 +176,15 @@ mod tests {
     fn timing_leaves_out_the_first_interval_and_takes_the_median() {
         // Issue 17: the program's own step time from the timing phase.
         let ns = [0, 50_000_000, 60_000_000, 71_000_000, 80_000_000];
-        let t = timing(&ns, &[50.0, 10.0, 11.0, 9.0]).unwrap();
-        assert_eq!(t.steps, 4);
+        let t = timing(&ns, &[50.0, 10.0, 11.0, 9.0], 1).unwrap();
+        assert_eq!((t.steps, t.settle), (3, 1));
         assert!((t.step_time_s - 0.010).abs() < 1e-12, "{t:?}");
         assert!((t.step_time_cuda_s.unwrap() - 0.010).abs() < 1e-12);
         assert_eq!(t.intervals_s.len(), 4);
         // Two readings: one interval, kept.
-        let t = timing(&[0, 20_000_000], &[]).unwrap();
+        let t = timing(&[0, 20_000_000], &[], 5).unwrap();
         assert!((t.step_time_s - 0.02).abs() < 1e-12);
         assert_eq!(t.step_time_cuda_s, None);
-        assert!(timing(&[5], &[]).is_none());
+        assert!(timing(&[5], &[], 0).is_none());
     }
 }

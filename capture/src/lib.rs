@@ -581,7 +581,7 @@ fn finish(
                 }
             }
         }
-        let timing = finalize::timing(&st.timing_ns, &st.timing_cuda_ms);
+        let timing = finalize::timing(&st.timing_ns, &st.timing_cuda_ms, st.timing_settle);
         if timing.is_none() && st.window_complete && props.timing_steps > 0 {
             notes.push(format!(
                 "rank {}: the program ended before the timing phase after the window: its own step time is unknown",
