@@ -145,13 +145,21 @@ pub fn run_analysis(
     stage("analysing");
     let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
     analysis.summary.name = run_name(&props.input);
-    apply_program_step_time(&mut analysis.summary, inputs.program_step_time_ns, &mut diag);
+    apply_program_step_time(
+        &mut analysis.summary,
+        inputs.program_step_time_ns,
+        &mut diag,
+    );
     Ok((trace, analysis, diag))
 }
 
 /// The step time users compare with their own: the one capture timed with nothing recorded,
 /// when the run directory has it; the instrumented one stays beside it (issue 17).
-fn apply_program_step_time(s: &mut analysis::Summary, program_ns: Option<i64>, diag: &mut Diagnostics) {
+fn apply_program_step_time(
+    s: &mut analysis::Summary,
+    program_ns: Option<i64>,
+    diag: &mut Diagnostics,
+) {
     s.step_time_instrumented_s = s.step_time_s;
     match program_ns {
         Some(ns) => {

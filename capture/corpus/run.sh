@@ -21,7 +21,7 @@ python3 capture/corpus/make_data.py $W
 export STEPTRACE_CACHE=$W/cache PYTHONUNBUFFERED=1
 ONLY=" ${*:-} "
 want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
-if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals; then
+if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals_cpp; then
   if [ ! -x $W/build/regression/regression ]; then
     t0=$(date +%s); bash .corpus/build.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
   fi
@@ -113,13 +113,16 @@ print(json.dumps({"name": name, "phase_wanted": phase, "phase_seen": seen, "sign
 PY
   tail -n 1 $OUT/signals.jsonl
 }
-if want signals; then
+if want signals_py; then
   cd $E/mnist
   for s in INT TERM; do
     for ph in before_window window after; do sig py_${s}_$ph $ph $s steptrace -- python3 main.py --epochs 3; done
   done
   sig py_SEGV_after after SEGV child -- python3 main.py --epochs 3
   sig py_SEGV_window window SEGV child -- python3 main.py --epochs 3
+  cd $ROOT
+fi
+if want signals_cpp; then
   cd $W/cppdata
   for s in INT TERM; do
     for ph in before_window window after; do ACTIVE=400 sig cpp_${s}_$ph $ph $s steptrace -- $W/build/mnist/mnist; done

@@ -159,7 +159,7 @@ def _cuda_ok():
 def _boundary(kind):
     """Ends the current step: the timing phase takes its clock reading, or the profiler's
     schedule advances and the window opens or closes."""
-    if _S.done or _S.status["phase"] == "finished":
+    if _S.done or _S.status["phase"] == "finished" or _S.torch is None:
         return
     st = _S.status
     if st["boundary"] is None:

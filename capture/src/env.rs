@@ -23,6 +23,10 @@ pub const TIMING_STEPS: &str = "STEPTRACE_TIMING_STEPS";
 pub const FALLBACK_S: &str = "STEPTRACE_FALLBACK_S";
 /// Native programs with no step boundary: how long that time window records, seconds.
 pub const FALLBACK_WINDOW_S: &str = "STEPTRACE_FALLBACK_WINDOW_S";
+/// Kineto keeps CUPTI subscribed after the profiler stops unless this is `1`: measured on an
+/// H100, a launch-bound step ran 30-40% slower for the rest of the run without it. Set by
+/// capture unless the user set it.
+pub const TEARDOWN_CUPTI: &str = "TEARDOWN_CUPTI";
 /// Python's module search path: the shim directory goes first, the user's value is kept after.
 pub const PYTHONPATH: &str = "PYTHONPATH";
 /// Libraries the loader preloads: the C++ shim goes first, the user's value is kept after.

@@ -5,7 +5,6 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-
 /// Gzips `path` into `path.gz` and removes the original. Returns the new file name.
 pub fn gzip_file(path: &Path) -> std::io::Result<PathBuf> {
     let gz = PathBuf::from(format!("{}.gz", path.display()));

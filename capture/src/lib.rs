@@ -456,6 +456,9 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
             ),
         ),
     ];
+    if std::env::var_os(env::TEARDOWN_CUPTI).is_none() {
+        envs.push((env::TEARDOWN_CUPTI.into(), "1".into()));
+    }
     match (mode, &cpp_shim) {
         (Mode::Native, Some(lib)) => {
             envs.push((env::NATIVE.into(), "1".into()));
@@ -549,6 +552,12 @@ fn finish(
                 )
             });
             reasons.push(format!("rank {}: {why}", st.rank));
+        }
+        if let Some(r) = &st.no_trace_reason {
+            reasons.push(format!("rank {}: {r}", st.rank));
+        }
+        if let Some(r) = &st.no_snapshot_reason {
+            notes.push(format!("rank {}: no memory snapshot: {r}", st.rank));
         }
         // Compress what is there; drop roles whose file is missing.
         let mut present = std::collections::BTreeMap::new();

@@ -469,24 +469,41 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         s.nodes_per_iteration,
         dev
     );
+    if let Some(x) = s.profiler_overhead {
+        o += &format!(
+            "step time {} (median, the program's own: timed by capture with nothing recorded); {} under the profiler ({x:.1}x)\n",
+            human_time(s.step_time_s),
+            human_time(s.step_time_instrumented_s),
+        );
+    } else {
+        o += &format!(
+            "step time {} (median, under the profiler)\n",
+            human_time(s.step_time_s)
+        );
+    }
+    // GPU busy is measured inside the profiled iterations: its share is of those.
     o += &format!(
-        "step time {} (median), GPU busy {} ({:.0}%), GPU kernel time {}\n",
-        human_time(s.step_time_s),
+        "GPU busy {} ({:.0}% of the profiled step), GPU kernel time {}\n",
         human_time(s.gpu_busy_s),
-        if s.step_time_s > 0.0 {
-            100.0 * s.gpu_busy_s / s.step_time_s
+        if s.step_time_instrumented_s > 0.0 {
+            100.0 * s.gpu_busy_s / s.step_time_instrumented_s
         } else {
             0.0
         },
         human_time(s.gpu_time_s)
     );
-    if let Some(p) = s.peak_allocated_bytes {
-        o += &format!(
-            "peak allocated {} at {} ({})\n",
-            human_bytes(p),
-            s.peak_node.as_deref().unwrap_or("no node"),
-            s.peak_iteration.as_deref().unwrap_or("")
-        );
+    match s.peak_allocated_bytes {
+        Some(p) => {
+            o += &format!(
+                "peak allocated {} at {} ({})\n",
+                human_bytes(p),
+                s.peak_node.as_deref().unwrap_or("no node"),
+                s.peak_iteration.as_deref().unwrap_or("")
+            )
+        }
+        None => {
+            o += "no memory data: the trace holds no allocator events (record with profile_memory=True)\n"
+        }
     }
     o += &format!(
         "FLOPs per iteration {} (FlopCounterMode convention {}), {} moved\n",
@@ -538,6 +555,11 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             human_time(n.median_cpu_time_s)
         );
     }
+    if s.peak_allocated_bytes.is_none() {
+        // No memory events: a table of zeros would read as "nothing allocated" (issue 17).
+        by_mem_table_skipped(&mut o);
+        return finish_console(o, diag);
+    }
     let mut by_mem: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
     by_mem.sort_by(|x, y| {
         y.median_alloc_bytes
@@ -560,6 +582,14 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         );
     }
     let _ = t;
+    finish_console(o, diag)
+}
+
+fn by_mem_table_skipped(o: &mut String) {
+    *o += "\n(no table of nodes by memory: the trace holds no memory data)\n";
+}
+
+fn finish_console(mut o: String, diag: &Diagnostics) -> String {
     let lines = diag.lines();
     if !lines.is_empty() {
         o += "\nwarnings:\n";

@@ -3,6 +3,7 @@
 mod capture;
 mod cli;
 mod common;
+mod corpus;
 mod determinism;
 mod golden;
 mod liveness;
