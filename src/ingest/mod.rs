@@ -52,6 +52,9 @@ pub struct Inputs {
     pub exec_trace: Option<PathBuf>,
     /// `manifest.json` of a capture run directory.
     pub manifest: Option<PathBuf>,
+    /// Whether the snapshot and Execution Trace were found in a run directory rather than named
+    /// by the user: then one that cannot be read is a warning, not an error (issue 17).
+    pub side_files_optional: bool,
     /// The program's own median step time, ns, timed by capture after the window with
     /// nothing recorded (from the manifest).
     pub program_step_time_ns: Option<i64>,
@@ -150,9 +153,12 @@ pub fn discover(
             snapshot: None,
             exec_trace: None,
             manifest: None,
+            side_files_optional: false,
             program_step_time_ns: None,
         }
     };
+    // A side file the user names must be read; one found beside the trace may be skipped.
+    found.side_files_optional = meta.is_dir() && snapshot.is_none() && et.is_none();
     if let Some(s) = snapshot {
         found.snapshot = Some(s.to_path_buf());
     }
@@ -191,6 +197,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 snapshot: files.snapshot.map(|s| dir.join(s)),
                 exec_trace: files.exec_trace.map(|s| dir.join(s)),
                 manifest: Some(manifest_path),
+                side_files_optional: false, // decided by `discover`
                 program_step_time_ns: step_time.and_then(secs_to_ns),
             });
         }
@@ -269,6 +276,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         snapshot: one(snapshots, "snapshot")?,
         exec_trace: one(ets, "Execution Trace")?,
         manifest: None,
+        side_files_optional: false, // decided by `discover`
         program_step_time_ns: None,
     })
 }
@@ -311,26 +319,36 @@ pub fn load_all(inputs: &Inputs) -> Result<Loaded, Error> {
         },
     );
     let (kineto, mut diagnostics) = kin?;
-    let snapshot = match snap.transpose()? {
-        Some((s, d)) => {
-            diagnostics.extend(d);
-            Some(s)
-        }
-        None => None,
-    };
-    let exec_trace = match et.transpose()? {
-        Some((e, d)) => {
-            diagnostics.extend(d);
-            Some(e)
-        }
-        None => None,
-    };
+    let optional = inputs.side_files_optional;
+    let snapshot = side_file(snap, optional, &mut diagnostics)?;
+    let exec_trace = side_file(et, optional, &mut diagnostics)?;
     Ok(Loaded {
         kineto,
         snapshot,
         exec_trace,
         diagnostics,
     })
+}
+
+/// A snapshot or Execution Trace as read: one found in a run directory that cannot be read is
+/// a warning and the analysis goes on without it (issue 17); one the user named is an error.
+fn side_file<T>(
+    r: Option<Result<(T, Diagnostics), Error>>,
+    optional: bool,
+    diagnostics: &mut Diagnostics,
+) -> Result<Option<T>, Error> {
+    match r {
+        Some(Ok((v, d))) => {
+            diagnostics.extend(d);
+            Ok(Some(v))
+        }
+        None => Ok(None),
+        Some(Err(e)) if optional => {
+            diagnostics.warn("side_file_unreadable", format!("{e}; analysed without it"));
+            Ok(None)
+        }
+        Some(Err(e)) => Err(e),
+    }
 }
 
 #[cfg(test)]

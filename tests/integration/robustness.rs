@@ -194,3 +194,45 @@ fn closed_stdout_exits_quietly() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
     let _ = manifest;
 }
+
+/// Issue 17: a corrupt Execution Trace or snapshot in a run directory is a warning naming the
+/// file, and the trace is analysed; the same file named on the command line is an error.
+#[test]
+fn a_bad_side_file_in_a_run_directory_never_sinks_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let sample = crate::common::root().join("sample_traces/resnet18");
+    for e in std::fs::read_dir(&sample).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, run.join(p.file_name().unwrap())).unwrap();
+    }
+    // What a writer killed twice leaves: JSON with trailing data, and a pickle cut short.
+    std::fs::write(
+        run.join("exec_trace.json.gz"),
+        b"{\"nodes\": []}{\"nodes\": []}",
+    )
+    .unwrap();
+    let snap = std::fs::read(run.join("snapshot.pickle.gz")).unwrap();
+    std::fs::write(run.join("snapshot.pickle.gz"), &snap[..snap.len() / 3]).unwrap();
+    let (_d, out) = crate::common::analyze(&run);
+    let warnings = out.diagnostics.lines().join("\n");
+    assert_eq!(
+        out.diagnostics.count("side_file_unreadable"),
+        2,
+        "{warnings}"
+    );
+    assert!(warnings.contains("snapshot.pickle.gz"), "{warnings}");
+    assert!(out.analysis.summary.iterations > 0);
+    assert!(out.analysis.summary.snapshot.is_none());
+    assert!(out.analysis.summary.execution_trace.is_none());
+
+    let props = steptrace::AnalyzeProps {
+        input: run.join("trace.json.gz"),
+        exec_trace: Some(run.join("exec_trace.json.gz")),
+        out: Some(dir.path().join("out2")),
+        ..Default::default()
+    };
+    let err = steptrace::analyze(&props).unwrap_err();
+    assert!(err.to_string().contains("exec_trace.json.gz"), "{err}");
+}
