@@ -11,14 +11,23 @@ pub fn root() -> PathBuf {
 
 /// Every sample capture directory, sorted.
 pub fn samples() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("sample_traces"))
+    run_dirs("sample_traces", 5)
+}
+
+/// The run directories (those with a `manifest.json`) directly under `rel`, sorted; at least
+/// `min` of them.
+pub fn run_dirs(rel: &str, min: usize) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join(rel))
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| p.join("manifest.json").is_file())
         .collect();
     v.sort();
-    assert!(v.len() >= 5, "expected the bundled samples, found {v:?}");
+    assert!(
+        v.len() >= min,
+        "expected at least {min} captures in {rel}, found {v:?}"
+    );
     v
 }
 

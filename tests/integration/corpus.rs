@@ -2,23 +2,11 @@
 //! GPU machine (`sample_traces/corpus/`, provenance in `capture/corpus/README.md`): analyze
 //! against what torch measured in the same run (issue 17).
 
-use crate::common::{analyze, manifest, root};
-
-fn corpus() -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(root().join("sample_traces/corpus"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.join("manifest.json").is_file())
-        .collect();
-    v.sort();
-    assert!(v.len() >= 3, "expected the corpus captures, found {v:?}");
-    v
-}
+use crate::common::{analyze, manifest, run_dirs};
 
 #[test]
 fn corpus_captures_match_torchs_own_peak_flops_and_the_timed_step() {
-    for d in corpus() {
+    for d in run_dirs("sample_traces/corpus", 3) {
         let m = manifest(&d);
         let r0 = &m["ranks"][0];
         let (_t, out) = analyze(&d);
