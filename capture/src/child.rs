@@ -13,6 +13,8 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: errno is thread-local; kill may set it, and the interrupted code must see its own.
+    let saved_errno = unsafe { *libc::__errno_location() };
     LAST_SIGNAL.store(sig, Ordering::SeqCst);
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     let code = unsafe { (*info).si_code };
@@ -23,20 +25,24 @@ extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
             libc::kill(pid, sig);
         }
     }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved_errno };
 }
 
 /// Installs the forwarding handler; returns the previous disposition.
-fn install(sig: libc::c_int) -> libc::sigaction {
-    // SAFETY: a zeroed sigaction is a valid starting point; the handler only touches atomics
-    // and calls kill, both async-signal-safe.
+fn install(sig: libc::c_int) -> std::io::Result<libc::sigaction> {
+    // SAFETY: a zeroed sigaction is a valid starting point; the handler only touches atomics,
+    // errno and kill, all async-signal-safe.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         let mut old: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = forward as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(sig, &sa, &mut old);
-        old
+        if libc::sigaction(sig, &sa, &mut old) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(old)
     }
 }
 
@@ -90,8 +96,14 @@ pub fn run(argv: &[OsString], env: &[(String, String)]) -> std::io::Result<Exit>
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let old_int = install(libc::SIGINT);
-    let old_term = install(libc::SIGTERM);
+    let old_int = install(libc::SIGINT)?;
+    let old_term = match install(libc::SIGTERM) {
+        Ok(o) => o,
+        Err(e) => {
+            restore(libc::SIGINT, &old_int);
+            return Err(e);
+        }
+    };
     let result = (|| {
         let mut child = cmd.spawn()?;
         CHILD.store(child.id() as i32, Ordering::SeqCst);
