@@ -184,7 +184,7 @@ pub(crate) struct CaptureArgs {
     /// Allocator history entries kept (ring buffer).
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) max_entries: u64,
-    /// Steps timed after the window with nothing recorded: the program's own step time,
+    /// Steps timed before the window with nothing recorded: the program's own step time,
     /// reported beside the instrumented one (0: no timing phase).
     #[arg(long, default_value_t = 10)]
     pub(crate) timing_steps: u32,

@@ -17,7 +17,7 @@ pub const NATIVE: &str = "STEPTRACE_NATIVE";
 /// Canonical path of the native program: only that process captures, not others that inherit
 /// LD_PRELOAD from it.
 pub const NATIVE_EXE: &str = "STEPTRACE_NATIVE_EXE";
-/// Steps timed after the active window with nothing recorded (the program's own step time).
+/// Steps timed before the active window with nothing recorded (the program's own step time).
 pub const TIMING_STEPS: &str = "STEPTRACE_TIMING_STEPS";
 /// Native programs with no step boundary: seconds after start before a time window opens.
 pub const FALLBACK_S: &str = "STEPTRACE_FALLBACK_S";

@@ -116,7 +116,7 @@ pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
     v
 }
 
-/// The program's own step time, from the timing phase that follows the active window: the
+/// The program's own step time, from the timing phase that comes before the active window: the
 /// boundaries of steps run with nothing recorded but the boundary hooks.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Timing {

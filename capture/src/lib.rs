@@ -196,7 +196,7 @@ pub struct CaptureProps {
     pub max_entries: u64,
     /// Shim cache directory (default [`shim::cache_root`]).
     pub cache: Option<PathBuf>,
-    /// Steps timed after the window with nothing recorded (0: none).
+    /// Steps timed before the window with nothing recorded (0: none).
     pub timing_steps: u32,
 }
 
@@ -241,7 +241,7 @@ pub struct Manifest {
     pub completed: bool,
     /// Why not, when not.
     pub incomplete_reasons: Vec<String>,
-    /// The program's own median step time, seconds (rank 0, or the lowest rank), timed after
+    /// The program's own median step time, seconds (rank 0, or the lowest rank), timed before
     /// the window with nothing recorded; `analyze` reports it beside the instrumented one.
     pub step_time_s: Option<f64>,
     /// Files for analyze (rank 0, or the lowest rank), relative to the run directory.
@@ -265,7 +265,7 @@ pub struct RankFiles {
     pub boundary: Option<String>,
     /// Shim errors.
     pub errors: Vec<String>,
-    /// The program's own step time, from the timing phase after the window.
+    /// The program's own step time, from the timing phase before the window.
     pub timing: Option<finalize::Timing>,
     /// Validation references the shim measured (STEPTRACE_REFERENCE=1).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -593,7 +593,7 @@ fn finish(
         let timing = finalize::timing(&st.timing_ns, &st.timing_cuda_ms, st.timing_settle);
         if timing.is_none() && st.window_complete && props.timing_steps > 0 {
             notes.push(format!(
-                "rank {}: the program ended before the timing phase after the window: its own step time is unknown",
+                "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",
                 st.rank
             ));
         }

@@ -55,7 +55,7 @@ pub struct Inputs {
     /// Whether the snapshot and Execution Trace were found in a run directory rather than named
     /// by the user: then one that cannot be read is a warning, not an error (issue 17).
     pub side_files_optional: bool,
-    /// The program's own median step time, ns, timed by capture after the window with
+    /// The program's own median step time, ns, timed by capture before the window with
     /// nothing recorded (from the manifest).
     pub program_step_time_ns: Option<i64>,
 }
