@@ -5,7 +5,9 @@
 
 Makes traces of the given sizes (MB) from sample_traces/resnet18 with benches/gen_trace.py,
 builds steptrace in release mode, and prints one table: wall time (median of --runs) and peak
-RSS of `steptrace analyze` (1 and 2 threads, plain and gzip), `json.load`, and, with --hta,
+RSS of `steptrace analyze` as users type it (every output: plots, report, Parquet, annotated
+trace) at 1 and 2 threads, plain and `.pt.trace.json.gz`, the same with plots and the annotated
+trace off, `json.load`, and, with --hta,
 HolisticTraceAnalysis's TraceAnalysis load (installed from PyPI into a venv under --work).
 --big N adds one `steptrace analyze` of an N MB trace (time and peak RSS against the file
 size); --snapshot N adds the ingest of an N MB snapshot pickle made by
@@ -45,8 +47,8 @@ def make_trace(work, mb):
     if os.path.exists(path):
         return path
     src = os.path.join(ROOT, "sample_traces/resnet18/trace.json.gz")
-    # The size of one copy as gen_trace.py writes it (json.dumps spacing, not the profiler's).
-    one = len(json.dumps(json.load(gzip.open(src))).encode())
+    # The size of one copy: gen_trace.py keeps the sample's own (Kineto's) layout.
+    one = len(gzip.open(src).read())
     copies = max(1, -(-int(mb * 1e6) // one))
     subprocess.run([sys.executable, os.path.join(ROOT, "benches/gen_trace.py"), src, path, "--copies", str(copies)], check=True)
     return path
@@ -73,22 +75,28 @@ def main():
             subprocess.run([os.path.join(venv, "bin/pip"), "install", "-q", "HolisticTraceAnalysis"], check=True)
         hta_py = os.path.join(venv, "bin/python")
     rows = []
+    checks = []
     for mb in [int(x) for x in a.sizes.split(",")]:
         path = make_trace(a.work, mb)
         size = os.path.getsize(path) / 1e6
-        gz = path + ".gz"
+        # The name torch.profiler's tensorboard_trace_handler gives a compressed trace.
+        gz = path[: -len(".json")] + ".pt.trace.json.gz"
         if not os.path.exists(gz):
             with open(path, "rb") as fi, gzip.open(gz, "wb", compresslevel=6) as fo:
                 shutil.copyfileobj(fi, fo)
         out = os.path.join(a.work, "out")
-        base = [st, "analyze", "--out", out, "--no-plots", "--no-annotated-trace", "-q"]
+        out_gz = os.path.join(a.work, "out_gz")
+        lean = ["--no-plots", "--no-annotated-trace"]
         r = {}
-        # Interleaved, so that the 1- and 2-thread runs (whose ratio is a target) meet the
-        # machine in the same state: on a shared VM its speed drifts within minutes.
+        # Interleaved, so that every row meets the machine in the same state: on a shared VM
+        # its speed drifts within minutes. The first rows are the command users type.
         cmds = {
-            "steptrace -j1": base + ["-j", "1", path],
-            "steptrace -j2": base + ["-j", "2", path],
-            "steptrace -j2 .gz": base + ["-j", "2", gz],
+            "steptrace analyze (default) -j2": [st, "analyze", "-q", "-j", "2", "--out", out, path],
+            "steptrace analyze (default) -j1": [st, "analyze", "-q", "-j", "1", "--out", out, path],
+            "steptrace analyze (default) .gz": [st, "analyze", "-q", "-j", "2", "--out", out_gz, gz],
+            "  no plots/annotated trace -j2": [st, "analyze", "-q", "-j", "2", "--out", out + "_lean"] + lean + [path],
+            "  no plots/annotated trace -j1": [st, "analyze", "-q", "-j", "1", "--out", out + "_lean"] + lean + [path],
+            "  no plots/annotated trace .gz": [st, "analyze", "-q", "-j", "2", "--out", out_gz + "_lean"] + lean + [gz],
         }
         res = {k: [] for k in cmds}
         for _ in range(a.runs):
@@ -98,25 +106,20 @@ def main():
             r[k] = (statistics.median(x[0] for x in rs), max(x[1] for x in rs))
         r["gzip -dc (decompression alone)"] = median_of(a.runs, ["sh", "-c", f"gzip -dc {gz} > /dev/null"])
         r["python json.load"] = median_of(a.runs, [sys.executable, "-c", f"import json; json.load(open('{path}'))"])
-        if hta_py:
-            hdir = os.path.join(a.work, f"hta_{mb}")
-            os.makedirs(hdir, exist_ok=True)
-            link = os.path.join(hdir, "rank-0.json")
-            if not os.path.exists(link):
-                os.symlink(path, link)
-            code = f"from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir='{hdir}')"
-            r["HolisticTraceAnalysis load"] = median_of(1, [hta_py, "-c", code])
-        ref = r["steptrace -j2"][0]
-        for k, (w, rss) in r.items():
-            rows.append((f"{size:.0f} MB", k, w, rss, w / ref, rss / size))
+        # The annotated traces load in Python (gzip + json) with every original event.
+        n_in = count_events(path)
+        for o, name in ((out, "annotated.pt.trace.json"), (out_gz, "annotated.pt.trace.json.gz")):
+            n_out = count_events(os.path.join(o, name))
+            checks.append(f"{name}: loads in Python, {n_out} events ({n_out - n_in} added to {n_in})")
+            assert n_out > n_in, name
     if a.big:
         path = make_trace(a.work, a.big)
         size = os.path.getsize(path) / 1e6
         out = os.path.join(a.work, "out_big")
         # Into the page cache first, as the smaller files are by the runs before the median.
         subprocess.run(["sh", "-c", f"cat {path} > /dev/null"], check=True)
-        w, rss = median_of(1, [st, "analyze", "--out", out, "--no-plots", "--no-annotated-trace", "-q", "-j", "2", path])
-        rows.append((f"{size:.0f} MB", "steptrace -j2 (large trace)", w, rss, float("nan"), rss / size))
+        w, rss = median_of(1, [st, "analyze", "--out", out, "-q", "-j", "2", path])
+        rows.append((f"{size:.0f} MB", "steptrace analyze (default) -j2", w, rss, float("nan"), rss / size))
     if a.snapshot:
         snap = os.path.join(a.work, f"snapshot_{a.snapshot}mb.pickle")
         if not os.path.exists(snap):
@@ -133,9 +136,18 @@ def main():
         w = statistics.median(x[0] for x in loads)
         rss = max(x[1] for x in loads)
         rows.append((f"{size:.0f} MB", "snapshot ingest (in-process)", w, rss, float("nan"), rss / size))
-    print(f"{'input':>8}  {'what':<32} {'wall s':>8} {'peak RSS MB':>12} {'x steptrace -j2':>16} {'RSS/size':>9}")
+    print(f"{'input':>8}  {'what':<34} {'wall s':>8} {'peak RSS MB':>12} {'x default -j2':>16} {'RSS/size':>9}")
     for t, k, w, rss, ratio, rr in rows:
-        print(f"{t:>8}  {k:<32} {w:>8.3f} {rss:>12.0f} {ratio:>16.2f} {rr:>9.2f}")
+        print(f"{t:>8}  {k:<34} {w:>8.3f} {rss:>12.0f} {ratio:>16.2f} {rr:>9.2f}")
+    for c in checks:
+        print(c)
+
+
+def count_events(path):
+    """Events in a trace, read the way a Python user would (gzip by name, then json)."""
+    op = gzip.open if path.endswith(".gz") else open
+    with op(path, "rt") as f:
+        return len(json.load(f)["traceEvents"])
 
 
 if __name__ == "__main__":

@@ -119,6 +119,15 @@ pub fn run_name(input: &Path) -> String {
 pub fn run_analysis(
     props: &AnalyzeProps,
 ) -> Result<(model::Trace, analysis::Analysis, Diagnostics), Error> {
+    run_analysis_with(props, &mut |_| {})
+}
+
+/// [`run_analysis`], calling `loaded` with the trace as soon as it is read (before the step is
+/// rebuilt), so that work which needs only the file can start beside the analysis.
+fn run_analysis_with(
+    props: &AnalyzeProps,
+    loaded: &mut dyn FnMut(&ingest::kineto::KinetoTrace),
+) -> Result<(model::Trace, analysis::Analysis, Diagnostics), Error> {
     let inputs = ingest::discover(
         &props.input,
         props.snapshot.as_deref(),
@@ -131,7 +140,9 @@ pub fn run_analysis(
         }
     };
     stage("reading and parsing");
-    let loaded = ingest::load_all(&inputs)?;
+    let inputs_loaded = ingest::load_all(&inputs)?;
+    loaded(&inputs_loaded.kineto);
+    let loaded = inputs_loaded;
     stage("rebuilding the step");
     let mut diag = Diagnostics::default();
     let mut trace = model::Trace::build(loaded, &mut diag);
@@ -184,15 +195,28 @@ fn apply_program_step_time(
 
 /// Reads, reconstructs, analyses and writes, returning the console summary.
 pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
-    let (trace, analysis, diag) = run_analysis(props)?;
     let out_dir = props
         .out
         .clone()
         .unwrap_or_else(|| default_out_dir(&props.input));
+    // The output directory is made ready as soon as the trace is read, so that the annotated
+    // trace's copy of the original text runs beside the analysis (issue 19).
+    let mut out: Option<Result<report::OutDir, report::Error>> = None;
+    let (trace, analysis, diag) = run_analysis_with(props, &mut |k| {
+        let mut o = report::OutDir::prepare(&out_dir);
+        if let Ok(o) = &mut o {
+            o.start_annotated(k, &props.report);
+        }
+        out = Some(o);
+    })?;
+    let out = match out {
+        Some(o) => o?,
+        None => report::OutDir::prepare(&out_dir)?,
+    };
     if let Some(p) = props.progress {
         p("writing results");
     }
-    report::write_all(&out_dir, &trace, &analysis, &diag, &props.report)?;
+    report::write_into(out, &trace, &analysis, &diag, &props.report)?;
     let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
     ingest::source::drop_aside(trace);
     Ok(Outcome {

@@ -29,10 +29,24 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            eprintln!("steptrace: error: {err:#}");
+            eprintln!("steptrace: error: {}", message(&err));
             ExitCode::from(exit_code(&err))
         }
     }
+}
+
+/// The error and its causes on one line, each cause once: the library's errors already end
+/// with the OS error they wrap, which is also their `source` ("x: File exists: File exists").
+fn message(err: &anyhow::Error) -> String {
+    let mut msg = err.to_string();
+    for cause in err.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.ends_with(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg.replace('\n', " ")
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {

@@ -104,6 +104,18 @@ pub fn read(path: &Path) -> Result<Source, Error> {
     }
 }
 
+/// The decompressed text of `path` as a stream, for a second pass that should not hold the
+/// whole text (the annotated trace): the file itself, or its gzip members inflated as read.
+pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
+    let mut file = std::io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?);
+    let gz = std::io::BufRead::fill_buf(&mut file)?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gz {
+        Box::new(flate2::bufread::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    })
+}
+
 /// Inflates a (possibly multi-member) gzip stream. An unexpected end of stream is not an error:
 /// the bytes decoded so far are returned with `true`, so a trace written by a killed process
 /// still yields its complete events.

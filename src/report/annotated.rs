@@ -7,22 +7,18 @@
 //! (its parts add up to `Total Allocated`), a track of nodes with rank, phase and category,
 //! and each activation's lifetime as an async slice.
 
-use std::fmt::Write as _;
-use std::io::Write;
-use std::path::Path;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 use super::{io, Error};
 use crate::analysis::memory::{Category, CATEGORIES};
 use crate::analysis::Analysis;
+use crate::ingest::kineto::EventsSpan;
 use crate::ingest::{json_scan, source};
 use crate::model::Trace;
 
 /// Process id of the added tracks.
 pub const PID: i64 = 999_999;
-
-fn us(ns: i64) -> String {
-    format!("{}.{:03}", ns.div_euclid(1000), ns.rem_euclid(1000))
-}
 
 fn keep_compact(ev: &[u8]) -> bool {
     let Ok(e) = serde_json::from_slice::<crate::ingest::kineto::raw::RawEvent<'_>>(ev) else {
@@ -45,42 +41,78 @@ fn keep_compact(ev: &[u8]) -> bool {
     )
 }
 
-/// The added events, as JSON texts.
-pub fn extra_events(t: &Trace, a: &Analysis) -> Vec<String> {
-    let mut v = Vec::new();
-    let esc = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
-    v.push(format!(
-        r#"{{"ph":"M","name":"process_name","pid":{PID},"tid":0,"args":{{"name":"steptrace"}}}}"#
-    ));
+/// Events of one kind, formatted in blocks on all threads and joined in item order (the text
+/// does not depend on the threads). Every event is followed by `,\n`; the caller trims the last.
+fn events_par<T: Sync>(items: &[T], f: impl Fn(&mut Vec<u8>, &T) + Sync) -> Vec<u8> {
+    use rayon::prelude::*;
+    let blocks: Vec<Vec<u8>> = items
+        .par_chunks(4096)
+        .map(|c| {
+            let mut b = Vec::with_capacity(c.len() * 160);
+            for x in c {
+                f(&mut b, x);
+                b.extend_from_slice(b",\n");
+            }
+            b
+        })
+        .collect();
+    blocks.concat()
+}
+
+fn num(b: &mut Vec<u8>, v: impl itoa::Integer) {
+    b.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+fn us_b(b: &mut Vec<u8>, ns: i64) {
+    super::us_text(ns, b);
+}
+
+fn str_b(b: &mut Vec<u8>, s: &str) {
+    // serde_json's escaping; writing into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *b, s);
+}
+
+/// The added events, as JSON text: events separated by `,\n` (none after the last).
+pub fn extra_events(t: &Trace, a: &Analysis) -> Vec<u8> {
+    let mut v: Vec<u8> = Vec::new();
+    let _ = writeln!(
+        v,
+        r#"{{"ph":"M","name":"process_name","pid":{PID},"tid":0,"args":{{"name":"steptrace"}}}},"#
+    );
     for (tid, name) in [
         (1, "nodes (main thread)"),
         (2, "nodes (other threads)"),
         (3, "activations"),
     ] {
-        v.push(format!(r#"{{"ph":"M","name":"thread_name","pid":{PID},"tid":{tid},"args":{{"name":"{name}"}}}}"#));
+        let _ = writeln!(
+            v,
+            r#"{{"ph":"M","name":"thread_name","pid":{PID},"tid":{tid},"args":{{"name":"{name}"}}}},"#
+        );
     }
-    for r in &a.timeline {
-        let mut args = String::new();
+    let pid = itoa::Buffer::new().format(PID).to_owned();
+    v.extend(events_par(&a.timeline, |b, r| {
+        b.extend_from_slice(br#"{"ph":"C","name":"memory by category","pid":"#);
+        b.extend_from_slice(pid.as_bytes());
+        b.extend_from_slice(br#","tid":0,"ts":"#);
+        us_b(b, r.ts);
+        b.extend_from_slice(br#","args":{"#);
         for (i, c) in CATEGORIES.iter().enumerate() {
-            let _ = write!(
-                args,
-                "{}\"{}\":{}",
-                if i > 0 { "," } else { "" },
-                c.key(),
-                r.breakdown[i]
-            );
+            if i > 0 {
+                b.push(b',');
+            }
+            b.push(b'"');
+            b.extend_from_slice(c.key().as_bytes());
+            b.extend_from_slice(b"\":");
+            num(b, r.breakdown[i]);
         }
-        v.push(format!(
-            r#"{{"ph":"C","name":"memory by category","pid":{PID},"tid":0,"ts":{},"args":{{{args}}}}}"#,
-            us(r.ts)
-        ));
-    }
+        b.extend_from_slice(b"}}");
+    }));
     let rank_of: rustc_hash::FxHashMap<&str, &crate::analysis::NodeStat> = a
         .node_stats
         .iter()
         .map(|s| (s.node_name.as_str(), s))
         .collect();
-    for n in &a.step.nodes {
+    v.extend(events_par(&a.step.nodes, |b, n| {
         let op = t.op(n.op);
         let tid = if Some(op.thread) == t.main_thread {
             1
@@ -88,99 +120,504 @@ pub fn extra_events(t: &Trace, a: &Analysis) -> Vec<String> {
             2
         };
         let st = rank_of.get(n.name.as_str());
-        v.push(format!(
-            r#"{{"ph":"X","cat":"steptrace_node","name":{},"pid":{PID},"tid":{tid},"ts":{},"dur":{},"args":{{"rank":{},"phase":"{}","type":"{}","iteration":{},"gpu_time_us":{},"kernels":{}}}}}"#,
-            esc(&n.name),
-            us(op.start),
-            us(op.dur),
-            st.map_or(n.rank, |s| s.rank),
-            n.phase.as_str(),
-            st.map_or("OTHER", |s| s.node_type.as_str()),
-            n.iteration,
-            us(n.gpu_time),
-            n.kernels
-        ));
-    }
-    let mut id = 0u64;
+        b.extend_from_slice(br#"{"ph":"X","cat":"steptrace_node","name":"#);
+        str_b(b, &n.name);
+        b.extend_from_slice(br#","pid":"#);
+        b.extend_from_slice(pid.as_bytes());
+        b.extend_from_slice(br#","tid":"#);
+        num(b, tid);
+        b.extend_from_slice(br#","ts":"#);
+        us_b(b, op.start);
+        b.extend_from_slice(br#","dur":"#);
+        us_b(b, op.dur);
+        b.extend_from_slice(br#","args":{"rank":"#);
+        num(b, st.map_or(n.rank, |s| s.rank));
+        b.extend_from_slice(br#","phase":""#);
+        b.extend_from_slice(n.phase.as_str().as_bytes());
+        b.extend_from_slice(br#"","type":""#);
+        b.extend_from_slice(st.map_or("OTHER", |s| s.node_type.as_str()).as_bytes());
+        b.extend_from_slice(br#"","iteration":"#);
+        num(b, n.iteration);
+        b.extend_from_slice(br#","gpu_time_us":"#);
+        us_b(b, n.gpu_time);
+        b.extend_from_slice(br#","kernels":"#);
+        num(b, n.kernels);
+        b.extend_from_slice(b"}}");
+    }));
+    // Activation slices: named after their producer, numbered per producer in block order.
     let mut per_producer: rustc_hash::FxHashMap<usize, u32> = rustc_hash::FxHashMap::default();
-    for b in &a.memory.blocks {
-        if b.category != Category::Activation {
-            continue;
+    let acts: Vec<(&crate::analysis::memory::Block, u32, usize)> = a
+        .memory
+        .blocks
+        .iter()
+        .filter(|b| b.category == Category::Activation)
+        .filter_map(|b| {
+            let (Some(p), Some(_)) = (b.producer, b.free) else {
+                return None;
+            };
+            let k = per_producer.entry(p).or_insert(0);
+            *k += 1;
+            Some((b, *k - 1, p))
+        })
+        .collect();
+    let ids: Vec<(usize, &(&crate::analysis::memory::Block, u32, usize))> =
+        acts.iter().enumerate().collect();
+    v.extend(events_par(&ids, |b, (i, (blk, k, p))| {
+        let mut name = Vec::new();
+        str_b(&mut name, &format!("{}/act{}", a.step.nodes[*p].name, k));
+        for (ph, ts) in [("b", blk.alloc), ("e", blk.free.unwrap_or(blk.alloc))] {
+            if ph == "e" {
+                b.extend_from_slice(b",\n");
+            }
+            b.extend_from_slice(br#"{"ph":""#);
+            b.extend_from_slice(ph.as_bytes());
+            b.extend_from_slice(br#"","cat":"activation","name":"#);
+            b.extend_from_slice(&name);
+            b.extend_from_slice(br#","id":"#);
+            num(b, i + 1);
+            b.extend_from_slice(br#","pid":"#);
+            b.extend_from_slice(pid.as_bytes());
+            b.extend_from_slice(br#","tid":3,"ts":"#);
+            us_b(b, ts);
+            if ph == "b" {
+                b.extend_from_slice(br#","args":{"bytes":"#);
+                num(b, blk.size);
+                b.push(b'}');
+            }
+            b.push(b'}');
         }
-        let (Some(p), Some(free)) = (b.producer, b.free) else {
-            continue;
-        };
-        let k = per_producer.entry(p).or_insert(0);
-        let name = format!("{}/act{}", a.step.nodes[p].name, k);
-        *k += 1;
-        id += 1;
-        v.push(format!(
-            r#"{{"ph":"b","cat":"activation","name":{},"id":{id},"pid":{PID},"tid":3,"ts":{},"args":{{"bytes":{}}}}}"#,
-            esc(&name),
-            us(b.alloc),
-            b.size
-        ));
-        v.push(format!(
-            r#"{{"ph":"e","cat":"activation","name":{},"id":{id},"pid":{PID},"tid":3,"ts":{}}}"#,
-            esc(&name),
-            us(free)
-        ));
-    }
+    }));
+    // The last event's separator.
+    v.truncate(v.len() - 2);
     v
 }
 
-/// Writes the annotated trace (gzip) to `path`.
-pub fn write(path: &Path, t: &Trace, a: &Analysis, compact: bool) -> Result<(), Error> {
-    let src = source::read(&t.kineto.path).map_err(|e| Error::Io {
-        path: t.kineto.path.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    let buf = src.bytes;
+/// Name of the annotated trace for this input: it takes the input's form, gzip or plain.
+pub fn file_name(t: &Trace) -> &'static str {
+    file_name_for(t.kineto.gzipped)
+}
+
+/// [`file_name`] for an input that is (or is not) gzip.
+pub fn file_name_for(gzipped: bool) -> &'static str {
+    if gzipped {
+        "annotated.pt.trace.json.gz"
+    } else {
+        "annotated.pt.trace.json"
+    }
+}
+
+/// The original text before the added events, being copied into the (part) output file by a
+/// thread of its own. The copy is the kernel's (`copy_file_range` on Linux: the bytes never
+/// pass through this process, so it adds nothing to its memory).
+#[derive(Debug)]
+pub struct HeadCopy {
+    handle: std::thread::JoinHandle<std::io::Result<std::fs::File>>,
+}
+
+impl HeadCopy {
+    /// Starts copying the first `len` bytes of `src` into a new file at `part`.
+    pub(crate) fn start(src: &Path, part: PathBuf, len: usize) -> Option<HeadCopy> {
+        let src = src.to_path_buf();
+        let handle = std::thread::Builder::new()
+            .name("steptrace-copy".into())
+            .spawn(move || copy_head(&src, &part, len))
+            .ok()?;
+        Some(HeadCopy { handle })
+    }
+
+    /// Waits for the copy; the file is positioned at its end.
+    fn finish(self) -> std::io::Result<std::fs::File> {
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the copying thread panicked")))
+    }
+
+    /// Waits for the copy and drops its file (the run did not complete).
+    pub(crate) fn abandon(self) {
+        let _ = self.handle.join();
+    }
+}
+
+fn copy_head(src: &Path, part: &Path, len: usize) -> std::io::Result<std::fs::File> {
+    let mut s = std::fs::File::open(src)?;
+    let _ = std::fs::remove_file(part);
+    let mut f = std::fs::File::create(part)?;
+    let n = std::io::copy(&mut (&mut s).take(len as u64), &mut f)?;
+    if n != len as u64 {
+        return Err(changed());
+    }
+    Ok(f)
+}
+
+fn changed() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "the trace changed while it was analysed",
+    )
+}
+
+/// Bytes of input compressed as one piece on one thread. The cut points depend only on the
+/// size, so the file does not depend on the thread count. 2 MiB keeps the ratio within a few
+/// per mille of one stream's.
+const GZ_BLOCK: usize = 2 << 20;
+
+/// zlib level of the annotated trace's members, chosen by measurement (docs/performance.md).
+const GZ_LEVEL: u32 = 1;
+
+/// The text between the original events and what follows them: the added events, with a comma
+/// before them when original events precede.
+fn middle(span: EventsSpan, extras: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(extras.len() + 8);
+    if !extras.is_empty() {
+        if span.has_elements {
+            m.extend_from_slice(b",\n");
+        }
+        m.extend_from_slice(extras);
+    }
+    if !span.complete {
+        // A truncated trace: what followed is gone; close the array and the object.
+        m.extend_from_slice(b"\n]}\n");
+    }
+    m
+}
+
+/// The whole annotated text of `text` (tests, and compact output that filters events).
+pub(crate) fn assemble(text: &[u8], span: EventsSpan, extras: &[u8]) -> Vec<u8> {
+    let head = &text[..span.insert_at.min(text.len())];
+    let mut out = Vec::with_capacity(text.len() + 4096);
+    out.extend_from_slice(head);
+    out.extend_from_slice(&middle(span, extras));
+    if span.complete {
+        out.extend_from_slice(&text[span.insert_at.min(text.len())..]);
+    }
+    out
+}
+
+/// The compact text: the header, the kept events, the added ones and the rest of the document.
+fn compact_text(buf: &[u8], path: &Path, extras: &[u8]) -> Result<Vec<u8>, Error> {
     let bad = |what: &str| Error::Io {
-        path: t.kineto.path.clone(),
+        path: path.to_path_buf(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()),
     };
-    let start = json_scan::find_top_level_key(&buf, b"traceEvents")
+    let start = json_scan::find_top_level_key(buf, b"traceEvents")
         .ok()
         .flatten()
         .ok_or_else(|| bad("no traceEvents"))?
         .value_start;
     // One chunk per element gives every element's boundaries.
     let arr =
-        json_scan::chunk_array(&buf, start, 1).map_err(|_| bad("traceEvents is not an array"))?;
-    let f = super::create(path)?;
-    let mut w =
-        flate2::write::GzEncoder::new(std::io::BufWriter::new(f), flate2::Compression::new(6));
-    let mut out = |bytes: &[u8]| w.write_all(bytes).map_err(io(path));
-    out(&buf[..=start])?;
+        json_scan::chunk_array(buf, start, 1).map_err(|_| bad("traceEvents is not an array"))?;
+    let mut out = Vec::with_capacity(buf.len() / 2);
+    out.extend_from_slice(&buf[..=start]);
     let mut first = true;
     for &(s, e) in &arr.chunks {
         let ev = &buf[s..e];
-        if compact && !keep_compact(ev) {
+        if !keep_compact(ev) {
             continue;
         }
         if !first {
-            out(b",\n")?;
+            out.extend_from_slice(b",\n");
         }
         first = false;
-        out(ev)?;
+        out.extend_from_slice(ev);
     }
-    for ev in extra_events(t, a) {
-        if !first {
-            out(b",\n")?;
-        }
-        first = false;
-        out(ev.as_bytes())?;
-    }
-    out(b"]")?;
+    let span = EventsSpan {
+        insert_at: out.len(),
+        has_elements: !first,
+        complete: true,
+    };
+    let mut tail = b"]".to_vec();
     match arr.end {
-        Some(end) => out(&buf[end..])?,
-        None => out(b"}\n")?,
+        Some(end) => tail.extend_from_slice(&buf[end..]),
+        None => tail.extend_from_slice(b"}\n"),
     }
-    let inner = w.finish().map_err(io(path))?;
-    inner.into_inner().map_err(|e| Error::Io {
+    out.extend_from_slice(&tail);
+    Ok(assemble(&out, span, extras))
+}
+
+/// Reads up to `n` blocks of [`GZ_BLOCK`] bytes (fewer at the end of the input).
+fn read_blocks(r: &mut impl Read, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
+    let mut blocks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut b = Vec::with_capacity(GZ_BLOCK);
+        (&mut *r).take(GZ_BLOCK as u64).read_to_end(&mut b)?;
+        if b.is_empty() {
+            break;
+        }
+        let short = b.len() < GZ_BLOCK;
+        blocks.push(b);
+        if short {
+            break;
+        }
+    }
+    Ok(blocks)
+}
+
+/// The input's text with the middle put in: `head_left` bytes of `inner`, then `mid`, then
+/// (when `rest`) the rest of `inner`.
+struct Spliced<R> {
+    inner: R,
+    head_left: u64,
+    mid: Vec<u8>,
+    mid_at: usize,
+    rest: bool,
+}
+
+impl<R: Read> Read for Spliced<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.head_left > 0 {
+            let want = buf
+                .len()
+                .min(usize::try_from(self.head_left).unwrap_or(usize::MAX));
+            let n = self.inner.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(changed());
+            }
+            self.head_left -= n as u64;
+            return Ok(n);
+        }
+        if self.mid_at < self.mid.len() {
+            let n = buf.len().min(self.mid.len() - self.mid_at);
+            buf[..n].copy_from_slice(&self.mid[self.mid_at..self.mid_at + n]);
+            self.mid_at += n;
+            return Ok(n);
+        }
+        if self.rest {
+            self.inner.read(buf)
+        } else {
+            Ok(0)
+        }
+    }
+}
+
+/// One piece as raw deflate ending on a byte boundary (a sync flush: an empty stored block),
+/// so pieces compressed apart concatenate into one deflate stream; with the piece's CRC-32.
+fn deflate_piece(block: &[u8]) -> std::io::Result<(Vec<u8>, flate2::Crc)> {
+    let mut c = flate2::Compress::new(flate2::Compression::new(GZ_LEVEL), false);
+    let mut out = Vec::with_capacity(block.len() / 4 + 1024);
+    loop {
+        let at = c.total_in() as usize;
+        c.compress_vec(&block[at..], &mut out, flate2::FlushCompress::Sync)
+            .map_err(std::io::Error::other)?;
+        // Done once all input is taken and the flush fitted (room was left over).
+        if c.total_in() as usize == block.len() && out.len() < out.capacity() {
+            break;
+        }
+        out.reserve(out.capacity().max(1 << 16));
+    }
+    let mut crc = flate2::Crc::new();
+    crc.update(block);
+    Ok((out, crc))
+}
+
+/// Compresses everything `r` yields into `out` as one gzip member whose deflate stream is
+/// made of pieces compressed on all threads (as pigz does), so every gzip reader takes it,
+/// including those that stop after a first member. Reading the next pieces (from a file, or
+/// inflating the input) overlaps compressing the ones before; at most two batches are in
+/// memory.
+pub(crate) fn gzip_parallel(mut r: impl Read + Send, out: &mut impl Write) -> std::io::Result<()> {
+    use rayon::prelude::*;
+    // Header: deflate, no name, no time, OS unknown (RFC 1952).
+    out.write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff])?;
+    let mut crc = flate2::Crc::new();
+    let batch = 2 * rayon::current_num_threads().max(1);
+    let mut cur = read_blocks(&mut r, batch)?;
+    while !cur.is_empty() {
+        let (pieces, next) = rayon::join(
+            || {
+                cur.par_iter()
+                    .map(|b| deflate_piece(b))
+                    .collect::<std::io::Result<Vec<_>>>()
+            },
+            || read_blocks(&mut r, batch),
+        );
+        for (bytes, c) in pieces? {
+            out.write_all(&bytes)?;
+            crc.combine(&c);
+        }
+        cur = next?;
+    }
+    // The final block: empty, fixed Huffman (BFINAL=1, BTYPE=01, end of block).
+    out.write_all(&[0x03, 0x00])?;
+    out.write_all(&crc.sum().to_le_bytes())?;
+    out.write_all(&crc.amount().to_le_bytes())?;
+    out.flush()
+}
+
+/// Writes the annotated trace to `path` (see [`file_name`]). A plain trace is copied by the
+/// kernel (`copy_file_range`: no pass through this process's memory) with the added events put
+/// in at one point; a gzip trace is inflated as a stream and compressed on all threads, so
+/// neither holds the input in memory.
+///
+/// `head`: the copy [`OutDir::start_annotated`](super::OutDir::start_annotated) began, if any.
+pub fn write(
+    path: &Path,
+    t: &Trace,
+    a: &Analysis,
+    compact: bool,
+    head: Option<HeadCopy>,
+) -> Result<(), Error> {
+    let src_path = &t.kineto.path;
+    let in_err = |e: std::io::Error| Error::Io {
+        path: src_path.clone(),
+        source: e,
+    };
+    let span = t.kineto.events_span;
+    if !compact && !t.kineto.gzipped {
+        // The head is copied by the kernel while the added events are formatted.
+        let part = super::out_dir::part_path(path);
+        let (copied, extras) = rayon::join(
+            || match head {
+                Some(h) => h.finish(),
+                None => copy_head(src_path, &part, span.insert_at),
+            },
+            || extra_events(t, a),
+        );
+        let mut f = std::io::BufWriter::with_capacity(1 << 16, copied.map_err(in_err)?);
+        f.write_all(&middle(span, &extras)).map_err(io(path))?;
+        drop(extras);
+        if span.complete {
+            let mut src = std::fs::File::open(src_path).map_err(in_err)?;
+            std::io::Seek::seek(&mut src, std::io::SeekFrom::Start(span.insert_at as u64))
+                .map_err(in_err)?;
+            let f = f.into_inner().map_err(|e| Error::Io {
+                path: path.to_path_buf(),
+                source: e.into_error(),
+            })?;
+            std::io::copy(&mut src, &mut &f).map_err(io(path))?;
+        } else {
+            f.flush().map_err(io(path))?;
+        }
+        return Ok(());
+    }
+    if let Some(h) = head {
+        h.abandon();
+    }
+    let extras = extra_events(t, a);
+    let mut f = std::io::BufWriter::with_capacity(1 << 16, super::create(path)?);
+    if compact {
+        let src = source::read(src_path).map_err(|e| Error::Io {
+            path: src_path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let text = compact_text(&src.bytes, src_path, &extras)?;
+        drop(src);
+        if t.kineto.gzipped {
+            gzip_parallel(&text[..], &mut f).map_err(io(path))?;
+        } else {
+            f.write_all(&text).map_err(io(path))?;
+        }
+    } else {
+        let input = source::open_stream(src_path).map_err(in_err)?;
+        let spliced = Spliced {
+            inner: input,
+            head_left: span.insert_at as u64,
+            mid: middle(span, &extras),
+            mid_at: 0,
+            rest: span.complete,
+        };
+        drop(extras);
+        gzip_parallel(spliced, &mut f).map_err(io(path))?;
+    }
+    let inner = f.into_inner().map_err(|e| Error::Io {
         path: path.to_path_buf(),
         source: e.into_error(),
     })?;
+    drop(inner);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostics::Diagnostics;
+
+    const TEXT: &str = r#"{"schemaVersion":1,
+  "traceEvents": [
+  {"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1,"dur":5},
+  {"ph":"X","cat":"cpu_op","name":"b","pid":1,"tid":1,"ts":2,"dur":1},
+  {"ph":"i","s":"g","name":"c","pid":1,"tid":1,"ts":9}
+  ],
+  "traceName": "t"
+}"#;
+
+    /// Issue 19: the added events go in at one point of the original text, which stays byte
+    /// for byte around them, for the whole trace and for every cut of it (a truncated trace
+    /// keeps its complete events and is closed).
+    #[test]
+    fn added_events_make_valid_json_at_every_cut() {
+        let extras = br#"{"ph":"M","name":"process_name","pid":9,"tid":0},
+{"ph":"C","name":"m","pid":9,"tid":0,"ts":1,"args":{"x":1}}"#;
+        let start = TEXT.find('[').unwrap();
+        for cut in start + 1..=TEXT.len() {
+            let text = &TEXT.as_bytes()[..cut];
+            let mut d = Diagnostics::default();
+            let Ok(t) = crate::ingest::kineto::from_bytes(
+                Path::new("t.json"),
+                text.to_vec(),
+                false,
+                &mut d,
+            ) else {
+                continue;
+            };
+            let span = t.events_span;
+            let out = assemble(text, span, extras);
+            let v: serde_json::Value = serde_json::from_slice(&out)
+                .unwrap_or_else(|e| panic!("cut {cut}: {e}\n{}", String::from_utf8_lossy(&out)));
+            let n = v["traceEvents"].as_array().unwrap().len();
+            assert_eq!(n, t.event_count + 2, "cut {cut}");
+            assert_eq!(&out[..span.insert_at], &text[..span.insert_at]);
+            if cut == TEXT.len() {
+                assert!(span.complete);
+                assert!(out.ends_with(&text[span.insert_at..]));
+                assert_eq!(v["traceName"], "t");
+            }
+        }
+    }
+
+    fn gz(data: &[u8], threads: usize) -> Vec<u8> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut out = Vec::new();
+        pool.install(|| gzip_parallel(data, &mut out)).unwrap();
+        out
+    }
+
+    /// Issue 19: the parallel gzip is one member that a reader stopping after the first
+    /// member (flate2's `GzDecoder`, as some viewers' inflaters) reads whole, its CRC and size
+    /// checked, and its bytes do not depend on the threads.
+    #[test]
+    fn parallel_gzip_is_one_member_and_thread_independent() {
+        let mut x = 7u32;
+        let data: Vec<u8> = (0..(GZ_BLOCK * 5 + 12345))
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                let alphabet = b"{}\":,0123456789abcdef \n";
+                alphabet[(x >> 16) as usize % alphabet.len()]
+            })
+            .collect();
+        let one = gz(&data, 1);
+        assert_eq!(one, gz(&data, 4));
+        let mut back = Vec::new();
+        flate2::read::GzDecoder::new(&one[..])
+            .read_to_end(&mut back)
+            .unwrap();
+        assert!(back == data, "round trip differs");
+        // Nothing after the member.
+        let mut dec = flate2::bufread::GzDecoder::new(&one[..]);
+        std::io::copy(&mut dec, &mut std::io::sink()).unwrap();
+        assert!(std::io::BufRead::fill_buf(dec.get_mut())
+            .unwrap()
+            .is_empty());
+        let mut empty = Vec::new();
+        flate2::read::GzDecoder::new(&gz(b"", 2)[..])
+            .read_to_end(&mut empty)
+            .unwrap();
+        assert!(empty.is_empty());
+    }
 }

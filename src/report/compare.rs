@@ -142,6 +142,7 @@ pub fn write(
         "memory at the peak by category",
         &bars,
     )?);
+    super::rename_parts(dir)?;
     Ok(files)
 }
 
@@ -173,5 +174,6 @@ pub fn write_sweep_curves(
         "ms",
         &[("step time (median)".into(), time)],
     )?);
+    super::rename_parts(dir)?;
     Ok(files)
 }

@@ -31,10 +31,10 @@ fn table(o: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>)
     o.push_str("</tbody></table>");
 }
 
-/// Writes `report.html` into `dir`, inlining the SVG plots found in `plot_dir`.
+/// Writes `report.html` into `dir`, inlining the SVG plots given (name, text), in order.
 pub(super) fn write(
     dir: &Path,
-    plot_dir: &Path,
+    svgs: &[(&str, String)],
     a: &Analysis,
     diag: &Diagnostics,
 ) -> Result<(), Error> {
@@ -154,12 +154,9 @@ pub(super) fn write(
         }),
     );
     o.push_str("<h2>Plots</h2>");
-    for name in super::plot::PLOTS {
-        let p = plot_dir.join(format!("{name}.svg"));
-        if let Ok(svg) = std::fs::read_to_string(&p) {
-            let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
-            let _ = write!(o, "<div class=\"plot\" id=\"{name}\">{body}</div>");
-        }
+    for (name, svg) in svgs {
+        let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+        let _ = write!(o, "<div class=\"plot\" id=\"{name}\">{body}</div>");
     }
     let lines = diag.lines();
     if !lines.is_empty() {

@@ -12,7 +12,10 @@ pub mod flops;
 pub mod frames;
 mod html;
 mod memory;
+pub mod out_dir;
 pub mod plot;
+
+pub use out_dir::OutDir;
 
 /// What to write besides the tables.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +49,12 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// `--out` names something that is not a directory.
+    #[error("{}: not a directory (--out names the folder to write results into)", path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
 }
 
 /// Names of the files [`write_all`] creates.
@@ -63,15 +72,25 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Creates an output file, removing an old one of that name first. Writing over a file
-/// truncates it, and ext4 then pushes the new data to disk when it is closed (its
-/// `auto_da_alloc` guard for files rewritten in place): about 6 of the 40 ms of writing a
-/// 250 MB trace's results into the directory of an earlier run. As with a file replaced by
-/// rename, a link at that name is replaced, not followed.
+/// Creates an output file under its part name ([`out_dir::part_path`]); the run's
+/// [`OutDir::commit`] (or [`rename_parts`]) gives it its final name once every file is
+/// complete. Part names are new files: nothing is truncated in place (which on ext4 also
+/// made closing the file wait for its data, `auto_da_alloc`).
 pub(crate) fn create(path: &Path) -> Result<File, Error> {
+    let part = out_dir::part_path(path);
     // A failure to remove (no such file, a directory) is left to `create` to report.
-    let _ = std::fs::remove_file(path);
-    File::create(path).map_err(io(path))
+    let _ = std::fs::remove_file(&part);
+    File::create(&part).map_err(io(path))
+}
+
+/// Gives the files written into `dir` (and its plots) their final names: for outputs that are
+/// not an analysis run's (compare, sweep).
+pub fn rename_parts(dir: &Path) -> Result<(), Error> {
+    for p in out_dir::parts(dir) {
+        let fin = out_dir::final_path(&p);
+        std::fs::rename(&p, &fin).map_err(io(&fin))?;
+    }
+    Ok(())
 }
 
 /// [`create`], then `bytes` written.
@@ -237,11 +256,6 @@ pub fn summary_with_warnings(a: &Analysis, diag: &Diagnostics) -> Summary {
 }
 
 /// Writes every output file into `dir` (created if missing).
-///
-/// The files are independent of one another, so they are written as parallel tasks (plots and
-/// the gzip of the annotated trace dominate on large runs). Each file's bytes do not depend on
-/// the thread count; when several tasks fail, the error of the earliest task in the list below
-/// is returned, so the error is deterministic too.
 pub fn write_all(
     dir: &Path,
     t: &Trace,
@@ -249,8 +263,39 @@ pub fn write_all(
     diag: &Diagnostics,
     opts: &ReportOptions,
 ) -> Result<(), Error> {
+    write_into(OutDir::prepare(dir)?, t, a, diag, opts)
+}
+
+/// Writes every output file into a prepared directory and commits them.
+///
+/// The files are independent of one another, so they are written as parallel tasks (each plot
+/// on its own, the annotated trace, the Parquet copies, the tables); the previous run's files
+/// are removed beside them. Each file's bytes do not depend on the thread count; when several
+/// tasks fail, the error of the earliest task in the list below is returned, so the error is
+/// deterministic too.
+pub fn write_into(
+    mut out: OutDir,
+    t: &Trace,
+    a: &Analysis,
+    diag: &Diagnostics,
+    opts: &ReportOptions,
+) -> Result<(), Error> {
     use rayon::prelude::*;
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let clearing = out.clear_previous();
+    let dir = out.path().to_path_buf();
+    let dir = dir.as_path();
+    let head = std::sync::Mutex::new(out.head.take());
+    let plot_dir = dir.join("plots");
+    let plots = if opts.no_plots {
+        Vec::new()
+    } else {
+        plot::jobs(a, &opts.plots, opts.gpu_mem_bytes)
+    };
+    if !plots.is_empty() {
+        std::fs::create_dir_all(&plot_dir).map_err(io(&plot_dir))?;
+    }
+    let svgs: Vec<std::sync::Mutex<Option<String>>> =
+        plots.iter().map(|_| std::sync::Mutex::new(None)).collect();
     type Task<'a> = Box<dyn Fn() -> Result<(), Error> + Send + Sync + 'a>;
     let mut tasks: Vec<Task<'_>> = vec![
         Box::new(|| write_summary(&dir.join("summary.json"), a, diag)),
@@ -268,21 +313,37 @@ pub fn write_all(
     for w in frames::writers() {
         tasks.push(Box::new(move || w(dir, t, a)));
     }
-    if !opts.no_plots {
-        tasks.push(Box::new(|| {
-            let plot_dir = dir.join("plots");
-            plot::write_plots(&plot_dir, a, &opts.plots, opts.gpu_mem_bytes)?;
-            // The HTML report embeds the plots, so it follows them in the same task.
-            html::write(dir, &plot_dir, a, diag)
-        }));
-    }
     if opts.annotated_trace {
         tasks.push(Box::new(|| {
-            annotated::write(&dir.join("annotated.pt.trace.json.gz"), t, a, opts.compact)
+            let h = head.lock().unwrap_or_else(|e| e.into_inner()).take();
+            annotated::write(&dir.join(annotated::file_name(t)), t, a, opts.compact, h)
+        }));
+    }
+    for (job, slot) in plots.iter().zip(&svgs) {
+        let plot_dir = &plot_dir;
+        tasks.push(Box::new(move || {
+            let svg = job.write(plot_dir)?;
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(svg);
+            Ok(())
         }));
     }
     let results: Vec<Result<(), Error>> = tasks.par_iter().map(|task| task()).collect();
-    results.into_iter().collect()
+    drop(tasks);
+    let done: Result<(), Error> = results.into_iter().collect();
+    if let Some(h) = clearing {
+        let _ = h.join();
+    }
+    done?;
+    if !opts.no_plots {
+        // The HTML report inlines the SVG plots, so it follows them.
+        let svgs: Vec<(&str, String)> = plots
+            .iter()
+            .zip(svgs)
+            .filter_map(|(j, s)| Some((j.name(), s.into_inner().ok()??)))
+            .collect();
+        html::write(dir, &svgs, a, diag)?;
+    }
+    out.commit()
 }
 
 fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {
@@ -684,8 +745,10 @@ mod tests {
                 .text(if v % 3 == 0 { "a,b" } else { "c" })
                 .end();
         }
-        let written = std::fs::read(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        // Written under its part name until the run commits.
+        let part = out_dir::part_path(&path);
+        let written = std::fs::read(&part).unwrap();
+        std::fs::remove_file(&part).unwrap();
         assert_eq!(written, expected.bytes());
     }
 

@@ -178,9 +178,10 @@ fn flops_prints_the_graph_profile_and_comparison() {
 fn unwritable_outputs_give_one_deterministic_error() {
     for threads in ["1", "4"] {
         let dir = tempfile::tempdir().unwrap();
-        // Directories where files belong make those two writes fail.
-        std::fs::create_dir(dir.path().join("summary.json")).unwrap();
-        std::fs::create_dir(dir.path().join("memory_timeline.csv")).unwrap();
+        // Directories where the files are first written (under their part names) make those
+        // two writes fail.
+        std::fs::create_dir(dir.path().join("summary.json.steptrace-part")).unwrap();
+        std::fs::create_dir(dir.path().join("memory_timeline.csv.steptrace-part")).unwrap();
         let out = steptrace()
             .args(["analyze", "--no-plots", "-j", threads, "--out"])
             .arg(dir.path())
@@ -194,4 +195,35 @@ fn unwritable_outputs_give_one_deterministic_error() {
             "threads {threads}"
         );
     }
+}
+
+/// Issue 19: `--out` naming a file is one line saying so, exit 1, and the OS text is not
+/// printed twice.
+#[test]
+fn issue19_out_naming_a_file_says_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("results");
+    std::fs::write(&file, "mine").unwrap();
+    let out = steptrace()
+        .args(["analyze", "--no-plots", "--out"])
+        .arg(&file)
+        .arg(root().join("sample_traces/resnet18"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    one_line_error(&out.stderr, "results: not a directory");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
+/// Issue 19: an input error's OS text is printed once.
+#[test]
+fn issue19_os_error_text_is_printed_once() {
+    let out = steptrace()
+        .args(["analyze", "/nonexistent/steptrace/trace.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let s = String::from_utf8_lossy(&out.stderr);
+    one_line_error(&out.stderr, "/nonexistent/steptrace/trace.json");
+    assert_eq!(s.matches("os error 2").count(), 1, "{s}");
 }

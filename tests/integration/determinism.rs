@@ -7,12 +7,13 @@ fn run_with(threads: usize, sample: &std::path::Path, out: &std::path::Path) {
         .num_threads(threads)
         .build()
         .unwrap();
-    let props = steptrace::AnalyzeProps {
+    let mut props = steptrace::AnalyzeProps {
         input: sample.to_path_buf(),
         out: Some(out.to_path_buf()),
         top: 10,
         ..Default::default()
     };
+    props.report.annotated_trace = true;
     let outcome = pool.install(|| steptrace::analyze(&props)).unwrap();
     std::fs::write(out.join("console.txt"), outcome.console).unwrap();
 }
@@ -24,17 +25,18 @@ fn one_and_four_threads_write_identical_files() {
         let (a, b) = (dir.path().join("t1"), dir.path().join("t4"));
         run_with(1, &s, &a);
         run_with(4, &s, &b);
-        let mut names: Vec<_> = steptrace::report::FILES
-            .iter()
-            .map(|f| f.to_string())
-            .collect();
-        names.push("console.txt".into());
-        #[cfg(feature = "parquet")]
-        names.extend(
-            steptrace::report::frames::FILES
-                .iter()
-                .map(|f| f.to_string()),
+        // Every file the run wrote (its list), the plots and the annotated trace among them.
+        let list = |d: &std::path::Path| {
+            std::fs::read_to_string(d.join(steptrace::report::out_dir::LIST)).unwrap()
+        };
+        assert_eq!(list(&a), list(&b), "{s:?}");
+        let mut names: Vec<String> = list(&a).lines().map(str::to_owned).collect();
+        assert!(
+            names.iter().any(|n| n.starts_with("annotated.")),
+            "{names:?}"
         );
+        assert!(names.iter().any(|n| n.ends_with(".png")), "{names:?}");
+        names.push("console.txt".into());
         for f in names {
             let x = std::fs::read(a.join(&f)).unwrap();
             let y = std::fs::read(b.join(&f)).unwrap();

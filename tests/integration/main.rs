@@ -7,6 +7,7 @@ mod corpus;
 mod determinism;
 mod golden;
 mod liveness;
+mod outputs;
 mod properties;
 mod reports;
 mod robustness;

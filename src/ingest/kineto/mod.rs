@@ -263,6 +263,84 @@ pub struct Truncation {
     pub gzip_stream_cut: bool,
 }
 
+/// Where events can be added to the trace's own text: the annotated trace is that text with
+/// steptrace's events put in at one point, so that every original byte around them is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventsSpan {
+    /// Byte offset (in the decompressed text) just past the last complete element of
+    /// `traceEvents`, or past its `[` when it has none.
+    pub insert_at: usize,
+    /// Whether `traceEvents` has a complete element before `insert_at` (added events then need
+    /// a comma before them).
+    pub has_elements: bool,
+    /// Whether the array and the document end properly after `insert_at`; if not (a truncated
+    /// trace), what follows is dropped and the array and object are closed instead.
+    pub complete: bool,
+}
+
+impl EventsSpan {
+    fn new(buf: &[u8], arr_start: usize, end: Option<usize>, cut_at: Option<usize>) -> EventsSpan {
+        // The last byte that is not white space before `limit`, at or after the `[`.
+        let last_non_ws = |limit: usize| {
+            let mut i = limit.min(buf.len());
+            while i > arr_start && matches!(buf[i - 1], b' ' | b'\n' | b'\r' | b'\t') {
+                i -= 1;
+            }
+            i.saturating_sub(1).max(arr_start)
+        };
+        let limit = match end {
+            // `end` is just past the `]`.
+            Some(e) => e.saturating_sub(1),
+            None => cut_at.unwrap_or(buf.len()),
+        };
+        let last = last_non_ws(limit);
+        let (insert_at, has_elements) = if last <= arr_start {
+            (arr_start + 1, false)
+        } else if end.is_none() && buf[last] == b',' {
+            // A truncated array: the comma after the last complete element goes too.
+            (last, true)
+        } else {
+            (last + 1, true)
+        };
+        EventsSpan {
+            insert_at,
+            has_elements,
+            complete: end.is_some_and(|e| object_closes(buf, e)),
+        }
+    }
+}
+
+/// Whether the text from `i` (just past the events array) is the rest of the top-level object:
+/// more members, then `}` and nothing but white space. A trace cut after its events array is
+/// not (its annotated copy closes the object itself).
+fn object_closes(buf: &[u8], mut i: usize) -> bool {
+    loop {
+        i = json_scan::skip_ws(buf, i);
+        match buf.get(i) {
+            Some(b'}') => return json_scan::skip_ws(buf, i + 1) == buf.len(),
+            Some(b',') => {
+                i = json_scan::skip_ws(buf, i + 1);
+                if buf.get(i) != Some(&b'"') {
+                    return false;
+                }
+                let Some(k) = json_scan::skip_string(buf, i) else {
+                    return false;
+                };
+                i = json_scan::skip_ws(buf, k);
+                if buf.get(i) != Some(&b':') {
+                    return false;
+                }
+                i = json_scan::skip_ws(buf, i + 1);
+                let Some(v) = json_scan::skip_value(buf, i) else {
+                    return false;
+                };
+                i = v;
+            }
+            _ => return false,
+        }
+    }
+}
+
 /// Everything steptrace takes from one Kineto trace.
 #[derive(Debug, Clone)]
 pub struct KinetoTrace {
@@ -294,6 +372,10 @@ pub struct KinetoTrace {
     pub truncated: Option<Truncation>,
     /// Uncompressed size, bytes.
     pub text_bytes: usize,
+    /// Whether the file is gzip (the annotated trace mirrors it).
+    pub gzipped: bool,
+    /// Where added events go in the text.
+    pub events_span: EventsSpan,
     /// The texts behind every op's [`InputSpans`].
     pub input_text: String,
 }
@@ -339,7 +421,9 @@ impl KinetoTrace {
 /// Reads and parses a Kineto trace file (`.json` or gzip).
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
     let src = source::read(path)?;
-    from_bytes(path, src.bytes, src.truncated_gzip, diag)
+    let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
+    t.gzipped = src.gzipped;
+    Ok(t)
 }
 
 /// Parses Kineto trace text already in memory.
@@ -438,6 +522,8 @@ pub fn from_bytes_chunked(
         event_count: elements,
         truncated,
         text_bytes: buf.len(),
+        gzipped: false,
+        events_span: EventsSpan::new(&buf, arr_start, array.end, array.cut_at),
         input_text: String::new(),
     };
     // Unmapping a large file takes milliseconds of page-table work that nothing waits for.

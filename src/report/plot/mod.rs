@@ -103,27 +103,73 @@ fn write_data(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(), 
     w.flush().map_err(io(path))
 }
 
+/// Encodes an RGB image as PNG with the Sub filter on every row: plots are flat colours and
+/// lines, which it keeps small. The image crate's default (adaptive filter choice per row)
+/// took about 3x as long and wrote files 4-5x larger (210 KB against 45 KB); its fast deflate
+/// wrote 540 KB files (docs/performance.md).
+fn encode_png(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>, png::EncodingError> {
+    let mut out = Vec::with_capacity(rgb.len() / 8);
+    {
+        let mut e = png::Encoder::new(&mut out, w, h);
+        e.set_color(png::ColorType::Rgb);
+        e.set_depth(png::BitDepth::Eight);
+        e.set_compression(png::Compression::Default);
+        e.set_filter(png::FilterType::Sub);
+        let mut w = e.write_header()?;
+        w.write_image_data(rgb)?;
+        w.finish()?;
+    }
+    Ok(out)
+}
+
+/// Draws `data` with `draw` as `<dir>/<name>.svg` and `.png`; returns the SVG text (the HTML
+/// report inlines it). The one builder every plot goes through.
+fn render<D: ?Sized>(
+    dir: &Path,
+    name: &str,
+    draw: impl Fn(&DrawingArea<SVGBackend<'_>, Shift>, &D) -> DrawResult,
+    draw_png: impl Fn(&DrawingArea<BitMapBackend<'_>, Shift>, &D) -> DrawResult,
+    data: &D,
+    out: &mut Vec<PathBuf>,
+) -> Result<String, Error> {
+    let svg = dir.join(format!("{name}.svg"));
+    let png = dir.join(format!("{name}.png"));
+    let fail = |p: &Path, e: Box<dyn std::error::Error>| Error::Io {
+        path: p.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    };
+    let mut text = String::new();
+    {
+        let root = SVGBackend::with_string(&mut text, SIZE).into_drawing_area();
+        draw(&root, data).map_err(|e| fail(&svg, e))?;
+        root.present().map_err(|e| fail(&svg, e.into()))?;
+    }
+    super::write_file(&svg, text.as_bytes())?;
+    let mut rgb = vec![0u8; SIZE.0 as usize * SIZE.1 as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area();
+        draw_png(&root, data).map_err(|e| fail(&png, e))?;
+        root.present().map_err(|e| fail(&png, e.into()))?;
+    }
+    let bytes = encode_png(&rgb, SIZE).map_err(|e| fail(&png, e.into()))?;
+    super::write_file(&png, &bytes)?;
+    out.push(svg);
+    out.push(png);
+    Ok(text)
+}
+
+/// [`render`] of a plot with one drawing function for both backends.
 macro_rules! render {
-    ($dir:expr, $name:expr, $f:ident, $data:expr, $out:expr) => {{
-        let svg = $dir.join(format!("{}.svg", $name));
-        let png = $dir.join(format!("{}.png", $name));
-        let fail = |p: &Path, e: Box<dyn std::error::Error>| Error::Io {
-            path: p.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        };
-        {
-            let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
-            $f(&root, $data).map_err(|e| fail(&svg, e))?;
-            root.present().map_err(|e| fail(&svg, e.into()))?;
-        }
-        {
-            let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
-            $f(&root, $data).map_err(|e| fail(&png, e))?;
-            root.present().map_err(|e| fail(&png, e.into()))?;
-        }
-        $out.push(svg);
-        $out.push(png);
-    }};
+    ($dir:expr, $name:expr, $f:ident, $data:expr, $out:expr) => {
+        render(
+            $dir,
+            $name,
+            |r, d| $f(r, d),
+            |r, d| $f(r, d),
+            $data,
+            &mut $out,
+        )
+    };
 }
 
 /// Data of the memory-vs-rank plot.
@@ -481,17 +527,47 @@ pub fn mem_vs_rank_data(a: &Analysis, gpu_mem_bytes: Option<i64>) -> MemVsRank {
     }
 }
 
-/// Writes the chosen plots (all when `which` is empty) into `dir`; returns the files.
+/// Writes one plot into a directory; returns its SVG text.
+type DrawJob = dyn Fn(&Path) -> Result<String, Error> + Send + Sync;
+
+/// One plot to draw: its data is taken from the analysis when the job is made, so jobs run
+/// side by side on any thread.
+pub struct Job {
+    name: &'static str,
+    run: Box<DrawJob>,
+}
+
+impl Job {
+    /// The plot's name (one of [`PLOTS`]).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Writes `<name>.data.csv`, `.svg` and `.png` into `dir`; returns the SVG text.
+    pub fn write(&self, dir: &Path) -> Result<String, Error> {
+        register_font();
+        (self.run)(dir)
+    }
+}
+
+/// Writes the chosen plots (all when `which` is empty) into `dir`, one after another.
 pub fn write_plots(
     dir: &Path,
     a: &Analysis,
     which: &[String],
     gpu_mem_bytes: Option<i64>,
-) -> Result<Vec<PathBuf>, Error> {
-    register_font();
+) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
+    for j in jobs(a, which, gpu_mem_bytes) {
+        j.write(dir)?;
+    }
+    Ok(())
+}
+
+/// The chosen plots (all when `which` is empty), in [`PLOTS`] order.
+pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<Job> {
     let want = |n: &str| which.is_empty() || which.iter().any(|w| w == n);
-    let mut out = Vec::new();
+    let mut jobs = Vec::new();
     let name = &a.summary.name;
     if want("memory_vs_rank") {
         let d = mem_vs_rank_data(a, gpu_mem_bytes);
@@ -506,12 +582,17 @@ pub fn write_plots(
                 ]
             })
             .collect();
-        write_data(
-            &dir.join("memory_vs_rank.data.csv"),
-            &["rank", "peak_mib", "active_mib"],
-            &rows,
-        )?;
-        render!(dir, "memory_vs_rank", draw_mem_vs_rank, &d, out);
+        jobs.push(Job {
+            name: "memory_vs_rank",
+            run: Box::new(move |dir: &Path| {
+                write_data(
+                    &dir.join("memory_vs_rank.data.csv"),
+                    &["rank", "peak_mib", "active_mib"],
+                    &rows,
+                )?;
+                render!(dir, "memory_vs_rank", draw_mem_vs_rank, &d, Vec::new())
+            }),
+        });
     }
     if want("memory_over_time") {
         let t0 = a.timeline.first().map_or(0, |r| r.ts);
@@ -538,12 +619,17 @@ pub fn write_plots(
                     .collect()
             })
             .collect();
-        write_data(&dir.join("memory_over_time.data.csv"), &header, &rows)?;
         let d = MemOverTime {
             points,
             title: format!("{name}: memory by category over time"),
         };
-        render!(dir, "memory_over_time", draw_mem_over_time, &d, out);
+        jobs.push(Job {
+            name: "memory_over_time",
+            run: Box::new(move |dir: &Path| {
+                write_data(&dir.join("memory_over_time.data.csv"), &header, &rows)?;
+                render!(dir, "memory_over_time", draw_mem_over_time, &d, Vec::new())
+            }),
+        });
     }
     if want("node_runtime") {
         let d = ByRank {
@@ -566,12 +652,17 @@ pub fn write_plots(
             .iter()
             .map(|p| vec![p.0.to_string(), format!("{:.9}", p.1), p.2.clone()])
             .collect();
-        write_data(
-            &dir.join("node_runtime.data.csv"),
-            &["rank", "gpu_ms", "gtype"],
-            &rows,
-        )?;
-        render!(dir, "node_runtime", draw_by_rank, &d, out);
+        jobs.push(Job {
+            name: "node_runtime",
+            run: Box::new(move |dir: &Path| {
+                write_data(
+                    &dir.join("node_runtime.data.csv"),
+                    &["rank", "gpu_ms", "gtype"],
+                    &rows,
+                )?;
+                render!(dir, "node_runtime", draw_by_rank, &d, Vec::new())
+            }),
+        });
     }
     if want("activations") {
         let d = Activations {
@@ -600,12 +691,17 @@ pub fn write_plots(
                 ]
             })
             .collect();
-        write_data(
-            &dir.join("activations.data.csv"),
-            &["creation_rank", "size_mib", "inactive_ms"],
-            &rows,
-        )?;
-        render!(dir, "activations", draw_activations, &d, out);
+        jobs.push(Job {
+            name: "activations",
+            run: Box::new(move |dir: &Path| {
+                write_data(
+                    &dir.join("activations.data.csv"),
+                    &["creation_rank", "size_mib", "inactive_ms"],
+                    &rows,
+                )?;
+                render!(dir, "activations", draw_activations, &d, Vec::new())
+            }),
+        });
     }
     if want("peak_breakdown") {
         let d = PeakBreakdown {
@@ -630,12 +726,17 @@ pub fn write_plots(
             .iter()
             .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
             .collect();
-        write_data(
-            &dir.join("peak_breakdown.data.csv"),
-            &["category", "mib"],
-            &rows,
-        )?;
-        render!(dir, "peak_breakdown", draw_peak_breakdown, &d, out);
+        jobs.push(Job {
+            name: "peak_breakdown",
+            run: Box::new(move |dir: &Path| {
+                write_data(
+                    &dir.join("peak_breakdown.data.csv"),
+                    &["category", "mib"],
+                    &rows,
+                )?;
+                render!(dir, "peak_breakdown", draw_peak_breakdown, &d, Vec::new())
+            }),
+        });
     }
     if want("roofline") {
         let peaks = a.summary.peaks.as_ref();
@@ -680,14 +781,19 @@ pub fn write_plots(
             .iter()
             .map(|p| vec![format!("{:.6}", p.0), format!("{:.6}", p.1), p.2.clone()])
             .collect();
-        write_data(
-            &dir.join("roofline.data.csv"),
-            &["arithmetic_intensity", "achieved_tflops", "dtype"],
-            &rows,
-        )?;
-        render!(dir, "roofline", draw_roofline, &d, out);
+        jobs.push(Job {
+            name: "roofline",
+            run: Box::new(move |dir: &Path| {
+                write_data(
+                    &dir.join("roofline.data.csv"),
+                    &["arithmetic_intensity", "achieved_tflops", "dtype"],
+                    &rows,
+                )?;
+                render!(dir, "roofline", draw_roofline, &d, Vec::new())
+            }),
+        });
     }
-    Ok(out)
+    jobs
 }
 
 /// Overlays several runs' memory-vs-rank curves (for compare and sweep).
@@ -745,7 +851,14 @@ pub fn write_overlay(
         .into_owned();
     let mut out = Vec::new();
     let d = Overlay { title, runs };
-    render!(dir, name, draw, &d, out);
+    render(
+        dir,
+        &name,
+        |r, d| draw(r, d),
+        |r, d| draw(r, d),
+        &d,
+        &mut out,
+    )?;
     Ok(out)
 }
 
@@ -801,7 +914,14 @@ pub fn write_xy(
         y_desc,
         series,
     };
-    render!(dir, name, draw, &d, out);
+    render(
+        dir,
+        &name,
+        |r, d| draw(r, d),
+        |r, d| draw(r, d),
+        &d,
+        &mut out,
+    )?;
     Ok(out)
 }
 
@@ -865,6 +985,13 @@ pub fn write_stacked(
         .into_owned();
     let mut out = Vec::new();
     let d = St { title, bars };
-    render!(dir, name, draw, &d, out);
+    render(
+        dir,
+        &name,
+        |r, d| draw(r, d),
+        |r, d| draw(r, d),
+        &d,
+        &mut out,
+    )?;
     Ok(out)
 }

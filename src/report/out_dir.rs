@@ -1,0 +1,210 @@
+//! The output directory of one run: every file is written under a temporary name beside its
+//! final one and renamed when all are complete, `summary.json` last, so a run that is killed
+//! or fails leaves no truncated file under a final name, and a complete-looking summary only
+//! beside complete results (issue 19). The list of what a run wrote (`.steptrace-outputs`)
+//! lets the next run into the same directory remove what it does not write again, so stale
+//! files never mix with new ones.
+
+use std::path::{Path, PathBuf};
+
+use super::{annotated, io, Error, ReportOptions};
+use crate::ingest::kineto::KinetoTrace;
+
+/// Suffix of a file being written.
+pub const PART: &str = ".steptrace-part";
+
+/// The list of the files of the last complete run, relative to the directory.
+pub const LIST: &str = ".steptrace-outputs";
+
+/// Sub-directories that hold outputs (the plots).
+const SUBDIRS: [&str; 1] = ["plots"];
+
+/// Where a file is written before it is complete.
+pub(crate) fn part_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(PART);
+    path.with_file_name(name)
+}
+
+/// The final name of a part.
+pub(crate) fn final_path(part: &Path) -> PathBuf {
+    let name = part.file_name().unwrap_or_default().to_string_lossy();
+    part.with_file_name(name.trim_end_matches(PART))
+}
+
+/// Files ending in [`PART`] in `dir` and its output sub-directories.
+pub(crate) fn parts(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for d in std::iter::once(dir.to_path_buf()).chain(SUBDIRS.iter().map(|s| dir.join(s))) {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().ends_with(PART) {
+                v.push(e.path());
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// An output directory being written.
+#[derive(Debug)]
+pub struct OutDir {
+    dir: PathBuf,
+    /// Files of the previous complete run (from its list), relative.
+    previous: Vec<PathBuf>,
+    /// The plain annotated trace's head, copied while the analysis runs.
+    pub(super) head: Option<annotated::HeadCopy>,
+    committed: bool,
+    /// Whether this run made the directory (removed again, if empty, when the run fails).
+    created: bool,
+}
+
+impl OutDir {
+    /// Creates `dir` if needed and removes what a killed run left half-written in it.
+    pub fn prepare(dir: &Path) -> Result<OutDir, Error> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(Error::NotADirectory {
+                path: dir.to_path_buf(),
+            });
+        }
+        let created = !dir.exists();
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        for p in parts(dir) {
+            let _ = std::fs::remove_file(p);
+        }
+        let previous = std::fs::read_to_string(dir.join(LIST))
+            .map(|s| {
+                s.lines()
+                    .map(PathBuf::from)
+                    // Only plain relative names inside the directory: the list is data.
+                    .filter(|p| {
+                        p.components()
+                            .all(|c| matches!(c, std::path::Component::Normal(_)))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(OutDir {
+            dir: dir.to_path_buf(),
+            previous,
+            head: None,
+            committed: false,
+            created,
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Starts copying the annotated trace's original text now, on a thread of its own, when
+    /// the trace is a plain file (the copy is kernel work that the analysis does not wait
+    /// for); a gzip trace's annotated copy is made with the other outputs.
+    pub fn start_annotated(&mut self, k: &KinetoTrace, opts: &ReportOptions) {
+        if opts.annotated_trace && !opts.compact && !k.gzipped && self.head.is_none() {
+            let path = part_path(&self.dir.join(annotated::file_name_for(k.gzipped)));
+            self.head = annotated::HeadCopy::start(&k.path, path, k.events_span.insert_at);
+        }
+    }
+
+    /// Removes the previous run's files, on a thread of its own: unlinking a large file whose
+    /// pages are cached is tens of milliseconds of kernel work.
+    pub(super) fn clear_previous(&mut self) -> Option<std::thread::JoinHandle<()>> {
+        let old: Vec<PathBuf> = self.previous.drain(..).map(|p| self.dir.join(p)).collect();
+        if old.is_empty() {
+            return None;
+        }
+        std::thread::Builder::new()
+            .name("steptrace-clear".into())
+            .spawn({
+                let old = old.clone();
+                move || {
+                    for p in old {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+            })
+            .ok()
+            .or_else(|| {
+                for p in old {
+                    let _ = std::fs::remove_file(p);
+                }
+                None
+            })
+    }
+
+    /// Gives every written file its final name, `summary.json` last, and records the list.
+    pub(super) fn commit(mut self) -> Result<(), Error> {
+        let mut written = Vec::new();
+        let mut summary = None;
+        for p in parts(&self.dir) {
+            let fin = final_path(&p);
+            if fin.file_name().is_some_and(|n| n == "summary.json")
+                && fin.parent() == Some(&self.dir)
+            {
+                summary = Some((p, fin));
+                continue;
+            }
+            std::fs::rename(&p, &fin).map_err(io(&fin))?;
+            written.push(fin);
+        }
+        if let Some((_, fin)) = &summary {
+            written.push(fin.clone());
+        }
+        let mut list = String::new();
+        for w in &written {
+            if let Ok(rel) = w.strip_prefix(&self.dir) {
+                list.push_str(&rel.to_string_lossy());
+                list.push('\n');
+            }
+        }
+        let list_path = self.dir.join(LIST);
+        let part = part_path(&list_path);
+        std::fs::write(&part, list).map_err(io(&part))?;
+        std::fs::rename(&part, &list_path).map_err(io(&list_path))?;
+        if let Some((p, fin)) = summary {
+            std::fs::rename(&p, &fin).map_err(io(&fin))?;
+        }
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for OutDir {
+    /// A run that did not complete leaves no part behind.
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        if let Some(h) = self.head.take() {
+            h.abandon();
+        }
+        for p in parts(&self.dir) {
+            let _ = std::fs::remove_file(p);
+        }
+        if self.created {
+            for s in SUBDIRS {
+                let _ = std::fs::remove_dir(self.dir.join(s));
+            }
+            // Only an empty directory is removed.
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_names_sit_beside_the_final_ones() {
+        assert_eq!(
+            part_path(Path::new("o/plots/a.png")),
+            PathBuf::from("o/plots/a.png.steptrace-part")
+        );
+    }
+}

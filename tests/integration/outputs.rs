@@ -1,0 +1,117 @@
+//! Output safety (issue 19): files appear under their final names only when complete,
+//! `summary.json` last; a rerun removes the files of the run before that it does not write
+//! again; the annotated trace takes the input's form.
+
+use std::path::Path;
+
+use crate::common::{json, root, trace_path};
+
+fn analyze(input: &Path, out: &Path, plots: bool, annotated: bool) -> steptrace::Outcome {
+    let mut props = steptrace::AnalyzeProps {
+        input: input.to_path_buf(),
+        out: Some(out.to_path_buf()),
+        top: 3,
+        ..Default::default()
+    };
+    props.report.no_plots = !plots;
+    props.report.annotated_trace = annotated;
+    steptrace::analyze(&props).unwrap()
+}
+
+fn parts(dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    for d in [dir.to_path_buf(), dir.join("plots")] {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.ends_with(".steptrace-part") {
+                v.push(n);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn issue19_rerun_removes_what_it_does_not_write_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let sample = root().join("sample_traces/resnet18");
+    analyze(&sample, &out, true, true);
+    assert!(out.join("plots/memory_over_time.png").is_file());
+    assert!(out.join("annotated.pt.trace.json.gz").is_file());
+    std::fs::write(out.join("my_notes.txt"), "kept").unwrap();
+    analyze(&sample, &out, false, false);
+    assert!(!out.join("plots/memory_over_time.png").exists());
+    assert!(!out.join("annotated.pt.trace.json.gz").exists());
+    assert!(out.join("summary.json").is_file());
+    assert!(out.join("node_stats.csv").is_file());
+    assert_eq!(
+        std::fs::read_to_string(out.join("my_notes.txt")).unwrap(),
+        "kept"
+    );
+    let list = std::fs::read_to_string(out.join(steptrace::report::out_dir::LIST)).unwrap();
+    assert!(list.lines().any(|l| l == "summary.json"), "{list}");
+    assert!(!list.contains("plots/"), "{list}");
+    assert!(parts(&out).is_empty());
+}
+
+#[test]
+fn issue19_a_failed_run_leaves_no_part_and_no_new_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    std::fs::create_dir_all(&out).unwrap();
+    // A directory where one file's part goes makes that write fail.
+    std::fs::create_dir(out.join("flops.csv.steptrace-part")).unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: root().join("sample_traces/resnet18"),
+        out: Some(out.clone()),
+        top: 3,
+        ..Default::default()
+    };
+    let err = steptrace::analyze(&props).unwrap_err();
+    assert!(err.to_string().contains("flops.csv"), "{err}");
+    assert!(!out.join("summary.json").exists());
+    assert!(!out.join("node_stats.csv").exists());
+    assert_eq!(parts(&out), vec!["flops.csv.steptrace-part".to_owned()]);
+}
+
+#[test]
+fn issue19_a_plain_trace_gets_a_plain_annotated_trace_with_its_text_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = root().join("sample_traces/resnet18");
+    let text = {
+        let v = std::fs::read(trace_path(&s)).unwrap();
+        let mut t = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&v[..]), &mut t).unwrap();
+        t
+    };
+    let plain = dir.path().join("trace.json");
+    std::fs::write(&plain, &text).unwrap();
+    let o = analyze(&plain, &dir.path().join("o"), false, true);
+    let ann = dir.path().join("o/annotated.pt.trace.json");
+    assert!(!dir.path().join("o/annotated.pt.trace.json.gz").exists());
+    let bytes = std::fs::read(&ann).unwrap();
+    assert!(!bytes.starts_with(&[0x1f, 0x8b]), "not plain");
+    // The original text up to the last event, byte for byte, and its end after the added ones.
+    let close = text.windows(4).rposition(|w| w == b"\n  ]").unwrap();
+    let last = text[..close].iter().rposition(|&c| c == b'}').unwrap() + 1;
+    assert_eq!(&bytes[..last], &text[..last]);
+    assert!(bytes.ends_with(&text[close..]));
+    let v = json(&ann);
+    let orig = json(&plain);
+    let n = v["traceEvents"].as_array().unwrap().len();
+    let m = orig["traceEvents"].as_array().unwrap().len();
+    assert!(n > m + o.analysis.step.nodes.len(), "{n} vs {m}");
+    assert_eq!(v["traceEvents"][0], orig["traceEvents"][0]);
+
+    // A truncated plain trace: its complete events, then steptrace's, closed properly.
+    let cut = dir.path().join("cut.json");
+    std::fs::write(&cut, &text[..text.len() * 2 / 3]).unwrap();
+    analyze(&cut, &dir.path().join("c"), false, true);
+    let v = json(&dir.path().join("c/annotated.pt.trace.json"));
+    assert!(v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["cat"] == "steptrace_node"));
+}
