@@ -112,6 +112,26 @@ def main():
             n_out = count_events(os.path.join(o, name))
             checks.append(f"{name}: loads in Python, {n_out} events ({n_out - n_in} added to {n_in})")
             assert n_out > n_in, name
+        if hta_py:
+            hdir = os.path.join(a.work, f"hta_{mb}")
+            os.makedirs(hdir, exist_ok=True)
+            link = os.path.join(hdir, "rank-0.json")
+            if not os.path.exists(link):
+                os.symlink(path, link)
+            code = f"from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir='{hdir}')"
+            r["HolisticTraceAnalysis load"] = median_of(1, [hta_py, "-c", code])
+            # HTA reads the annotated trace too (its own parser, over the added tracks).
+            adir = os.path.join(a.work, f"hta_annotated_{mb}")
+            os.makedirs(adir, exist_ok=True)
+            alink = os.path.join(adir, "rank-0.json.gz")
+            if os.path.lexists(alink):
+                os.remove(alink)
+            os.symlink(os.path.join(out_gz, "annotated.pt.trace.json.gz"), alink)
+            p = subprocess.run([hta_py, "-c", f"from hta.trace_analysis import TraceAnalysis; t = TraceAnalysis(trace_dir='{adir}'); print(len(t.t.get_trace(0)))"], capture_output=True, text=True)
+            checks.append("annotated.pt.trace.json.gz in HolisticTraceAnalysis: " + (f"loads, {p.stdout.strip()} rows" if p.returncode == 0 else "FAILED: " + p.stderr.strip()[-300:]))
+        ref = r["steptrace analyze (default) -j2"][0]
+        for k, (w, rss) in r.items():
+            rows.append((f"{size:.0f} MB", k, w, rss, w / ref, rss / size))
     if a.big:
         path = make_trace(a.work, a.big)
         size = os.path.getsize(path) / 1e6

@@ -55,6 +55,14 @@ def main():
         row["reference_step_ms"] = (ref.get("median_step_s") or 0) * 1e3 or None
         row["reference_how"] = "steptimer.py: optimizer step hook alone"
         row["reference_optimizer_steps"] = ref.get("optimizer_steps")
+        ivals = ref.get("intervals_s") or []
+        # The same early steps the timing phase measures (steptimer drops the first five
+        # intervals; capture's timing phase starts at step 1 and settles for five): tells a
+        # run whose speed drifts apart from a measurement that is off.
+        n = len(((load(os.path.join(w, "runs", name, "manifest.json")) or {}).get("ranks") or [{}])[0]
+                .get("timing", {}).get("intervals_s") or [])
+        if ivals and n:
+            row["reference_same_steps_ms"] = statistics.median(ivals[:n]) * 1e3
     else:
         lm = load(os.path.join(w, "ref", name + "_light", "manifest.json")) or {}
         row["reference_step_ms"] = (lm.get("step_time_s") or 0) * 1e3 or None
@@ -72,6 +80,9 @@ def main():
     row["capture_notes"] = m.get("notes")
     row["boundary"] = r0.get("boundary")
     row["steps_found"] = r0.get("steps")
+    timing = r0.get("timing") or {}
+    row["timing_intervals_ms"] = [round(x * 1e3, 4) for x in timing.get("intervals_s") or []]
+    row["timing_cuda_ms"] = (timing.get("step_time_cuda_s") or 0) * 1e3 or None
     row["shim_errors"] = r0.get("errors")
     row["files"] = sorted((m.get("files") or {}).keys())
     refd = r0.get("reference") or {}

@@ -564,6 +564,20 @@ pub fn write_plots(
     Ok(())
 }
 
+/// A [`Job`] writing `rows` under `header` as `<name>.data.csv` and drawing `data` with `draw`.
+macro_rules! job {
+    ($name:literal, $header:expr, $rows:expr, $data:expr, $draw:ident) => {{
+        let (header, rows, data) = ($header, $rows, $data);
+        Job {
+            name: $name,
+            run: Box::new(move |dir: &Path| {
+                write_data(&dir.join(concat!($name, ".data.csv")), &header, &rows)?;
+                render!(dir, $name, $draw, &data, Vec::new())
+            }),
+        }
+    }};
+}
+
 /// The chosen plots (all when `which` is empty), in [`PLOTS`] order.
 pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<Job> {
     let want = |n: &str| which.is_empty() || which.iter().any(|w| w == n);
@@ -582,17 +596,13 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
                 ]
             })
             .collect();
-        jobs.push(Job {
-            name: "memory_vs_rank",
-            run: Box::new(move |dir: &Path| {
-                write_data(
-                    &dir.join("memory_vs_rank.data.csv"),
-                    &["rank", "peak_mib", "active_mib"],
-                    &rows,
-                )?;
-                render!(dir, "memory_vs_rank", draw_mem_vs_rank, &d, Vec::new())
-            }),
-        });
+        jobs.push(job!(
+            "memory_vs_rank",
+            ["rank", "peak_mib", "active_mib"],
+            rows,
+            d,
+            draw_mem_vs_rank
+        ));
     }
     if want("memory_over_time") {
         let t0 = a.timeline.first().map_or(0, |r| r.ts);
@@ -623,13 +633,13 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
             points,
             title: format!("{name}: memory by category over time"),
         };
-        jobs.push(Job {
-            name: "memory_over_time",
-            run: Box::new(move |dir: &Path| {
-                write_data(&dir.join("memory_over_time.data.csv"), &header, &rows)?;
-                render!(dir, "memory_over_time", draw_mem_over_time, &d, Vec::new())
-            }),
-        });
+        jobs.push(job!(
+            "memory_over_time",
+            header,
+            rows,
+            d,
+            draw_mem_over_time
+        ));
     }
     if want("node_runtime") {
         let d = ByRank {
@@ -652,17 +662,13 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
             .iter()
             .map(|p| vec![p.0.to_string(), format!("{:.9}", p.1), p.2.clone()])
             .collect();
-        jobs.push(Job {
-            name: "node_runtime",
-            run: Box::new(move |dir: &Path| {
-                write_data(
-                    &dir.join("node_runtime.data.csv"),
-                    &["rank", "gpu_ms", "gtype"],
-                    &rows,
-                )?;
-                render!(dir, "node_runtime", draw_by_rank, &d, Vec::new())
-            }),
-        });
+        jobs.push(job!(
+            "node_runtime",
+            ["rank", "gpu_ms", "gtype"],
+            rows,
+            d,
+            draw_by_rank
+        ));
     }
     if want("activations") {
         let d = Activations {
@@ -691,17 +697,13 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
                 ]
             })
             .collect();
-        jobs.push(Job {
-            name: "activations",
-            run: Box::new(move |dir: &Path| {
-                write_data(
-                    &dir.join("activations.data.csv"),
-                    &["creation_rank", "size_mib", "inactive_ms"],
-                    &rows,
-                )?;
-                render!(dir, "activations", draw_activations, &d, Vec::new())
-            }),
-        });
+        jobs.push(job!(
+            "activations",
+            ["creation_rank", "size_mib", "inactive_ms"],
+            rows,
+            d,
+            draw_activations
+        ));
     }
     if want("peak_breakdown") {
         let d = PeakBreakdown {
@@ -726,17 +728,13 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
             .iter()
             .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
             .collect();
-        jobs.push(Job {
-            name: "peak_breakdown",
-            run: Box::new(move |dir: &Path| {
-                write_data(
-                    &dir.join("peak_breakdown.data.csv"),
-                    &["category", "mib"],
-                    &rows,
-                )?;
-                render!(dir, "peak_breakdown", draw_peak_breakdown, &d, Vec::new())
-            }),
-        });
+        jobs.push(job!(
+            "peak_breakdown",
+            ["category", "mib"],
+            rows,
+            d,
+            draw_peak_breakdown
+        ));
     }
     if want("roofline") {
         let peaks = a.summary.peaks.as_ref();
@@ -781,17 +779,13 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
             .iter()
             .map(|p| vec![format!("{:.6}", p.0), format!("{:.6}", p.1), p.2.clone()])
             .collect();
-        jobs.push(Job {
-            name: "roofline",
-            run: Box::new(move |dir: &Path| {
-                write_data(
-                    &dir.join("roofline.data.csv"),
-                    &["arithmetic_intensity", "achieved_tflops", "dtype"],
-                    &rows,
-                )?;
-                render!(dir, "roofline", draw_roofline, &d, Vec::new())
-            }),
-        });
+        jobs.push(job!(
+            "roofline",
+            ["arithmetic_intensity", "achieved_tflops", "dtype"],
+            rows,
+            d,
+            draw_roofline
+        ));
     }
     jobs
 }
