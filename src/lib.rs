@@ -146,21 +146,25 @@ fn run_analysis_with(
     stage("rebuilding the step");
     let mut diag = Diagnostics::default();
     let mut trace = model::Trace::build(loaded, &mut diag);
-    if trace.kineto.ops.is_empty() {
+    // No CPU operators but GPU activities (a GPU-only trace) gets kernel-level results.
+    if trace.kineto.ops.is_empty() && trace.kineto.gpu.is_empty() {
         return Err(Error::Analysis {
             path: inputs.trace.clone(),
-            what: "the trace holds no CPU operators: record with torch.profiler's CPU activity"
+            what: "the trace holds no CPU operators and no GPU activity: record with torch.profiler's CPU and CUDA activities"
                 .into(),
         });
     }
     stage("analysing");
     let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
     analysis.summary.name = run_name(&props.input);
-    apply_program_step_time(
-        &mut analysis.summary,
-        inputs.program_step_time_ns,
-        &mut diag,
-    );
+    if !trace.kineto.ops.is_empty() {
+        // A GPU-only trace's "step time" is the GPU span: nothing to compare.
+        apply_program_step_time(
+            &mut analysis.summary,
+            inputs.program_step_time_ns,
+            &mut diag,
+        );
+    }
     Ok((trace, analysis, diag))
 }
 

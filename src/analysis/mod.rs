@@ -2,6 +2,7 @@
 //! report stage writes out.
 
 pub mod flops;
+pub mod kernels;
 pub mod liveness;
 pub mod memory;
 pub mod node_stats;
@@ -167,6 +168,8 @@ pub struct Analysis {
     pub timeline: Vec<memory::TimelineRow>,
     /// Activation liveness, MuTWO metrics, data-flow graph.
     pub liveness: liveness::Liveness,
+    /// Per kernel name and per stream, over the whole trace.
+    pub kernels: kernels::Kernels,
 }
 
 /// Median of a slice of f64 (mean of the middle two for even lengths); `None` when empty.
@@ -362,7 +365,25 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         swap_bandwidth: live.bandwidth,
         warnings: Vec::new(),
     };
+    let kernels = kernels::compute(t);
+    let mut summary = summary;
+    if t.kineto.ops.is_empty() {
+        // A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
+        // whole trace (issue 17).
+        summary.step_time_s = ns_to_s(kernels.span_ns as f64);
+        summary.step_time_instrumented_s = summary.step_time_s;
+        summary.gpu_busy_s = ns_to_s(kernels.busy_ns as f64);
+        summary.gpu_time_s = ns_to_s(kernels.kernel_ns as f64);
+        diag.warn(
+            "no_cpu_operators",
+            format!(
+                "{}: no CPU operators (a GPU-only trace): kernel-level results only (kernels.csv, streams.csv), over the whole trace",
+                summary.trace
+            ),
+        );
+    }
     Analysis {
+        kernels,
         step,
         node_stats,
         summary,

@@ -383,7 +383,13 @@ fn attribute_launches(
             Some(op.map(|o| (o, r.start)))
         })
         .collect();
-    let no_launch = found.iter().filter(|f| f.is_none()).count() as u64;
+    // A trace with no runtime calls at all (GPU-only) has no launches to miss: that is said
+    // once, as `no_cpu_operators`, not once per kernel.
+    let no_launch = if k.runtime.is_empty() {
+        0
+    } else {
+        found.iter().filter(|f| f.is_none()).count() as u64
+    };
     let no_op = found.iter().filter(|f| matches!(f, Some(None))).count() as u64;
     let counts = LaunchCounts {
         duplicates,

@@ -308,6 +308,8 @@ pub fn write_into(
         Box::new(|| memory::write_activation_stats(&dir.join("activation_stats.csv"), a)),
         Box::new(|| memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)),
         Box::new(|| memory::write_graph(dir, a)),
+        Box::new(|| write_kernels(&dir.join("kernels.csv"), a)),
+        Box::new(|| write_streams(&dir.join("streams.csv"), a)),
     ];
     #[cfg(feature = "parquet")]
     for w in frames::writers() {
@@ -456,6 +458,39 @@ fn write_node_iterations(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Err
     })
 }
 
+fn write_kernels(path: &Path, a: &Analysis) -> Result<(), Error> {
+    let header = [
+        "name",
+        "kind",
+        "count",
+        "total_ns",
+        "median_ns",
+        "max_ns",
+        "share_pct",
+    ];
+    write_table(path, &header, &a.kernels.by_name, |w, k| {
+        w.text(&k.name)
+            .text(k.kind)
+            .num(k.count)
+            .num(k.total_ns)
+            .num(k.median_ns)
+            .num(k.max_ns)
+            .text(&format!("{:.3}", k.share_pct))
+            .end();
+    })
+}
+
+fn write_streams(path: &Path, a: &Analysis) -> Result<(), Error> {
+    let header = ["device", "stream", "activities", "busy_ns"];
+    write_table(path, &header, &a.kernels.streams, |w, s| {
+        w.num(s.device)
+            .num(s.stream)
+            .num(s.activities)
+            .num(s.busy_ns)
+            .end();
+    })
+}
+
 fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {
     let mut w = csv_writer(path)?;
     w.write_record([
@@ -515,6 +550,9 @@ pub fn human_time(s: f64) -> String {
 
 /// The console summary: the step, the peak, and the top nodes by GPU time and by memory.
 pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) -> String {
+    if t.kineto.ops.is_empty() {
+        return gpu_only_console(a, diag, top);
+    }
     let s = &a.summary;
     let mut o = String::new();
     let dev = s.device.as_deref().unwrap_or("unknown GPU");
@@ -643,6 +681,47 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         );
     }
     let _ = t;
+    finish_console(o, diag)
+}
+
+/// The console summary of a trace with no CPU operators: the GPU timeline and its kernels.
+fn gpu_only_console(a: &Analysis, diag: &Diagnostics, top: usize) -> String {
+    let s = &a.summary;
+    let k = &a.kernels;
+    let mut o = format!(
+        "{}: no CPU operators (GPU-only trace): {} GPU activities on {} streams, on {}\n",
+        s.trace,
+        k.by_name.iter().map(|x| x.count).sum::<usize>(),
+        k.streams.len(),
+        s.device.as_deref().unwrap_or("unknown GPU")
+    );
+    o += &format!(
+        "GPU span {}, busy {} ({:.0}%), kernel time {}\n",
+        human_time(s.step_time_s),
+        human_time(s.gpu_busy_s),
+        if s.step_time_s > 0.0 {
+            100.0 * s.gpu_busy_s / s.step_time_s
+        } else {
+            0.0
+        },
+        human_time(s.gpu_time_s)
+    );
+    o += &format!("\nTop {top} kernels by GPU time (whole trace)\n");
+    o += &format!(
+        "{:<60} {:>7} {:>8} {:>11} {:>11} {:>7}\n",
+        "kernel", "kind", "count", "total", "median", "share"
+    );
+    for x in k.by_name.iter().take(top) {
+        o += &format!(
+            "{:<60} {:>7} {:>8} {:>11} {:>11} {:>6.1}%\n",
+            truncate(&x.name, 60),
+            x.kind,
+            x.count,
+            human_time(x.total_ns as f64 * 1e-9),
+            human_time(x.median_ns as f64 * 1e-9),
+            x.share_pct
+        );
+    }
     finish_console(o, diag)
 }
 

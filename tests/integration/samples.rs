@@ -497,3 +497,69 @@ fn roofline_places_nodes_by_machine_balance() {
         assert!((r.achieved_tflops - tf).abs() < 1e-9);
     }
 }
+
+/// Issue 17, item 7: a trace with no CPU operators (GPU-only, as an inference server's or one
+/// recorded with CUDA activity alone) gets kernel-level results, not an error; the figures are
+/// checked against sums taken from the JSON here.
+#[test]
+fn issue17_gpu_only_trace_gets_kernel_level_results() {
+    let s = crate::common::root().join("sample_traces/resnet18");
+    let v = crate::common::json(&crate::common::trace_path(&s));
+    let keep = |e: &serde_json::Value| {
+        matches!(
+            e["cat"].as_str(),
+            Some("kernel" | "gpu_memcpy" | "gpu_memset" | "gpu_user_annotation")
+        ) || e["ph"] == "M"
+    };
+    let mut gpu_only = v.clone();
+    let events: Vec<serde_json::Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| keep(e))
+        .cloned()
+        .collect();
+    let kernels: Vec<&serde_json::Value> = events.iter().filter(|e| e["cat"] == "kernel").collect();
+    let kernel_us: f64 = kernels.iter().map(|e| e["dur"].as_f64().unwrap()).sum();
+    let activities = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["cat"].as_str(),
+                Some("kernel" | "gpu_memcpy" | "gpu_memset")
+            )
+        })
+        .count();
+    let n_kernels = kernels.len();
+    gpu_only["traceEvents"] = serde_json::Value::Array(events.clone());
+    let (_d, out) = crate::common::analyze_text(&gpu_only.to_string());
+    let a = &out.analysis;
+    assert!(
+        (a.summary.gpu_time_s * 1e6 - kernel_us).abs() < 0.01,
+        "{} vs {kernel_us}",
+        a.summary.gpu_time_s
+    );
+    assert!(a.summary.gpu_busy_s > 0.0 && a.summary.gpu_busy_s <= a.summary.step_time_s);
+    let (h, rows) = crate::common::csv(&out.out_dir.join("kernels.csv"));
+    let count: usize = rows
+        .iter()
+        .map(|r| r[crate::common::col(&h, "count")].parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(count, activities);
+    let ns: i64 = rows
+        .iter()
+        .filter(|r| r[crate::common::col(&h, "kind")] == "kernel")
+        .map(|r| {
+            r[crate::common::col(&h, "total_ns")]
+                .parse::<i64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(
+        (ns as f64 - kernel_us * 1e3).abs() <= n_kernels as f64,
+        "{ns}"
+    );
+    assert_eq!(out.diagnostics.count("no_cpu_operators"), 1);
+    assert_eq!(out.diagnostics.count("gpu_activity_without_launch"), 0);
+    assert!(out.console.contains("GPU-only trace"), "{}", out.console);
+}
