@@ -81,6 +81,8 @@ pub struct AnalyzeProps {
 pub struct Outcome {
     /// Where the files went.
     pub out_dir: PathBuf,
+    /// When each output was complete, seconds from the start of writing (`--timings`).
+    pub output_times: Vec<(String, f64)>,
     /// The console summary.
     pub console: String,
     /// The analysis itself.
@@ -220,11 +222,12 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
     if let Some(p) = props.progress {
         p("writing results");
     }
-    report::write_into(out, &trace, &analysis, &diag, &props.report)?;
+    let output_times = report::write_into(out, &trace, &analysis, &diag, &props.report)?;
     let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
     ingest::source::drop_aside(trace);
     Ok(Outcome {
         out_dir,
+        output_times,
         console,
         analysis,
         diagnostics: diag,

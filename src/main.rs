@@ -104,6 +104,11 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
                 eprint!("\r\x1b[2K");
             }
             let outcome = outcome?;
+            if args.timings {
+                for (name, at) in &outcome.output_times {
+                    eprintln!("steptrace:   {name}: done at +{at:.3} s");
+                }
+            }
             if !args.quiet {
                 let mut out = std::io::stdout().lock();
                 out.write_all(outcome.console.as_bytes())?;

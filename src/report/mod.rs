@@ -263,10 +263,11 @@ pub fn write_all(
     diag: &Diagnostics,
     opts: &ReportOptions,
 ) -> Result<(), Error> {
-    write_into(OutDir::prepare(dir)?, t, a, diag, opts)
+    write_into(OutDir::prepare(dir)?, t, a, diag, opts).map(drop)
 }
 
-/// Writes every output file into a prepared directory and commits them.
+/// Writes every output file into a prepared directory and commits them; returns when each
+/// output was complete (seconds from the start of writing), for `--timings`.
 ///
 /// The files are independent of one another, so they are written as parallel tasks (each plot
 /// on its own, the annotated trace, the Parquet copies, the tables); the previous run's files
@@ -279,7 +280,7 @@ pub fn write_into(
     a: &Analysis,
     diag: &Diagnostics,
     opts: &ReportOptions,
-) -> Result<(), Error> {
+) -> Result<Vec<(String, f64)>, Error> {
     use rayon::prelude::*;
     let clearing = out.clear_previous();
     let dir = out.path().to_path_buf();
@@ -296,42 +297,96 @@ pub fn write_into(
     }
     let svgs: Vec<std::sync::Mutex<Option<String>>> =
         plots.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    type Task<'a> = Box<dyn Fn() -> Result<(), Error> + Send + Sync + 'a>;
+    type Job<'a> = Box<dyn Fn() -> Result<(), Error> + Send + Sync + 'a>;
+    type Task<'a> = (String, Job<'a>);
+    fn named<'a>(name: &str, f: Job<'a>) -> Task<'a> {
+        (name.to_owned(), f)
+    }
     let mut tasks: Vec<Task<'_>> = vec![
-        Box::new(|| write_summary(&dir.join("summary.json"), a, diag)),
-        Box::new(|| write_node_stats(&dir.join("node_stats.csv"), t, a)),
-        Box::new(|| write_node_iterations(&dir.join("node_iterations.csv"), t, a)),
-        Box::new(|| write_iterations(&dir.join("iterations.csv"), a)),
-        Box::new(|| flops::write_flops_csv(&dir.join("flops.csv"), a)),
-        Box::new(|| flops::write_rollups(dir, a)),
-        Box::new(|| write_graph_profile(&dir.join("graph_profile.json"), a)),
-        Box::new(|| memory::write_activation_stats(&dir.join("activation_stats.csv"), a)),
-        Box::new(|| memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)),
-        Box::new(|| memory::write_graph(dir, a)),
-        Box::new(|| write_kernels(&dir.join("kernels.csv"), a)),
-        Box::new(|| write_streams(&dir.join("streams.csv"), a)),
+        named(
+            "summary.json",
+            Box::new(|| write_summary(&dir.join("summary.json"), a, diag)),
+        ),
+        named(
+            "node_stats.csv",
+            Box::new(|| write_node_stats(&dir.join("node_stats.csv"), t, a)),
+        ),
+        named(
+            "node_iterations.csv",
+            Box::new(|| write_node_iterations(&dir.join("node_iterations.csv"), t, a)),
+        ),
+        named(
+            "iterations.csv",
+            Box::new(|| write_iterations(&dir.join("iterations.csv"), a)),
+        ),
+        named(
+            "flops.csv",
+            Box::new(|| flops::write_flops_csv(&dir.join("flops.csv"), a)),
+        ),
+        named("flops rollups", Box::new(|| flops::write_rollups(dir, a))),
+        named(
+            "graph_profile.json",
+            Box::new(|| write_graph_profile(&dir.join("graph_profile.json"), a)),
+        ),
+        named(
+            "activation_stats.csv",
+            Box::new(|| memory::write_activation_stats(&dir.join("activation_stats.csv"), a)),
+        ),
+        named(
+            "memory_timeline.csv",
+            Box::new(|| memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)),
+        ),
+        named("graph.json/dot", Box::new(|| memory::write_graph(dir, a))),
+        named(
+            "kernels.csv",
+            Box::new(|| write_kernels(&dir.join("kernels.csv"), a)),
+        ),
+        named(
+            "streams.csv",
+            Box::new(|| write_streams(&dir.join("streams.csv"), a)),
+        ),
     ];
     #[cfg(feature = "parquet")]
-    for w in frames::writers() {
-        tasks.push(Box::new(move || w(dir, t, a)));
+    for (w, name) in frames::writers().into_iter().zip(frames::FILES) {
+        tasks.push(named(name, Box::new(move || w(dir, t, a))));
     }
     if opts.annotated_trace {
-        tasks.push(Box::new(|| {
-            let h = head.lock().unwrap_or_else(|e| e.into_inner()).take();
-            annotated::write(&dir.join(annotated::file_name(t)), t, a, opts.compact, h)
-        }));
+        tasks.push(named(
+            annotated::file_name(t),
+            Box::new(|| {
+                let h = head.lock().unwrap_or_else(|e| e.into_inner()).take();
+                annotated::write(&dir.join(annotated::file_name(t)), t, a, opts.compact, h)
+            }),
+        ));
     }
     for (job, slot) in plots.iter().zip(&svgs) {
         let plot_dir = &plot_dir;
-        tasks.push(Box::new(move || {
-            let svg = job.write(plot_dir)?;
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(svg);
-            Ok(())
-        }));
+        tasks.push(named(
+            &format!("plot {}", job.name()),
+            Box::new(move || {
+                let svg = job.write(plot_dir)?;
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(svg);
+                Ok(())
+            }),
+        ));
     }
-    let results: Vec<Result<(), Error>> = tasks.par_iter().map(|task| task()).collect();
+    // When each output was complete, from the start of writing: tasks run side by side (and a
+    // waiting task's thread may run another's work), so their own durations would overlap.
+    let t0 = std::time::Instant::now();
+    let results: Vec<(Result<(), Error>, f64)> = tasks
+        .par_iter()
+        .map(|(_, task)| {
+            let r = task();
+            (r, t0.elapsed().as_secs_f64())
+        })
+        .collect();
+    let mut times: Vec<(String, f64)> = tasks
+        .iter()
+        .zip(&results)
+        .map(|((name, _), (_, at))| (name.clone(), *at))
+        .collect();
     drop(tasks);
-    let done: Result<(), Error> = results.into_iter().collect();
+    let done: Result<(), Error> = results.into_iter().try_for_each(|(r, _)| r);
     if let Some(h) = clearing {
         let _ = h.join();
     }
@@ -344,8 +399,11 @@ pub fn write_into(
             .filter_map(|(j, s)| Some((j.name(), s.into_inner().ok()??)))
             .collect();
         html::write(dir, &svgs, a, diag)?;
+        times.push(("report.html".into(), t0.elapsed().as_secs_f64()));
     }
-    out.commit()
+    out.commit()?;
+    times.push(("renamed into place".into(), t0.elapsed().as_secs_f64()));
+    Ok(times)
 }
 
 fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {

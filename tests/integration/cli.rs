@@ -45,8 +45,18 @@ fn issue7_timings_name_every_stage_in_order() {
         .unwrap();
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
+    // Issue 19: each output's completion time, indented, after the stages.
+    let outputs: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("steptrace:   "))
+        .map(|l| l.split_once(": done at +").expect(l).0)
+        .collect();
+    for want in ["summary.json", "node_stats.parquet", "renamed into place"] {
+        assert!(outputs.contains(&want), "{want} not in {outputs:?}");
+    }
     let stages: Vec<&str> = err
         .lines()
+        .filter(|l| !l.starts_with("steptrace:   "))
         .map(|l| {
             // steptrace: STAGE: WALL s (CPU s CPU, CORES cores)
             let l = l.strip_prefix("steptrace: ").expect(l);
