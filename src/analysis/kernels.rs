@@ -65,24 +65,7 @@ fn kind(k: GpuKind) -> &'static str {
 
 /// Length of the union of `[start, end)` intervals.
 fn union_ns(mut iv: Vec<(i64, i64)>) -> i64 {
-    iv.sort_unstable();
-    let mut total = 0i64;
-    let mut cur: Option<(i64, i64)> = None;
-    for (s, e) in iv {
-        match &mut cur {
-            Some((_, ce)) if s <= *ce => *ce = (*ce).max(e),
-            _ => {
-                if let Some((cs, ce)) = cur {
-                    total += ce - cs;
-                }
-                cur = Some((s, e));
-            }
-        }
-    }
-    if let Some((cs, ce)) = cur {
-        total += ce - cs;
-    }
-    total
+    super::step::union_len(&mut iv)
 }
 
 /// Sums up every GPU activity of the trace.

@@ -536,7 +536,7 @@ fn node_memory(t: &Trace, thread: ThreadId, s: i64, e: i64) -> (i64, i64, i64, i
 }
 
 /// Total length of the union of intervals.
-fn union_len(iv: &mut [(i64, i64)]) -> i64 {
+pub(crate) fn union_len(iv: &mut [(i64, i64)]) -> i64 {
     iv.sort_unstable();
     let mut total = 0;
     let mut cur: Option<(i64, i64)> = None;
