@@ -124,11 +124,11 @@ pub fn run_analysis(
     run_analysis_with(props, &mut |_| {})
 }
 
-/// [`run_analysis`], calling `loaded` with the trace as soon as it is read (before the step is
+/// [`run_analysis`], calling `on_loaded` with the trace as soon as it is read (before the step is
 /// rebuilt), so that work which needs only the file can start beside the analysis.
 fn run_analysis_with(
     props: &AnalyzeProps,
-    loaded: &mut dyn FnMut(&ingest::kineto::KinetoTrace),
+    on_loaded: &mut dyn FnMut(&ingest::kineto::KinetoTrace),
 ) -> Result<(model::Trace, analysis::Analysis, Diagnostics), Error> {
     let inputs = ingest::discover(
         &props.input,
@@ -142,9 +142,8 @@ fn run_analysis_with(
         }
     };
     stage("reading and parsing");
-    let inputs_loaded = ingest::load_all(&inputs)?;
-    loaded(&inputs_loaded.kineto);
-    let loaded = inputs_loaded;
+    let loaded = ingest::load_all(&inputs)?;
+    on_loaded(&loaded.kineto);
     stage("rebuilding the step");
     let mut diag = Diagnostics::default();
     let mut trace = model::Trace::build(loaded, &mut diag);

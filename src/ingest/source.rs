@@ -70,6 +70,11 @@ pub struct Source {
     pub truncated_gzip: bool,
 }
 
+/// Whether `head` starts with the gzip magic bytes (RFC 1952).
+fn is_gzip(head: &[u8]) -> bool {
+    head.starts_with(&[0x1f, 0x8b])
+}
+
 /// Reads a whole file, inflating it when it starts with the gzip magic bytes.
 pub fn read(path: &Path) -> Result<Source, Error> {
     let raw = open(path).map_err(|source| Error::Io {
@@ -77,7 +82,7 @@ pub fn read(path: &Path) -> Result<Source, Error> {
         source,
     })?;
     let file_len = raw.len() as u64;
-    if raw.starts_with(&[0x1f, 0x8b]) {
+    if is_gzip(&raw) {
         let (bytes, truncated_gzip) = inflate(&raw).map_err(|e| Error::Format {
             path: path.to_path_buf(),
             what: format!("corrupt gzip stream: {e}"),
@@ -108,7 +113,7 @@ pub fn read(path: &Path) -> Result<Source, Error> {
 /// whole text (the annotated trace): the file itself, or its gzip members inflated as read.
 pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
     let mut file = std::io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?);
-    let gz = std::io::BufRead::fill_buf(&mut file)?.starts_with(&[0x1f, 0x8b]);
+    let gz = is_gzip(std::io::BufRead::fill_buf(&mut file)?);
     Ok(if gz {
         Box::new(flate2::bufread::MultiGzDecoder::new(file))
     } else {

@@ -144,9 +144,10 @@ pub fn extra_events(t: &Trace, a: &Analysis) -> Vec<u8> {
         num(b, n.kernels);
         b.extend_from_slice(b"}}");
     }));
-    // Activation slices: named after their producer, numbered per producer in block order.
+    // Activation slices: named after their producer, numbered per producer in block order;
+    // ids count the slices from 1.
     let mut per_producer: rustc_hash::FxHashMap<usize, u32> = rustc_hash::FxHashMap::default();
-    let acts: Vec<(&crate::analysis::memory::Block, u32, usize)> = a
+    let acts: Vec<(usize, &crate::analysis::memory::Block, u32, usize)> = a
         .memory
         .blocks
         .iter()
@@ -159,12 +160,12 @@ pub fn extra_events(t: &Trace, a: &Analysis) -> Vec<u8> {
             *k += 1;
             Some((b, *k - 1, p))
         })
+        .enumerate()
+        .map(|(i, (b, k, p))| (i + 1, b, k, p))
         .collect();
-    let ids: Vec<(usize, &(&crate::analysis::memory::Block, u32, usize))> =
-        acts.iter().enumerate().collect();
-    v.extend(events_par(&ids, |b, (i, (blk, k, p))| {
+    v.extend(events_par(&acts, |b, &(id, blk, k, p)| {
         let mut name = Vec::new();
-        str_b(&mut name, &format!("{}/act{}", a.step.nodes[*p].name, k));
+        str_b(&mut name, &format!("{}/act{}", a.step.nodes[p].name, k));
         for (ph, ts) in [("b", blk.alloc), ("e", blk.free.unwrap_or(blk.alloc))] {
             if ph == "e" {
                 b.extend_from_slice(b",\n");
@@ -174,7 +175,7 @@ pub fn extra_events(t: &Trace, a: &Analysis) -> Vec<u8> {
             b.extend_from_slice(br#"","cat":"activation","name":"#);
             b.extend_from_slice(&name);
             b.extend_from_slice(br#","id":"#);
-            num(b, i + 1);
+            num(b, id);
             b.extend_from_slice(br#","pid":"#);
             b.extend_from_slice(pid.as_bytes());
             b.extend_from_slice(br#","tid":3,"ts":"#);
@@ -206,30 +207,35 @@ pub fn file_name_for(gzipped: bool) -> &'static str {
     }
 }
 
-/// The original text before the added events, being copied into the (part) output file by a
-/// thread of its own. The copy is the kernel's (`copy_file_range` on Linux: the bytes never
+/// The original text before the added events, being copied into the output file (under its
+/// part name, [`super::create`]) by a thread of its own. The copy is the kernel's (`copy_file_range` on Linux: the bytes never
 /// pass through this process, so it adds nothing to its memory).
 #[derive(Debug)]
 pub struct HeadCopy {
-    handle: std::thread::JoinHandle<std::io::Result<std::fs::File>>,
+    dest: PathBuf,
+    handle: std::thread::JoinHandle<Result<std::fs::File, Error>>,
 }
 
 impl HeadCopy {
-    /// Starts copying the first `len` bytes of `src` into a new file at `part`.
-    pub(crate) fn start(src: &Path, part: PathBuf, len: usize) -> Option<HeadCopy> {
-        let src = src.to_path_buf();
+    /// Starts copying the first `len` bytes of `src` into the output file `dest`.
+    pub(crate) fn start(src: &Path, dest: PathBuf, len: usize) -> Option<HeadCopy> {
+        let (src, to) = (src.to_path_buf(), dest.clone());
         let handle = std::thread::Builder::new()
             .name("steptrace-copy".into())
-            .spawn(move || copy_head(&src, &part, len))
+            .spawn(move || copy_head(&src, &to, len))
             .ok()?;
-        Some(HeadCopy { handle })
+        Some(HeadCopy { dest, handle })
     }
 
     /// Waits for the copy; the file is positioned at its end.
-    fn finish(self) -> std::io::Result<std::fs::File> {
-        self.handle
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the copying thread panicked")))
+    fn finish(self) -> Result<std::fs::File, Error> {
+        let dest = self.dest;
+        self.handle.join().unwrap_or_else(|_| {
+            Err(Error::Io {
+                path: dest,
+                source: std::io::Error::other("the copying thread panicked"),
+            })
+        })
     }
 
     /// Waits for the copy and drops its file (the run did not complete).
@@ -238,13 +244,17 @@ impl HeadCopy {
     }
 }
 
-fn copy_head(src: &Path, part: &Path, len: usize) -> std::io::Result<std::fs::File> {
-    let mut s = std::fs::File::open(src)?;
-    let _ = std::fs::remove_file(part);
-    let mut f = std::fs::File::create(part)?;
-    let n = std::io::copy(&mut (&mut s).take(len as u64), &mut f)?;
+/// Copies the first `len` bytes of `src` into the new output file `dest`.
+fn copy_head(src: &Path, dest: &Path, len: usize) -> Result<std::fs::File, Error> {
+    let in_err = |source| Error::Io {
+        path: src.to_path_buf(),
+        source,
+    };
+    let mut s = std::fs::File::open(src).map_err(in_err)?;
+    let mut f = super::create(dest)?;
+    let n = std::io::copy(&mut (&mut s).take(len as u64), &mut f).map_err(io(dest))?;
     if n != len as u64 {
-        return Err(changed());
+        return Err(in_err(changed()));
     }
     Ok(f)
 }
@@ -261,7 +271,8 @@ fn changed() -> std::io::Error {
 /// per mille of one stream's.
 const GZ_BLOCK: usize = 2 << 20;
 
-/// zlib level of the annotated trace's members, chosen by measurement (docs/performance.md).
+/// zlib level of the annotated trace's gzip, chosen by measurement (`examples/gzip_levels.rs`,
+/// docs/performance.md).
 const GZ_LEVEL: u32 = 1;
 
 /// The text between the original events and what follows them: the added events, with a comma
@@ -281,18 +292,6 @@ fn middle(span: EventsSpan, extras: &[u8]) -> Vec<u8> {
     m
 }
 
-/// The whole annotated text of `text` (tests, and compact output that filters events).
-pub(crate) fn assemble(text: &[u8], span: EventsSpan, extras: &[u8]) -> Vec<u8> {
-    let head = &text[..span.insert_at.min(text.len())];
-    let mut out = Vec::with_capacity(text.len() + 4096);
-    out.extend_from_slice(head);
-    out.extend_from_slice(&middle(span, extras));
-    if span.complete {
-        out.extend_from_slice(&text[span.insert_at.min(text.len())..]);
-    }
-    out
-}
-
 /// The compact text: the header, the kept events, the added ones and the rest of the document.
 fn compact_text(buf: &[u8], path: &Path, extras: &[u8]) -> Result<Vec<u8>, Error> {
     let bad = |what: &str| Error::Io {
@@ -307,7 +306,7 @@ fn compact_text(buf: &[u8], path: &Path, extras: &[u8]) -> Result<Vec<u8>, Error
     // One chunk per element gives every element's boundaries.
     let arr =
         json_scan::chunk_array(buf, start, 1).map_err(|_| bad("traceEvents is not an array"))?;
-    let mut out = Vec::with_capacity(buf.len() / 2);
+    let mut out = Vec::with_capacity(buf.len() / 2 + extras.len());
     out.extend_from_slice(&buf[..=start]);
     let mut first = true;
     for &(s, e) in &arr.chunks {
@@ -326,13 +325,13 @@ fn compact_text(buf: &[u8], path: &Path, extras: &[u8]) -> Result<Vec<u8>, Error
         has_elements: !first,
         complete: true,
     };
-    let mut tail = b"]".to_vec();
+    out.extend_from_slice(&middle(span, extras));
+    out.push(b']');
     match arr.end {
-        Some(end) => tail.extend_from_slice(&buf[end..]),
-        None => tail.extend_from_slice(b"}\n"),
+        Some(end) => out.extend_from_slice(&buf[end..]),
+        None => out.extend_from_slice(b"}\n"),
     }
-    out.extend_from_slice(&tail);
-    Ok(assemble(&out, span, extras))
+    Ok(out)
 }
 
 /// Reads up to `n` blocks of [`GZ_BLOCK`] bytes (fewer at the end of the input).
@@ -395,8 +394,8 @@ impl<R: Read> Read for Spliced<R> {
 
 /// One piece as raw deflate ending on a byte boundary (a sync flush: an empty stored block),
 /// so pieces compressed apart concatenate into one deflate stream; with the piece's CRC-32.
-fn deflate_piece(block: &[u8]) -> std::io::Result<(Vec<u8>, flate2::Crc)> {
-    let mut c = flate2::Compress::new(flate2::Compression::new(GZ_LEVEL), false);
+fn deflate_piece(block: &[u8], level: u32) -> std::io::Result<(Vec<u8>, flate2::Crc)> {
+    let mut c = flate2::Compress::new(flate2::Compression::new(level), false);
     let mut out = Vec::with_capacity(block.len() / 4 + 1024);
     loop {
         let at = c.total_in() as usize;
@@ -418,7 +417,17 @@ fn deflate_piece(block: &[u8]) -> std::io::Result<(Vec<u8>, flate2::Crc)> {
 /// including those that stop after a first member. Reading the next pieces (from a file, or
 /// inflating the input) overlaps compressing the ones before; at most two batches are in
 /// memory.
-pub(crate) fn gzip_parallel(mut r: impl Read + Send, out: &mut impl Write) -> std::io::Result<()> {
+pub(crate) fn gzip_parallel(r: impl Read + Send, out: &mut impl Write) -> std::io::Result<()> {
+    gzip_parallel_level(r, out, GZ_LEVEL)
+}
+
+/// [`gzip_parallel`] at a chosen zlib level (the benchmark of the level choice calls it).
+#[doc(hidden)]
+pub fn gzip_parallel_level(
+    mut r: impl Read + Send,
+    out: &mut impl Write,
+    level: u32,
+) -> std::io::Result<()> {
     use rayon::prelude::*;
     // Header: deflate, no name, no time, OS unknown (RFC 1952).
     out.write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff])?;
@@ -429,7 +438,7 @@ pub(crate) fn gzip_parallel(mut r: impl Read + Send, out: &mut impl Write) -> st
         let (pieces, next) = rayon::join(
             || {
                 cur.par_iter()
-                    .map(|b| deflate_piece(b))
+                    .map(|b| deflate_piece(b, level))
                     .collect::<std::io::Result<Vec<_>>>()
             },
             || read_blocks(&mut r, batch),
@@ -468,15 +477,14 @@ pub fn write(
     let span = t.kineto.events_span;
     if !compact && !t.kineto.gzipped {
         // The head is copied by the kernel while the added events are formatted.
-        let part = super::out_dir::part_path(path);
         let (copied, extras) = rayon::join(
             || match head {
                 Some(h) => h.finish(),
-                None => copy_head(src_path, &part, span.insert_at),
+                None => copy_head(src_path, path, span.insert_at),
             },
             || extra_events(t, a),
         );
-        let mut f = std::io::BufWriter::with_capacity(1 << 16, copied.map_err(in_err)?);
+        let mut f = std::io::BufWriter::with_capacity(1 << 16, copied?);
         f.write_all(&middle(span, &extras)).map_err(io(path))?;
         drop(extras);
         if span.complete {
@@ -522,12 +530,7 @@ pub fn write(
         drop(extras);
         gzip_parallel(spliced, &mut f).map_err(io(path))?;
     }
-    let inner = f.into_inner().map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        source: e.into_error(),
-    })?;
-    drop(inner);
-    Ok(())
+    f.flush().map_err(io(path))
 }
 
 #[cfg(test)]
@@ -564,7 +567,17 @@ mod tests {
                 continue;
             };
             let span = t.events_span;
-            let out = assemble(text, span, extras);
+            // The same reader the gzip path compresses from.
+            let mut out = Vec::new();
+            Spliced {
+                inner: text,
+                head_left: span.insert_at as u64,
+                mid: middle(span, extras),
+                mid_at: 0,
+                rest: span.complete,
+            }
+            .read_to_end(&mut out)
+            .unwrap();
             let v: serde_json::Value = serde_json::from_slice(&out)
                 .unwrap_or_else(|e| panic!("cut {cut}: {e}\n{}", String::from_utf8_lossy(&out)));
             let n = v["traceEvents"].as_array().unwrap().len();

@@ -302,62 +302,43 @@ pub fn write_into(
     fn named<'a>(name: &str, f: Job<'a>) -> Task<'a> {
         (name.to_owned(), f)
     }
+    // A task writing the one file `name` in `dir`.
+    fn file<'a>(
+        dir: &'a Path,
+        name: &'static str,
+        w: impl Fn(&Path) -> Result<(), Error> + Send + Sync + 'a,
+    ) -> Task<'a> {
+        named(name, Box::new(move || w(&dir.join(name))))
+    }
     let mut tasks: Vec<Task<'_>> = vec![
-        named(
-            "summary.json",
-            Box::new(|| write_summary(&dir.join("summary.json"), a, diag)),
-        ),
-        named(
-            "node_stats.csv",
-            Box::new(|| write_node_stats(&dir.join("node_stats.csv"), t, a)),
-        ),
-        named(
-            "node_iterations.csv",
-            Box::new(|| write_node_iterations(&dir.join("node_iterations.csv"), t, a)),
-        ),
-        named(
-            "iterations.csv",
-            Box::new(|| write_iterations(&dir.join("iterations.csv"), a)),
-        ),
-        named(
-            "flops.csv",
-            Box::new(|| flops::write_flops_csv(&dir.join("flops.csv"), a)),
-        ),
+        file(dir, "summary.json", |p| write_summary(p, a, diag)),
+        file(dir, "node_stats.csv", |p| write_node_stats(p, t, a)),
+        file(dir, "node_iterations.csv", |p| {
+            write_node_iterations(p, t, a)
+        }),
+        file(dir, "iterations.csv", |p| write_iterations(p, a)),
+        file(dir, "flops.csv", |p| flops::write_flops_csv(p, a)),
         named("flops rollups", Box::new(|| flops::write_rollups(dir, a))),
-        named(
-            "graph_profile.json",
-            Box::new(|| write_graph_profile(&dir.join("graph_profile.json"), a)),
-        ),
-        named(
-            "activation_stats.csv",
-            Box::new(|| memory::write_activation_stats(&dir.join("activation_stats.csv"), a)),
-        ),
-        named(
-            "memory_timeline.csv",
-            Box::new(|| memory::write_timeline(&dir.join("memory_timeline.csv"), t, a)),
-        ),
+        file(dir, "graph_profile.json", |p| write_graph_profile(p, a)),
+        file(dir, "activation_stats.csv", |p| {
+            memory::write_activation_stats(p, a)
+        }),
+        file(dir, "memory_timeline.csv", |p| {
+            memory::write_timeline(p, t, a)
+        }),
         named("graph.json/dot", Box::new(|| memory::write_graph(dir, a))),
-        named(
-            "kernels.csv",
-            Box::new(|| write_kernels(&dir.join("kernels.csv"), a)),
-        ),
-        named(
-            "streams.csv",
-            Box::new(|| write_streams(&dir.join("streams.csv"), a)),
-        ),
+        file(dir, "kernels.csv", |p| write_kernels(p, a)),
+        file(dir, "streams.csv", |p| write_streams(p, a)),
     ];
     #[cfg(feature = "parquet")]
     for (w, name) in frames::writers().into_iter().zip(frames::FILES) {
         tasks.push(named(name, Box::new(move || w(dir, t, a))));
     }
     if opts.annotated_trace {
-        tasks.push(named(
-            annotated::file_name(t),
-            Box::new(|| {
-                let h = head.lock().unwrap_or_else(|e| e.into_inner()).take();
-                annotated::write(&dir.join(annotated::file_name(t)), t, a, opts.compact, h)
-            }),
-        ));
+        tasks.push(file(dir, annotated::file_name(t), |p| {
+            let h = head.lock().unwrap_or_else(|e| e.into_inner()).take();
+            annotated::write(p, t, a, opts.compact, h)
+        }));
     }
     for (job, slot) in plots.iter().zip(&svgs) {
         let plot_dir = &plot_dir;
@@ -738,7 +719,6 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             n.node_type.as_str()
         );
     }
-    let _ = t;
     finish_console(o, diag)
 }
 

@@ -29,7 +29,7 @@ pub(crate) fn part_path(path: &Path) -> PathBuf {
 /// The final name of a part.
 pub(crate) fn final_path(part: &Path) -> PathBuf {
     let name = part.file_name().unwrap_or_default().to_string_lossy();
-    part.with_file_name(name.trim_end_matches(PART))
+    part.with_file_name(name.strip_suffix(PART).unwrap_or(&name))
 }
 
 /// Files ending in [`PART`] in `dir` and its output sub-directories.
@@ -106,8 +106,8 @@ impl OutDir {
     /// for); a gzip trace's annotated copy is made with the other outputs.
     pub fn start_annotated(&mut self, k: &KinetoTrace, opts: &ReportOptions) {
         if opts.annotated_trace && !opts.compact && !k.gzipped && self.head.is_none() {
-            let path = part_path(&self.dir.join(annotated::file_name_for(k.gzipped)));
-            self.head = annotated::HeadCopy::start(&k.path, path, k.events_span.insert_at);
+            let dest = self.dir.join(annotated::file_name_for(k.gzipped));
+            self.head = annotated::HeadCopy::start(&k.path, dest, k.events_span.insert_at);
         }
     }
 

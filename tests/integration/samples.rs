@@ -512,13 +512,23 @@ fn issue17_gpu_only_trace_gets_kernel_level_results() {
         ) || e["ph"] == "M"
     };
     let mut gpu_only = v.clone();
-    let events: Vec<serde_json::Value> = v["traceEvents"]
+    let mut events: Vec<serde_json::Value> = v["traceEvents"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|e| keep(e))
         .cloned()
         .collect();
+    // A second copy of the first kernel, starting half-way through it on the same stream, so
+    // that a stream's busy time differs from the sum of its activities.
+    let mut twin = events
+        .iter()
+        .find(|e| e["cat"] == "kernel")
+        .unwrap()
+        .clone();
+    let half = twin["dur"].as_f64().unwrap() / 2.0;
+    twin["ts"] = serde_json::json!(twin["ts"].as_f64().unwrap() + half);
+    events.push(twin);
     let kernels: Vec<&serde_json::Value> = events.iter().filter(|e| e["cat"] == "kernel").collect();
     let kernel_us: f64 = kernels.iter().map(|e| e["dur"].as_f64().unwrap()).sum();
     let activities = events
@@ -562,4 +572,90 @@ fn issue17_gpu_only_trace_gets_kernel_level_results() {
     assert_eq!(out.diagnostics.count("no_cpu_operators"), 1);
     assert_eq!(out.diagnostics.count("gpu_activity_without_launch"), 0);
     assert!(out.console.contains("GPU-only trace"), "{}", out.console);
+    // The step is the GPU timeline's span: first activity start to last activity end.
+    let acts: Vec<(f64, f64, i64, i64)> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["cat"].as_str(),
+                Some("kernel" | "gpu_memcpy" | "gpu_memset")
+            )
+        })
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap();
+            let dur = e["dur"].as_f64().unwrap();
+            let arg = |k: &str| e["args"][k].as_i64().unwrap();
+            (ts, ts + dur, arg("device"), arg("stream"))
+        })
+        .collect();
+    let first = acts.iter().map(|a| a.0).fold(f64::INFINITY, f64::min);
+    let last = acts.iter().map(|a| a.1).fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        (a.summary.step_time_s * 1e6 - (last - first)).abs() < 0.01,
+        "step {} s vs span {} us",
+        a.summary.step_time_s,
+        last - first
+    );
+    // Each stream's busy time is the union of its activities' intervals.
+    let (sh, srows) = crate::common::csv(&out.out_dir.join("streams.csv"));
+    let mut streams: Vec<(i64, i64)> = acts.iter().map(|a| (a.2, a.3)).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    assert_eq!(srows.len(), streams.len());
+    for (dev, stream) in streams {
+        let mut iv: Vec<(f64, f64)> = acts
+            .iter()
+            .filter(|a| (a.2, a.3) == (dev, stream))
+            .map(|a| (a.0, a.1))
+            .collect();
+        iv.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        let (mut busy, mut cur) = (0.0, None::<(f64, f64)>);
+        for (s, e) in iv.iter().copied() {
+            cur = match cur {
+                Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+                Some((cs, ce)) => {
+                    busy += ce - cs;
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        busy += cur.map_or(0.0, |(s, e)| e - s);
+        let row = srows
+            .iter()
+            .find(|r| {
+                r[crate::common::col(&sh, "device")] == dev.to_string()
+                    && r[crate::common::col(&sh, "stream")] == stream.to_string()
+            })
+            .unwrap_or_else(|| panic!("no row for stream {dev}/{stream}"));
+        let got: f64 = row[crate::common::col(&sh, "busy_ns")].parse().unwrap();
+        assert!(
+            (got - busy * 1e3).abs() <= iv.len() as f64,
+            "stream {dev}/{stream}: {got} ns vs {} ns",
+            busy * 1e3
+        );
+    }
+    // The kernel with the most time: its count, total and longest run from the JSON.
+    let top = &rows[0];
+    let name = &top[crate::common::col(&h, "name")];
+    let durs: Vec<f64> = kernels
+        .iter()
+        .filter(|e| e["name"].as_str() == Some(name.as_str()))
+        .map(|e| e["dur"].as_f64().unwrap())
+        .collect();
+    let total_top: f64 = durs.iter().sum();
+    let num = |c: &str| top[crate::common::col(&h, c)].parse::<f64>().unwrap();
+    assert_eq!(num("count") as usize, durs.len(), "{name}");
+    assert!((num("total_ns") - total_top * 1e3).abs() <= durs.len() as f64);
+    assert!((num("max_ns") - durs.iter().fold(0.0, |m, d| d.max(m)) * 1e3).abs() <= 1.0);
+    assert!(kernels.iter().all(|e| {
+        let n = e["name"].as_str().unwrap();
+        n == name.as_str()
+            || kernels
+                .iter()
+                .filter(|k| k["name"].as_str() == Some(n))
+                .map(|k| k["dur"].as_f64().unwrap())
+                .sum::<f64>()
+                <= total_top
+    }));
 }

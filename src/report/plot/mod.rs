@@ -104,9 +104,8 @@ fn write_data(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(), 
 }
 
 /// Encodes an RGB image as PNG with the Sub filter on every row: plots are flat colours and
-/// lines, which it keeps small. The image crate's default (adaptive filter choice per row)
-/// took about 3x as long and wrote files 4-5x larger (210 KB against 45 KB); its fast deflate
-/// wrote 540 KB files (docs/performance.md).
+/// lines, which it keeps small (45 KB files, where the image crate's encoder wrote about
+/// 210 KB ones; this crate's fast deflate, 540 KB).
 fn encode_png(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>, png::EncodingError> {
     let mut out = Vec::with_capacity(rgb.len() / 8);
     {
@@ -130,7 +129,6 @@ fn render<D: ?Sized>(
     draw: impl Fn(&DrawingArea<SVGBackend<'_>, Shift>, &D) -> DrawResult,
     draw_png: impl Fn(&DrawingArea<BitMapBackend<'_>, Shift>, &D) -> DrawResult,
     data: &D,
-    out: &mut Vec<PathBuf>,
 ) -> Result<String, Error> {
     let svg = dir.join(format!("{name}.svg"));
     let png = dir.join(format!("{name}.png"));
@@ -153,23 +151,31 @@ fn render<D: ?Sized>(
     }
     let bytes = encode_png(&rgb, SIZE).map_err(|e| fail(&png, e.into()))?;
     super::write_file(&png, &bytes)?;
-    out.push(svg);
-    out.push(png);
     Ok(text)
 }
 
 /// [`render`] of a plot with one drawing function for both backends.
 macro_rules! render {
-    ($dir:expr, $name:expr, $f:ident, $data:expr, $out:expr) => {
-        render(
-            $dir,
-            $name,
-            |r, d| $f(r, d),
-            |r, d| $f(r, d),
-            $data,
-            &mut $out,
-        )
+    ($dir:expr, $name:expr, $f:ident, $data:expr) => {
+        render($dir, $name, |r, d| $f(r, d), |r, d| $f(r, d), $data)
     };
+}
+
+/// [`render`] of a plot named by a path stem (`<dir>/<name>`, for compare and sweep); gives
+/// the two files written.
+macro_rules! render_stem {
+    ($stem:expr, $f:ident, $data:expr) => {{
+        register_font();
+        let stem: &Path = $stem;
+        let dir = stem.parent().unwrap_or(Path::new("."));
+        let name = stem.file_name().unwrap_or_default().to_string_lossy();
+        render!(dir, &name, $f, $data).map(|_| {
+            vec![
+                dir.join(format!("{name}.svg")),
+                dir.join(format!("{name}.png")),
+            ]
+        })
+    }};
 }
 
 /// Data of the memory-vs-rank plot.
@@ -550,20 +556,6 @@ impl Job {
     }
 }
 
-/// Writes the chosen plots (all when `which` is empty) into `dir`, one after another.
-pub fn write_plots(
-    dir: &Path,
-    a: &Analysis,
-    which: &[String],
-    gpu_mem_bytes: Option<i64>,
-) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    for j in jobs(a, which, gpu_mem_bytes) {
-        j.write(dir)?;
-    }
-    Ok(())
-}
-
 /// A [`Job`] writing `rows` under `header` as `<name>.data.csv` and drawing `data` with `draw`.
 macro_rules! job {
     ($name:literal, $header:expr, $rows:expr, $data:expr, $draw:ident) => {{
@@ -572,7 +564,7 @@ macro_rules! job {
             name: $name,
             run: Box::new(move |dir: &Path| {
                 write_data(&dir.join(concat!($name, ".data.csv")), &header, &rows)?;
-                render!(dir, $name, $draw, &data, Vec::new())
+                render!(dir, $name, $draw, &data)
             }),
         }
     }};
@@ -796,7 +788,6 @@ pub fn write_overlay(
     title: &str,
     runs: &[(String, Vec<(u32, f64)>)],
 ) -> Result<Vec<PathBuf>, Error> {
-    register_font();
     struct Overlay<'a> {
         title: &'a str,
         runs: &'a [(String, Vec<(u32, f64)>)],
@@ -837,23 +828,8 @@ pub fn write_overlay(
         legend(&mut c)?;
         Ok(())
     }
-    let dir = path_stem.parent().unwrap_or(Path::new("."));
-    let name = path_stem
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned();
-    let mut out = Vec::new();
     let d = Overlay { title, runs };
-    render(
-        dir,
-        &name,
-        |r, d| draw(r, d),
-        |r, d| draw(r, d),
-        &d,
-        &mut out,
-    )?;
-    Ok(out)
+    render_stem!(path_stem, draw, &d)
 }
 
 /// Line plot of several series (sweeps).
@@ -864,7 +840,6 @@ pub fn write_xy(
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<Vec<PathBuf>, Error> {
-    register_font();
     struct Xy<'a> {
         title: &'a str,
         x_desc: &'a str,
@@ -895,28 +870,13 @@ pub fn write_xy(
         legend(&mut c)?;
         Ok(())
     }
-    let dir = path_stem.parent().unwrap_or(Path::new("."));
-    let name = path_stem
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned();
-    let mut out = Vec::new();
     let d = Xy {
         title,
         x_desc,
         y_desc,
         series,
     };
-    render(
-        dir,
-        &name,
-        |r, d| draw(r, d),
-        |r, d| draw(r, d),
-        &d,
-        &mut out,
-    )?;
-    Ok(out)
+    render_stem!(path_stem, draw, &d)
 }
 
 /// Stacked bars of bytes by category, one bar per label (sweeps, comparisons).
@@ -925,7 +885,6 @@ pub fn write_stacked(
     title: &str,
     bars: &[(String, [f64; 7])],
 ) -> Result<Vec<PathBuf>, Error> {
-    register_font();
     struct St<'a> {
         title: &'a str,
         bars: &'a [(String, [f64; 7])],
@@ -971,21 +930,6 @@ pub fn write_stacked(
         legend(&mut c)?;
         Ok(())
     }
-    let dir = path_stem.parent().unwrap_or(Path::new("."));
-    let name = path_stem
-        .file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned();
-    let mut out = Vec::new();
     let d = St { title, bars };
-    render(
-        dir,
-        &name,
-        |r, d| draw(r, d),
-        |r, d| draw(r, d),
-        &d,
-        &mut out,
-    )?;
-    Ok(out)
+    render_stem!(path_stem, draw, &d)
 }
