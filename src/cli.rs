@@ -184,10 +184,17 @@ pub(crate) struct CaptureArgs {
     /// Allocator history entries kept (ring buffer).
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) max_entries: u64,
-    /// Steps timed before the window with nothing recorded: the program's own step time,
-    /// reported beside the instrumented one (0: no timing phase).
+    /// Fewest steps timed before the window with nothing recorded: the program's own step
+    /// time, reported beside the instrumented one (0: no timing phase). Timing goes on until
+    /// the median settles (within +-2.5%), up to --timing-max-steps and --timing-max-s.
     #[arg(long, default_value_t = 10)]
     pub(crate) timing_steps: u32,
+    /// Most steps timed while the median has not settled (0: no cap).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) timing_max_steps: u32,
+    /// Most seconds timed while the median has not settled (0: no cap).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) timing_max_s: u32,
     /// The program and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -231,7 +238,11 @@ impl CaptureArgs {
             python: self.python.clone(),
             max_entries: self.max_entries,
             cache: None,
-            timing_steps: self.timing_steps,
+            timing: steptrace_capture::TimingPhase {
+                steps: self.timing_steps,
+                max_steps: self.timing_max_steps,
+                max_s: self.timing_max_s,
+            },
         })
     }
 }

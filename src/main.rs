@@ -230,7 +230,7 @@ fn sweep(args: cli::SweepArgs) -> anyhow::Result<u8> {
                 python: None,
                 max_entries: 1_000_000,
                 cache: None,
-                timing_steps: 10,
+                timing: steptrace_capture::TimingPhase::default(),
             };
             eprintln!(
                 "steptrace: sweep {}={v}: capturing into {}",

@@ -45,13 +45,17 @@
 #include <torch/version.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include "timing_rule.h"
+
 #include <dlfcn.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -156,6 +160,9 @@ struct Native {
   Schedule sched;
   int64_t timing_steps = 10;
   int64_t timing_settle = 5;  // timed but left out: autotuning and allocator growth settle
+  int64_t timing_max_steps = 200;  // caps of a timing phase whose median does not settle
+  int64_t timing_max_ns = 20000000000LL;
+  std::string timing_stop;  // why the timing phase ended (timing_stop_rule)
   bool reference = false;
   int64_t fallback_ns = 0;
   int64_t fallback_window_ns = 0;
@@ -260,6 +267,7 @@ void write_status(bool cleanly) {
     f << ",\n \"timing_ns\": ";
     write_list(f, g.timing_ns);
     f << ",\n \"timing_settle\": " << (g.timing_started ? g.timing_settle : 0);
+    if (!g.timing_stop.empty()) f << ",\n \"timing_stop\": \"" << g.timing_stop << "\"";
     f << ",\n \"phase\": \"" << phase_name(g.phase) << "\",\n \"window_complete\": "
       << (g.window_complete ? "true" : "false");
     if (!g.incomplete.empty()) f << ",\n \"window_incomplete_reason\": \"" << json_escape(g.incomplete) << "\"";
@@ -450,7 +458,14 @@ void on_boundary(int64_t now) {
     {
       std::lock_guard<std::mutex> lock(g.mu);
       g.timing_ns.push_back(now);
-      done = static_cast<int64_t>(g.timing_ns.size()) > g.timing_settle + g.timing_steps;
+      int64_t left_out = 0;
+      const char* why = steptrace_timing::timing_stop_rule(g.timing_ns, g.timing_settle, g.timing_steps, g.timing_max_steps,
+                                         g.timing_max_ns, &left_out);
+      done = why != nullptr;
+      if (done) {
+        g.timing_stop = why;
+        g.timing_settle = left_out;
+      }
     }
     if (done) {
       g.phase = Phase::Before;
@@ -759,6 +774,8 @@ void start_native() {
   g.sched = parse_schedule(env("STEPTRACE_SCHEDULE"));
   g.timing_steps = env_int("STEPTRACE_TIMING_STEPS", 10);
   g.timing_settle = env_int("STEPTRACE_TIMING_SETTLE", 5);
+  g.timing_max_steps = env_int("STEPTRACE_TIMING_MAX_STEPS", 200);
+  g.timing_max_ns = env_int("STEPTRACE_TIMING_MAX_S", 20) * 1000000000LL;
   g.reference = env("STEPTRACE_REFERENCE") == "1";
   g.fallback_ns = env_int("STEPTRACE_FALLBACK_S", 30) * 1000000000LL;
   g.fallback_window_ns = env_int("STEPTRACE_FALLBACK_WINDOW_S", 2) * 1000000000LL;

@@ -56,6 +56,10 @@ class _State:
         # Steps run (and timed, but left out of the median) before the timed ones: cuDNN
         # autotuning, allocator growth and recompilation settle there.
         self.timing_settle = int(os.environ.get("STEPTRACE_TIMING_SETTLE", "5") or 0)
+        # The phase goes on past timing_steps until its median is settled (_timing_settled),
+        # up to these caps.
+        self.timing_max_steps = int(os.environ.get("STEPTRACE_TIMING_MAX_STEPS", "200") or 0)
+        self.timing_max_s = float(os.environ.get("STEPTRACE_TIMING_MAX_S", "20") or 0)
         self.reference = os.environ.get("STEPTRACE_REFERENCE") == "1"
         self.reference_flops = self.reference and os.environ.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
         self.rank = int(os.environ.get("RANK", "0") or 0)
@@ -287,8 +291,47 @@ def _timing_mark():
         except Exception as exc:
             _S.error("cuda event", exc)
     st["timing_ns"].append(time.perf_counter_ns())
-    if len(st["timing_ns"]) > _S.timing_settle + _S.timing_steps:
+    stop = _timing_stop(st["timing_ns"], _S.timing_settle, _S.timing_steps, _S.timing_max_steps, _S.timing_max_s)
+    if stop is not None:
+        st["timing_stop"], st["timing_settle"] = stop
         _after_timing()
+
+
+def _median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+def _timing_stop(ns, settle, steps, max_steps, max_s):
+    """Whether the timing phase ends at this reading: (why, intervals left out) or None.
+
+    At least `steps` intervals are timed after the `settle` first ones. The estimate is the
+    median of the later half of them (early steps of input-bound programs drift); it ends
+    when that median is settled: the earlier half's median within 2.5% of it, and its 95%
+    confidence interval (the box-plot notch, 1.58 IQR / sqrt(n)) within +-2.5%; or at
+    `max_steps` intervals, or `max_s` seconds. The same rule is in the C++ shim."""
+    timed = [(b - a) * 1e-9 for a, b in zip(ns[settle:], ns[settle + 1:])]
+    n = len(timed)
+    if n < max(1, steps):
+        return None
+    later = timed[n - n // 2:] if n >= 2 else timed
+    left_out = settle + n - len(later)
+    m = _median(later)
+    if n >= 2:
+        earlier = timed[: n - len(later)]
+        q = sorted(later)
+        k = len(q)
+        iqr = q[(3 * k) // 4] - q[k // 4]
+        if m > 0 and abs(_median(earlier) - m) <= 0.025 * m and 1.58 * iqr / k ** 0.5 <= 0.025 * m:
+            return ("settled", left_out)
+    if max_steps > 0 and n >= max_steps:
+        return ("step_cap", left_out)
+    if max_s > 0 and (ns[-1] - ns[0]) * 1e-9 >= max_s:
+        return ("time_cap", left_out)
+    if n < 2:
+        return ("one_step", left_out)
+    return None
 
 
 def _after_timing():

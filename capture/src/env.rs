@@ -19,6 +19,10 @@ pub const NATIVE: &str = "STEPTRACE_NATIVE";
 pub const NATIVE_EXE: &str = "STEPTRACE_NATIVE_EXE";
 /// Steps timed before the active window with nothing recorded (the program's own step time).
 pub const TIMING_STEPS: &str = "STEPTRACE_TIMING_STEPS";
+/// Most steps the timing phase takes while its median has not settled.
+pub const TIMING_MAX_STEPS: &str = "STEPTRACE_TIMING_MAX_STEPS";
+/// Most seconds the timing phase takes while its median has not settled.
+pub const TIMING_MAX_S: &str = "STEPTRACE_TIMING_MAX_S";
 /// Native programs with no step boundary: seconds after start before a time window opens.
 pub const FALLBACK_S: &str = "STEPTRACE_FALLBACK_S";
 /// Native programs with no step boundary: how long that time window records, seconds.

@@ -75,9 +75,13 @@ pub struct ShimStatus {
     /// Clock readings (ns) at the boundaries of the timing phase.
     #[serde(default)]
     pub timing_ns: Vec<i64>,
-    /// Timing intervals left out as warm-up.
+    /// Timing intervals left out of the median (warm-up, and the earlier half of the phase).
     #[serde(default)]
     pub timing_settle: usize,
+    /// Why the timing phase ended: settled, step_cap, time_cap, one_step (absent in shims
+    /// before the rule, and when the program ended inside the phase).
+    #[serde(default)]
+    pub timing_stop: Option<String>,
     /// CUDA-event intervals (ms) between the same boundaries.
     #[serde(default)]
     pub timing_cuda_ms: Vec<f64>,
@@ -122,8 +126,11 @@ pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
 pub struct Timing {
     /// Steps timed (in the median).
     pub steps: usize,
-    /// Steps timed first and left out (warm-up).
+    /// Steps timed first and left out (warm-up, and the earlier half of the phase).
     pub settle: usize,
+    /// Why the phase ended (the shim's rule): settled, step_cap, time_cap, one_step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
     /// Median host-clock interval between boundaries, seconds.
     pub step_time_s: f64,
     /// Median CUDA-event interval between the same boundaries (Python programs), seconds.
@@ -161,6 +168,7 @@ pub fn timing(boundaries_ns: &[i64], cuda_ms: &[f64], settle: usize) -> Option<T
     Some(Timing {
         steps: intervals.len() - skip,
         settle: skip,
+        stop: None,
         step_time_s,
         step_time_cuda_s: median(&cuda[cuda_skip.min(cuda.len())..]),
         intervals_s: intervals,

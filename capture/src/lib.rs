@@ -196,8 +196,31 @@ pub struct CaptureProps {
     pub max_entries: u64,
     /// Shim cache directory (default [`shim::cache_root`]).
     pub cache: Option<PathBuf>,
-    /// Steps timed before the window with nothing recorded (0: none).
-    pub timing_steps: u32,
+    /// The timing phase before the window (the program's own step time).
+    pub timing: TimingPhase,
+}
+
+/// The timing phase: steps run before the window with nothing recorded but the boundary
+/// hooks. It times at least `steps` steps and goes on until the median of the later half is
+/// settled (the rule in both shims, docs/capture.md), up to `max_steps` or `max_s` seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimingPhase {
+    /// Fewest steps timed (0: no timing phase).
+    pub steps: u32,
+    /// Most steps timed while the median has not settled (0: no cap).
+    pub max_steps: u32,
+    /// Most seconds timed while the median has not settled (0: no cap).
+    pub max_s: u32,
+}
+
+impl Default for TimingPhase {
+    fn default() -> Self {
+        TimingPhase {
+            steps: 10,
+            max_steps: 200,
+            max_s: 20,
+        }
+    }
 }
 
 /// `manifest.json`.
@@ -446,7 +469,12 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
         (env::SCHEDULE.into(), props.schedule.to_string()),
         (env::RECORD.into(), props.record.env_value()),
         (env::MAX_ENTRIES.into(), props.max_entries.to_string()),
-        (env::TIMING_STEPS.into(), props.timing_steps.to_string()),
+        (env::TIMING_STEPS.into(), props.timing.steps.to_string()),
+        (
+            env::TIMING_MAX_STEPS.into(),
+            props.timing.max_steps.to_string(),
+        ),
+        (env::TIMING_MAX_S.into(), props.timing.max_s.to_string()),
         (
             env::PYTHONPATH.into(),
             env::chain(
@@ -590,8 +618,14 @@ fn finish(
                 }
             }
         }
-        let timing = finalize::timing(&st.timing_ns, &st.timing_cuda_ms, st.timing_settle);
-        if timing.is_none() && st.window_complete && props.timing_steps > 0 {
+        let timing =
+            finalize::timing(&st.timing_ns, &st.timing_cuda_ms, st.timing_settle).map(|t| {
+                finalize::Timing {
+                    stop: st.timing_stop.clone(),
+                    ..t
+                }
+            });
+        if timing.is_none() && st.window_complete && props.timing.steps > 0 {
             notes.push(format!(
                 "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",
                 st.rank

@@ -10,6 +10,8 @@ use std::process::Command;
 pub const SITECUSTOMIZE_PY: &str = include_str!("../shim_py/sitecustomize.py");
 /// The C++ shim's source.
 pub const SHIM_CPP: &str = include_str!("../shim_cpp/steptrace_shim.cpp");
+/// The timing phase's stopping rule, included by the C++ shim.
+pub const SHIM_TIMING_H: &str = include_str!("../shim_cpp/timing_rule.h");
 /// Its CMake project.
 pub const SHIM_CMAKE: &str = include_str!("../shim_cpp/CMakeLists.txt");
 
@@ -106,7 +108,13 @@ pub fn cache_root() -> PathBuf {
 
 /// Path the shim for `torch` is (or will be) cached at.
 pub fn cached_path(cache: &Path, torch: &TorchInfo) -> PathBuf {
-    let key = fnv1a(&[SHIM_CPP, SHIM_CMAKE, &torch.version, &torch.cmake_prefix]);
+    let key = fnv1a(&[
+        SHIM_CPP,
+        SHIM_TIMING_H,
+        SHIM_CMAKE,
+        &torch.version,
+        &torch.cmake_prefix,
+    ]);
     let ver: String = torch
         .version
         .chars()
@@ -140,6 +148,7 @@ pub fn build(cache: &Path, torch: &TorchInfo) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&src).map_err(|e| format!("{}: {e}", src.display()))?;
     for (name, text) in [
         ("steptrace_shim.cpp", SHIM_CPP),
+        ("timing_rule.h", SHIM_TIMING_H),
         ("CMakeLists.txt", SHIM_CMAKE),
     ] {
         std::fs::write(src.join(name), text).map_err(|e| format!("{}: {e}", src.display()))?;

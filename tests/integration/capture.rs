@@ -281,3 +281,208 @@ fn full_disk_keeps_the_childs_status_and_its_files() {
     );
     assert!(!out.join("manifest.json").exists(), "no partial manifest");
 }
+
+/// One timing-phase case: boundary readings (ns) and the rule's parameters.
+struct TimingCase {
+    name: &'static str,
+    intervals_ms: Vec<f64>,
+    settle: i64,
+    steps: i64,
+    max_steps: i64,
+    max_s: i64,
+    /// The first reading count at which the phase ends, why, and the intervals left out.
+    want: (usize, &'static str, i64),
+}
+
+fn timing_cases() -> Vec<TimingCase> {
+    let warm = vec![50.0; 5];
+    let cat = |a: &[f64], b: &[f64]| [a, b].concat();
+    vec![
+        // GPU-bound steps: settled at the fewest steps, the later half in the median.
+        TimingCase {
+            name: "stable",
+            intervals_ms: cat(
+                &warm,
+                &(0..40)
+                    .map(|i| 10.0 + 0.05 * (i % 2) as f64)
+                    .collect::<Vec<_>>(),
+            ),
+            settle: 5,
+            steps: 10,
+            max_steps: 200,
+            max_s: 0,
+            want: (16, "settled", 10),
+        },
+        // Early steps drifting down (an input pipeline filling): not settled until the
+        // earlier half's median has reached the later one's.
+        TimingCase {
+            name: "drift",
+            intervals_ms: cat(&warm, &cat(&[20.0, 19.0, 18.0, 17.0, 16.0], &[10.0; 40])),
+            settle: 5,
+            steps: 10,
+            max_steps: 200,
+            max_s: 0,
+            want: (27, "settled", 16),
+        },
+        // Steps that swing too widely to settle: the step cap ends it.
+        TimingCase {
+            name: "noisy",
+            intervals_ms: cat(
+                &warm,
+                &(0..80)
+                    .map(|i| if i % 2 == 0 { 5.0 } else { 20.0 })
+                    .collect::<Vec<_>>(),
+            ),
+            settle: 5,
+            steps: 10,
+            max_steps: 50,
+            max_s: 0,
+            want: (56, "step_cap", 30),
+        },
+        // Long, unsettled steps: the time cap ends it.
+        TimingCase {
+            name: "slow",
+            intervals_ms: (0..20)
+                .map(|i| if i % 2 == 0 { 1000.0 } else { 3000.0 })
+                .collect(),
+            settle: 0,
+            steps: 2,
+            max_steps: 0,
+            max_s: 10,
+            want: (7, "time_cap", 3),
+        },
+        TimingCase {
+            name: "one",
+            intervals_ms: vec![7.0, 7.0],
+            settle: 0,
+            steps: 1,
+            max_steps: 200,
+            max_s: 20,
+            want: (2, "one_step", 0),
+        },
+    ]
+}
+
+fn readings(c: &TimingCase) -> Vec<i64> {
+    let mut ns = vec![1_000_000_000_i64];
+    for ms in &c.intervals_ms {
+        ns.push(ns.last().unwrap() + (ms * 1e6) as i64);
+    }
+    ns
+}
+
+/// Issue 17: the timing phase runs until its median settles, within caps, by one rule in both
+/// shims. Each case is run through the Python shim's `_timing_stop` and the C++ shim's
+/// `timing_rule.h` at every reading; both must end it at the same reading, for the same
+/// reason, leaving out the same intervals.
+#[test]
+fn issue17_timing_phase_ends_when_its_median_settles_in_both_shims() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("capture");
+    let cases = timing_cases();
+    // One line per case: settle steps max_steps max_s then the readings.
+    let input: String = cases
+        .iter()
+        .map(|c| {
+            let ns: Vec<String> = readings(c).iter().map(|n| n.to_string()).collect();
+            format!(
+                "{} {} {} {} {}\n",
+                c.settle,
+                c.steps,
+                c.max_steps,
+                c.max_s,
+                ns.join(" ")
+            )
+        })
+        .collect();
+    let run = |cmd: &mut Command| -> String {
+        use std::io::Write;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let check = |who: &str, out: &str| {
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), cases.len(), "{who}: {out}");
+        for (c, line) in cases.iter().zip(lines) {
+            let want = format!("{} {} {}", c.want.0, c.want.1, c.want.2);
+            assert_eq!(line, want, "{who}, case {}", c.name);
+        }
+    };
+    let mut ran = 0;
+    if python_has("sys") {
+        let py = format!(
+            r#"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("shim", {:?})
+m = importlib.util.module_from_spec(spec); sys.modules["shim"] = m; spec.loader.exec_module(m)
+for line in sys.stdin:
+    f = [int(x) for x in line.split()]
+    settle, steps, max_steps, max_s, ns = f[0], f[1], f[2], f[3], f[4:]
+    for k in range(1, len(ns) + 1):
+        r = m._timing_stop(ns[:k], settle, steps, max_steps, max_s)
+        if r is not None:
+            print(k, r[0], r[1]); break
+    else:
+        print("none")
+"#,
+            root.join("shim_py/sitecustomize.py")
+        );
+        check("python", &run(Command::new("python3").args(["-c", &py])));
+        ran += 1;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("t.cpp");
+    std::fs::write(
+        &src,
+        r#"#include "timing_rule.h"
+#include <iostream>
+#include <sstream>
+#include <string>
+int main() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    int64_t settle, steps, max_steps, max_s, x;
+    in >> settle >> steps >> max_steps >> max_s;
+    std::vector<int64_t> all, ns;
+    while (in >> x) all.push_back(x);
+    bool found = false;
+    for (int64_t v : all) {
+      ns.push_back(v);
+      int64_t left = -1;
+      const char* why = steptrace_timing::timing_stop_rule(ns, settle, steps, max_steps, max_s * 1000000000LL, &left);
+      if (why) { std::cout << ns.size() << " " << why << " " << left << "\n"; found = true; break; }
+    }
+    if (!found) std::cout << "none\n";
+  }
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("t");
+    let built = Command::new("c++")
+        .args(["-std=c++17", "-O1", "-I"])
+        .arg(root.join("shim_cpp"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status();
+    if built.is_ok_and(|s| s.success()) {
+        check("c++", &run(&mut Command::new(&exe)));
+        ran += 1;
+    } else {
+        eprintln!("c++ side skipped: no C++ compiler");
+    }
+    assert!(ran > 0, "neither python3 nor c++ is here");
+}
