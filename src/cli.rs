@@ -190,10 +190,10 @@ pub(crate) struct CaptureArgs {
     #[arg(long, default_value_t = 10)]
     pub(crate) timing_steps: u32,
     /// Most steps timed while the median has not settled (0: no cap).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 20)]
     pub(crate) timing_max_steps: u32,
     /// Most seconds timed while the median has not settled (0: no cap).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 10)]
     pub(crate) timing_max_s: u32,
     /// The program and its arguments, after `--`.
     #[arg(

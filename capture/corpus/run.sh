@@ -27,6 +27,32 @@ if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals_cpp; 
   fi
 fi
 now() { date +%s.%N; }
+# bounded SECS LOG -- COMMAND...: runs COMMAND; past SECS, writes what every process of its tree
+# is doing (state, kernel wait channel, threads, and gdb backtraces where gdb exists) to LOG,
+# then kills the tree. A hang at exit then leaves its evidence instead of eating the run.
+bounded() {
+  local secs=$1 log=$2; shift 3
+  "$@" &
+  local pid=$! i
+  for ((i = 0; i < secs * 10; i++)); do
+    kill -0 $pid 2>/dev/null || { wait $pid; return $?; }
+    sleep 0.1
+  done
+  {
+    echo "== still running after ${secs}s: $*"
+    for p in $pid $(pgrep -P $pid) $(for c in $(pgrep -P $pid); do pgrep -P $c; done); do
+      echo "-- pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-200)"
+      grep -E '^(State|Threads)' /proc/$p/status 2>/dev/null
+      for t in /proc/$p/task/*; do
+        echo "   tid ${t##*/} $(cat $t/comm 2>/dev/null) $(cat $t/stat 2>/dev/null | awk '{print $3}') wchan=$(cat $t/wchan 2>/dev/null)"
+      done
+      command -v gdb >/dev/null && timeout 60 gdb -batch -p $p -ex 'thread apply all bt 12' 2>&1 | grep -E '^(Thread|#)' | head -150
+    done
+  } >$log 2>&1
+  pkill -KILL -P $pid 2>/dev/null; kill -KILL $pid 2>/dev/null
+  wait $pid
+  return 124
+}
 minus() { python3 -c "print($1 - $2)"; }
 
 # prog NAME KIND(py|cpp) DIR FLOPS(1|0) -- COMMAND...
@@ -43,8 +69,8 @@ prog() {
   fi
   local plain_rc=$?
   t1=$(now)
-  STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=$flops $ST capture --out $W/runs/$name -- "$@" \
-    >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
+  STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=$flops bounded ${CAPTURE_LIMIT_S:-400} $W/logs/$name.hang \
+    -- $ST capture --out $W/runs/$name -- "$@" >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
   local cap_rc=$?
   t2=$(now)
   if [ $kind = cpp ]; then
@@ -77,7 +103,7 @@ prog nanogpt_train_fp16_accum py $N 1 -- python3 train.py --dataset=openwebtext 
   --out_dir=$W/ngout
 prog cpp_mnist cpp $W/cppdata 1 -- $W/build/mnist/mnist
 prog cpp_dcgan cpp $W/cppdata 1 -- $W/build/dcgan/dcgan --epochs 1
-prog cpp_regression cpp $W/cppdata 1 -- $W/build/regression/regression
+CAPTURE_LIMIT_S=60 prog cpp_regression cpp $W/cppdata 1 -- $W/build/regression/regression
 
 # Signals and crashes: the signal is sent when the shim's status says the phase is reached.
 sig() { # NAME PHASE SIGNAL TARGET(steptrace|child) -- COMMAND...
@@ -137,4 +163,5 @@ cd $W
 tar czf $OUT/runs_py.tar.gz runs/py_* runs/nanogpt* an/py_* an/nanogpt* ref 2>/dev/null
 tar czf $OUT/runs_cpp.tar.gz runs/cpp_* an/cpp_* 2>/dev/null
 tar czf $OUT/logs.tar.gz logs sig 2>/dev/null
+cp logs/*.hang $OUT/ 2>/dev/null
 ls -la $OUT

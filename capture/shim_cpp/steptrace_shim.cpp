@@ -160,9 +160,10 @@ struct Native {
   Schedule sched;
   int64_t timing_steps = 10;
   int64_t timing_settle = 5;  // timed but left out: autotuning and allocator growth settle
-  int64_t timing_max_steps = 200;  // caps of a timing phase whose median does not settle
-  int64_t timing_max_ns = 20000000000LL;
+  int64_t timing_max_steps = 20;  // caps of a timing phase whose median does not settle
+  int64_t timing_max_ns = 10000000000LL;
   std::string timing_stop;  // why the timing phase ended (timing_stop_rule)
+  int gpu_used = -1;        // -1 not known yet; 0: CPU-only program, profiled without CUDA activity
   bool reference = false;
   int64_t fallback_ns = 0;
   int64_t fallback_window_ns = 0;
@@ -268,6 +269,7 @@ void write_status(bool cleanly) {
     write_list(f, g.timing_ns);
     f << ",\n \"timing_settle\": " << (g.timing_started ? g.timing_settle : 0);
     if (!g.timing_stop.empty()) f << ",\n \"timing_stop\": \"" << g.timing_stop << "\"";
+    if (g.gpu_used >= 0) f << ",\n \"gpu_used\": " << (g.gpu_used ? "true" : "false");
     f << ",\n \"phase\": \"" << phase_name(g.phase) << "\",\n \"window_complete\": "
       << (g.window_complete ? "true" : "false");
     if (!g.incomplete.empty()) f << ",\n \"window_incomplete_reason\": \"" << json_escape(g.incomplete) << "\"";
@@ -306,7 +308,32 @@ tpi::ProfilerConfig profiler_config() {
                              /*with_modules=*/false);
 }
 
+// Whether the program has allocated GPU memory by now (a few steps in). A CPU-only program is
+// profiled with CPU activity only, so CUPTI is never started in it: with TEARDOWN_CUPTI=1 (set
+// by capture) a CPU-only libtorch program that had CUPTI started hung at exit.
+bool program_used_gpu() {
+  try {
+    if (!at::cuda::is_available()) return false;
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(current_device());
+    return stats.allocation[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].allocated > 0;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::set<tpi::ActivityType> profiler_activities() {
+  // Decided once, at the first use (preparing the profiler, a few steps in).
+  static const bool gpu = program_used_gpu();
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.gpu_used = gpu ? 1 : 0;
+  }
+  if (!gpu) {
+    // Capture's TEARDOWN_CUPTI is taken back: with it, a CPU-only program hung at exit after
+    // its trace was saved (measured on pytorch/examples cpp/regression, docs/capture.md).
+    if (env("STEPTRACE_SET_TEARDOWN_CUPTI") == "1") unsetenv("TEARDOWN_CUPTI");
+    return {tpi::ActivityType::CPU};
+  }
   return {tpi::ActivityType::CPU, tpi::ActivityType::CUDA};
 }
 
@@ -774,8 +801,8 @@ void start_native() {
   g.sched = parse_schedule(env("STEPTRACE_SCHEDULE"));
   g.timing_steps = env_int("STEPTRACE_TIMING_STEPS", 10);
   g.timing_settle = env_int("STEPTRACE_TIMING_SETTLE", 5);
-  g.timing_max_steps = env_int("STEPTRACE_TIMING_MAX_STEPS", 200);
-  g.timing_max_ns = env_int("STEPTRACE_TIMING_MAX_S", 20) * 1000000000LL;
+  g.timing_max_steps = env_int("STEPTRACE_TIMING_MAX_STEPS", 20);
+  g.timing_max_ns = env_int("STEPTRACE_TIMING_MAX_S", 10) * 1000000000LL;
   g.reference = env("STEPTRACE_REFERENCE") == "1";
   g.fallback_ns = env_int("STEPTRACE_FALLBACK_S", 30) * 1000000000LL;
   g.fallback_window_ns = env_int("STEPTRACE_FALLBACK_WINDOW_S", 2) * 1000000000LL;

@@ -58,8 +58,8 @@ class _State:
         self.timing_settle = int(os.environ.get("STEPTRACE_TIMING_SETTLE", "5") or 0)
         # The phase goes on past timing_steps until its median is settled (_timing_settled),
         # up to these caps.
-        self.timing_max_steps = int(os.environ.get("STEPTRACE_TIMING_MAX_STEPS", "200") or 0)
-        self.timing_max_s = float(os.environ.get("STEPTRACE_TIMING_MAX_S", "20") or 0)
+        self.timing_max_steps = int(os.environ.get("STEPTRACE_TIMING_MAX_STEPS", "20") or 0)
+        self.timing_max_s = float(os.environ.get("STEPTRACE_TIMING_MAX_S", "10") or 0)
         self.reference = os.environ.get("STEPTRACE_REFERENCE") == "1"
         self.reference_flops = self.reference and os.environ.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
         self.rank = int(os.environ.get("RANK", "0") or 0)
@@ -187,6 +187,7 @@ def _boundary(kind):
             _start_timing()
         elif n == _S.active_start:
             st["phase"] = "window"
+            _untear_if_cpu_only()
             _start_et()
             _write_status()
         if _S.window_end is not None and n >= _S.window_end:
@@ -199,6 +200,27 @@ def _boundary(kind):
     elif _S.nvtx_iteration_open:
         _nvtx(pop=True)
         _S.nvtx_iteration_open = False
+
+
+def _untear_if_cpu_only():
+    """A program that has made no GPU allocation by its window is CPU-only: the TEARDOWN_CUPTI
+    that capture set (for the cost the profiler leaves behind on the GPU path) is taken back,
+    as Kineto's CUPTI teardown hung a CPU-only libtorch program at exit."""
+    if os.environ.get("STEPTRACE_SET_TEARDOWN_CUPTI") != "1":
+        return
+    try:
+        torch = _S.torch
+        # Asking an uninitialised CUDA for its statistics would initialise it.
+        used = (
+            _cuda_ok()
+            and torch.cuda.is_initialized()
+            and torch.cuda.memory_stats().get("allocation.all.allocated", 0) > 0
+        )
+    except Exception:
+        used = True
+    _S.status["gpu_used"] = bool(used)
+    if not used:
+        os.environ.pop("TEARDOWN_CUPTI", None)
 
 
 def _start_timing():

@@ -31,6 +31,10 @@ pub const FALLBACK_WINDOW_S: &str = "STEPTRACE_FALLBACK_WINDOW_S";
 /// H100, a launch-bound step ran 30-40% slower for the rest of the run without it. Set by
 /// capture unless the user set it.
 pub const TEARDOWN_CUPTI: &str = "TEARDOWN_CUPTI";
+/// `1` when capture set [`TEARDOWN_CUPTI`] (the user had not): the shims unset it in a
+/// program that has not used the GPU when its window opens, where Kineto's CUPTI teardown
+/// hung a CPU-only libtorch program at exit.
+pub const TEARDOWN_SET: &str = "STEPTRACE_SET_TEARDOWN_CUPTI";
 /// Python's module search path: the shim directory goes first, the user's value is kept after.
 pub const PYTHONPATH: &str = "PYTHONPATH";
 /// Libraries the loader preloads: the C++ shim goes first, the user's value is kept after.
