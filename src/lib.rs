@@ -163,6 +163,7 @@ fn run_analysis_with(
         apply_program_step_time(
             &mut analysis.summary,
             inputs.program_step_time_ns,
+            inputs.program_step_time_unsettled.as_ref(),
             &mut diag,
         );
     }
@@ -174,6 +175,7 @@ fn run_analysis_with(
 fn apply_program_step_time(
     s: &mut analysis::Summary,
     program_ns: Option<i64>,
+    unsettled: Option<&(String, usize)>,
     diag: &mut Diagnostics,
 ) {
     s.step_time_instrumented_s = s.step_time_s;
@@ -182,6 +184,17 @@ fn apply_program_step_time(
             s.step_time_s = ns as f64 * 1e-9;
             s.step_time_source = "timing_phase";
             s.profiler_overhead = Some(s.step_time_instrumented_s / s.step_time_s);
+            if let Some((stop, steps)) = unsettled {
+                let cap = if stop == "time_cap" { "time" } else { "step" };
+                diag.warn(
+                    "step_time_unsettled",
+                    format!(
+                        "the program's own step time ({:.3} ms) did not settle within +-2.5% before capture's timing phase reached its {cap} cap: \
+                         a median of {steps} steps whose times swing or drift; capture with a larger --timing-max-steps for a steadier figure",
+                        s.step_time_s * 1e3
+                    ),
+                );
+            }
         }
         None if s.step_time_s > 0.0 && s.gpu_busy_s < 0.5 * s.step_time_s && s.gpu_busy_s > 0.0 => {
             diag.warn(

@@ -58,6 +58,9 @@ pub struct Inputs {
     /// The program's own median step time, ns, timed by capture before the window with
     /// nothing recorded (from the manifest).
     pub program_step_time_ns: Option<i64>,
+    /// Why capture's timing phase ended when its median had not settled (`step_cap`,
+    /// `time_cap`), with the steps in the median: the figure is then a rough one.
+    pub program_step_time_unsettled: Option<(String, usize)>,
 }
 
 /// What each file in a directory looks like it is, from its name.
@@ -119,6 +122,20 @@ struct ManifestRank {
 #[derive(Debug, serde::Deserialize)]
 struct ManifestTiming {
     step_time_s: f64,
+    #[serde(default)]
+    steps: usize,
+    /// Why the timing phase ended (absent before the settling rule).
+    #[serde(default)]
+    stop: Option<String>,
+}
+
+impl ManifestTiming {
+    fn unsettled(&self) -> Option<(String, usize)> {
+        match self.stop.as_deref() {
+            Some(s @ ("step_cap" | "time_cap")) => Some((s.to_owned(), self.steps)),
+            _ => None,
+        }
+    }
 }
 
 fn secs_to_ns(s: f64) -> Option<i64> {
@@ -155,6 +172,7 @@ pub fn discover(
             manifest: None,
             side_files_optional: false,
             program_step_time_ns: None,
+            program_step_time_unsettled: None,
         }
     };
     // A side file the user names must be read; one found beside the trace may be skipped.
@@ -179,9 +197,12 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),
         })?;
-        let (files, step_time) = match rank {
+        let (files, step_time, unsettled) = match rank {
             Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
-                Some(x) => (x.files, x.timing.map(|t| t.step_time_s)),
+                Some(x) => {
+                    let unsettled = x.timing.as_ref().and_then(ManifestTiming::unsettled);
+                    (x.files, x.timing.map(|t| t.step_time_s), unsettled)
+                }
                 None => {
                     return Err(Error::Discovery {
                         path: dir.to_path_buf(),
@@ -189,7 +210,15 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                     })
                 }
             },
-            None => (m.files, m.step_time_s),
+            None => {
+                // The run's step time is the first rank's (finalize writes it so).
+                let unsettled = m
+                    .ranks
+                    .first()
+                    .and_then(|r| r.timing.as_ref())
+                    .and_then(ManifestTiming::unsettled);
+                (m.files, m.step_time_s, unsettled)
+            }
         };
         if let Some(trace) = files.trace {
             return Ok(Inputs {
@@ -199,6 +228,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 manifest: Some(manifest_path),
                 side_files_optional: false, // decided by `discover`
                 program_step_time_ns: step_time.and_then(secs_to_ns),
+                program_step_time_unsettled: unsettled,
             });
         }
     }
@@ -278,6 +308,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         manifest: None,
         side_files_optional: false, // decided by `discover`
         program_step_time_ns: None,
+        program_step_time_unsettled: None,
     })
 }
 

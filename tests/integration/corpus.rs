@@ -41,5 +41,13 @@ fn corpus_captures_match_torchs_own_peak_flops_and_the_timed_step() {
             (s.profiler_overhead.unwrap() - s.step_time_instrumented_s / s.step_time_s).abs()
                 < 1e-9
         );
+        // A timing phase that ended at a cap, not settled, is said to be a rough figure
+        // (issue 17): exactly where the manifest says so.
+        let capped = matches!(r0["timing"]["stop"].as_str(), Some("step_cap" | "time_cap"));
+        assert_eq!(
+            out.diagnostics.count("step_time_unsettled"),
+            usize::from(capped) as u64,
+            "{d:?}"
+        );
     }
 }
