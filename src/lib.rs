@@ -246,6 +246,80 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
     })
 }
 
+/// The ranks to analyse as one distributed run: those of a directory holding two or more ranks'
+/// traces, when no rank was chosen; empty otherwise (a single analysis).
+pub fn distributed_ranks(props: &AnalyzeProps) -> Vec<i64> {
+    if props.rank.is_some() || !props.input.is_dir() {
+        return Vec::new();
+    }
+    let r = ingest::ranks_in(&props.input);
+    if r.len() >= 2 {
+        r
+    } else {
+        Vec::new()
+    }
+}
+
+/// The outcome of analysing every rank of a distributed run.
+#[derive(Debug)]
+pub struct RanksOutcome {
+    /// Where the files went: `rank<N>/` per rank, the cross-rank files at the top.
+    pub out_dir: PathBuf,
+    /// The cross-rank result.
+    pub ranks: analysis::ranks::Ranks,
+    /// Ranks that could not be analysed, with why (the others are analysed).
+    pub failed: Vec<(i64, String)>,
+    /// The console summary: one line per rank and the straggler verdict.
+    pub console: String,
+}
+
+/// Analyses each of `ranks` into `rank<N>/` of the output directory, one rank at a time (each
+/// uses every thread, and memory holds one rank's trace at most), then writes the cross-rank
+/// outputs (`ranks.csv`, `ranks.json`) at the top (issue 18). A rank whose files cannot be
+/// analysed is reported and left out; when none can, the first rank's error is returned.
+pub fn analyze_ranks(props: &AnalyzeProps, ranks: &[i64]) -> Result<RanksOutcome, Error> {
+    let out_dir = props
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out_dir(&props.input));
+    let mut results = Vec::new();
+    let mut failed = Vec::new();
+    let mut first_err = None;
+    for &r in ranks {
+        let p = AnalyzeProps {
+            rank: Some(r),
+            out: Some(out_dir.join(format!("rank{r}"))),
+            ..props.clone()
+        };
+        match analyze(&p) {
+            Ok(o) => results.push(analysis::ranks::RankResult::from_analysis(r, &o.analysis)),
+            Err(e) => {
+                failed.push((r, e.to_string()));
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if results.is_empty() {
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+    }
+    let mut ranks = analysis::ranks::combine(results, props.top.max(1));
+    ranks.not_analysed = failed.clone();
+    report::ranks::write(&out_dir, &ranks)?;
+    report::rename_parts(&out_dir)?;
+    let mut console = report::ranks::console(&ranks);
+    for (r, why) in &failed {
+        console += &format!("rank {r} not analysed: {why}\n");
+    }
+    Ok(RanksOutcome {
+        out_dir,
+        ranks,
+        failed,
+        console,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,6 +97,23 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             } else if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 props.progress = Some(progress);
             }
+            let ranks = steptrace::distributed_ranks(&props);
+            if !ranks.is_empty() {
+                // Every rank of a distributed run, then the cross-rank outputs (issue 18).
+                let outcome = steptrace::analyze_ranks(&props, &ranks);
+                if props.progress.is_some() && !args.timings {
+                    eprint!("\r\x1b[2K");
+                }
+                let outcome = outcome?;
+                if !args.quiet {
+                    let mut out = std::io::stdout().lock();
+                    out.write_all(outcome.console.as_bytes())?;
+                    writeln!(out, "\nwrote {}", outcome.out_dir.display())?;
+                    out.flush()?;
+                }
+                // A rank that could not be analysed is a warning, as a bad side file is.
+                return Ok(0);
+            }
             let outcome = steptrace::analyze(&props);
             if args.timings {
                 timing("");

@@ -53,6 +53,150 @@ pub struct Kernels {
     pub busy_ns: i64,
     /// Sum of kernel durations (not copies), ns.
     pub kernel_ns: i64,
+    /// HolisticTraceAnalysis's temporal breakdown and communication/computation overlap.
+    pub temporal: Temporal,
+}
+
+/// Where the GPU's time goes over the whole trace, by HolisticTraceAnalysis's definitions
+/// (`get_temporal_breakdown`, `get_comm_comp_overlap`; docs/analysis.md): every GPU activity
+/// on any stream, overlaps merged; with two or more `ProfilerStep#N` ranges, only activities
+/// launched before the last one starts. `span_ns` runs from the first activity's start to the last
+/// one's end; idle is the span with nothing running; computation the merged time of
+/// computation kernels; non-computation the rest (communication, memory, other).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Temporal {
+    /// First activity's start to last activity's end, ns (HTA's `kernel_time`).
+    pub span_ns: i64,
+    /// Span with no activity running, ns.
+    pub idle_ns: i64,
+    /// Merged time of computation kernels, ns.
+    pub compute_ns: i64,
+    /// Span minus idle minus computation, ns.
+    pub non_compute_ns: i64,
+    /// Merged time of communication kernels (NCCL), ns.
+    pub communication_ns: i64,
+    /// Merged time of memory activities (memcpy, memset), ns.
+    pub memory_ns: i64,
+    /// Share of communication time that runs beside computation, percent; `None` without
+    /// communication kernels.
+    pub comm_comp_overlap_pct: Option<f64>,
+}
+
+/// HolisticTraceAnalysis's kernel classes (`hta.utils.utils.get_kernel_type`), decided by name
+/// alone so that the two tools classify every kernel alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelClass {
+    /// `^nccl.*Kernel`.
+    Communication,
+    /// `^Memcpy`, `^Memset`, `^dma`.
+    Memory,
+    /// Anything not matching `^nccl.*Kernel`, `.*Memcpy`, `^Memset` or `.*Sync`.
+    Computation,
+    /// The rest (e.g. a kernel named `...Memcpy...` or `...Sync...`).
+    Other,
+}
+
+/// The class of a GPU activity named `name`.
+pub fn classify(name: &str) -> KernelClass {
+    let nccl = name.starts_with("nccl") && name[4..].contains("Kernel");
+    if nccl {
+        KernelClass::Communication
+    } else if name.starts_with("Memcpy") || name.starts_with("Memset") || name.starts_with("dma") {
+        KernelClass::Memory
+    } else if name.contains("Memcpy") || name.contains("Sync") {
+        // HTA's compute test is `not re.match("(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")`.
+        KernelClass::Other
+    } else {
+        KernelClass::Computation
+    }
+}
+
+/// Sorted, merged `[start, end)` intervals.
+fn merged(mut iv: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    iv.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(iv.len());
+    for (s, e) in iv {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// Length of the intersection of two sorted, merged interval lists.
+fn intersection_len(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
+    let (mut i, mut j, mut total) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        let lo = a[i].0.max(b[j].0);
+        let hi = a[i].1.min(b[j].1);
+        total += (hi - lo).max(0);
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    total
+}
+
+/// The start of the last `ProfilerStep#N` range, when there are two or more: HTA leaves out
+/// GPU work launched from the last profiled step on (it may be cut), and so do we.
+fn last_profiler_step_start(t: &Trace) -> Option<i64> {
+    let starts: Vec<i64> = t
+        .kineto
+        .ops
+        .iter()
+        .filter(|o| t.kineto.str(o.name).starts_with("ProfilerStep#"))
+        .map(|o| o.start)
+        .collect();
+    (starts.len() >= 2).then(|| starts.into_iter().max().unwrap_or(i64::MAX))
+}
+
+fn temporal(t: &Trace) -> Temporal {
+    let cut = last_profiler_step_start(t);
+    // With ProfilerStep ranges, only activities launched before the last one, from a known
+    // launch (HTA joins kernels to their launches by correlation id).
+    let gpu: Vec<&crate::ingest::kineto::GpuActivity> = t
+        .kineto
+        .gpu
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| match cut {
+            Some(c) => t.launch[i].is_some_and(|(_, at)| at < c),
+            None => true,
+        })
+        .map(|(_, g)| g)
+        .collect();
+    let iv = |keep: &dyn Fn(KernelClass) -> bool| -> Vec<(i64, i64)> {
+        merged(
+            gpu.iter()
+                .filter(|g| keep(classify(t.kineto.str(g.name))))
+                .map(|g| (g.start, g.start + g.dur.max(0)))
+                .collect(),
+        )
+    };
+    let len = |v: &[(i64, i64)]| v.iter().map(|(s, e)| e - s).sum::<i64>();
+    let all = iv(&|_| true);
+    let (Some(first), Some(last)) = (all.first(), all.last()) else {
+        return Temporal::default();
+    };
+    let span_ns = last.1 - first.0;
+    let idle_ns = span_ns - len(&all);
+    let comp = iv(&|c| c == KernelClass::Computation);
+    let comm = iv(&|c| c == KernelClass::Communication);
+    let compute_ns = len(&comp);
+    let communication_ns = len(&comm);
+    Temporal {
+        span_ns,
+        idle_ns,
+        compute_ns,
+        non_compute_ns: span_ns - idle_ns - compute_ns,
+        communication_ns,
+        memory_ns: len(&iv(&|c| c == KernelClass::Memory)),
+        comm_comp_overlap_pct: (communication_ns > 0)
+            .then(|| 100.0 * intersection_len(&comm, &comp) as f64 / communication_ns as f64),
+    }
 }
 
 fn kind(k: GpuKind) -> &'static str {
@@ -136,6 +280,7 @@ pub fn compute(t: &Trace) -> Kernels {
             .filter(|g| g.kind == GpuKind::Kernel)
             .map(|g| g.dur.max(0))
             .sum(),
+        temporal: temporal(t),
     }
 }
 
@@ -148,5 +293,41 @@ mod tests {
         assert_eq!(union_ns(vec![(0, 10), (5, 20), (30, 40)]), 30);
         assert_eq!(union_ns(vec![(30, 40), (0, 10), (10, 12)]), 22);
         assert_eq!(union_ns(Vec::new()), 0);
+    }
+
+    #[test]
+    fn kernels_are_classed_as_holistic_trace_analysis_does() {
+        // Issue 18: HTA's regexes, `^nccl.*Kernel` (communication), `^Memcpy|^Memset|^dma`
+        // (memory), and compute unless `^nccl.*Kernel|.*Memcpy|^Memset|.*Sync` matches.
+        use KernelClass::*;
+        for (name, want) in [
+            (
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+                Communication,
+            ),
+            ("ncclKernel", Communication),
+            ("nccl_helper(float*)", Computation),
+            ("Memcpy HtoD (Pageable -> Device)", Memory),
+            ("Memset (Device)", Memory),
+            ("dma_copy", Memory),
+            (
+                "void at::native::vectorized_elementwise_kernel<4>",
+                Computation,
+            ),
+            ("void cub::DeviceMemcpy::BatchMemcpyKernel", Other),
+            ("cudaDeviceSynchronize_like_kernel", Other),
+            ("void fooMemset(int*)", Computation),
+        ] {
+            assert_eq!(classify(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn overlap_is_the_intersection_of_merged_intervals() {
+        let a = merged(vec![(0, 10), (5, 20), (30, 40)]);
+        assert_eq!(a, [(0, 20), (30, 40)]);
+        let b = merged(vec![(15, 35)]);
+        assert_eq!(intersection_len(&a, &b), 5 + 5);
+        assert_eq!(intersection_len(&a, &[]), 0);
     }
 }

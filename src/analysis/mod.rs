@@ -6,6 +6,7 @@ pub mod kernels;
 pub mod liveness;
 pub mod memory;
 pub mod node_stats;
+pub mod ranks;
 pub mod step;
 
 use serde::Serialize;
@@ -96,6 +97,9 @@ pub struct Summary {
     pub step_time_source: &'static str,
     /// `step_time_instrumented_s / step_time_s`, when the program's own time is known.
     pub profiler_overhead: Option<f64>,
+    /// Where the GPU's time goes over the whole trace (HolisticTraceAnalysis's temporal
+    /// breakdown and communication/computation overlap), ns.
+    pub gpu_breakdown: kernels::Temporal,
     /// Each iteration's span, s.
     pub step_times_s: Vec<f64>,
     /// Median union of GPU activity per iteration, s.
@@ -332,6 +336,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         step_time_instrumented_s: step_time_s,
         step_time_source: "instrumented",
         profiler_overhead: None,
+        gpu_breakdown: kernels::Temporal::default(),
         step_times_s: step_times,
         gpu_busy_s: ns_to_s(median(&mut busy).unwrap_or(0.0)),
         gpu_time_s: ns_to_s(median(&mut gt).unwrap_or(0.0)),
@@ -367,6 +372,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     };
     let kernels = kernels::compute(t);
     let mut summary = summary;
+    summary.gpu_breakdown = kernels.temporal;
     if t.kineto.ops.is_empty() {
         // A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
         // whole trace (issue 17).

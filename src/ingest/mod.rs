@@ -233,11 +233,100 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
         }
     }
     if let Some(r) = rank {
-        // Without a manifest, rank files are found by their `_rankN` suffix.
+        // Without a manifest, rank files are found by their `_rankN` suffix, or (a
+        // tensorboard_trace_handler directory) the trace by the rank its header names.
         let tag = format!("_rank{r}.");
-        return discover_dir_filtered(dir, &|n: &str| n.contains(&tag));
+        let by_tag = discover_dir_filtered(dir, &|n: &str| n.contains(&tag));
+        if by_tag.is_ok() {
+            return by_tag;
+        }
+        if let Some((_, trace)) = trace_ranks(dir).into_iter().find(|(k, _)| *k == r) {
+            return Ok(Inputs {
+                trace,
+                snapshot: None,
+                exec_trace: None,
+                manifest: None,
+                side_files_optional: false,
+                program_step_time_ns: None,
+                program_step_time_unsettled: None,
+            });
+        }
+        return Err(Error::Discovery {
+            path: dir.to_path_buf(),
+            what: format!("no trace of rank {r} (by `_rank{r}` in a file name or `distributedInfo` in a trace)"),
+        });
     }
     discover_dir_filtered(dir, &|_| true)
+}
+
+/// The ranks a directory holds traces of, in rank order: from its capture manifest, else from
+/// `_rankN` in trace file names, else from each trace's `distributedInfo` (the layout of
+/// torch.profiler's `tensorboard_trace_handler`). Empty for a single trace with no rank.
+pub fn ranks_in(dir: &Path) -> Vec<i64> {
+    if let Ok(text) = std::fs::read(dir.join("manifest.json")) {
+        if let Ok(m) = serde_json::from_slice::<Manifest>(&text) {
+            let mut r: Vec<i64> = m
+                .ranks
+                .iter()
+                .filter(|x| x.files.trace.is_some())
+                .map(|x| x.rank)
+                .collect();
+            r.sort_unstable();
+            r.dedup();
+            return r;
+        }
+    }
+    let mut r: Vec<i64> = trace_ranks(dir).into_iter().map(|(k, _)| k).collect();
+    r.dedup();
+    r
+}
+
+/// Every trace in `dir` with its rank (`_rankN` in the name, else the header's
+/// `distributedInfo.rank`), sorted by rank then name; traces with neither are left out.
+pub fn trace_ranks(dir: &Path) -> Vec<(i64, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(i64, PathBuf)> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| classify(&e.file_name().to_string_lossy()) == Kind::Trace)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let r = rank_from_name(&name).or_else(|| rank_from_header(&e.path()))?;
+            Some((r, e.path()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// N of `_rankN.` in a file name.
+fn rank_from_name(name: &str) -> Option<i64> {
+    let at = name.rfind("_rank")? + "_rank".len();
+    let digits: String = name[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    if digits.is_empty() || !name[at + digits.len()..].starts_with('.') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `distributedInfo.rank` from the first 1 MiB of a trace (Kineto writes it before the events).
+fn rank_from_header(path: &Path) -> Option<i64> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(1 << 20);
+    let stream = source::open_stream(path).ok()?;
+    stream.take(1 << 20).read_to_end(&mut head).ok()?;
+    let text = String::from_utf8_lossy(&head);
+    let info = &text[text.find("\"distributedInfo\"")?..];
+    let info = &info[..info.find('}').unwrap_or(info.len())];
+    let at = info.find("\"rank\"")? + "\"rank\"".len();
+    let rest = info[at..].trim_start().strip_prefix(':')?.trim_start();
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inputs, Error> {

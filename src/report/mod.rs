@@ -14,6 +14,7 @@ mod html;
 mod memory;
 pub mod out_dir;
 pub mod plot;
+pub mod ranks;
 
 pub use out_dir::OutDir;
 

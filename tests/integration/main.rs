@@ -9,6 +9,7 @@ mod golden;
 mod liveness;
 mod outputs;
 mod properties;
+mod ranks;
 mod reports;
 mod robustness;
 mod samples;

@@ -1,0 +1,263 @@
+//! Cross-rank analysis (issue 18): one row per rank of a distributed run, and the straggler.
+//!
+//! Each rank is analysed alone (its own `Analysis`); what the cross-rank figures need is taken
+//! from it as a [`RankResult`] (a few numbers and the per-node medians), so that ranks can be
+//! analysed one at a time and their full analyses dropped.
+//!
+//! The straggler: in synchronous data-parallel training every rank waits in each collective
+//! for the last one to arrive, and a communication kernel runs (spinning) from the moment its
+//! rank enters the collective. The rank that arrives last therefore spends the least time in
+//! communication kernels, and every other rank's excess over it is time spent waiting for it.
+//! Where its own time went: its per-node medians against the median of the other ranks' for
+//! the same node.
+
+use serde::Serialize;
+
+use super::kernels::Temporal;
+use super::Analysis;
+
+/// What the cross-rank outputs need from one rank's analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankResult {
+    /// The rank.
+    pub rank: i64,
+    /// Its trace's file name.
+    pub trace: String,
+    /// Iterations found.
+    pub iterations: usize,
+    /// Median step time, s (the program's own where capture timed it).
+    pub step_time_s: f64,
+    /// Median step time under the profiler, s.
+    pub step_time_instrumented_s: f64,
+    /// The slowest iteration (0-based) and its span, s.
+    pub slowest_iteration: Option<(usize, f64)>,
+    /// Where the GPU's time went (HolisticTraceAnalysis's definitions).
+    pub gpu: Temporal,
+    /// Peak allocated bytes in the window.
+    pub peak_allocated_bytes: Option<i64>,
+    /// Per node: name and median run time, s.
+    #[serde(skip)]
+    pub nodes: Vec<(String, f64)>,
+}
+
+impl RankResult {
+    /// Takes what the cross-rank outputs need from `a`, the analysis of rank `rank`.
+    pub fn from_analysis(rank: i64, a: &Analysis) -> RankResult {
+        let s = &a.summary;
+        let slowest_iteration = s
+            .step_times_s
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)));
+        RankResult {
+            rank,
+            trace: s.trace.clone(),
+            iterations: s.iterations,
+            step_time_s: s.step_time_s,
+            step_time_instrumented_s: s.step_time_instrumented_s,
+            slowest_iteration,
+            gpu: s.gpu_breakdown,
+            peak_allocated_bytes: s.peak_allocated_bytes,
+            nodes: a
+                .node_stats
+                .iter()
+                .map(|n| (n.node_name.clone(), n.median_run_time_s))
+                .collect(),
+        }
+    }
+}
+
+/// One node where the straggler spent longer than the other ranks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeExcess {
+    /// Node name.
+    pub node: String,
+    /// The straggler's median run time, s.
+    pub straggler_s: f64,
+    /// Median over the other ranks of their medians, s.
+    pub others_s: f64,
+}
+
+/// The rank the others waited for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Straggler {
+    /// The rank.
+    pub rank: i64,
+    /// Its time in communication kernels, s.
+    pub communication_s: f64,
+    /// The other ranks' time in communication kernels beyond the straggler's, summed, s: the
+    /// wait it caused.
+    pub wait_caused_s: f64,
+    /// Nodes where it spent longer than the other ranks, most excess first.
+    pub slower_nodes: Vec<NodeExcess>,
+}
+
+/// The cross-rank result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ranks {
+    /// One row per rank, in rank order.
+    pub ranks: Vec<RankResult>,
+    /// The straggler, when there is communication to tell it by and one rank's is shortest by
+    /// a margin (see [`straggler`]).
+    pub straggler: Option<Straggler>,
+    /// Why there is no straggler, when there is none.
+    pub no_straggler_reason: Option<String>,
+    /// Ranks that could not be analysed, with why.
+    pub not_analysed: Vec<(i64, String)>,
+}
+
+/// The shortest communication time must be below every other rank's by this share of the
+/// median to name a straggler: below it the ranks are even.
+const STRAGGLER_MARGIN: f64 = 0.05;
+
+/// Cross-rank figures from each rank's result.
+pub fn combine(mut ranks: Vec<RankResult>, top_nodes: usize) -> Ranks {
+    ranks.sort_by_key(|r| r.rank);
+    let (straggler, no_straggler_reason) = match straggler(&ranks, top_nodes) {
+        Ok(s) => (Some(s), None),
+        Err(why) => (None, Some(why)),
+    };
+    Ranks {
+        ranks,
+        straggler,
+        no_straggler_reason,
+        not_analysed: Vec::new(),
+    }
+}
+
+/// The rank with the least time in communication kernels, when it is shorter than every other
+/// rank's by [`STRAGGLER_MARGIN`] of their median.
+pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, String> {
+    if ranks.len() < 2 {
+        return Err("one rank".into());
+    }
+    let comm: Vec<i64> = ranks.iter().map(|r| r.gpu.communication_ns).collect();
+    if comm.iter().all(|&c| c == 0) {
+        return Err(
+            "no communication kernels (NCCL) on any rank: nothing to tell who waited for whom"
+                .into(),
+        );
+    }
+    let (at, &least) = comm
+        .iter()
+        .enumerate()
+        .min_by_key(|&(i, c)| (*c, ranks[i].rank))
+        .expect("two or more ranks");
+    let mut others: Vec<f64> = comm
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != at)
+        .map(|(_, &c)| c as f64)
+        .collect();
+    let next = others.iter().copied().fold(f64::INFINITY, f64::min);
+    let med = super::median(&mut others).unwrap_or(0.0);
+    if next - least as f64 <= STRAGGLER_MARGIN * med {
+        return Err(format!(
+            "ranks are even: the least communication time is within {:.0}% of the next",
+            100.0 * STRAGGLER_MARGIN
+        ));
+    }
+    let wait: i64 = comm.iter().map(|c| c - least).sum();
+    let s = &ranks[at];
+    Ok(Straggler {
+        rank: s.rank,
+        communication_s: least as f64 * 1e-9,
+        wait_caused_s: wait as f64 * 1e-9,
+        slower_nodes: slower_nodes(s, ranks, top_nodes),
+    })
+}
+
+/// The straggler's nodes that took longer than the median of the other ranks' medians for the
+/// same node (nodes every rank has), most excess first, then by name.
+fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> Vec<NodeExcess> {
+    use std::collections::BTreeMap;
+    let mut per: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for r in ranks.iter().filter(|r| r.rank != s.rank) {
+        for (n, t) in &r.nodes {
+            per.entry(n.as_str()).or_default().push(*t);
+        }
+    }
+    let need = ranks.len() - 1;
+    let mut v: Vec<NodeExcess> = s
+        .nodes
+        .iter()
+        .filter_map(|(n, t)| {
+            let o = per.get_mut(n.as_str())?;
+            (o.len() == need).then_some(())?;
+            let others_s = super::median(o)?;
+            (*t > others_s).then(|| NodeExcess {
+                node: n.clone(),
+                straggler_s: *t,
+                others_s,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        (b.straggler_s - b.others_s)
+            .total_cmp(&(a.straggler_s - a.others_s))
+            .then(a.node.cmp(&b.node))
+    });
+    v.truncate(top);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(rank: i64, comm_us: i64, nodes: &[(&str, f64)]) -> RankResult {
+        RankResult {
+            rank,
+            trace: format!("trace_rank{rank}.json"),
+            iterations: 3,
+            step_time_s: 0.01,
+            step_time_instrumented_s: 0.012,
+            slowest_iteration: Some((1, 0.011)),
+            gpu: Temporal {
+                communication_ns: comm_us * 1000,
+                ..Temporal::default()
+            },
+            peak_allocated_bytes: None,
+            nodes: nodes.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_rank_with_least_communication_is_the_straggler_and_its_slow_node_is_named() {
+        // Issue 18: rank 2 computes longer in `conv`, so ranks 0, 1 and 3 wait in NCCL.
+        let nodes = |conv: f64| vec![("conv", conv), ("relu", 0.001), ("fc", 0.002)];
+        let r = combine(
+            vec![
+                rank(3, 900, &nodes(0.004)),
+                rank(0, 1000, &nodes(0.004)),
+                rank(2, 100, &nodes(0.0049)),
+                rank(1, 950, &nodes(0.004)),
+            ],
+            5,
+        );
+        assert_eq!(
+            r.ranks.iter().map(|x| x.rank).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        let s = r.straggler.expect("a straggler");
+        assert_eq!(s.rank, 2);
+        assert!((s.wait_caused_s - (900.0 + 850.0 + 800.0) * 1e-6).abs() < 1e-12);
+        assert_eq!(s.slower_nodes.len(), 1);
+        assert_eq!(s.slower_nodes[0].node, "conv");
+        assert!((s.slower_nodes[0].others_s - 0.004).abs() < 1e-12);
+    }
+
+    #[test]
+    fn even_ranks_or_no_communication_name_no_straggler() {
+        let n = [("a", 0.001)];
+        let even = combine(vec![rank(0, 1000, &n), rank(1, 990, &n)], 5);
+        assert!(even.straggler.is_none());
+        assert!(even.no_straggler_reason.unwrap().contains("even"));
+        let none = combine(vec![rank(0, 0, &n), rank(1, 0, &n)], 5);
+        assert!(none
+            .no_straggler_reason
+            .unwrap()
+            .contains("no communication"));
+    }
+}

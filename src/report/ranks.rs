@@ -1,0 +1,120 @@
+//! Cross-rank outputs (issue 18): `ranks.csv`, `ranks.json` and the console lines.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::{human_bytes, io, secs, write_table, Error};
+use crate::analysis::ranks::Ranks;
+
+/// `ranks.csv` columns: times in µs (three decimals) and percentages of the GPU span.
+const HEADER: [&str; 17] = [
+    "rank",
+    "trace",
+    "iterations",
+    "step_time_s",
+    "step_time_instrumented_s",
+    "slowest_iteration",
+    "slowest_iteration_s",
+    "gpu_span_us",
+    "idle_us",
+    "compute_us",
+    "non_compute_us",
+    "communication_us",
+    "memory_us",
+    "idle_pct",
+    "compute_pct",
+    "comm_comp_overlap_pct",
+    "peak_allocated_bytes",
+];
+
+fn pct(part: i64, whole: i64) -> String {
+    if whole > 0 {
+        format!("{:.2}", 100.0 * part as f64 / whole as f64)
+    } else {
+        String::new()
+    }
+}
+
+/// Writes `ranks.csv` and `ranks.json` into `dir` (under part names: the caller commits).
+pub fn write(dir: &Path, r: &Ranks) -> Result<(), Error> {
+    write_table(&dir.join("ranks.csv"), &HEADER, &r.ranks, |w, x| {
+        let g = &x.gpu;
+        w.num(x.rank)
+            .text(&x.trace)
+            .num(x.iterations)
+            .text(&secs(x.step_time_s))
+            .text(&secs(x.step_time_instrumented_s))
+            .text(
+                &x.slowest_iteration
+                    .map_or(String::new(), |s| s.0.to_string()),
+            )
+            .text(&x.slowest_iteration.map_or(String::new(), |s| secs(s.1)))
+            .us(g.span_ns)
+            .us(g.idle_ns)
+            .us(g.compute_ns)
+            .us(g.non_compute_ns)
+            .us(g.communication_ns)
+            .us(g.memory_ns)
+            .text(&pct(g.idle_ns, g.span_ns))
+            .text(&pct(g.compute_ns, g.span_ns))
+            .text(
+                &g.comm_comp_overlap_pct
+                    .map_or(String::new(), |p| format!("{p:.2}")),
+            )
+            .text(
+                &x.peak_allocated_bytes
+                    .map_or(String::new(), |b| b.to_string()),
+            )
+            .end();
+    })?;
+    let p = dir.join("ranks.json");
+    let mut f = std::io::BufWriter::new(super::create(&p)?);
+    serde_json::to_writer_pretty(&mut f, r).map_err(|e| Error::Io {
+        path: p.clone(),
+        source: e.into(),
+    })?;
+    f.write_all(b"\n").map_err(io(&p))?;
+    f.flush().map_err(io(&p))
+}
+
+/// One line per rank, then the straggler verdict.
+pub fn console(r: &Ranks) -> String {
+    let mut o = format!("{} ranks:\n", r.ranks.len());
+    o += "rank  iters  step time   GPU idle  compute  comm      overlap  peak\n";
+    for x in &r.ranks {
+        let g = &x.gpu;
+        o += &format!(
+            "{:>4}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}  {}\n",
+            x.rank,
+            x.iterations,
+            format!("{:.3} ms", x.step_time_s * 1e3),
+            format!("{}%", pct(g.idle_ns, g.span_ns)),
+            format!("{}%", pct(g.compute_ns, g.span_ns)),
+            format!("{:.3} ms", g.communication_ns as f64 * 1e-6),
+            g.comm_comp_overlap_pct
+                .map_or("-".into(), |p| format!("{p:.1}%")),
+            x.peak_allocated_bytes.map_or("-".into(), human_bytes),
+        );
+    }
+    match (&r.straggler, &r.no_straggler_reason) {
+        (Some(s), _) => {
+            o += &format!(
+                "straggler: rank {} (least time in communication, {:.3} ms; the others waited {:.3} ms in all)\n",
+                s.rank,
+                s.communication_s * 1e3,
+                s.wait_caused_s * 1e3
+            );
+            for n in &s.slower_nodes {
+                o += &format!(
+                    "  {:<60} {:.3} ms vs {:.3} ms on the other ranks\n",
+                    super::truncate(&n.node, 60),
+                    n.straggler_s * 1e3,
+                    n.others_s * 1e3
+                );
+            }
+        }
+        (None, Some(why)) => o += &format!("no straggler named: {why}\n"),
+        (None, None) => {}
+    }
+    o
+}
