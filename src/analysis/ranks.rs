@@ -35,9 +35,9 @@ pub struct RankResult {
     pub gpu: Temporal,
     /// Peak allocated bytes in the window.
     pub peak_allocated_bytes: Option<i64>,
-    /// Per node: name and median run time, s.
+    /// Per node: name, median GPU run time and median CPU time, s.
     #[serde(skip)]
-    pub nodes: Vec<(String, f64)>,
+    pub nodes: Vec<(String, f64, f64)>,
 }
 
 impl RankResult {
@@ -62,7 +62,13 @@ impl RankResult {
             nodes: a
                 .node_stats
                 .iter()
-                .map(|n| (n.node_name.clone(), n.median_run_time_s))
+                .map(|n| {
+                    (
+                        n.node_name.clone(),
+                        n.median_run_time_s,
+                        n.median_cpu_time_s,
+                    )
+                })
                 .collect(),
         }
     }
@@ -73,6 +79,8 @@ impl RankResult {
 pub struct NodeExcess {
     /// Node name.
     pub node: String,
+    /// Which of its times: `gpu` (its kernels' run time) or `cpu` (the op on the host).
+    pub time: &'static str,
     /// The straggler's median run time, s.
     pub straggler_s: f64,
     /// Median over the other ranks of their medians, s.
@@ -169,34 +177,48 @@ pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, St
 }
 
 /// The straggler's nodes that took longer than the median of the other ranks' medians for the
-/// same node (nodes every rank has), most excess first, then by name.
+/// same node (nodes every rank has) by more than [`STRAGGLER_MARGIN`] of it and a
+/// microsecond, on the GPU (kernels) or on the host (a slow input pipeline or Python shows
+/// there), most excess first, then by name.
 fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> Vec<NodeExcess> {
     use std::collections::BTreeMap;
-    let mut per: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut per: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for r in ranks.iter().filter(|r| r.rank != s.rank) {
-        for (n, t) in &r.nodes {
-            per.entry(n.as_str()).or_default().push(*t);
+        for (n, gpu, cpu) in &r.nodes {
+            let e = per.entry(n.as_str()).or_default();
+            e.0.push(*gpu);
+            e.1.push(*cpu);
         }
     }
     let need = ranks.len() - 1;
-    let mut v: Vec<NodeExcess> = s
-        .nodes
-        .iter()
-        .filter_map(|(n, t)| {
-            let o = per.get_mut(n.as_str())?;
-            (o.len() == need).then_some(())?;
-            let others_s = super::median(o)?;
-            (*t > others_s).then(|| NodeExcess {
-                node: n.clone(),
-                straggler_s: *t,
-                others_s,
-            })
-        })
-        .collect();
+    let mut v: Vec<NodeExcess> = Vec::new();
+    for (n, gpu, cpu) in &s.nodes {
+        let Some((og, oc)) = per.get_mut(n.as_str()) else {
+            continue;
+        };
+        if og.len() != need {
+            continue;
+        }
+        for (time, mine, others) in [("gpu", *gpu, og), ("cpu", *cpu, oc)] {
+            let Some(others_s) = super::median(others) else {
+                continue;
+            };
+            // Jitter between ranks is not a cause: 5% and a microsecond at least.
+            if mine - others_s > (STRAGGLER_MARGIN * others_s).max(1e-6) {
+                v.push(NodeExcess {
+                    node: n.clone(),
+                    time,
+                    straggler_s: mine,
+                    others_s,
+                });
+            }
+        }
+    }
     v.sort_by(|a, b| {
         (b.straggler_s - b.others_s)
             .total_cmp(&(a.straggler_s - a.others_s))
             .then(a.node.cmp(&b.node))
+            .then(a.time.cmp(b.time))
     });
     v.truncate(top);
     v
@@ -219,7 +241,10 @@ mod tests {
                 ..Temporal::default()
             },
             peak_allocated_bytes: None,
-            nodes: nodes.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+            nodes: nodes
+                .iter()
+                .map(|(n, t)| (n.to_string(), *t, *t / 2.0))
+                .collect(),
         }
     }
 
@@ -243,8 +268,13 @@ mod tests {
         let s = r.straggler.expect("a straggler");
         assert_eq!(s.rank, 2);
         assert!((s.wait_caused_s - (900.0 + 850.0 + 800.0) * 1e-6).abs() < 1e-12);
-        assert_eq!(s.slower_nodes.len(), 1);
-        assert_eq!(s.slower_nodes[0].node, "conv");
+        // conv on the GPU first (0.9 ms more), then on the host (0.45 ms more).
+        assert_eq!(s.slower_nodes.len(), 2);
+        assert_eq!(
+            (s.slower_nodes[0].node.as_str(), s.slower_nodes[0].time),
+            ("conv", "gpu")
+        );
+        assert_eq!(s.slower_nodes[1].time, "cpu");
         assert!((s.slower_nodes[0].others_s - 0.004).abs() < 1e-12);
     }
 

@@ -106,8 +106,9 @@ pub fn console(r: &Ranks) -> String {
             );
             for n in &s.slower_nodes {
                 o += &format!(
-                    "  {:<60} {:.3} ms vs {:.3} ms on the other ranks\n",
+                    "  {:<60} {} {:.3} ms vs {:.3} ms on the other ranks\n",
                     super::truncate(&n.node, 60),
+                    n.time,
                     n.straggler_s * 1e3,
                     n.others_s * 1e3
                 );

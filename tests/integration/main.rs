@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod corpus;
 mod determinism;
+mod gen_ranks;
 mod golden;
 mod liveness;
 mod outputs;

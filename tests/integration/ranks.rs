@@ -155,3 +155,70 @@ fn issue18_gpu_breakdown_matches_holistic_trace_analysis() {
         }
     }
 }
+
+/// Issue 18: eight synthetic ranks made from the ResNet-18 capture, rank 5 running
+/// `aten::max_pool2d` 3 ms longer in every iteration: rank 5 is named the straggler, with
+/// max_pool2d first among the nodes where its time went, and the others' wait in the
+/// all-reduce is what it caused.
+#[test]
+fn issue18_an_injected_straggler_and_its_slow_node_are_found_among_eight_ranks() {
+    let base = json(&crate::common::trace_path(
+        &root().join("sample_traces/resnet18"),
+    ));
+    let docs = crate::gen_ranks::ranks(
+        &base,
+        8,
+        5,
+        "aten::max_pool2d",
+        "Optimizer.step#Adam.step",
+        3000.0,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (r, d) in docs.iter().enumerate() {
+        // tensorboard_trace_handler's naming: the rank is only in distributedInfo.
+        std::fs::write(
+            dir.path()
+                .join(format!("host{}_{}.pt.trace.json", 7 - r, 100 + r)),
+            serde_json::to_vec(d).unwrap(),
+        )
+        .unwrap();
+    }
+    let out_dir = tempfile::tempdir().unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: dir.path().to_path_buf(),
+        out: Some(out_dir.path().join("out")),
+        top: 5,
+        ..Default::default()
+    };
+    let ranks = steptrace::distributed_ranks(&props);
+    assert_eq!(ranks, (0..8).collect::<Vec<i64>>());
+    let out = steptrace::analyze_ranks(&props, &ranks).unwrap();
+    let s = out
+        .ranks
+        .straggler
+        .as_ref()
+        .unwrap_or_else(|| panic!("no straggler: {:?}", out.ranks.no_straggler_reason));
+    assert_eq!(s.rank, 5, "{}", out.console);
+    assert!(
+        s.slower_nodes[0].node.contains("max_pool2d"),
+        "{:?}",
+        s.slower_nodes
+    );
+    // It ran 3 ms longer per iteration there (the median over iterations).
+    let excess = s.slower_nodes[0].straggler_s - s.slower_nodes[0].others_s;
+    assert!((excess - 0.003).abs() < 0.0005, "{excess}");
+    // Every other rank spent longer in the all-reduce, waiting for it.
+    let comm: Vec<i64> = out
+        .ranks
+        .ranks
+        .iter()
+        .map(|r| r.gpu.communication_ns)
+        .collect();
+    assert!(comm
+        .iter()
+        .enumerate()
+        .all(|(r, &c)| r == 5 || c > comm[5] + 2_000_000));
+    let wait: i64 = comm.iter().map(|c| c - comm[5]).sum();
+    assert!((s.wait_caused_s - wait as f64 * 1e-9).abs() < 1e-9);
+    assert!(out.console.contains("straggler: rank 5"), "{}", out.console);
+}
