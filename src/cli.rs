@@ -25,6 +25,22 @@ pub(crate) enum Command {
     /// Run a program for each value of a parameter (e.g. the batch size), or take existing runs,
     /// and plot memory and latency against it.
     Sweep(SweepArgs),
+    /// Build the cross-rank outputs (ranks.csv, ranks.json, the straggler) from ranks' results
+    /// written by `analyze --rank-output`, without reading any trace.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MergeArgs {
+    /// Directories holding `rank<N>.summary.parquet` and `rank<N>.nodes.parquet` files.
+    #[arg(required = true, num_args = 1..)]
+    pub(crate) dirs: Vec<PathBuf>,
+    /// Output directory for ranks.csv and ranks.json.
+    #[arg(long, short, default_value = "steptrace-ranks")]
+    pub(crate) out: PathBuf,
+    /// Nodes listed for the straggler.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
 }
 
 #[derive(Debug, Args)]
@@ -145,6 +161,7 @@ impl InputArgs {
             out,
             top,
             rank: self.rank,
+            rank_output: None,
             options,
             report: Default::default(),
             progress: None,
@@ -260,6 +277,10 @@ pub(crate) struct AnalyzeArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// Also write this rank's results as Parquet into DIR, for `steptrace merge` (so each
+    /// rank can be analysed where it was produced).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) rank_output: Option<PathBuf>,
     /// Print the wall time of each stage (parse, rebuild, analyse, write) to stderr, with the
     /// CPU time of all threads in it and how many cores that kept busy.
     #[arg(long)]

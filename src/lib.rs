@@ -67,6 +67,8 @@ pub struct AnalyzeProps {
     pub top: usize,
     /// Which rank of a multi-rank run directory.
     pub rank: Option<i64>,
+    /// Also write the rank's results as Parquet here, for `steptrace merge` (issue 18).
+    pub rank_output: Option<PathBuf>,
     /// Analysis knobs (roofline peaks).
     pub options: analysis::Options,
     /// Plots, HTML report, annotated trace.
@@ -237,13 +239,23 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
     let output_times = report::write_into(out, &trace, &analysis, &diag, &props.report)?;
     let console = report::console_summary(&trace, &analysis, &diag, props.top.max(1));
     ingest::source::drop_aside(trace);
-    Ok(Outcome {
+    let outcome = Outcome {
         out_dir,
         output_times,
         console,
         analysis,
         diagnostics: diag,
-    })
+    };
+    if let Some(dir) = &props.rank_output {
+        #[cfg(feature = "parquet")]
+        write_rank_output(props, &outcome, dir)?;
+        #[cfg(not(feature = "parquet"))]
+        return Err(Error::Analysis {
+            path: dir.clone(),
+            what: "--rank-output needs the `parquet` feature (built without it)".into(),
+        });
+    }
+    Ok(outcome)
 }
 
 /// The ranks to analyse as one distributed run: those of a directory holding two or more ranks'
@@ -258,6 +270,56 @@ pub fn distributed_ranks(props: &AnalyzeProps) -> Vec<i64> {
     } else {
         Vec::new()
     }
+}
+
+/// Writes one rank's results as Parquet into `dir` for `steptrace merge` (issue 18): the rank
+/// is `props.rank`, else the trace's own (`_rankN` in its name, `distributedInfo`), else 0.
+#[cfg(feature = "parquet")]
+pub fn write_rank_output(props: &AnalyzeProps, o: &Outcome, dir: &Path) -> Result<i64, Error> {
+    let rank = props
+        .rank
+        .or_else(|| {
+            props
+                .input
+                .is_file()
+                .then(|| ingest::rank_of_trace(&props.input))
+                .flatten()
+        })
+        .unwrap_or(0);
+    std::fs::create_dir_all(dir).map_err(|source| report::Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let r = analysis::ranks::RankResult::from_analysis(rank, &o.analysis);
+    report::frames::write_rank(dir, &r)?;
+    report::rename_parts(dir)?;
+    Ok(rank)
+}
+
+/// The cross-rank outputs from ranks' Parquet results written by [`write_rank_output`] in
+/// `dirs`, without reading any trace (issue 18): `ranks.csv` and `ranks.json` into `out`.
+#[cfg(feature = "parquet")]
+pub fn merge(dirs: &[PathBuf], out: &Path, top: usize) -> Result<RanksOutcome, Error> {
+    let results = report::frames::read_ranks(dirs)?;
+    if results.is_empty() {
+        return Err(Error::Analysis {
+            path: dirs.first().cloned().unwrap_or_default(),
+            what: "no rank results (rank<N>.summary.parquet) here: write them with `analyze --rank-output DIR`".into(),
+        });
+    }
+    std::fs::create_dir_all(out).map_err(|source| report::Error::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let ranks = analysis::ranks::combine(results, top.max(1));
+    report::ranks::write(out, &ranks)?;
+    report::rename_parts(out)?;
+    Ok(RanksOutcome {
+        out_dir: out.to_path_buf(),
+        console: report::ranks::console(&ranks),
+        ranks,
+        failed: Vec::new(),
+    })
 }
 
 /// The outcome of analysing every rank of a distributed run.

@@ -92,6 +92,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             }
             let mut props = args.input.props(args.out.clone(), args.top)?;
             props.report = args.report()?;
+            props.rank_output = args.rank_output.clone();
             if args.timings {
                 props.progress = Some(timing);
             } else if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -133,6 +134,21 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
                 out.flush()?;
             }
             Ok(0)
+        }
+        cli::Command::Merge(args) => {
+            #[cfg(feature = "parquet")]
+            {
+                let o = steptrace::merge(&args.dirs, &args.out, args.top)?;
+                let mut out = std::io::stdout().lock();
+                out.write_all(o.console.as_bytes())?;
+                writeln!(out, "\nwrote {}", o.out_dir.display())?;
+                Ok(0)
+            }
+            #[cfg(not(feature = "parquet"))]
+            {
+                let _ = args;
+                anyhow::bail!("merge needs the `parquet` feature (built without it)")
+            }
         }
         cli::Command::Compare(args) => {
             let mut analyses = Vec::new();

@@ -63,6 +63,21 @@ pub struct Inputs {
     pub program_step_time_unsettled: Option<(String, usize)>,
 }
 
+impl Inputs {
+    /// A trace with nothing beside it.
+    fn trace_only(trace: PathBuf) -> Inputs {
+        Inputs {
+            trace,
+            snapshot: None,
+            exec_trace: None,
+            manifest: None,
+            side_files_optional: false,
+            program_step_time_ns: None,
+            program_step_time_unsettled: None,
+        }
+    }
+}
+
 /// What each file in a directory looks like it is, from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -165,15 +180,7 @@ pub fn discover(
     let mut found = if meta.is_dir() {
         discover_dir(input, rank)?
     } else {
-        Inputs {
-            trace: input.to_path_buf(),
-            snapshot: None,
-            exec_trace: None,
-            manifest: None,
-            side_files_optional: false,
-            program_step_time_ns: None,
-            program_step_time_unsettled: None,
-        }
+        Inputs::trace_only(input.to_path_buf())
     };
     // A side file the user names must be read; one found beside the trace may be skipped.
     found.side_files_optional = meta.is_dir() && snapshot.is_none() && et.is_none();
@@ -241,15 +248,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
             return by_tag;
         }
         if let Some((_, trace)) = trace_ranks(dir).into_iter().find(|(k, _)| *k == r) {
-            return Ok(Inputs {
-                trace,
-                snapshot: None,
-                exec_trace: None,
-                manifest: None,
-                side_files_optional: false,
-                program_step_time_ns: None,
-                program_step_time_unsettled: None,
-            });
+            return Ok(Inputs::trace_only(trace));
         }
         return Err(Error::Discovery {
             path: dir.to_path_buf(),
@@ -299,6 +298,13 @@ pub fn trace_ranks(dir: &Path) -> Vec<(i64, PathBuf)> {
         .collect();
     v.sort();
     v
+}
+
+/// The rank of one trace file: `_rankN` in its name, else its header's `distributedInfo.rank`.
+pub fn rank_of_trace(path: &Path) -> Option<i64> {
+    path.file_name()
+        .and_then(|n| rank_from_name(&n.to_string_lossy()))
+        .or_else(|| rank_from_header(path))
 }
 
 /// N of `_rankN.` in a file name.

@@ -252,3 +252,160 @@ fn flops(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
         ],
     )
 }
+
+/// A rank's results for a merge elsewhere (issue 18): `rank<N>.summary.parquet` (one row) and
+/// `rank<N>.nodes.parquet` (one row per node) in `dir`. The schema is in docs/distributed.md.
+pub fn write_rank(dir: &Path, r: &crate::analysis::ranks::RankResult) -> Result<(), Error> {
+    let g = &r.gpu;
+    write(
+        &dir.join(format!("rank{}.summary.parquet", r.rank)),
+        vec![
+            col("rank", [r.rank]),
+            col("trace", [r.trace.as_str()]),
+            col("iterations", [r.iterations as u64]),
+            col("step_time_s", [r.step_time_s]),
+            col("step_time_instrumented_s", [r.step_time_instrumented_s]),
+            col(
+                "slowest_iteration",
+                [r.slowest_iteration.map(|s| s.0 as u64)],
+            ),
+            col("slowest_iteration_s", [r.slowest_iteration.map(|s| s.1)]),
+            col("gpu_span_ns", [g.span_ns]),
+            col("idle_ns", [g.idle_ns]),
+            col("compute_ns", [g.compute_ns]),
+            col("non_compute_ns", [g.non_compute_ns]),
+            col("communication_ns", [g.communication_ns]),
+            col("memory_ns", [g.memory_ns]),
+            col("comm_comp_overlap_pct", [g.comm_comp_overlap_pct]),
+            col("peak_allocated_bytes", [r.peak_allocated_bytes]),
+        ],
+    )?;
+    write(
+        &dir.join(format!("rank{}.nodes.parquet", r.rank)),
+        vec![
+            col("rank", vec![r.rank; r.nodes.len()]),
+            col(
+                "node",
+                r.nodes.iter().map(|n| n.0.as_str()).collect::<Vec<_>>(),
+            ),
+            col(
+                "median_run_time_s",
+                r.nodes.iter().map(|n| n.1).collect::<Vec<_>>(),
+            ),
+            col(
+                "median_cpu_time_s",
+                r.nodes.iter().map(|n| n.2).collect::<Vec<_>>(),
+            ),
+        ],
+    )
+}
+
+/// Reads back every rank written by [`write_rank`] in `dirs`, in rank order.
+pub fn read_ranks(
+    dirs: &[std::path::PathBuf],
+) -> Result<Vec<crate::analysis::ranks::RankResult>, Error> {
+    use crate::analysis::kernels::Temporal;
+    use crate::analysis::ranks::RankResult;
+    let mut out = Vec::new();
+    for d in dirs {
+        let rd = std::fs::read_dir(d).map_err(super::io(d))?;
+        let mut names: Vec<std::path::PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().ends_with(".summary.parquet"))
+            })
+            .collect();
+        names.sort();
+        for p in names {
+            let bad = |what: String| Error::Io {
+                path: p.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, what),
+            };
+            let read = |path: &Path| -> Result<DataFrame, Error> {
+                let f = std::fs::File::open(path).map_err(super::io(path))?;
+                ParquetReader::new(f).finish().map_err(|e| Error::Io {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+                })
+            };
+            let df = read(&p)?;
+            let e = |e: PolarsError| bad(e.to_string());
+            let i64_at = |c: &str| -> Result<Option<i64>, Error> {
+                let s = df.column(c).map_err(e)?.cast(&DataType::Int64).map_err(e)?;
+                Ok(s.i64().map_err(e)?.get(0))
+            };
+            let f64_at = |c: &str| -> Result<Option<f64>, Error> {
+                let s = df
+                    .column(c)
+                    .map_err(e)?
+                    .cast(&DataType::Float64)
+                    .map_err(e)?;
+                Ok(s.f64().map_err(e)?.get(0))
+            };
+            let need = |v: Option<i64>, c: &str| v.ok_or_else(|| bad(format!("no {c}")));
+            let rank = need(i64_at("rank")?, "rank")?;
+            let trace = df
+                .column("trace")
+                .map_err(e)?
+                .str()
+                .map_err(e)?
+                .get(0)
+                .unwrap_or_default()
+                .to_owned();
+            let nodes_path = p.with_file_name(format!("rank{rank}.nodes.parquet"));
+            let nd = read(&nodes_path)?;
+            let ne = |x: PolarsError| Error::Io {
+                path: nodes_path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, x.to_string()),
+            };
+            let names = nd.column("node").map_err(ne)?.str().map_err(ne)?.clone();
+            let gpu = nd
+                .column("median_run_time_s")
+                .map_err(ne)?
+                .f64()
+                .map_err(ne)?
+                .clone();
+            let cpu = nd
+                .column("median_cpu_time_s")
+                .map_err(ne)?
+                .f64()
+                .map_err(ne)?
+                .clone();
+            let nodes = (0..nd.height())
+                .map(|i| {
+                    (
+                        names.get(i).unwrap_or_default().to_owned(),
+                        gpu.get(i).unwrap_or(0.0),
+                        cpu.get(i).unwrap_or(0.0),
+                    )
+                })
+                .collect();
+            let slowest = match (i64_at("slowest_iteration")?, f64_at("slowest_iteration_s")?) {
+                (Some(i), Some(s)) => Some((i as usize, s)),
+                _ => None,
+            };
+            out.push(RankResult {
+                rank,
+                trace,
+                iterations: need(i64_at("iterations")?, "iterations")? as usize,
+                step_time_s: f64_at("step_time_s")?.unwrap_or(0.0),
+                step_time_instrumented_s: f64_at("step_time_instrumented_s")?.unwrap_or(0.0),
+                slowest_iteration: slowest,
+                gpu: Temporal {
+                    span_ns: need(i64_at("gpu_span_ns")?, "gpu_span_ns")?,
+                    idle_ns: need(i64_at("idle_ns")?, "idle_ns")?,
+                    compute_ns: need(i64_at("compute_ns")?, "compute_ns")?,
+                    non_compute_ns: need(i64_at("non_compute_ns")?, "non_compute_ns")?,
+                    communication_ns: need(i64_at("communication_ns")?, "communication_ns")?,
+                    memory_ns: need(i64_at("memory_ns")?, "memory_ns")?,
+                    comm_comp_overlap_pct: f64_at("comm_comp_overlap_pct")?,
+                },
+                peak_allocated_bytes: i64_at("peak_allocated_bytes")?,
+                nodes,
+            });
+        }
+    }
+    out.sort_by_key(|r| r.rank);
+    Ok(out)
+}

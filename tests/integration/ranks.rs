@@ -184,10 +184,12 @@ fn issue18_an_injected_straggler_and_its_slow_node_are_found_among_eight_ranks()
         .unwrap();
     }
     let out_dir = tempfile::tempdir().unwrap();
+    let parquet = out_dir.path().join("parquet");
     let props = steptrace::AnalyzeProps {
         input: dir.path().to_path_buf(),
         out: Some(out_dir.path().join("out")),
         top: 5,
+        rank_output: Some(parquet.clone()),
         ..Default::default()
     };
     let ranks = steptrace::distributed_ranks(&props);
@@ -221,4 +223,43 @@ fn issue18_an_injected_straggler_and_its_slow_node_are_found_among_eight_ranks()
     let wait: i64 = comm.iter().map(|c| c - comm[5]).sum();
     assert!((s.wait_caused_s - wait as f64 * 1e-9).abs() < 1e-9);
     assert!(out.console.contains("straggler: rank 5"), "{}", out.console);
+    // Each rank's Parquet results merged without the traces give the same cross-rank result.
+    let merged = steptrace::merge(
+        std::slice::from_ref(&parquet),
+        &out_dir.path().join("merged"),
+        5,
+    )
+    .unwrap();
+    assert_eq!(merged.ranks, out.ranks);
+    assert_eq!(
+        std::fs::read(merged.out_dir.join("ranks.csv")).unwrap(),
+        std::fs::read(out.out_dir.join("ranks.csv")).unwrap()
+    );
+    // The schema answers a query in polars as documented (docs/distributed.md): idle share
+    // per rank from the summary files alone.
+    use polars::prelude::*;
+    let mut frames = Vec::new();
+    for r in 0..8 {
+        let f = std::fs::File::open(parquet.join(format!("rank{r}.summary.parquet"))).unwrap();
+        frames.push(ParquetReader::new(f).finish().unwrap());
+    }
+    let mut all = frames.remove(0);
+    for f in &frames {
+        all.vstack_mut(f).unwrap();
+    }
+    let idle = all
+        .column("idle_ns")
+        .unwrap()
+        .cast(&DataType::Float64)
+        .unwrap();
+    let span = all
+        .column("gpu_span_ns")
+        .unwrap()
+        .cast(&DataType::Float64)
+        .unwrap();
+    let (h, rows) = csv(&out.out_dir.join("ranks.csv"));
+    for (i, row) in rows.iter().enumerate() {
+        let pct = 100.0 * idle.f64().unwrap().get(i).unwrap() / span.f64().unwrap().get(i).unwrap();
+        assert_eq!(format!("{pct:.2}"), row[col(&h, "idle_pct")]);
+    }
 }
