@@ -312,7 +312,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, top: usize) -> Result<RanksOutcome, E
         source,
     })?;
     let ranks = analysis::ranks::combine(results, top.max(1));
-    report::ranks::write(out, &ranks)?;
+    report::ranks::write(out, &ranks, true)?;
     report::rename_parts(out)?;
     Ok(RanksOutcome {
         out_dir: out.to_path_buf(),
@@ -368,7 +368,7 @@ pub fn analyze_ranks(props: &AnalyzeProps, ranks: &[i64]) -> Result<RanksOutcome
     }
     let mut ranks = analysis::ranks::combine(results, props.top.max(1));
     ranks.not_analysed = failed.clone();
-    report::ranks::write(&out_dir, &ranks)?;
+    report::ranks::write(&out_dir, &ranks, !props.report.no_plots)?;
     report::rename_parts(&out_dir)?;
     let mut console = report::ranks::console(&ranks);
     for (r, why) in &failed {

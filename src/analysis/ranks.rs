@@ -31,6 +31,8 @@ pub struct RankResult {
     pub step_time_instrumented_s: f64,
     /// The slowest iteration (0-based) and its span, s.
     pub slowest_iteration: Option<(usize, f64)>,
+    /// Each iteration's span under the profiler, s.
+    pub step_times_s: Vec<f64>,
     /// Where the GPU's time went (HolisticTraceAnalysis's definitions).
     pub gpu: Temporal,
     /// Peak allocated bytes in the window.
@@ -57,6 +59,7 @@ impl RankResult {
             step_time_s: s.step_time_s,
             step_time_instrumented_s: s.step_time_instrumented_s,
             slowest_iteration,
+            step_times_s: s.step_times_s.clone(),
             gpu: s.gpu_breakdown,
             peak_allocated_bytes: s.peak_allocated_bytes,
             nodes: a
@@ -236,6 +239,7 @@ mod tests {
             step_time_s: 0.01,
             step_time_instrumented_s: 0.012,
             slowest_iteration: Some((1, 0.011)),
+            step_times_s: vec![0.01, 0.011, 0.01],
             gpu: Temporal {
                 communication_ns: comm_us * 1000,
                 ..Temporal::default()

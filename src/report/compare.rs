@@ -120,10 +120,10 @@ pub fn write(
         "peak memory vs execution rank",
         &overlay,
     )?);
-    let bars: Vec<(String, [f64; 7])> = runs
+    let bars: Vec<(String, Vec<f64>)> = runs
         .iter()
         .map(|r| {
-            let mut b = [0f64; 7];
+            let mut b = vec![0f64; CATEGORIES.len()];
             for (i, c) in CATEGORIES.iter().enumerate() {
                 b[i] = r
                     .analysis
@@ -140,6 +140,8 @@ pub fn write(
     files.extend(plot::write_stacked(
         &dir.join(format!("{stem}_breakdown")),
         "memory at the peak by category",
+        "MiB",
+        &CATEGORIES.map(|c| c.key()),
         &bars,
     )?);
     super::rename_parts(dir)?;

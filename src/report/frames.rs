@@ -281,6 +281,17 @@ pub fn write_rank(dir: &Path, r: &crate::analysis::ranks::RankResult) -> Result<
         ],
     )?;
     write(
+        &dir.join(format!("rank{}.iterations.parquet", r.rank)),
+        vec![
+            col("rank", vec![r.rank; r.step_times_s.len()]),
+            col(
+                "iteration",
+                (0..r.step_times_s.len() as u64).collect::<Vec<u64>>(),
+            ),
+            col("step_time_s", r.step_times_s.clone()),
+        ],
+    )?;
+    write(
         &dir.join(format!("rank{}.nodes.parquet", r.rank)),
         vec![
             col("rank", vec![r.rank; r.nodes.len()]),
@@ -381,6 +392,21 @@ pub fn read_ranks(
                     )
                 })
                 .collect();
+            let it_path = p.with_file_name(format!("rank{rank}.iterations.parquet"));
+            let it = read(&it_path)?;
+            let ie = |x: PolarsError| Error::Io {
+                path: it_path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, x.to_string()),
+            };
+            let times = it
+                .column("step_time_s")
+                .map_err(ie)?
+                .f64()
+                .map_err(ie)?
+                .clone();
+            let step_times_s = (0..it.height())
+                .map(|i| times.get(i).unwrap_or(0.0))
+                .collect();
             let slowest = match (i64_at("slowest_iteration")?, f64_at("slowest_iteration_s")?) {
                 (Some(i), Some(s)) => Some((i as usize, s)),
                 _ => None,
@@ -392,6 +418,7 @@ pub fn read_ranks(
                 step_time_s: f64_at("step_time_s")?.unwrap_or(0.0),
                 step_time_instrumented_s: f64_at("step_time_instrumented_s")?.unwrap_or(0.0),
                 slowest_iteration: slowest,
+                step_times_s,
                 gpu: Temporal {
                     span_ns: need(i64_at("gpu_span_ns")?, "gpu_span_ns")?,
                     idle_ns: need(i64_at("idle_ns")?, "idle_ns")?,

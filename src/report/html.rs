@@ -32,13 +32,8 @@ fn table(o: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>)
 }
 
 /// Writes `report.html` into `dir`, inlining the SVG plots given (name, text), in order.
-pub(super) fn write(
-    dir: &Path,
-    svgs: &[(&str, String)],
-    a: &Analysis,
-    diag: &Diagnostics,
-) -> Result<(), Error> {
-    let s = &a.summary;
+/// The page's head, style and title heading.
+fn page_head(title: &str) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
@@ -46,9 +41,121 @@ pub(super) fn write(
          body{{font-family:sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;margin:1em 0}}\
          td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#eee}}\
          .plot svg{{max-width:100%;height:auto;border:1px solid #eee}}</style></head><body>",
-        esc(&s.name)
+        esc(title)
     );
-    let _ = write!(o, "<h1>steptrace: {}</h1>", esc(&s.name));
+    let _ = write!(o, "<h1>steptrace: {}</h1>", esc(title));
+    o
+}
+
+/// The plots inline (the SVG element, without its XML prolog), each with its name as id.
+fn plots(o: &mut String, svgs: &[(&str, String)]) {
+    o.push_str("<h2>Plots</h2>");
+    for (name, svg) in svgs {
+        let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+        let _ = write!(o, "<div class=\"plot\" id=\"{name}\">{body}</div>");
+    }
+}
+
+/// `report.html` of a distributed run (issue 18): the ranks table, the straggler, the plots
+/// inline, and a link to each rank's own report.
+pub(super) fn write_ranks(
+    dir: &Path,
+    title: &str,
+    r: &crate::analysis::ranks::Ranks,
+    svgs: &[(&str, String)],
+) -> Result<(), Error> {
+    let mut o = page_head(title);
+    o.push_str("<h2>Ranks</h2>");
+    let pct = |part: i64, whole: i64| {
+        if whole > 0 {
+            format!("{:.2}%", 100.0 * part as f64 / whole as f64)
+        } else {
+            String::new()
+        }
+    };
+    table(
+        &mut o,
+        &[
+            "rank",
+            "trace",
+            "iterations",
+            "step time",
+            "GPU idle",
+            "compute",
+            "non-compute",
+            "communication",
+            "overlap",
+            "peak allocated",
+        ],
+        r.ranks.iter().map(|x| {
+            let g = &x.gpu;
+            vec![
+                x.rank.to_string(),
+                x.trace.clone(),
+                x.iterations.to_string(),
+                human_time(x.step_time_s),
+                pct(g.idle_ns, g.span_ns),
+                pct(g.compute_ns, g.span_ns),
+                pct(g.non_compute_ns, g.span_ns),
+                human_time(g.communication_ns as f64 * 1e-9),
+                g.comm_comp_overlap_pct
+                    .map_or(String::new(), |p| format!("{p:.1}%")),
+                x.peak_allocated_bytes.map_or(String::new(), human_bytes),
+            ]
+        }),
+    );
+    match (&r.straggler, &r.no_straggler_reason) {
+        (Some(s), _) => {
+            let _ = write!(
+                o,
+                "<h2>Straggler: rank {}</h2><p>Least time in communication ({}); the other ranks \
+                 waited {} in all.</p>",
+                s.rank,
+                human_time(s.communication_s),
+                human_time(s.wait_caused_s)
+            );
+            table(
+                &mut o,
+                &["node", "time", "straggler", "other ranks (median)"],
+                s.slower_nodes.iter().map(|n| {
+                    vec![
+                        n.node.clone(),
+                        n.time.to_owned(),
+                        human_time(n.straggler_s),
+                        human_time(n.others_s),
+                    ]
+                }),
+            );
+        }
+        (None, Some(why)) => {
+            let _ = write!(o, "<p>No straggler named: {}.</p>", esc(why));
+        }
+        (None, None) => {}
+    }
+    for (rank, why) in &r.not_analysed {
+        let _ = write!(o, "<p>Rank {rank} not analysed: {}</p>", esc(why));
+    }
+    plots(&mut o, svgs);
+    o.push_str("<h2>Each rank</h2><ul>");
+    for x in &r.ranks {
+        let _ = write!(
+            o,
+            "<li><a href=\"rank{0}/report.html\">rank {0}</a></li>",
+            x.rank
+        );
+    }
+    o.push_str("</ul></body></html>\n");
+    super::write_file(&dir.join("report.html"), o.as_bytes())
+}
+
+pub(super) fn write(
+    dir: &Path,
+    svgs: &[(&str, String)],
+    a: &Analysis,
+    diag: &Diagnostics,
+) -> Result<(), Error> {
+    let s = &a.summary;
+    let mut o = page_head(&s.name);
     let summary_rows: Vec<Vec<String>> = vec![
         vec!["trace".into(), s.trace.clone()],
         vec!["device".into(), s.device.clone().unwrap_or_default()],
@@ -153,11 +260,7 @@ pub(super) fn write(
             ]
         }),
     );
-    o.push_str("<h2>Plots</h2>");
-    for (name, svg) in svgs {
-        let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
-        let _ = write!(o, "<div class=\"plot\" id=\"{name}\">{body}</div>");
-    }
+    plots(&mut o, svgs);
     let lines = diag.lines();
     if !lines.is_empty() {
         o.push_str("<h2>Warnings</h2><ul>");

@@ -35,8 +35,74 @@ fn pct(part: i64, whole: i64) -> String {
     }
 }
 
-/// Writes `ranks.csv` and `ranks.json` into `dir` (under part names: the caller commits).
-pub fn write(dir: &Path, r: &Ranks) -> Result<(), Error> {
+/// Writes `ranks.csv` and `ranks.json` into `dir`, and with `plots` the cross-rank plots
+/// (`plots/ranks_gpu_breakdown`, `plots/ranks_step_times`, SVG and PNG) and `report.html`
+/// (under part names: the caller commits).
+pub fn write(dir: &Path, r: &Ranks, plots: bool) -> Result<(), Error> {
+    write_tables(dir, r)?;
+    if !plots || r.ranks.is_empty() {
+        return Ok(());
+    }
+    let pd = dir.join("plots");
+    std::fs::create_dir_all(&pd).map_err(io(&pd))?;
+    let label = |x: &crate::analysis::ranks::RankResult| format!("rank {}", x.rank);
+    let bars: Vec<(String, Vec<f64>)> = r
+        .ranks
+        .iter()
+        .map(|x| {
+            let g = &x.gpu;
+            let p = |v: i64| {
+                if g.span_ns > 0 {
+                    100.0 * v as f64 / g.span_ns as f64
+                } else {
+                    0.0
+                }
+            };
+            (
+                label(x),
+                vec![p(g.compute_ns), p(g.non_compute_ns), p(g.idle_ns)],
+            )
+        })
+        .collect();
+    let breakdown = super::plot::write_stacked(
+        &pd.join("ranks_gpu_breakdown"),
+        "GPU time per rank",
+        "% of the GPU span",
+        &["computation", "communication, memory, other", "idle"],
+        &bars,
+    )?;
+    let rows: Vec<(String, Vec<f64>)> = r
+        .ranks
+        .iter()
+        .map(|x| (label(x), x.step_times_s.iter().map(|s| s * 1e3).collect()))
+        .collect();
+    let heat = super::plot::write_heatmap(
+        &pd.join("ranks_step_times"),
+        "step time per rank and iteration, ms",
+        "iteration",
+        &rows,
+    )?;
+    // The SVGs just written (still under their part names), inlined in the page.
+    let svg_of = |files: &[std::path::PathBuf]| -> Result<String, Error> {
+        let svg = files
+            .iter()
+            .find(|f| f.extension().is_some_and(|e| e == "svg"))
+            .cloned()
+            .unwrap_or_default();
+        let part = super::out_dir::part_path(&svg);
+        std::fs::read_to_string(&part).map_err(io(&part))
+    };
+    let svgs = [
+        ("ranks_gpu_breakdown", svg_of(&breakdown)?),
+        ("ranks_step_times", svg_of(&heat)?),
+    ];
+    let title = dir
+        .file_name()
+        .map_or_else(|| "ranks".into(), |n| n.to_string_lossy().into_owned());
+    super::html::write_ranks(dir, &title, r, &svgs)
+}
+
+fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
     write_table(&dir.join("ranks.csv"), &HEADER, &r.ranks, |w, x| {
         let g = &x.gpu;
         w.num(x.rank)

@@ -223,6 +223,19 @@ fn issue18_an_injected_straggler_and_its_slow_node_are_found_among_eight_ranks()
     let wait: i64 = comm.iter().map(|c| c - comm[5]).sum();
     assert!((s.wait_caused_s - wait as f64 * 1e-9).abs() < 1e-9);
     assert!(out.console.contains("straggler: rank 5"), "{}", out.console);
+    // report.html: the table, the verdict, both plots inline, a link per rank.
+    let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
+    assert!(html.contains("Straggler: rank 5"));
+    assert_eq!(html.matches("<svg").count(), 2);
+    assert_eq!(html.matches("/report.html\"").count(), 8);
+    for p in ["ranks_gpu_breakdown", "ranks_step_times"] {
+        for ext in ["svg", "png"] {
+            assert!(
+                out.out_dir.join(format!("plots/{p}.{ext}")).is_file(),
+                "{p}.{ext}"
+            );
+        }
+    }
     // Each rank's Parquet results merged without the traces give the same cross-rank result.
     let merged = steptrace::merge(
         std::slice::from_ref(&parquet),

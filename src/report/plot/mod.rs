@@ -879,15 +879,20 @@ pub fn write_xy(
     render_stem!(path_stem, draw, &d)
 }
 
-/// Stacked bars of bytes by category, one bar per label (sweeps, comparisons).
+/// Stacked bars, one bar per label, one segment per series (`series` names them in order):
+/// memory by category for sweeps and comparisons, GPU time by kind per rank.
 pub fn write_stacked(
     path_stem: &Path,
     title: &str,
-    bars: &[(String, [f64; 7])],
+    y_desc: &str,
+    series: &[&str],
+    bars: &[(String, Vec<f64>)],
 ) -> Result<Vec<PathBuf>, Error> {
     struct St<'a> {
         title: &'a str,
-        bars: &'a [(String, [f64; 7])],
+        y_desc: &'a str,
+        series: &'a [&'a str],
+        bars: &'a [(String, Vec<f64>)],
     }
     fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &St<'_>) -> DrawResult
     where
@@ -905,31 +910,105 @@ pub fn write_stacked(
         let mut c = chart(root, d.title, (0..n).into_segmented(), 0f64..ymax)?;
         c.configure_mesh()
             .disable_x_mesh()
-            .y_desc("MiB")
+            .y_desc(d.y_desc)
             .x_label_formatter(&|v| match v {
                 SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
             .label_style(("sans-serif", 14))
             .draw()?;
-        for (k, cat) in CATEGORIES.iter().enumerate() {
+        for (k, name) in d.series.iter().enumerate() {
             let color = category_color(k);
             c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
-                let lo: f64 = b.1[..k].iter().sum();
+                let lo: f64 = b.1.iter().take(k).sum();
                 Rectangle::new(
                     [
                         (SegmentValue::Exact(i), lo),
-                        (SegmentValue::Exact(i + 1), lo + b.1[k]),
+                        (
+                            SegmentValue::Exact(i + 1),
+                            lo + b.1.get(k).copied().unwrap_or(0.0),
+                        ),
                     ],
                     color.filled(),
                 )
             }))?
-            .label(cat.key())
+            .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
         }
         legend(&mut c)?;
         Ok(())
     }
-    let d = St { title, bars };
+    let d = St {
+        title,
+        y_desc,
+        series,
+        bars,
+    };
+    render_stem!(path_stem, draw, &d)
+}
+
+/// A heat map: one row per label, one cell per column, coloured from blue (the smallest value)
+/// to red (the largest); the caption gives the range. Step time per rank per iteration.
+pub fn write_heatmap(
+    path_stem: &Path,
+    title: &str,
+    x_desc: &str,
+    rows: &[(String, Vec<f64>)],
+) -> Result<Vec<PathBuf>, Error> {
+    struct Hm<'a> {
+        title: String,
+        x_desc: &'a str,
+        rows: &'a [(String, Vec<f64>)],
+        lo: f64,
+        hi: f64,
+    }
+    fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &Hm<'_>) -> DrawResult
+    where
+        DB::ErrorType: 'static,
+    {
+        root.fill(&WHITE)?;
+        let ny = d.rows.len().max(1);
+        let nx = d.rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(1);
+        let labels: Vec<String> = d.rows.iter().map(|r| r.0.clone()).collect();
+        let mut c = chart(root, &d.title, 0..nx, (0..ny).into_segmented())?;
+        c.configure_mesh()
+            .disable_mesh()
+            .x_desc(d.x_desc)
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        let span = (d.hi - d.lo).max(1e-12);
+        for (y, (_, vals)) in d.rows.iter().enumerate() {
+            c.draw_series(vals.iter().enumerate().map(|(x, v)| {
+                let t = ((v - d.lo) / span).clamp(0.0, 1.0);
+                let color = RGBColor(
+                    (40.0 + 200.0 * t) as u8,
+                    (90.0 * (1.0 - t) + 40.0) as u8,
+                    (220.0 * (1.0 - t) + 30.0) as u8,
+                );
+                Rectangle::new(
+                    [
+                        (x, SegmentValue::Exact(y)),
+                        (x + 1, SegmentValue::Exact(y + 1)),
+                    ],
+                    color.filled(),
+                )
+            }))?;
+        }
+        Ok(())
+    }
+    let all = || rows.iter().flat_map(|r| r.1.iter().copied());
+    let lo = all().fold(f64::INFINITY, f64::min);
+    let hi = all().fold(f64::NEG_INFINITY, f64::max);
+    let d = Hm {
+        title: format!("{title} (blue {lo:.3} to red {hi:.3})"),
+        x_desc,
+        rows,
+        lo: if lo.is_finite() { lo } else { 0.0 },
+        hi: if hi.is_finite() { hi } else { 1.0 },
+    };
     render_stem!(path_stem, draw, &d)
 }
