@@ -164,10 +164,25 @@ pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, St
     let next = others.iter().copied().fold(f64::INFINITY, f64::min);
     let med = super::median(&mut others).unwrap_or(0.0);
     if next - least as f64 <= STRAGGLER_MARGIN * med {
-        return Err(format!(
-            "ranks are even: the least communication time is within {:.0}% of the next",
-            100.0 * STRAGGLER_MARGIN
-        ));
+        // Ranks as short as the least (within the margin): all of them is even; some, a tie.
+        let tied: Vec<String> = comm
+            .iter()
+            .zip(ranks)
+            .filter(|(&c, _)| (c - least) as f64 <= STRAGGLER_MARGIN * med)
+            .map(|(_, r)| r.rank.to_string())
+            .collect();
+        return Err(if tied.len() == ranks.len() {
+            format!(
+                "ranks are even: every rank's communication time is within {:.0}% of the least",
+                100.0 * STRAGGLER_MARGIN
+            )
+        } else {
+            format!(
+                "{} ranks tie for the least communication time (ranks {}): no single straggler",
+                tied.len(),
+                tied.join(", ")
+            )
+        });
     }
     let wait: i64 = comm.iter().map(|c| c - least).sum();
     let s = &ranks[at];
@@ -288,6 +303,14 @@ mod tests {
         let even = combine(vec![rank(0, 1000, &n), rank(1, 990, &n)], 5);
         assert!(even.straggler.is_none());
         assert!(even.no_straggler_reason.unwrap().contains("even"));
+        let tie = combine(
+            vec![rank(0, 1000, &n), rank(1, 100, &n), rank(2, 101, &n)],
+            5,
+        );
+        assert_eq!(
+            tie.no_straggler_reason.unwrap(),
+            "2 ranks tie for the least communication time (ranks 1, 2): no single straggler"
+        );
         let none = combine(vec![rank(0, 0, &n), rank(1, 0, &n)], 5);
         assert!(none
             .no_straggler_reason
