@@ -368,11 +368,17 @@ pub fn analyze_ranks(props: &AnalyzeProps, ranks: &[i64]) -> Result<RanksOutcome
     }
     let mut ranks = analysis::ranks::combine(results, props.top.max(1));
     ranks.not_analysed = failed.clone();
+    if props.input.is_dir() {
+        ranks.warnings = ingest::rank_warnings(&props.input);
+    }
     report::ranks::write(&out_dir, &ranks, !props.report.no_plots)?;
     report::rename_parts(&out_dir)?;
     let mut console = report::ranks::console(&ranks);
     for (r, why) in &failed {
         console += &format!("rank {r} not analysed: {why}\n");
+    }
+    for w in &ranks.warnings {
+        console += &format!("warning: {w}\n");
     }
     Ok(RanksOutcome {
         out_dir,

@@ -116,6 +116,8 @@ pub struct Ranks {
     pub no_straggler_reason: Option<String>,
     /// Ranks that could not be analysed, with why.
     pub not_analysed: Vec<(i64, String)>,
+    /// What is off about the run's ranks (a rank seen twice, a world size that disagrees).
+    pub warnings: Vec<String>,
 }
 
 /// The shortest communication time must be below every other rank's by this share of the
@@ -134,6 +136,7 @@ pub fn combine(mut ranks: Vec<RankResult>, top_nodes: usize) -> Ranks {
         straggler,
         no_straggler_reason,
         not_analysed: Vec::new(),
+        warnings: Vec::new(),
     }
 }
 

@@ -322,17 +322,90 @@ fn rank_from_name(name: &str) -> Option<i64> {
 
 /// `distributedInfo.rank` from the first 1 MiB of a trace (Kineto writes it before the events).
 fn rank_from_header(path: &Path) -> Option<i64> {
+    distributed_info(path)?.0
+}
+
+/// `distributedInfo`'s `rank` and `world_size` from the first 1 MiB of a trace.
+fn distributed_info(path: &Path) -> Option<(Option<i64>, Option<i64>)> {
     use std::io::Read;
     let mut head = Vec::with_capacity(1 << 20);
     let stream = source::open_stream(path).ok()?;
     stream.take(1 << 20).read_to_end(&mut head).ok()?;
     let text = String::from_utf8_lossy(&head);
     let info = &text[text.find("\"distributedInfo\"")?..];
+    // Up to the first nested object's end: rank and world_size come before `pg_config`.
     let info = &info[..info.find('}').unwrap_or(info.len())];
-    let at = info.find("\"rank\"")? + "\"rank\"".len();
-    let rest = info[at..].trim_start().strip_prefix(':')?.trim_start();
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
+    let int = |key: &str| -> Option<i64> {
+        let at = info.find(key)? + key.len();
+        let rest = info[at..].trim_start().strip_prefix(':')?.trim_start();
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    Some((int("\"rank\""), int("\"world_size\"")))
+}
+
+/// What is off about a directory's ranks: a rank with several traces (the first by name is
+/// analysed), or a `world_size` in the traces that disagrees with the ranks found (issue 18).
+pub fn rank_warnings(dir: &Path) -> Vec<String> {
+    let traces = trace_ranks(dir);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < traces.len() {
+        let r = traces[i].0;
+        let same: Vec<String> = traces[i..]
+            .iter()
+            .take_while(|(k, _)| *k == r)
+            .map(|(_, p)| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        if same.len() > 1 {
+            out.push(format!(
+                "rank {r} has {} traces ({}); the first is analysed",
+                same.len(),
+                same.join(", ")
+            ));
+        }
+        i += same.len();
+    }
+    let mut ranks: Vec<i64> = traces.iter().map(|(r, _)| *r).collect();
+    ranks.dedup();
+    let mut worlds: Vec<i64> = traces
+        .iter()
+        .filter_map(|(_, p)| distributed_info(p).and_then(|i| i.1))
+        .collect();
+    worlds.sort_unstable();
+    worlds.dedup();
+    match worlds.as_slice() {
+        [] => {}
+        [w] if *w == ranks.len() as i64 => {}
+        [w] => {
+            let missing: Vec<String> = (0..*w)
+                .filter(|r| !ranks.contains(r))
+                .map(|r| r.to_string())
+                .collect();
+            out.push(format!(
+                "the traces say world_size {w} but hold {} ranks{}",
+                ranks.len(),
+                if missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (missing: {})", missing.join(", "))
+                }
+            ));
+        }
+        ws => out.push(format!(
+            "the traces disagree on world_size ({})",
+            ws.iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+    out
 }
 
 fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inputs, Error> {

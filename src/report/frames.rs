@@ -311,6 +311,72 @@ pub fn write_rank(dir: &Path, r: &crate::analysis::ranks::RankResult) -> Result<
     )
 }
 
+/// A Parquet file read whole, with its path for errors.
+struct Frame {
+    path: std::path::PathBuf,
+    df: DataFrame,
+}
+
+impl Frame {
+    fn read(path: std::path::PathBuf) -> Result<Frame, Error> {
+        let f = std::fs::File::open(&path).map_err(super::io(&path))?;
+        let df = ParquetReader::new(f)
+            .finish()
+            .map_err(|e| Frame::bad(&path, e))?;
+        Ok(Frame { path, df })
+    }
+
+    fn bad(path: &Path, e: PolarsError) -> Error {
+        Error::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        }
+    }
+
+    /// Column `c` as `dt` (a cast where the file stored another width).
+    fn column(&self, c: &str, dt: &DataType) -> Result<Series, Error> {
+        let e = |e| Frame::bad(&self.path, e);
+        let col = self.df.column(c).map_err(e)?.cast(dt).map_err(e)?;
+        Ok(col.as_materialized_series().clone())
+    }
+
+    fn f64s(&self, c: &str) -> Result<Vec<Option<f64>>, Error> {
+        let s = self.column(c, &DataType::Float64)?;
+        let ca = s.f64().map_err(|e| Frame::bad(&self.path, e))?;
+        Ok((0..ca.len()).map(|i| ca.get(i)).collect())
+    }
+
+    fn i64s(&self, c: &str) -> Result<Vec<Option<i64>>, Error> {
+        let s = self.column(c, &DataType::Int64)?;
+        let ca = s.i64().map_err(|e| Frame::bad(&self.path, e))?;
+        Ok((0..ca.len()).map(|i| ca.get(i)).collect())
+    }
+
+    fn strs(&self, c: &str) -> Result<Vec<String>, Error> {
+        let s = self.column(c, &DataType::String)?;
+        let ca = s.str().map_err(|e| Frame::bad(&self.path, e))?;
+        Ok((0..ca.len())
+            .map(|i| ca.get(i).unwrap_or_default().to_owned())
+            .collect())
+    }
+
+    /// The first row's value of an integer column that must be there.
+    fn i64_first(&self, c: &str) -> Result<i64, Error> {
+        self.i64s(c)?
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::Io {
+                path: self.path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("no {c}")),
+            })
+    }
+
+    fn f64_first(&self, c: &str) -> Result<Option<f64>, Error> {
+        Ok(self.f64s(c)?.first().copied().flatten())
+    }
+}
+
 /// Reads back every rank written by [`write_rank`] in `dirs`, in rank order.
 pub fn read_ranks(
     dirs: &[std::path::PathBuf],
@@ -329,106 +395,47 @@ pub fn read_ranks(
             .collect();
         names.sort();
         for p in names {
-            let bad = |what: String| Error::Io {
-                path: p.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, what),
-            };
-            let read = |path: &Path| -> Result<DataFrame, Error> {
-                let f = std::fs::File::open(path).map_err(super::io(path))?;
-                ParquetReader::new(f).finish().map_err(|e| Error::Io {
-                    path: path.to_path_buf(),
-                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-                })
-            };
-            let df = read(&p)?;
-            let e = |e: PolarsError| bad(e.to_string());
-            let i64_at = |c: &str| -> Result<Option<i64>, Error> {
-                let s = df.column(c).map_err(e)?.cast(&DataType::Int64).map_err(e)?;
-                Ok(s.i64().map_err(e)?.get(0))
-            };
-            let f64_at = |c: &str| -> Result<Option<f64>, Error> {
-                let s = df
-                    .column(c)
-                    .map_err(e)?
-                    .cast(&DataType::Float64)
-                    .map_err(e)?;
-                Ok(s.f64().map_err(e)?.get(0))
-            };
-            let need = |v: Option<i64>, c: &str| v.ok_or_else(|| bad(format!("no {c}")));
-            let rank = need(i64_at("rank")?, "rank")?;
-            let trace = df
-                .column("trace")
-                .map_err(e)?
-                .str()
-                .map_err(e)?
-                .get(0)
-                .unwrap_or_default()
-                .to_owned();
-            let nodes_path = p.with_file_name(format!("rank{rank}.nodes.parquet"));
-            let nd = read(&nodes_path)?;
-            let ne = |x: PolarsError| Error::Io {
-                path: nodes_path.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, x.to_string()),
-            };
-            let names = nd.column("node").map_err(ne)?.str().map_err(ne)?.clone();
-            let gpu = nd
-                .column("median_run_time_s")
-                .map_err(ne)?
-                .f64()
-                .map_err(ne)?
-                .clone();
-            let cpu = nd
-                .column("median_cpu_time_s")
-                .map_err(ne)?
-                .f64()
-                .map_err(ne)?
-                .clone();
-            let nodes = (0..nd.height())
-                .map(|i| {
-                    (
-                        names.get(i).unwrap_or_default().to_owned(),
-                        gpu.get(i).unwrap_or(0.0),
-                        cpu.get(i).unwrap_or(0.0),
-                    )
-                })
+            let s = Frame::read(p.clone())?;
+            let rank = s.i64_first("rank")?;
+            let sibling = |what: &str| p.with_file_name(format!("rank{rank}.{what}.parquet"));
+            let it = Frame::read(sibling("iterations"))?;
+            let nd = Frame::read(sibling("nodes"))?;
+            let (gpu, cpu) = (nd.f64s("median_run_time_s")?, nd.f64s("median_cpu_time_s")?);
+            let nodes = nd
+                .strs("node")?
+                .into_iter()
+                .zip(gpu.into_iter().zip(cpu))
+                .map(|(n, (g, c))| (n, g.unwrap_or(0.0), c.unwrap_or(0.0)))
                 .collect();
-            let it_path = p.with_file_name(format!("rank{rank}.iterations.parquet"));
-            let it = read(&it_path)?;
-            let ie = |x: PolarsError| Error::Io {
-                path: it_path.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, x.to_string()),
-            };
-            let times = it
-                .column("step_time_s")
-                .map_err(ie)?
-                .f64()
-                .map_err(ie)?
-                .clone();
-            let step_times_s = (0..it.height())
-                .map(|i| times.get(i).unwrap_or(0.0))
-                .collect();
-            let slowest = match (i64_at("slowest_iteration")?, f64_at("slowest_iteration_s")?) {
-                (Some(i), Some(s)) => Some((i as usize, s)),
+            let slowest = match (
+                s.i64s("slowest_iteration")?.first().copied().flatten(),
+                s.f64_first("slowest_iteration_s")?,
+            ) {
+                (Some(i), Some(t)) => Some((i as usize, t)),
                 _ => None,
             };
             out.push(RankResult {
                 rank,
-                trace,
-                iterations: need(i64_at("iterations")?, "iterations")? as usize,
-                step_time_s: f64_at("step_time_s")?.unwrap_or(0.0),
-                step_time_instrumented_s: f64_at("step_time_instrumented_s")?.unwrap_or(0.0),
+                trace: s.strs("trace")?.into_iter().next().unwrap_or_default(),
+                iterations: s.i64_first("iterations")? as usize,
+                step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
+                step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
                 slowest_iteration: slowest,
-                step_times_s,
+                step_times_s: it
+                    .f64s("step_time_s")?
+                    .into_iter()
+                    .map(|v| v.unwrap_or(0.0))
+                    .collect(),
                 gpu: Temporal {
-                    span_ns: need(i64_at("gpu_span_ns")?, "gpu_span_ns")?,
-                    idle_ns: need(i64_at("idle_ns")?, "idle_ns")?,
-                    compute_ns: need(i64_at("compute_ns")?, "compute_ns")?,
-                    non_compute_ns: need(i64_at("non_compute_ns")?, "non_compute_ns")?,
-                    communication_ns: need(i64_at("communication_ns")?, "communication_ns")?,
-                    memory_ns: need(i64_at("memory_ns")?, "memory_ns")?,
-                    comm_comp_overlap_pct: f64_at("comm_comp_overlap_pct")?,
+                    span_ns: s.i64_first("gpu_span_ns")?,
+                    idle_ns: s.i64_first("idle_ns")?,
+                    compute_ns: s.i64_first("compute_ns")?,
+                    non_compute_ns: s.i64_first("non_compute_ns")?,
+                    communication_ns: s.i64_first("communication_ns")?,
+                    memory_ns: s.i64_first("memory_ns")?,
+                    comm_comp_overlap_pct: s.f64_first("comm_comp_overlap_pct")?,
                 },
-                peak_allocated_bytes: i64_at("peak_allocated_bytes")?,
+                peak_allocated_bytes: s.i64s("peak_allocated_bytes")?.first().copied().flatten(),
                 nodes,
             });
         }

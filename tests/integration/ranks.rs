@@ -112,6 +112,19 @@ fn issue18_tensorboard_directory_ranks_come_from_distributed_info() {
         one.analysis.summary.trace,
         "alpha_123.1700000000000.pt.trace.json.gz"
     );
+    assert!(out.ranks.warnings.is_empty(), "{:?}", out.ranks.warnings);
+    // A rank seen twice, and a world size the files do not fill, are said.
+    let odd = tempfile::tempdir().unwrap();
+    for name in ["a.pt.trace.json.gz", "b.pt.trace.json.gz"] {
+        std::fs::copy(s.join("trace_rank1.json.gz"), odd.path().join(name)).unwrap();
+    }
+    assert_eq!(
+        steptrace::ingest::rank_warnings(odd.path()),
+        [
+            "rank 1 has 2 traces (a.pt.trace.json.gz, b.pt.trace.json.gz); the first is analysed",
+            "the traces say world_size 2 but hold 1 ranks (missing: 0)"
+        ]
+    );
 }
 
 /// Issue 18: the GPU time breakdown matches HolisticTraceAnalysis 0.5 on the same files
