@@ -32,7 +32,7 @@ fn main() {
             "worker{r}.{}.pt.trace.json",
             1_700_000_000_000u64 + r as u64
         ));
-        std::fs::write(&p, serde_json::to_vec(d).expect("JSON")).expect("writable");
+        gen_ranks::write(&p, d).expect("writable");
     }
     eprintln!("{n} ranks in {}, straggler {straggler}", out.display());
 }

@@ -258,18 +258,14 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
     Ok(outcome)
 }
 
-/// The ranks to analyse as one distributed run: those of a directory holding two or more ranks'
-/// traces, when no rank was chosen; empty otherwise (a single analysis).
-pub fn distributed_ranks(props: &AnalyzeProps) -> Vec<i64> {
+/// The distributed run to analyse: a directory holding two or more ranks' traces, when no rank
+/// was chosen; `None` otherwise (a single analysis).
+pub fn distributed_run(props: &AnalyzeProps) -> Option<ingest::RankLayout> {
     if props.rank.is_some() || !props.input.is_dir() {
-        return Vec::new();
+        return None;
     }
-    let r = ingest::ranks_in(&props.input);
-    if r.len() >= 2 {
-        r
-    } else {
-        Vec::new()
-    }
+    let layout = ingest::rank_layout(&props.input);
+    (layout.ranks.len() >= 2).then_some(layout)
 }
 
 /// Writes one rank's results as Parquet into `dir` for `steptrace merge` (issue 18): the rank
@@ -307,18 +303,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path, top: usize) -> Result<RanksOutcome, E
             what: "no rank results (rank<N>.summary.parquet) here: write them with `analyze --rank-output DIR`".into(),
         });
     }
-    std::fs::create_dir_all(out).map_err(|source| report::Error::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
     let ranks = analysis::ranks::combine(results, top.max(1));
     report::ranks::write(out, &ranks, true)?;
-    report::rename_parts(out)?;
     Ok(RanksOutcome {
         out_dir: out.to_path_buf(),
         console: report::ranks::console(&ranks),
         ranks,
-        failed: Vec::new(),
     })
 }
 
@@ -327,19 +317,21 @@ pub fn merge(dirs: &[PathBuf], out: &Path, top: usize) -> Result<RanksOutcome, E
 pub struct RanksOutcome {
     /// Where the files went: `rank<N>/` per rank, the cross-rank files at the top.
     pub out_dir: PathBuf,
-    /// The cross-rank result.
+    /// The cross-rank result (with the ranks that could not be analysed, and why).
     pub ranks: analysis::ranks::Ranks,
-    /// Ranks that could not be analysed, with why (the others are analysed).
-    pub failed: Vec<(i64, String)>,
     /// The console summary: one line per rank and the straggler verdict.
     pub console: String,
 }
 
-/// Analyses each of `ranks` into `rank<N>/` of the output directory, one rank at a time (each
-/// uses every thread, and memory holds one rank's trace at most), then writes the cross-rank
-/// outputs (`ranks.csv`, `ranks.json`) at the top (issue 18). A rank whose files cannot be
-/// analysed is reported and left out; when none can, the first rank's error is returned.
-pub fn analyze_ranks(props: &AnalyzeProps, ranks: &[i64]) -> Result<RanksOutcome, Error> {
+/// Analyses each rank of `run` into `rank<N>/` of the output directory, one rank at a time
+/// (each uses every thread, and memory holds one rank's trace at most), then writes the
+/// cross-rank outputs (`ranks.csv`, `ranks.json`) at the top (issue 18). A rank whose files
+/// cannot be analysed is reported and left out; when none can, the first rank's error is
+/// returned.
+pub fn analyze_ranks(
+    props: &AnalyzeProps,
+    run: &ingest::RankLayout,
+) -> Result<RanksOutcome, Error> {
     let out_dir = props
         .out
         .clone()
@@ -347,8 +339,14 @@ pub fn analyze_ranks(props: &AnalyzeProps, ranks: &[i64]) -> Result<RanksOutcome
     let mut results = Vec::new();
     let mut failed = Vec::new();
     let mut first_err = None;
-    for &r in ranks {
+    for &r in &run.ranks {
         let p = AnalyzeProps {
+            // A trace known by its header alone is analysed as a file: no second search.
+            input: run
+                .by_header
+                .get(&r)
+                .cloned()
+                .unwrap_or_else(|| props.input.clone()),
             rank: Some(r),
             out: Some(out_dir.join(format!("rank{r}"))),
             ..props.clone()
@@ -367,24 +365,13 @@ pub fn analyze_ranks(props: &AnalyzeProps, ranks: &[i64]) -> Result<RanksOutcome
         }
     }
     let mut ranks = analysis::ranks::combine(results, props.top.max(1));
-    ranks.not_analysed = failed.clone();
-    if props.input.is_dir() {
-        ranks.warnings = ingest::rank_warnings(&props.input);
-    }
+    ranks.not_analysed = failed;
+    ranks.warnings = run.warnings.clone();
     report::ranks::write(&out_dir, &ranks, !props.report.no_plots)?;
-    report::rename_parts(&out_dir)?;
-    let mut console = report::ranks::console(&ranks);
-    for (r, why) in &failed {
-        console += &format!("rank {r} not analysed: {why}\n");
-    }
-    for w in &ranks.warnings {
-        console += &format!("warning: {w}\n");
-    }
     Ok(RanksOutcome {
         out_dir,
+        console: report::ranks::console(&ranks),
         ranks,
-        failed,
-        console,
     })
 }
 

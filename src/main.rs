@@ -49,6 +49,14 @@ fn message(err: &anyhow::Error) -> String {
     msg.replace('\n', " ")
 }
 
+/// The console summary and where the files went, on stdout.
+fn print_result(console: &str, out_dir: &std::path::Path) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(console.as_bytes())?;
+    writeln!(out, "\nwrote {}", out_dir.display())?;
+    out.flush()
+}
+
 fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(e) = err.downcast_ref::<steptrace_capture::Error>() {
         return match e {
@@ -98,40 +106,26 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             } else if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 props.progress = Some(progress);
             }
-            let ranks = steptrace::distributed_ranks(&props);
-            if !ranks.is_empty() {
-                // Every rank of a distributed run, then the cross-rank outputs (issue 18).
-                let outcome = steptrace::analyze_ranks(&props, &ranks);
-                if props.progress.is_some() && !args.timings {
-                    eprint!("\r\x1b[2K");
-                }
-                let outcome = outcome?;
-                if !args.quiet {
-                    let mut out = std::io::stdout().lock();
-                    out.write_all(outcome.console.as_bytes())?;
-                    writeln!(out, "\nwrote {}", outcome.out_dir.display())?;
-                    out.flush()?;
-                }
-                // A rank that could not be analysed is a warning, as a bad side file is.
-                return Ok(0);
-            }
-            let outcome = steptrace::analyze(&props);
+            // A distributed run: every rank, then the cross-rank outputs (issue 18); a rank that
+            // could not be analysed is a warning there, as a bad side file is.
+            let outcome = match steptrace::distributed_run(&props) {
+                Some(run) => steptrace::analyze_ranks(&props, &run)
+                    .map(|o| (o.console, o.out_dir, Vec::new())),
+                None => steptrace::analyze(&props).map(|o| (o.console, o.out_dir, o.output_times)),
+            };
             if args.timings {
                 timing("");
             } else if props.progress.is_some() {
                 eprint!("\r\x1b[2K");
             }
-            let outcome = outcome?;
+            let (console, out_dir, output_times) = outcome?;
             if args.timings {
-                for (name, at) in &outcome.output_times {
+                for (name, at) in &output_times {
                     eprintln!("steptrace:   {name}: done at +{at:.3} s");
                 }
             }
             if !args.quiet {
-                let mut out = std::io::stdout().lock();
-                out.write_all(outcome.console.as_bytes())?;
-                writeln!(out, "\nwrote {}", outcome.out_dir.display())?;
-                out.flush()?;
+                print_result(&console, &out_dir)?;
             }
             Ok(0)
         }
@@ -139,9 +133,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             #[cfg(feature = "parquet")]
             {
                 let o = steptrace::merge(&args.dirs, &args.out, args.top)?;
-                let mut out = std::io::stdout().lock();
-                out.write_all(o.console.as_bytes())?;
-                writeln!(out, "\nwrote {}", o.out_dir.display())?;
+                print_result(&o.console, &o.out_dir)?;
                 Ok(0)
             }
             #[cfg(not(feature = "parquet"))]

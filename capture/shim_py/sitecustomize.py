@@ -56,7 +56,7 @@ class _State:
         # Steps run (and timed, but left out of the median) before the timed ones: cuDNN
         # autotuning, allocator growth and recompilation settle there.
         self.timing_settle = int(os.environ.get("STEPTRACE_TIMING_SETTLE", "5") or 0)
-        # The phase goes on past timing_steps until its median is settled (_timing_settled),
+        # The phase goes on past timing_steps until its median is settled (_timing_stop),
         # up to these caps.
         self.timing_max_steps = int(os.environ.get("STEPTRACE_TIMING_MAX_STEPS", "20") or 0)
         self.timing_max_s = float(os.environ.get("STEPTRACE_TIMING_MAX_S", "10") or 0)

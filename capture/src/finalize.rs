@@ -156,7 +156,12 @@ fn median(v: &[f64]) -> Option<f64> {
 /// Timing from boundary clock readings (ns) and CUDA-event intervals (ms). The first `settle`
 /// intervals (warm-up: autotuning, allocator growth) are left out while any remain after them.
 /// `None` with fewer than two readings.
-pub fn timing(boundaries_ns: &[i64], cuda_ms: &[f64], settle: usize) -> Option<Timing> {
+pub fn timing(
+    boundaries_ns: &[i64],
+    cuda_ms: &[f64],
+    settle: usize,
+    stop: Option<String>,
+) -> Option<Timing> {
     let intervals: Vec<f64> = boundaries_ns
         .windows(2)
         .map(|w| (w[1] - w[0]) as f64 * 1e-9)
@@ -168,7 +173,7 @@ pub fn timing(boundaries_ns: &[i64], cuda_ms: &[f64], settle: usize) -> Option<T
     Some(Timing {
         steps: intervals.len() - skip,
         settle: skip,
-        stop: None,
+        stop,
         step_time_s,
         step_time_cuda_s: median(&cuda[cuda_skip.min(cuda.len())..]),
         intervals_s: intervals,
@@ -183,15 +188,18 @@ mod tests {
     fn timing_leaves_out_the_first_interval_and_takes_the_median() {
         // Issue 17: the program's own step time from the timing phase.
         let ns = [0, 50_000_000, 60_000_000, 71_000_000, 80_000_000];
-        let t = timing(&ns, &[50.0, 10.0, 11.0, 9.0], 1).unwrap();
-        assert_eq!((t.steps, t.settle), (3, 1));
+        let t = timing(&ns, &[50.0, 10.0, 11.0, 9.0], 1, Some("settled".into())).unwrap();
+        assert_eq!(
+            (t.steps, t.settle, t.stop.as_deref()),
+            (3, 1, Some("settled"))
+        );
         assert!((t.step_time_s - 0.010).abs() < 1e-12, "{t:?}");
         assert!((t.step_time_cuda_s.unwrap() - 0.010).abs() < 1e-12);
         assert_eq!(t.intervals_s.len(), 4);
         // Two readings: one interval, kept.
-        let t = timing(&[0, 20_000_000], &[], 5).unwrap();
+        let t = timing(&[0, 20_000_000], &[], 5, None).unwrap();
         assert!((t.step_time_s - 0.02).abs() < 1e-12);
         assert_eq!(t.step_time_cuda_s, None);
-        assert!(timing(&[5], &[], 0).is_none());
+        assert!(timing(&[5], &[], 0, None).is_none());
     }
 }

@@ -620,13 +620,12 @@ fn finish(
                 }
             }
         }
-        let timing =
-            finalize::timing(&st.timing_ns, &st.timing_cuda_ms, st.timing_settle).map(|t| {
-                finalize::Timing {
-                    stop: st.timing_stop.clone(),
-                    ..t
-                }
-            });
+        let timing = finalize::timing(
+            &st.timing_ns,
+            &st.timing_cuda_ms,
+            st.timing_settle,
+            st.timing_stop.clone(),
+        );
         if timing.is_none() && st.window_complete && props.timing.steps > 0 {
             notes.push(format!(
                 "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",

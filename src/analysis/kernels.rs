@@ -5,6 +5,8 @@
 
 use serde::Serialize;
 
+use super::intervals::{intersection_len, merged, total_len, union_len};
+use super::step::{Detection, Step};
 use crate::ingest::kineto::GpuKind;
 use crate::model::Trace;
 
@@ -53,8 +55,6 @@ pub struct Kernels {
     pub busy_ns: i64,
     /// Sum of kernel durations (not copies), ns.
     pub kernel_ns: i64,
-    /// HolisticTraceAnalysis's temporal breakdown and communication/computation overlap.
-    pub temporal: Temporal,
 }
 
 /// Where the GPU's time goes over the whole trace, by HolisticTraceAnalysis's definitions
@@ -80,6 +80,13 @@ pub struct Temporal {
     /// Share of communication time that runs beside computation, percent; `None` without
     /// communication kernels.
     pub comm_comp_overlap_pct: Option<f64>,
+}
+
+impl Temporal {
+    /// `ns` as a percentage of the span; `None` for an empty timeline.
+    pub fn pct(&self, ns: i64) -> Option<f64> {
+        super::percent(ns as f64, self.span_ns as f64)
+    }
 }
 
 /// HolisticTraceAnalysis's kernel classes (`hta.utils.utils.get_kernel_type`), decided by name
@@ -111,52 +118,15 @@ pub fn classify(name: &str) -> KernelClass {
     }
 }
 
-/// Sorted, merged `[start, end)` intervals.
-fn merged(mut iv: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
-    iv.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::with_capacity(iv.len());
-    for (s, e) in iv {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
-        }
-    }
-    out
-}
-
-/// Length of the intersection of two sorted, merged interval lists.
-fn intersection_len(a: &[(i64, i64)], b: &[(i64, i64)]) -> i64 {
-    let (mut i, mut j, mut total) = (0, 0, 0);
-    while i < a.len() && j < b.len() {
-        let lo = a[i].0.max(b[j].0);
-        let hi = a[i].1.min(b[j].1);
-        total += (hi - lo).max(0);
-        if a[i].1 < b[j].1 {
-            i += 1;
-        } else {
-            j += 1;
-        }
-    }
-    total
-}
-
-/// The start of the last `ProfilerStep#N` range, when there are two or more: HTA leaves out
-/// GPU work launched from the last profiled step on (it may be cut), and so do we.
-fn last_profiler_step_start(t: &Trace) -> Option<i64> {
-    let starts: Vec<i64> = t
-        .kineto
-        .ops
-        .iter()
-        .filter(|o| t.kineto.str(o.name).starts_with("ProfilerStep#"))
-        .map(|o| o.start)
-        .collect();
-    (starts.len() >= 2).then(|| starts.into_iter().max().unwrap_or(i64::MAX))
-}
-
-fn temporal(t: &Trace) -> Temporal {
-    let cut = last_profiler_step_start(t);
-    // With ProfilerStep ranges, only activities launched before the last one, from a known
-    // launch (HTA joins kernels to their launches by correlation id).
+/// Where the GPU's time goes over the trace ([`Temporal`]). With two or more `ProfilerStep#N`
+/// iterations in `step`, only activities launched before the last one starts count: HTA leaves
+/// out GPU work launched from the last profiled step on (it may be cut), and so do we; it
+/// joins kernels to their launches by correlation id, so an activity with no known launch is
+/// left out too.
+pub fn temporal(t: &Trace, step: &Step) -> Temporal {
+    let cut = (step.detection == Detection::ProfilerStep && step.iterations.len() >= 2)
+        .then(|| step.iterations.iter().map(|i| i.start).max())
+        .flatten();
     let gpu: Vec<&crate::ingest::kineto::GpuActivity> = t
         .kineto
         .gpu
@@ -176,26 +146,27 @@ fn temporal(t: &Trace) -> Temporal {
                 .collect(),
         )
     };
-    let len = |v: &[(i64, i64)]| v.iter().map(|(s, e)| e - s).sum::<i64>();
     let all = iv(&|_| true);
     let (Some(first), Some(last)) = (all.first(), all.last()) else {
         return Temporal::default();
     };
     let span_ns = last.1 - first.0;
-    let idle_ns = span_ns - len(&all);
+    let idle_ns = span_ns - total_len(&all);
     let comp = iv(&|c| c == KernelClass::Computation);
     let comm = iv(&|c| c == KernelClass::Communication);
-    let compute_ns = len(&comp);
-    let communication_ns = len(&comm);
+    let compute_ns = total_len(&comp);
+    let communication_ns = total_len(&comm);
     Temporal {
         span_ns,
         idle_ns,
         compute_ns,
         non_compute_ns: span_ns - idle_ns - compute_ns,
         communication_ns,
-        memory_ns: len(&iv(&|c| c == KernelClass::Memory)),
-        comm_comp_overlap_pct: (communication_ns > 0)
-            .then(|| 100.0 * intersection_len(&comm, &comp) as f64 / communication_ns as f64),
+        memory_ns: total_len(&iv(&|c| c == KernelClass::Memory)),
+        comm_comp_overlap_pct: super::percent(
+            intersection_len(&comm, &comp) as f64,
+            communication_ns as f64,
+        ),
     }
 }
 
@@ -205,11 +176,6 @@ fn kind(k: GpuKind) -> &'static str {
         GpuKind::Memcpy => "memcpy",
         GpuKind::Memset => "memset",
     }
-}
-
-/// Length of the union of `[start, end)` intervals.
-fn union_ns(mut iv: Vec<(i64, i64)>) -> i64 {
-    super::step::union_len(&mut iv)
 }
 
 /// Sums up every GPU activity of the trace.
@@ -243,11 +209,7 @@ pub fn compute(t: &Trace) -> Kernels {
                 total_ns: sum,
                 median_ns: ds[(ds.len() - 1) / 2],
                 max_ns: ds[ds.len() - 1],
-                share_pct: if total > 0 {
-                    100.0 * sum as f64 / total as f64
-                } else {
-                    0.0
-                },
+                share_pct: super::percent(sum as f64, total as f64).unwrap_or(0.0),
             }
         })
         .collect();
@@ -261,16 +223,16 @@ pub fn compute(t: &Trace) -> Kernels {
     Kernels {
         by_name,
         streams: streams
-            .iter()
-            .map(|(&(device, stream), iv)| StreamStat {
+            .into_iter()
+            .map(|((device, stream), iv)| StreamStat {
                 device,
                 stream,
                 activities: iv.len(),
-                busy_ns: union_ns(iv.clone()),
+                busy_ns: union_len(iv),
             })
             .collect(),
         span_ns: end - start,
-        busy_ns: union_ns(
+        busy_ns: union_len(
             gpu.iter()
                 .map(|g| (g.start, g.start + g.dur.max(0)))
                 .collect(),
@@ -280,20 +242,12 @@ pub fn compute(t: &Trace) -> Kernels {
             .filter(|g| g.kind == GpuKind::Kernel)
             .map(|g| g.dur.max(0))
             .sum(),
-        temporal: temporal(t),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn union_counts_overlaps_once() {
-        assert_eq!(union_ns(vec![(0, 10), (5, 20), (30, 40)]), 30);
-        assert_eq!(union_ns(vec![(30, 40), (0, 10), (10, 12)]), 22);
-        assert_eq!(union_ns(Vec::new()), 0);
-    }
 
     #[test]
     fn kernels_are_classed_as_holistic_trace_analysis_does() {
@@ -320,14 +274,5 @@ mod tests {
         ] {
             assert_eq!(classify(name), want, "{name}");
         }
-    }
-
-    #[test]
-    fn overlap_is_the_intersection_of_merged_intervals() {
-        let a = merged(vec![(0, 10), (5, 20), (30, 40)]);
-        assert_eq!(a, [(0, 20), (30, 40)]);
-        let b = merged(vec![(15, 35)]);
-        assert_eq!(intersection_len(&a, &b), 5 + 5);
-        assert_eq!(intersection_len(&a, &[]), 0);
     }
 }

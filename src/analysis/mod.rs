@@ -2,6 +2,7 @@
 //! report stage writes out.
 
 pub mod flops;
+pub mod intervals;
 pub mod kernels;
 pub mod liveness;
 pub mod memory;
@@ -174,6 +175,11 @@ pub struct Analysis {
     pub liveness: liveness::Liveness,
     /// Per kernel name and per stream, over the whole trace.
     pub kernels: kernels::Kernels,
+}
+
+/// `part` as a percentage of `whole`; `None` when `whole` is not positive.
+pub fn percent(part: f64, whole: f64) -> Option<f64> {
+    (whole > 0.0).then(|| 100.0 * part / whole)
 }
 
 /// Median of a slice of f64 (mean of the middle two for even lengths); `None` when empty.
@@ -372,7 +378,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     };
     let kernels = kernels::compute(t);
     let mut summary = summary;
-    summary.gpu_breakdown = kernels.temporal;
+    summary.gpu_breakdown = kernels::temporal(t, &step);
     if t.kineto.ops.is_empty() {
         // A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
         // whole trace (issue 17).

@@ -29,8 +29,6 @@ pub struct RankResult {
     pub step_time_s: f64,
     /// Median step time under the profiler, s.
     pub step_time_instrumented_s: f64,
-    /// The slowest iteration (0-based) and its span, s.
-    pub slowest_iteration: Option<(usize, f64)>,
     /// Each iteration's span under the profiler, s.
     pub step_times_s: Vec<f64>,
     /// Where the GPU's time went (HolisticTraceAnalysis's definitions).
@@ -43,22 +41,24 @@ pub struct RankResult {
 }
 
 impl RankResult {
-    /// Takes what the cross-rank outputs need from `a`, the analysis of rank `rank`.
-    pub fn from_analysis(rank: i64, a: &Analysis) -> RankResult {
-        let s = &a.summary;
-        let slowest_iteration = s
-            .step_times_s
+    /// The slowest iteration (0-based; the first of equals) and its span, s.
+    pub fn slowest_iteration(&self) -> Option<(usize, f64)> {
+        self.step_times_s
             .iter()
             .copied()
             .enumerate()
-            .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)));
+            .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)))
+    }
+
+    /// Takes what the cross-rank outputs need from `a`, the analysis of rank `rank`.
+    pub fn from_analysis(rank: i64, a: &Analysis) -> RankResult {
+        let s = &a.summary;
         RankResult {
             rank,
             trace: s.trace.clone(),
             iterations: s.iterations,
             step_time_s: s.step_time_s,
             step_time_instrumented_s: s.step_time_instrumented_s,
-            slowest_iteration,
             step_times_s: s.step_times_s.clone(),
             gpu: s.gpu_breakdown,
             peak_allocated_bytes: s.peak_allocated_bytes,
@@ -256,7 +256,6 @@ mod tests {
             iterations: 3,
             step_time_s: 0.01,
             step_time_instrumented_s: 0.012,
-            slowest_iteration: Some((1, 0.011)),
             step_times_s: vec![0.01, 0.011, 0.01],
             gpu: Temporal {
                 communication_ns: comm_us * 1000,

@@ -447,7 +447,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
                 end: *we,
                 nodes: 0..nodes.len(),
                 gpu_time,
-                gpu_busy: union_len(&mut acts),
+                gpu_busy: super::intervals::union_len(acts),
                 gpu_unattributed,
                 peak_allocated,
                 backward,
@@ -533,28 +533,6 @@ fn node_memory(t: &Trace, thread: ThreadId, s: i64, e: i64) -> (i64, i64, i64, i
         }
     }
     (before, peak, alloc, free)
-}
-
-/// Total length of the union of intervals.
-pub(crate) fn union_len(iv: &mut [(i64, i64)]) -> i64 {
-    iv.sort_unstable();
-    let mut total = 0;
-    let mut cur: Option<(i64, i64)> = None;
-    for &(s, e) in iv.iter() {
-        match &mut cur {
-            Some((_, ce)) if s <= *ce => *ce = (*ce).max(e),
-            _ => {
-                if let Some((cs, ce)) = cur {
-                    total += ce - cs;
-                }
-                cur = Some((s, e));
-            }
-        }
-    }
-    if let Some((cs, ce)) = cur {
-        total += ce - cs;
-    }
-    total
 }
 
 type Window = (i64, i64, String);
@@ -646,13 +624,6 @@ fn find_iterations(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn union_of_overlapping_intervals() {
-        assert_eq!(union_len(&mut [(0, 10), (5, 15), (20, 25)]), 20);
-        assert_eq!(union_len(&mut []), 0);
-        assert_eq!(union_len(&mut [(3, 4), (0, 10)]), 10);
-    }
 
     #[test]
     fn autograd_wrappers_are_recognised() {

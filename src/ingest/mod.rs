@@ -247,8 +247,8 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
         if by_tag.is_ok() {
             return by_tag;
         }
-        if let Some((_, trace)) = trace_ranks(dir).into_iter().find(|(k, _)| *k == r) {
-            return Ok(Inputs::trace_only(trace));
+        if let Some(t) = rank_traces(dir).into_iter().find(|t| t.rank == r) {
+            return Ok(Inputs::trace_only(t.path));
         }
         return Err(Error::Discovery {
             path: dir.to_path_buf(),
@@ -258,53 +258,89 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     discover_dir_filtered(dir, &|_| true)
 }
 
-/// The ranks a directory holds traces of, in rank order: from its capture manifest, else from
-/// `_rankN` in trace file names, else from each trace's `distributedInfo` (the layout of
-/// torch.profiler's `tensorboard_trace_handler`). Empty for a single trace with no rank.
-pub fn ranks_in(dir: &Path) -> Vec<i64> {
-    if let Ok(text) = std::fs::read(dir.join("manifest.json")) {
-        if let Ok(m) = serde_json::from_slice::<Manifest>(&text) {
-            let mut r: Vec<i64> = m
-                .ranks
-                .iter()
-                .filter(|x| x.files.trace.is_some())
-                .map(|x| x.rank)
-                .collect();
-            r.sort_unstable();
-            r.dedup();
-            return r;
-        }
-    }
-    let mut r: Vec<i64> = trace_ranks(dir).into_iter().map(|(k, _)| k).collect();
-    r.dedup();
-    r
+/// A directory's ranks, found in one pass over its traces (each trace's header read once).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RankLayout {
+    /// The ranks, ascending: from the capture manifest where there is one, else from the
+    /// traces (`_rankN` in the name, else the header's `distributedInfo.rank`).
+    pub ranks: Vec<i64>,
+    /// Traces known by the rank in their header alone (torch.profiler's
+    /// `tensorboard_trace_handler` names them `<worker>.<ts>.pt.trace.json[.gz]`): the first
+    /// by name of each rank. They are analysed as files.
+    pub by_header: std::collections::BTreeMap<i64, PathBuf>,
+    /// What is off (issue 18): a rank with several traces (the first by name is analysed), or
+    /// a `world_size` in the traces that disagrees with the ranks found.
+    pub warnings: Vec<String>,
 }
 
-/// Every trace in `dir` with its rank (`_rankN` in the name, else the header's
-/// `distributedInfo.rank`), sorted by rank then name; traces with neither are left out.
-pub fn trace_ranks(dir: &Path) -> Vec<(i64, PathBuf)> {
+/// One trace of a directory with its rank.
+struct RankTrace {
+    rank: i64,
+    path: PathBuf,
+    /// Whether the rank came from `_rankN` in the name (else from the header).
+    named: bool,
+    /// The header's `distributedInfo.world_size`.
+    world_size: Option<i64>,
+}
+
+/// Every trace in `dir` that has a rank, sorted by rank then name.
+fn rank_traces(dir: &Path) -> Vec<RankTrace> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut v: Vec<(i64, PathBuf)> = rd
+    let mut v: Vec<RankTrace> = rd
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter(|e| classify(&e.file_name().to_string_lossy()) == Kind::Trace)
         .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let r = rank_from_name(&name).or_else(|| rank_from_header(&e.path()))?;
-            Some((r, e.path()))
+            let path = e.path();
+            let named = rank_from_name(&e.file_name().to_string_lossy());
+            let (header_rank, world_size) = distributed_info(&path).unwrap_or((None, None));
+            Some(RankTrace {
+                rank: named.or(header_rank)?,
+                named: named.is_some(),
+                world_size,
+                path,
+            })
         })
         .collect();
-    v.sort();
+    v.sort_by(|a, b| (a.rank, &a.path).cmp(&(b.rank, &b.path)));
     v
+}
+
+/// The ranks `dir` holds and how to find each one's trace (see [`RankLayout`]).
+pub fn rank_layout(dir: &Path) -> RankLayout {
+    let traces = rank_traces(dir);
+    let mut ranks: Vec<i64> = match std::fs::read(dir.join("manifest.json"))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Manifest>(&t).ok())
+    {
+        Some(m) => m
+            .ranks
+            .iter()
+            .filter(|x| x.files.trace.is_some())
+            .map(|x| x.rank)
+            .collect(),
+        None => traces.iter().map(|t| t.rank).collect(),
+    };
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mut by_header = std::collections::BTreeMap::new();
+    for t in traces.iter().filter(|t| !t.named) {
+        by_header.entry(t.rank).or_insert_with(|| t.path.clone());
+    }
+    RankLayout {
+        warnings: rank_warnings(&traces),
+        ranks,
+        by_header,
+    }
 }
 
 /// The rank of one trace file: `_rankN` in its name, else its header's `distributedInfo.rank`.
 pub fn rank_of_trace(path: &Path) -> Option<i64> {
     path.file_name()
         .and_then(|n| rank_from_name(&n.to_string_lossy()))
-        .or_else(|| rank_from_header(path))
+        .or_else(|| distributed_info(path)?.0)
 }
 
 /// N of `_rankN.` in a file name.
@@ -320,12 +356,8 @@ fn rank_from_name(name: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
-/// `distributedInfo.rank` from the first 1 MiB of a trace (Kineto writes it before the events).
-fn rank_from_header(path: &Path) -> Option<i64> {
-    distributed_info(path)?.0
-}
-
-/// `distributedInfo`'s `rank` and `world_size` from the first 1 MiB of a trace.
+/// `distributedInfo`'s `rank` and `world_size` from the first 1 MiB of a trace (Kineto writes
+/// it before the events).
 fn distributed_info(path: &Path) -> Option<(Option<i64>, Option<i64>)> {
     use std::io::Read;
     let mut head = Vec::with_capacity(1 << 20);
@@ -344,39 +376,29 @@ fn distributed_info(path: &Path) -> Option<(Option<i64>, Option<i64>)> {
     Some((int("\"rank\""), int("\"world_size\"")))
 }
 
-/// What is off about a directory's ranks: a rank with several traces (the first by name is
-/// analysed), or a `world_size` in the traces that disagrees with the ranks found (issue 18).
-pub fn rank_warnings(dir: &Path) -> Vec<String> {
-    let traces = trace_ranks(dir);
+/// A rank with several traces, and a `world_size` the traces do not fill.
+fn rank_warnings(traces: &[RankTrace]) -> Vec<String> {
+    let name = |t: &RankTrace| {
+        t.path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
     let mut out = Vec::new();
-    let mut i = 0;
-    while i < traces.len() {
-        let r = traces[i].0;
-        let same: Vec<String> = traces[i..]
-            .iter()
-            .take_while(|(k, _)| *k == r)
-            .map(|(_, p)| {
-                p.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
+    for same in traces.chunk_by(|a, b| a.rank == b.rank) {
         if same.len() > 1 {
             out.push(format!(
-                "rank {r} has {} traces ({}); the first is analysed",
+                "rank {} has {} traces ({}); the first is analysed",
+                same[0].rank,
                 same.len(),
-                same.join(", ")
+                same.iter().map(name).collect::<Vec<_>>().join(", ")
             ));
         }
-        i += same.len();
     }
-    let mut ranks: Vec<i64> = traces.iter().map(|(r, _)| *r).collect();
+    let mut ranks: Vec<i64> = traces.iter().map(|t| t.rank).collect();
     ranks.dedup();
-    let mut worlds: Vec<i64> = traces
-        .iter()
-        .filter_map(|(_, p)| distributed_info(p).and_then(|i| i.1))
-        .collect();
+    let mut worlds: Vec<i64> = traces.iter().filter_map(|t| t.world_size).collect();
     worlds.sort_unstable();
     worlds.dedup();
     match worlds.as_slice() {

@@ -115,11 +115,14 @@ pub fn write(
             )
         })
         .collect();
-    files.extend(plot::write_overlay(
-        &dir.join(format!("{stem}_memory_vs_rank")),
-        "peak memory vs execution rank",
-        &overlay,
-    )?);
+    files.extend(
+        plot::write_overlay(
+            &dir.join(format!("{stem}_memory_vs_rank")),
+            "peak memory vs execution rank",
+            &overlay,
+        )?
+        .files,
+    );
     let bars: Vec<(String, Vec<f64>)> = runs
         .iter()
         .map(|r| {
@@ -137,13 +140,16 @@ pub fn write(
             (r.label.clone(), b)
         })
         .collect();
-    files.extend(plot::write_stacked(
-        &dir.join(format!("{stem}_breakdown")),
-        "memory at the peak by category",
-        "MiB",
-        &CATEGORIES.map(|c| c.key()),
-        &bars,
-    )?);
+    files.extend(
+        plot::write_stacked(
+            &dir.join(format!("{stem}_breakdown")),
+            "memory at the peak by category",
+            "MiB",
+            &CATEGORIES.map(|c| c.key()),
+            &bars,
+        )?
+        .files,
+    );
     super::rename_parts(dir)?;
     Ok(files)
 }
@@ -168,14 +174,19 @@ pub fn write_sweep_curves(
         value_name,
         "MiB",
         &[("peak allocated".into(), peak)],
-    )?;
-    files.extend(plot::write_xy(
-        &dir.join("sweep_step_time"),
-        &format!("step time vs {value_name}"),
-        value_name,
-        "ms",
-        &[("step time (median)".into(), time)],
-    )?);
+    )?
+    .files
+    .to_vec();
+    files.extend(
+        plot::write_xy(
+            &dir.join("sweep_step_time"),
+            &format!("step time vs {value_name}"),
+            value_name,
+            "ms",
+            &[("step time (median)".into(), time)],
+        )?
+        .files,
+    );
     super::rename_parts(dir)?;
     Ok(files)
 }

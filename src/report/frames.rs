@@ -267,9 +267,9 @@ pub fn write_rank(dir: &Path, r: &crate::analysis::ranks::RankResult) -> Result<
             col("step_time_instrumented_s", [r.step_time_instrumented_s]),
             col(
                 "slowest_iteration",
-                [r.slowest_iteration.map(|s| s.0 as u64)],
+                [r.slowest_iteration().map(|s| s.0 as u64)],
             ),
-            col("slowest_iteration_s", [r.slowest_iteration.map(|s| s.1)]),
+            col("slowest_iteration_s", [r.slowest_iteration().map(|s| s.1)]),
             col("gpu_span_ns", [g.span_ns]),
             col("idle_ns", [g.idle_ns]),
             col("compute_ns", [g.compute_ns]),
@@ -407,20 +407,12 @@ pub fn read_ranks(
                 .zip(gpu.into_iter().zip(cpu))
                 .map(|(n, (g, c))| (n, g.unwrap_or(0.0), c.unwrap_or(0.0)))
                 .collect();
-            let slowest = match (
-                s.i64s("slowest_iteration")?.first().copied().flatten(),
-                s.f64_first("slowest_iteration_s")?,
-            ) {
-                (Some(i), Some(t)) => Some((i as usize, t)),
-                _ => None,
-            };
             out.push(RankResult {
                 rank,
                 trace: s.strs("trace")?.into_iter().next().unwrap_or_default(),
                 iterations: s.i64_first("iterations")? as usize,
                 step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
                 step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
-                slowest_iteration: slowest,
                 step_times_s: it
                     .f64s("step_time_s")?
                     .into_iter()

@@ -66,12 +66,8 @@ pub(super) fn write_ranks(
 ) -> Result<(), Error> {
     let mut o = page_head(title);
     o.push_str("<h2>Ranks</h2>");
-    let pct = |part: i64, whole: i64| {
-        if whole > 0 {
-            format!("{:.2}%", 100.0 * part as f64 / whole as f64)
-        } else {
-            String::new()
-        }
+    let pct = |g: &crate::analysis::kernels::Temporal, ns| {
+        g.pct(ns).map_or(String::new(), |p| format!("{p:.2}%"))
     };
     table(
         &mut o,
@@ -94,9 +90,9 @@ pub(super) fn write_ranks(
                 x.trace.clone(),
                 x.iterations.to_string(),
                 human_time(x.step_time_s),
-                pct(g.idle_ns, g.span_ns),
-                pct(g.compute_ns, g.span_ns),
-                pct(g.non_compute_ns, g.span_ns),
+                pct(g, g.idle_ns),
+                pct(g, g.compute_ns),
+                pct(g, g.non_compute_ns),
                 human_time(g.communication_ns as f64 * 1e-9),
                 g.comm_comp_overlap_pct
                     .map_or(String::new(), |p| format!("{p:.1}%")),

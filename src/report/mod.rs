@@ -389,12 +389,16 @@ pub fn write_into(
 }
 
 fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {
-    let json_err = |e: serde_json::Error| Error::Io {
+    write_json(p, &summary_with_warnings(a, diag))
+}
+
+/// `v` as indented JSON with a final newline, under `p`'s part name.
+pub(crate) fn write_json(p: &Path, v: &impl serde::Serialize) -> Result<(), Error> {
+    let mut w = BufWriter::new(create(p)?);
+    serde_json::to_writer_pretty(&mut w, v).map_err(|e| Error::Io {
         path: p.to_path_buf(),
         source: e.into(),
-    };
-    let mut w = BufWriter::new(create(p)?);
-    serde_json::to_writer_pretty(&mut w, &summary_with_warnings(a, diag)).map_err(json_err)?;
+    })?;
     w.write_all(b"\n").map_err(io(p))?;
     w.flush().map_err(io(p))
 }
@@ -624,11 +628,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     o += &format!(
         "GPU busy {} ({:.0}% of the profiled step), GPU kernel time {}\n",
         human_time(s.gpu_busy_s),
-        if s.step_time_instrumented_s > 0.0 {
-            100.0 * s.gpu_busy_s / s.step_time_instrumented_s
-        } else {
-            0.0
-        },
+        crate::analysis::percent(s.gpu_busy_s, s.step_time_instrumented_s).unwrap_or(0.0),
         human_time(s.gpu_time_s)
     );
     match s.peak_allocated_bytes {
@@ -738,11 +738,7 @@ fn gpu_only_console(a: &Analysis, diag: &Diagnostics, top: usize) -> String {
         "GPU span {}, busy {} ({:.0}%), kernel time {}\n",
         human_time(s.step_time_s),
         human_time(s.gpu_busy_s),
-        if s.step_time_s > 0.0 {
-            100.0 * s.gpu_busy_s / s.step_time_s
-        } else {
-            0.0
-        },
+        crate::analysis::percent(s.gpu_busy_s, s.step_time_s).unwrap_or(0.0),
         human_time(s.gpu_time_s)
     );
     o += &format!("\nTop {top} kernels by GPU time (whole trace)\n");

@@ -1,6 +1,5 @@
 //! Cross-rank outputs (issue 18): `ranks.csv`, `ranks.json` and the console lines.
 
-use std::io::Write;
 use std::path::Path;
 
 use super::{human_bytes, io, secs, write_table, Error};
@@ -27,22 +26,24 @@ const HEADER: [&str; 17] = [
     "peak_allocated_bytes",
 ];
 
-fn pct(part: i64, whole: i64) -> String {
-    if whole > 0 {
-        format!("{:.2}", 100.0 * part as f64 / whole as f64)
-    } else {
-        String::new()
-    }
+/// A percentage with two decimals for the CSV; empty where there is no whole.
+fn pct2(p: Option<f64>) -> String {
+    p.map_or(String::new(), |p| format!("{p:.2}"))
 }
 
-/// Writes `ranks.csv` and `ranks.json` into `dir`, and with `plots` the cross-rank plots
-/// (`plots/ranks_gpu_breakdown`, `plots/ranks_step_times`, SVG and PNG) and `report.html`
-/// (under part names: the caller commits).
+/// Writes `ranks.csv` and `ranks.json` into `dir` (made if missing), and with `plots` the
+/// cross-rank plots (`plots/ranks_gpu_breakdown`, `plots/ranks_step_times`, SVG and PNG) and
+/// `report.html`; then gives them their final names.
 pub fn write(dir: &Path, r: &Ranks, plots: bool) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
     write_tables(dir, r)?;
-    if !plots || r.ranks.is_empty() {
-        return Ok(());
+    if plots && !r.ranks.is_empty() {
+        write_page(dir, r)?;
     }
+    super::rename_parts(dir)
+}
+
+fn write_page(dir: &Path, r: &Ranks) -> Result<(), Error> {
     let pd = dir.join("plots");
     std::fs::create_dir_all(&pd).map_err(io(&pd))?;
     let label = |x: &crate::analysis::ranks::RankResult| format!("rank {}", x.rank);
@@ -51,13 +52,7 @@ pub fn write(dir: &Path, r: &Ranks, plots: bool) -> Result<(), Error> {
         .iter()
         .map(|x| {
             let g = &x.gpu;
-            let p = |v: i64| {
-                if g.span_ns > 0 {
-                    100.0 * v as f64 / g.span_ns as f64
-                } else {
-                    0.0
-                }
-            };
+            let p = |ns| g.pct(ns).unwrap_or(0.0);
             (
                 label(x),
                 vec![p(g.compute_ns), p(g.non_compute_ns), p(g.idle_ns)],
@@ -82,19 +77,9 @@ pub fn write(dir: &Path, r: &Ranks, plots: bool) -> Result<(), Error> {
         "iteration",
         &rows,
     )?;
-    // The SVGs just written (still under their part names), inlined in the page.
-    let svg_of = |files: &[std::path::PathBuf]| -> Result<String, Error> {
-        let svg = files
-            .iter()
-            .find(|f| f.extension().is_some_and(|e| e == "svg"))
-            .cloned()
-            .unwrap_or_default();
-        let part = super::out_dir::part_path(&svg);
-        std::fs::read_to_string(&part).map_err(io(&part))
-    };
     let svgs = [
-        ("ranks_gpu_breakdown", svg_of(&breakdown)?),
-        ("ranks_step_times", svg_of(&heat)?),
+        ("ranks_gpu_breakdown", breakdown.svg),
+        ("ranks_step_times", heat.svg),
     ];
     let title = dir
         .file_name()
@@ -105,45 +90,33 @@ pub fn write(dir: &Path, r: &Ranks, plots: bool) -> Result<(), Error> {
 fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
     write_table(&dir.join("ranks.csv"), &HEADER, &r.ranks, |w, x| {
         let g = &x.gpu;
+        let slowest = x.slowest_iteration();
         w.num(x.rank)
             .text(&x.trace)
             .num(x.iterations)
             .text(&secs(x.step_time_s))
             .text(&secs(x.step_time_instrumented_s))
-            .text(
-                &x.slowest_iteration
-                    .map_or(String::new(), |s| s.0.to_string()),
-            )
-            .text(&x.slowest_iteration.map_or(String::new(), |s| secs(s.1)))
+            .text(&slowest.map_or(String::new(), |s| s.0.to_string()))
+            .text(&slowest.map_or(String::new(), |s| secs(s.1)))
             .us(g.span_ns)
             .us(g.idle_ns)
             .us(g.compute_ns)
             .us(g.non_compute_ns)
             .us(g.communication_ns)
             .us(g.memory_ns)
-            .text(&pct(g.idle_ns, g.span_ns))
-            .text(&pct(g.compute_ns, g.span_ns))
-            .text(
-                &g.comm_comp_overlap_pct
-                    .map_or(String::new(), |p| format!("{p:.2}")),
-            )
+            .text(&pct2(g.pct(g.idle_ns)))
+            .text(&pct2(g.pct(g.compute_ns)))
+            .text(&pct2(g.comm_comp_overlap_pct))
             .text(
                 &x.peak_allocated_bytes
                     .map_or(String::new(), |b| b.to_string()),
             )
             .end();
     })?;
-    let p = dir.join("ranks.json");
-    let mut f = std::io::BufWriter::new(super::create(&p)?);
-    serde_json::to_writer_pretty(&mut f, r).map_err(|e| Error::Io {
-        path: p.clone(),
-        source: e.into(),
-    })?;
-    f.write_all(b"\n").map_err(io(&p))?;
-    f.flush().map_err(io(&p))
+    super::write_json(&dir.join("ranks.json"), r)
 }
 
-/// One line per rank, then the straggler verdict.
+/// One line per rank, the straggler verdict, then the ranks not analysed and the warnings.
 pub fn console(r: &Ranks) -> String {
     let mut o = format!("{} ranks:\n", r.ranks.len());
     o += "rank  iters  step time   GPU idle  compute  comm      overlap  peak\n";
@@ -154,8 +127,8 @@ pub fn console(r: &Ranks) -> String {
             x.rank,
             x.iterations,
             format!("{:.3} ms", x.step_time_s * 1e3),
-            format!("{}%", pct(g.idle_ns, g.span_ns)),
-            format!("{}%", pct(g.compute_ns, g.span_ns)),
+            format!("{}%", pct2(g.pct(g.idle_ns))),
+            format!("{}%", pct2(g.pct(g.compute_ns))),
             format!("{:.3} ms", g.communication_ns as f64 * 1e-6),
             g.comm_comp_overlap_pct
                 .map_or("-".into(), |p| format!("{p:.1}%")),
@@ -182,6 +155,12 @@ pub fn console(r: &Ranks) -> String {
         }
         (None, Some(why)) => o += &format!("no straggler named: {why}\n"),
         (None, None) => {}
+    }
+    for (rank, why) in &r.not_analysed {
+        o += &format!("rank {rank} not analysed: {why}\n");
+    }
+    for w in &r.warnings {
+        o += &format!("warning: {w}\n");
     }
     o
 }

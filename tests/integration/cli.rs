@@ -237,3 +237,24 @@ fn issue19_os_error_text_is_printed_once() {
     one_line_error(&out.stderr, "/nonexistent/steptrace/trace.json");
     assert_eq!(s.matches("os error 2").count(), 1, "{s}");
 }
+
+/// Issue 18: `merge` over a directory with no rank results, or with a damaged one, says so in
+/// one line naming it and exits 1 (no trace involved: these are results, not inputs).
+#[test]
+fn merge_without_or_with_damaged_rank_results_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let merge = || {
+        let out = steptrace()
+            .arg("merge")
+            .arg(dir.path())
+            .arg("--out")
+            .arg(dir.path().join("m"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        out.stderr
+    };
+    one_line_error(&merge(), "no rank results");
+    std::fs::write(dir.path().join("rank3.summary.parquet"), b"PAR1 not really").unwrap();
+    one_line_error(&merge(), "rank3.summary.parquet");
+}

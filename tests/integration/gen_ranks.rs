@@ -15,6 +15,16 @@
 
 use serde_json::{json, Value};
 
+/// Writes one rank's trace as text with serde_json's pretty printer: one key per line and
+/// `"key": value` with a space, as Kineto writes its header (HolisticTraceAnalysis finds the
+/// rank only in that form), though not byte for byte Kineto's layout of the events.
+pub fn write(path: &std::path::Path, doc: &Value) -> std::io::Result<()> {
+    std::fs::write(
+        path,
+        serde_json::to_vec_pretty(doc).map_err(std::io::Error::other)?,
+    )
+}
+
 /// Transfer time of each all-reduce once every rank has arrived, µs.
 const TRANSFER_US: f64 = 200.0;
 
@@ -37,7 +47,7 @@ pub fn ranks(
     // Where the straggler's op ends (each occurrence), before any shift.
     let mut slow: Vec<(f64, f64)> = events
         .iter()
-        .filter(|e| x(e) && e["name"] == slow_op)
+        .filter(|e| x(e) && e["name"] == slow_op && e["cat"] != "gpu_user_annotation")
         .map(span)
         .collect();
     slow.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -90,7 +100,8 @@ pub fn ranks(
         .map(|tl| {
             let mut a: Vec<(f64, Value)> = tl
                 .iter()
-                .filter(|e| x(e) && e["name"] == anchor_op)
+                // The CPU-side range: Kineto also draws it on the GPU (`gpu_user_annotation`).
+                .filter(|e| x(e) && e["name"] == anchor_op && e["cat"] != "gpu_user_annotation")
                 .map(|e| (span(e).0, e.clone()))
                 .collect();
             a.sort_by(|p, q| p.0.total_cmp(&q.0));

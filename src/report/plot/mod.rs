@@ -161,19 +161,27 @@ macro_rules! render {
     };
 }
 
-/// [`render`] of a plot named by a path stem (`<dir>/<name>`, for compare and sweep); gives
-/// the two files written.
+/// A plot drawn at a path stem: its two files and the SVG text (a page inlines it).
+pub struct Drawn {
+    /// `<stem>.svg` and `<stem>.png`.
+    pub files: [PathBuf; 2],
+    /// The SVG.
+    pub svg: String,
+}
+
+/// [`render`] of a plot named by a path stem (`<dir>/<name>`: compare, sweep, the ranks).
 macro_rules! render_stem {
     ($stem:expr, $f:ident, $data:expr) => {{
         register_font();
         let stem: &Path = $stem;
         let dir = stem.parent().unwrap_or(Path::new("."));
         let name = stem.file_name().unwrap_or_default().to_string_lossy();
-        render!(dir, &name, $f, $data).map(|_| {
-            vec![
+        render!(dir, &name, $f, $data).map(|svg| Drawn {
+            files: [
                 dir.join(format!("{name}.svg")),
                 dir.join(format!("{name}.png")),
-            ]
+            ],
+            svg,
         })
     }};
 }
@@ -787,7 +795,7 @@ pub fn write_overlay(
     path_stem: &Path,
     title: &str,
     runs: &[(String, Vec<(u32, f64)>)],
-) -> Result<Vec<PathBuf>, Error> {
+) -> Result<Drawn, Error> {
     struct Overlay<'a> {
         title: &'a str,
         runs: &'a [(String, Vec<(u32, f64)>)],
@@ -839,7 +847,7 @@ pub fn write_xy(
     x_desc: &str,
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
-) -> Result<Vec<PathBuf>, Error> {
+) -> Result<Drawn, Error> {
     struct Xy<'a> {
         title: &'a str,
         x_desc: &'a str,
@@ -887,7 +895,7 @@ pub fn write_stacked(
     y_desc: &str,
     series: &[&str],
     bars: &[(String, Vec<f64>)],
-) -> Result<Vec<PathBuf>, Error> {
+) -> Result<Drawn, Error> {
     struct St<'a> {
         title: &'a str,
         y_desc: &'a str,
@@ -954,7 +962,7 @@ pub fn write_heatmap(
     title: &str,
     x_desc: &str,
     rows: &[(String, Vec<f64>)],
-) -> Result<Vec<PathBuf>, Error> {
+) -> Result<Drawn, Error> {
     struct Hm<'a> {
         title: String,
         x_desc: &'a str,
