@@ -366,7 +366,7 @@ pub fn analyze_ranks(
     }
     let mut ranks = analysis::ranks::combine(results, props.top.max(1));
     ranks.not_analysed = failed;
-    ranks.warnings = run.warnings.clone();
+    ranks.warnings.splice(0..0, run.warnings.iter().cloned());
     report::ranks::write(&out_dir, &ranks, !props.report.no_plots)?;
     Ok(RanksOutcome {
         out_dir,

@@ -162,6 +162,7 @@ struct Native {
   int64_t timing_settle = 5;  // timed but left out: autotuning and allocator growth settle
   int64_t timing_max_steps = 20;  // caps of a timing phase whose median does not settle
   int64_t timing_max_ns = 10000000000LL;
+  bool lockstep = false;  // a distributed run: the timing phase is a fixed length on every rank
   std::string timing_stop;  // why the timing phase ended (timing_stop_rule)
   int gpu_used = -1;        // -1 not known yet; 0: CPU-only program, profiled without CUDA activity
   bool reference = false;
@@ -487,7 +488,7 @@ void on_boundary(int64_t now) {
       g.timing_ns.push_back(now);
       int64_t left_out = 0;
       const char* why = steptrace_timing::timing_stop_rule(g.timing_ns, g.timing_settle, g.timing_steps, g.timing_max_steps,
-                                         g.timing_max_ns, &left_out);
+                                         g.timing_max_ns, g.lockstep, &left_out);
       done = why != nullptr;
       if (done) {
         g.timing_stop = why;
@@ -803,6 +804,7 @@ void start_native() {
   g.timing_settle = env_int("STEPTRACE_TIMING_SETTLE", 5);
   g.timing_max_steps = env_int("STEPTRACE_TIMING_MAX_STEPS", 20);
   g.timing_max_ns = env_int("STEPTRACE_TIMING_MAX_S", 10) * 1000000000LL;
+  g.lockstep = env_int("WORLD_SIZE", 1) > 1;
   g.reference = env("STEPTRACE_REFERENCE") == "1";
   g.fallback_ns = env_int("STEPTRACE_FALLBACK_S", 30) * 1000000000LL;
   g.fallback_window_ns = env_int("STEPTRACE_FALLBACK_WINDOW_S", 2) * 1000000000LL;

@@ -21,14 +21,19 @@ inline double median_of(std::vector<double> v) {
 // drift); the phase ends when that median is settled: the earlier half's median within 2.5%
 // of it and its 95% confidence interval (the box-plot notch, 1.58 IQR / sqrt(n)) within
 // +-2.5%; or at `max_steps` intervals or `max_ns`. The same rule is in the Python shim.
+// `lockstep` (a distributed run): every rank must open its window at the same step, or their
+// windows cover different steps and no collective can be matched across them; the settle rule
+// and the time cap would end each rank's phase at its own step, so the phase is a fixed
+// `max_steps` intervals (`steps` when there is no cap) on every rank.
 inline const char* timing_stop_rule(const std::vector<int64_t>& ns, int64_t settle, int64_t steps, int64_t max_steps,
-                             int64_t max_ns, int64_t* left_out) {
+                             int64_t max_ns, bool lockstep, int64_t* left_out) {
   std::vector<double> timed;
   for (size_t i = static_cast<size_t>(settle) + 1; i < ns.size(); ++i) timed.push_back((ns[i] - ns[i - 1]) * 1e-9);
   const int64_t n = static_cast<int64_t>(timed.size());
   if (n < std::max<int64_t>(1, steps)) return nullptr;
   const int64_t later_n = n >= 2 ? n / 2 : n;
   *left_out = settle + n - later_n;
+  if (lockstep) return n >= (max_steps > 0 ? max_steps : std::max<int64_t>(1, steps)) ? "lockstep" : nullptr;
   std::vector<double> later(timed.end() - later_n, timed.end());
   const double m = median_of(later);
   if (n >= 2) {

@@ -313,7 +313,8 @@ def _timing_mark():
         except Exception as exc:
             _S.error("cuda event", exc)
     st["timing_ns"].append(time.perf_counter_ns())
-    stop = _timing_stop(st["timing_ns"], _S.timing_settle, _S.timing_steps, _S.timing_max_steps, _S.timing_max_s)
+    stop = _timing_stop(st["timing_ns"], _S.timing_settle, _S.timing_steps, _S.timing_max_steps, _S.timing_max_s,
+                        _S.world > 1)
     if stop is not None:
         st["timing_stop"], st["timing_settle"] = stop
         _after_timing()
@@ -325,20 +326,27 @@ def _median(v):
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
 
 
-def _timing_stop(ns, settle, steps, max_steps, max_s):
+def _timing_stop(ns, settle, steps, max_steps, max_s, lockstep=False):
     """Whether the timing phase ends at this reading: (why, intervals left out) or None.
 
     At least `steps` intervals are timed after the `settle` first ones. The estimate is the
     median of the later half of them (early steps of input-bound programs drift); it ends
     when that median is settled: the earlier half's median within 2.5% of it, and its 95%
     confidence interval (the box-plot notch, 1.58 IQR / sqrt(n)) within +-2.5%; or at
-    `max_steps` intervals, or `max_s` seconds. The same rule is in the C++ shim."""
+    `max_steps` intervals, or `max_s` seconds. The same rule is in the C++ shim.
+
+    `lockstep` (a distributed run): every rank must open its window at the same step, or
+    their windows cover different steps and no collective can be matched across them; the
+    settle rule and the time cap would end each rank's phase at its own step, so the phase
+    is a fixed `max_steps` intervals (`steps` when there is no cap) on every rank."""
     timed = [(b - a) * 1e-9 for a, b in zip(ns[settle:], ns[settle + 1:])]
     n = len(timed)
     if n < max(1, steps):
         return None
     later = timed[n - n // 2:] if n >= 2 else timed
     left_out = settle + n - len(later)
+    if lockstep:
+        return ("lockstep", left_out) if n >= (max_steps if max_steps > 0 else max(1, steps)) else None
     m = _median(later)
     if n >= 2:
         earlier = timed[: n - len(later)]

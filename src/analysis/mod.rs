@@ -1,6 +1,7 @@
 //! Analyses over the model. [`run`] performs them all and returns [`Analysis`], which the
 //! report stage writes out.
 
+pub mod collectives;
 pub mod flops;
 pub mod intervals;
 pub mod kernels;
@@ -175,6 +176,8 @@ pub struct Analysis {
     pub liveness: liveness::Liveness,
     /// Per kernel name and per stream, over the whole trace.
     pub kernels: kernels::Kernels,
+    /// Collectives launched in the iterations, with their metadata (issue 18).
+    pub collectives: Vec<collectives::Call>,
 }
 
 /// `part` as a percentage of `whole`; `None` when `whole` is not positive.
@@ -377,6 +380,13 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         warnings: Vec::new(),
     };
     let kernels = kernels::compute(t);
+    let (collectives, outside) = collectives::calls(t, &step);
+    if outside > 0 && !collectives.is_empty() {
+        diag.warn(
+            "collective_outside_iterations",
+            format!("{outside} collective kernel(s) launched outside the iterations (e.g. before the window opened): not matched across ranks"),
+        );
+    }
     let mut summary = summary;
     summary.gpu_breakdown = kernels::temporal(t, &step);
     if t.kineto.ops.is_empty() {
@@ -404,6 +414,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         memory: mem,
         timeline,
         liveness: live,
+        collectives,
     }
 }
 

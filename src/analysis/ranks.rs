@@ -13,6 +13,7 @@
 
 use serde::Serialize;
 
+use super::collectives::{self, Call, Matching};
 use super::kernels::Temporal;
 use super::Analysis;
 
@@ -38,6 +39,9 @@ pub struct RankResult {
     /// Per node: name, median GPU run time and median CPU time, s.
     #[serde(skip)]
     pub nodes: Vec<(String, f64, f64)>,
+    /// Its collectives, with their metadata.
+    #[serde(skip)]
+    pub collectives: Vec<Call>,
 }
 
 impl RankResult {
@@ -73,6 +77,7 @@ impl RankResult {
                     )
                 })
                 .collect(),
+            collectives: a.collectives.clone(),
         }
     }
 }
@@ -95,13 +100,31 @@ pub struct NodeExcess {
 pub struct Straggler {
     /// The rank.
     pub rank: i64,
+    /// How it was told: `collectives` (the rank the others waited for most in the matched
+    /// collectives) or `communication_time` (the least time in communication kernels, for
+    /// traces whose kernels carry no collective metadata).
+    pub method: &'static str,
     /// Its time in communication kernels, s.
     pub communication_s: f64,
-    /// The other ranks' time in communication kernels beyond the straggler's, summed, s: the
-    /// wait it caused.
+    /// Time the other ranks spent waiting for it, summed, s.
     pub wait_caused_s: f64,
+    /// Matched collectives it arrived at last, and how many were matched (`collectives` only).
+    pub last_arrivals: Option<(usize, usize)>,
     /// Nodes where it spent longer than the other ranks, most excess first.
     pub slower_nodes: Vec<NodeExcess>,
+}
+
+/// The rank the others waited for most in one iteration's matched collectives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationStraggler {
+    /// Iteration label.
+    pub iteration: String,
+    /// The rank.
+    pub rank: i64,
+    /// Time the others waited for it in this iteration, s.
+    pub wait_caused_s: f64,
+    /// All waiting in this iteration's matched collectives, s.
+    pub wait_s: f64,
 }
 
 /// The cross-rank result.
@@ -109,8 +132,12 @@ pub struct Straggler {
 pub struct Ranks {
     /// One row per rank, in rank order.
     pub ranks: Vec<RankResult>,
-    /// The straggler, when there is communication to tell it by and one rank's is shortest by
-    /// a margin (see [`straggler`]).
+    /// The collectives matched across ranks, and each rank's arrivals.
+    pub collectives: Matching,
+    /// The straggler of each iteration (from the matched collectives).
+    pub by_iteration: Vec<IterationStraggler>,
+    /// The straggler, when there is communication to tell it by and one rank stands out by a
+    /// margin (see [`straggler`]).
     pub straggler: Option<Straggler>,
     /// Why there is no straggler, when there is none.
     pub no_straggler_reason: Option<String>,
@@ -121,23 +148,94 @@ pub struct Ranks {
 }
 
 /// The shortest communication time must be below every other rank's by this share of the
-/// median to name a straggler: below it the ranks are even.
+/// median to name a straggler: below it the ranks are even. In matched collectives, the wait a
+/// straggler caused must be this share of all time spent in them.
 const STRAGGLER_MARGIN: f64 = 0.05;
 
 /// Cross-rank figures from each rank's result.
 pub fn combine(mut ranks: Vec<RankResult>, top_nodes: usize) -> Ranks {
     ranks.sort_by_key(|r| r.rank);
-    let (straggler, no_straggler_reason) = match straggler(&ranks, top_nodes) {
+    let calls: Vec<(i64, &[Call])> = ranks
+        .iter()
+        .map(|r| (r.rank, r.collectives.as_slice()))
+        .collect();
+    let matching = collectives::match_ranks(&calls);
+    let by_iteration = collectives::by_iteration(&matching)
+        .into_iter()
+        .map(|(iteration, rank, caused, all)| IterationStraggler {
+            iteration,
+            rank,
+            wait_caused_s: caused as f64 * 1e-9,
+            wait_s: all as f64 * 1e-9,
+        })
+        .collect();
+    let told = if matching.matched.is_empty() {
+        straggler(&ranks, top_nodes)
+    } else {
+        straggler_by_collectives(&ranks, &matching, top_nodes)
+    };
+    let (straggler, no_straggler_reason) = match told {
         Ok(s) => (Some(s), None),
         Err(why) => (None, Some(why)),
     };
+    let warnings = collectives::spread_warning(&matching).into_iter().collect();
     Ranks {
         ranks,
+        collectives: matching,
+        by_iteration,
         straggler,
         no_straggler_reason,
         not_analysed: Vec::new(),
-        warnings: Vec::new(),
+        warnings,
     }
+}
+
+/// The rank the others waited for most in the matched collectives, when that wait is at
+/// least [`STRAGGLER_MARGIN`] of all time the ranks spent in them and at least twice the wait
+/// any other rank caused.
+pub fn straggler_by_collectives(
+    ranks: &[RankResult],
+    m: &Matching,
+    top_nodes: usize,
+) -> Result<Straggler, String> {
+    let mut by_wait: Vec<&collectives::Arrivals> = m.arrivals.iter().collect();
+    by_wait.sort_by_key(|a| (std::cmp::Reverse(a.wait_caused_ns), a.rank));
+    let (top, next) = (by_wait[0], by_wait.get(1).map_or(0, |a| a.wait_caused_ns));
+    let in_collectives: i64 = m
+        .matched
+        .iter()
+        .map(|x| x.collective_ns * x.ranks as i64 + x.wait_ns)
+        .sum();
+    if (top.wait_caused_ns as f64) < STRAGGLER_MARGIN * in_collectives as f64 {
+        return Err(format!(
+            "ranks are even: no rank made the others wait {:.0}% of the time spent in the {} matched collectives",
+            100.0 * STRAGGLER_MARGIN,
+            m.matched.len()
+        ));
+    }
+    if top.wait_caused_ns < 2 * next {
+        let close: Vec<String> = by_wait
+            .iter()
+            .filter(|a| 2 * a.wait_caused_ns > top.wait_caused_ns)
+            .map(|a| a.rank.to_string())
+            .collect();
+        return Err(format!(
+            "ranks {} each made the others wait within 2x of the most: no single straggler",
+            close.join(", ")
+        ));
+    }
+    let s = ranks
+        .iter()
+        .find(|r| r.rank == top.rank)
+        .expect("arrivals come from the ranks");
+    Ok(Straggler {
+        rank: s.rank,
+        method: "collectives",
+        communication_s: s.gpu.communication_ns as f64 * 1e-9,
+        wait_caused_s: top.wait_caused_ns as f64 * 1e-9,
+        last_arrivals: Some((top.last, m.matched.len())),
+        slower_nodes: slower_nodes(s, ranks, top_nodes),
+    })
 }
 
 /// The rank with the least time in communication kernels, when it is shorter than every other
@@ -191,8 +289,10 @@ pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, St
     let s = &ranks[at];
     Ok(Straggler {
         rank: s.rank,
+        method: "communication_time",
         communication_s: least as f64 * 1e-9,
         wait_caused_s: wait as f64 * 1e-9,
+        last_arrivals: None,
         slower_nodes: slower_nodes(s, ranks, top_nodes),
     })
 }
@@ -262,6 +362,7 @@ mod tests {
                 ..Temporal::default()
             },
             peak_allocated_bytes: None,
+            collectives: Vec::new(),
             nodes: nodes
                 .iter()
                 .map(|(n, t)| (n.to_string(), *t, *t / 2.0))

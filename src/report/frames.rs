@@ -291,6 +291,34 @@ pub fn write_rank(dir: &Path, r: &crate::analysis::ranks::RankResult) -> Result<
             col("step_time_s", r.step_times_s.clone()),
         ],
     )?;
+    let c = &r.collectives;
+    write(
+        &dir.join(format!("rank{}.collectives.parquet", r.rank)),
+        vec![
+            col("rank", vec![r.rank; c.len()]),
+            col(
+                "iteration",
+                c.iter().map(|c| c.iteration.as_str()).collect::<Vec<_>>(),
+            ),
+            col("pg", c.iter().map(|c| c.pg.as_str()).collect::<Vec<_>>()),
+            col("seq", c.iter().map(|c| c.seq).collect::<Vec<_>>()),
+            col("op", c.iter().map(|c| c.op.as_str()).collect::<Vec<_>>()),
+            col(
+                "dtype",
+                c.iter().map(|c| c.dtype.as_str()).collect::<Vec<_>>(),
+            ),
+            col(
+                "in_nelems",
+                c.iter().map(|c| c.in_nelems).collect::<Vec<_>>(),
+            ),
+            col(
+                "out_nelems",
+                c.iter().map(|c| c.out_nelems).collect::<Vec<_>>(),
+            ),
+            col("start_ns", c.iter().map(|c| c.start_ns).collect::<Vec<_>>()),
+            col("dur_ns", c.iter().map(|c| c.dur_ns).collect::<Vec<_>>()),
+        ],
+    )?;
     write(
         &dir.join(format!("rank{}.nodes.parquet", r.rank)),
         vec![
@@ -377,6 +405,31 @@ impl Frame {
     }
 }
 
+/// The collectives of a `rank<N>.collectives.parquet`.
+fn read_calls(f: &Frame) -> Result<Vec<crate::analysis::collectives::Call>, Error> {
+    let (it, pg, op, dtype) = (
+        f.strs("iteration")?,
+        f.strs("pg")?,
+        f.strs("op")?,
+        f.strs("dtype")?,
+    );
+    let (seq, inn, out) = (f.i64s("seq")?, f.i64s("in_nelems")?, f.i64s("out_nelems")?);
+    let (start, dur) = (f.i64s("start_ns")?, f.i64s("dur_ns")?);
+    Ok((0..it.len())
+        .map(|i| crate::analysis::collectives::Call {
+            iteration: it[i].clone(),
+            pg: pg[i].clone(),
+            seq: seq[i].unwrap_or(0) as u32,
+            op: op[i].clone(),
+            dtype: dtype[i].clone(),
+            in_nelems: inn[i],
+            out_nelems: out[i],
+            start_ns: start[i].unwrap_or(0),
+            dur_ns: dur[i].unwrap_or(0),
+        })
+        .collect())
+}
+
 /// Reads back every rank written by [`write_rank`] in `dirs`, in rank order.
 pub fn read_ranks(
     dirs: &[std::path::PathBuf],
@@ -407,7 +460,15 @@ pub fn read_ranks(
                 .zip(gpu.into_iter().zip(cpu))
                 .map(|(n, (g, c))| (n, g.unwrap_or(0.0), c.unwrap_or(0.0)))
                 .collect();
+            // Written since collectives were matched; a rank written before has none.
+            let calls = sibling("collectives");
+            let collectives = if calls.exists() {
+                read_calls(&Frame::read(calls)?)?
+            } else {
+                Vec::new()
+            };
             out.push(RankResult {
+                collectives,
                 rank,
                 trace: s.strs("trace")?.into_iter().next().unwrap_or_default(),
                 iterations: s.i64_first("iterations")? as usize,

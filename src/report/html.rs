@@ -104,11 +104,9 @@ pub(super) fn write_ranks(
         (Some(s), _) => {
             let _ = write!(
                 o,
-                "<h2>Straggler: rank {}</h2><p>Least time in communication ({}); the other ranks \
-                 waited {} in all.</p>",
+                "<h2>Straggler: rank {}</h2><p>{}.</p>",
                 s.rank,
-                human_time(s.communication_s),
-                human_time(s.wait_caused_s)
+                esc(&super::ranks::verdict(s))
             );
             table(
                 &mut o,
@@ -127,6 +125,21 @@ pub(super) fn write_ranks(
             let _ = write!(o, "<p>No straggler named: {}.</p>", esc(why));
         }
         (None, None) => {}
+    }
+    if !r.by_iteration.is_empty() {
+        o.push_str("<h2>Straggler per iteration</h2>");
+        table(
+            &mut o,
+            &["iteration", "rank", "others waited for it", "all waiting"],
+            r.by_iteration.iter().map(|i| {
+                vec![
+                    i.iteration.clone(),
+                    i.rank.to_string(),
+                    human_time(i.wait_caused_s),
+                    human_time(i.wait_s),
+                ]
+            }),
+        );
     }
     for (rank, why) in &r.not_analysed {
         let _ = write!(o, "<p>Rank {rank} not analysed: {}</p>", esc(why));

@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use super::{human_bytes, io, secs, write_table, Error};
-use crate::analysis::ranks::Ranks;
+use crate::analysis::ranks::{Ranks, Straggler};
 
 /// `ranks.csv` columns: times in µs (three decimals) and percentages of the GPU span.
-const HEADER: [&str; 17] = [
+const HEADER: [&str; 20] = [
     "rank",
     "trace",
     "iterations",
@@ -24,7 +24,42 @@ const HEADER: [&str; 17] = [
     "compute_pct",
     "comm_comp_overlap_pct",
     "peak_allocated_bytes",
+    "last_arrivals",
+    "wait_caused_us",
+    "waited_us",
 ];
+
+/// `collectives.csv` columns: one row per collective matched across ranks.
+const COLLECTIVES: [&str; 11] = [
+    "iteration",
+    "pg",
+    "seq",
+    "op",
+    "dtype",
+    "in_nelems",
+    "ranks",
+    "last_rank",
+    "collective_us",
+    "wait_us",
+    "max_wait_us",
+];
+
+/// The straggler verdict in words, as the console and report.html give it.
+pub(super) fn verdict(s: &Straggler) -> String {
+    match s.last_arrivals {
+        Some((last, of)) => format!(
+            "rank {} arrived last at {last} of {of} matched collectives; the other ranks waited {} for it in all",
+            s.rank,
+            super::human_time(s.wait_caused_s)
+        ),
+        None => format!(
+            "rank {} spent the least time in communication ({}); the other ranks waited {} in all",
+            s.rank,
+            super::human_time(s.communication_s),
+            super::human_time(s.wait_caused_s)
+        ),
+    }
+}
 
 /// A percentage with two decimals for the CSV; empty where there is no whole.
 fn pct2(p: Option<f64>) -> String {
@@ -88,9 +123,11 @@ fn write_page(dir: &Path, r: &Ranks) -> Result<(), Error> {
 }
 
 fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
+    let arrivals = &r.collectives.arrivals;
     write_table(&dir.join("ranks.csv"), &HEADER, &r.ranks, |w, x| {
         let g = &x.gpu;
         let slowest = x.slowest_iteration();
+        let a = arrivals.iter().find(|a| a.rank == x.rank);
         w.num(x.rank)
             .text(&x.trace)
             .num(x.iterations)
@@ -111,8 +148,30 @@ fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
                 &x.peak_allocated_bytes
                     .map_or(String::new(), |b| b.to_string()),
             )
+            .num(a.map_or(0, |a| a.last))
+            .us(a.map_or(0, |a| a.wait_caused_ns))
+            .us(a.map_or(0, |a| a.waited_ns))
             .end();
     })?;
+    write_table(
+        &dir.join("collectives.csv"),
+        &COLLECTIVES,
+        &r.collectives.matched,
+        |w, c| {
+            w.text(&c.iteration)
+                .text(&c.pg)
+                .num(c.seq)
+                .text(&c.op)
+                .text(&c.dtype)
+                .text(&c.in_nelems.map_or(String::new(), |n| n.to_string()))
+                .num(c.ranks)
+                .num(c.last_rank)
+                .us(c.collective_ns)
+                .us(c.wait_ns)
+                .us(c.max_wait_ns)
+                .end();
+        },
+    )?;
     super::write_json(&dir.join("ranks.json"), r)
 }
 
@@ -137,12 +196,7 @@ pub fn console(r: &Ranks) -> String {
     }
     match (&r.straggler, &r.no_straggler_reason) {
         (Some(s), _) => {
-            o += &format!(
-                "straggler: rank {} (least time in communication, {:.3} ms; the others waited {:.3} ms in all)\n",
-                s.rank,
-                s.communication_s * 1e3,
-                s.wait_caused_s * 1e3
-            );
+            o += &format!("straggler: {}\n", verdict(s));
             for n in &s.slower_nodes {
                 o += &format!(
                     "  {:<60} {} {:.3} ms vs {:.3} ms on the other ranks\n",
@@ -155,6 +209,37 @@ pub fn console(r: &Ranks) -> String {
         }
         (None, Some(why)) => o += &format!("no straggler named: {why}\n"),
         (None, None) => {}
+    }
+    if !r.by_iteration.is_empty() {
+        let each: Vec<String> = r
+            .by_iteration
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} rank {} ({})",
+                    i.iteration,
+                    i.rank,
+                    super::human_time(i.wait_caused_s)
+                )
+            })
+            .collect();
+        o += &format!("straggler per iteration: {}\n", each.join(", "));
+    }
+    let c = &r.collectives;
+    if c.unmatched > 0 {
+        o += &format!(
+            "warning: {} collective(s) ran on one rank only in the windows (no peer to match)\n",
+            c.unmatched
+        );
+    }
+    for d in &c.disagreements {
+        o += &format!("warning: collectives disagree: {d}\n");
+    }
+    if c.disagreeing > c.disagreements.len() {
+        o += &format!(
+            "warning: {} more collectives disagree across ranks\n",
+            c.disagreeing - c.disagreements.len()
+        );
     }
     for (rank, why) in &r.not_analysed {
         o += &format!("rank {rank} not analysed: {why}\n");

@@ -290,6 +290,8 @@ struct TimingCase {
     steps: i64,
     max_steps: i64,
     max_s: i64,
+    /// A distributed run's fixed-length phase.
+    lockstep: bool,
     /// The first reading count at which the phase ends, why, and the intervals left out.
     want: (usize, &'static str, i64),
 }
@@ -311,7 +313,36 @@ fn timing_cases() -> Vec<TimingCase> {
             steps: 10,
             max_steps: 200,
             max_s: 0,
+            lockstep: false,
             want: (16, "settled", 10),
+        },
+        // Issue 18: the same steps in a distributed run go on to the cap on every rank (a
+        // rank that settled earlier would open its window at another step).
+        TimingCase {
+            name: "stable_lockstep",
+            intervals_ms: cat(
+                &warm,
+                &(0..40)
+                    .map(|i| 10.0 + 0.05 * (i % 2) as f64)
+                    .collect::<Vec<_>>(),
+            ),
+            settle: 5,
+            steps: 10,
+            max_steps: 20,
+            max_s: 0,
+            lockstep: true,
+            want: (26, "lockstep", 15),
+        },
+        // ... and past the time cap.
+        TimingCase {
+            name: "slow_lockstep",
+            intervals_ms: vec![1000.0; 20],
+            settle: 0,
+            steps: 2,
+            max_steps: 12,
+            max_s: 10,
+            lockstep: true,
+            want: (13, "lockstep", 6),
         },
         // Early steps drifting down (an input pipeline filling): not settled until the
         // earlier half's median has reached the later one's.
@@ -322,6 +353,7 @@ fn timing_cases() -> Vec<TimingCase> {
             steps: 10,
             max_steps: 200,
             max_s: 0,
+            lockstep: false,
             want: (27, "settled", 16),
         },
         // Steps that swing too widely to settle: the step cap ends it.
@@ -337,6 +369,7 @@ fn timing_cases() -> Vec<TimingCase> {
             steps: 10,
             max_steps: 50,
             max_s: 0,
+            lockstep: false,
             want: (56, "step_cap", 30),
         },
         // Long, unsettled steps: the time cap ends it.
@@ -349,6 +382,7 @@ fn timing_cases() -> Vec<TimingCase> {
             steps: 2,
             max_steps: 0,
             max_s: 10,
+            lockstep: false,
             want: (7, "time_cap", 3),
         },
         TimingCase {
@@ -358,6 +392,7 @@ fn timing_cases() -> Vec<TimingCase> {
             steps: 1,
             max_steps: 200,
             max_s: 20,
+            lockstep: false,
             want: (2, "one_step", 0),
         },
     ]
@@ -379,17 +414,18 @@ fn readings(c: &TimingCase) -> Vec<i64> {
 fn issue17_timing_phase_ends_when_its_median_settles_in_both_shims() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("capture");
     let cases = timing_cases();
-    // One line per case: settle steps max_steps max_s then the readings.
+    // One line per case: settle steps max_steps max_s lockstep then the readings.
     let input: String = cases
         .iter()
         .map(|c| {
             let ns: Vec<String> = readings(c).iter().map(|n| n.to_string()).collect();
             format!(
-                "{} {} {} {} {}\n",
+                "{} {} {} {} {} {}\n",
                 c.settle,
                 c.steps,
                 c.max_steps,
                 c.max_s,
+                u8::from(c.lockstep),
                 ns.join(" ")
             )
         })
@@ -428,9 +464,9 @@ spec = importlib.util.spec_from_file_location("shim", {:?})
 m = importlib.util.module_from_spec(spec); sys.modules["shim"] = m; spec.loader.exec_module(m)
 for line in sys.stdin:
     f = [int(x) for x in line.split()]
-    settle, steps, max_steps, max_s, ns = f[0], f[1], f[2], f[3], f[4:]
+    settle, steps, max_steps, max_s, lockstep, ns = f[0], f[1], f[2], f[3], f[4] == 1, f[5:]
     for k in range(1, len(ns) + 1):
-        r = m._timing_stop(ns[:k], settle, steps, max_steps, max_s)
+        r = m._timing_stop(ns[:k], settle, steps, max_steps, max_s, lockstep)
         if r is not None:
             print(k, r[0], r[1]); break
     else:
@@ -453,15 +489,15 @@ int main() {
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream in(line);
-    int64_t settle, steps, max_steps, max_s, x;
-    in >> settle >> steps >> max_steps >> max_s;
+    int64_t settle, steps, max_steps, max_s, lockstep, x;
+    in >> settle >> steps >> max_steps >> max_s >> lockstep;
     std::vector<int64_t> all, ns;
     while (in >> x) all.push_back(x);
     bool found = false;
     for (int64_t v : all) {
       ns.push_back(v);
       int64_t left = -1;
-      const char* why = steptrace_timing::timing_stop_rule(ns, settle, steps, max_steps, max_s * 1000000000LL, &left);
+      const char* why = steptrace_timing::timing_stop_rule(ns, settle, steps, max_steps, max_s * 1000000000LL, lockstep == 1, &left);
       if (why) { std::cout << ns.size() << " " << why << " " << left << "\n"; found = true; break; }
     }
     if (!found) std::cout << "none\n";

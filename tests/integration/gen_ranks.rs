@@ -7,7 +7,7 @@
 //! `cudaLaunchKernel` with a fresh correlation id) at the start of the iteration's anchor op
 //! (e.g. `Optimizer.step#Adam.step`) and running until the last rank has launched its own,
 //! plus a fixed transfer time: as NCCL does, it spins from its rank's arrival until every rank
-//! has arrived. What is not modelled: the ranks do not resynchronise after the collective, so
+//! has arrived; it carries the collective metadata PyTorch records. What is not modelled: the ranks do not resynchronise after the collective, so
 //! the straggler's lag adds up over iterations.
 //!
 //! Used by `tests/integration/ranks.rs` (8 ranks) and by `examples/gen_ranks.rs` (the
@@ -133,7 +133,13 @@ pub fn ranks(
                     "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
                     "pid": device_pid, "tid": 99, "ts": arrive + 2.0,
                     "dur": last - arrive + TRANSFER_US,
-                    "args": {"device": 0, "stream": 99, "correlation": corr},
+                    // The collective's metadata, as PyTorch records it on NCCL kernels.
+                    "args": {
+                        "device": 0, "stream": 99, "correlation": corr,
+                        "Collective name": "allreduce", "In msg nelems": 11_689_512,
+                        "Out msg nelems": 11_689_512, "Group size": n, "dtype": "Float",
+                        "Process Group Name": "0", "Process Group Description": "default_pg",
+                    },
                 }));
             }
             let mut doc = base.clone();

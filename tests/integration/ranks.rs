@@ -177,6 +177,8 @@ fn issue18_gpu_breakdown_matches_holistic_trace_analysis() {
         ("corpus/py_mnist", vec![0]),
         ("corpus/py_dcgan", vec![0]),
         ("corpus/cpp_mnist", vec![0]),
+        ("corpus/ddp_torchrun", vec![0, 1]),
+        ("corpus/ddp_torchrun_neighbour", vec![0, 1]),
     ] {
         let s = root().join("sample_traces").join(sample);
         let hta = json(&s.join("hta_breakdown.json"));
@@ -185,7 +187,7 @@ fn issue18_gpu_breakdown_matches_holistic_trace_analysis() {
             let one = steptrace::analyze(&steptrace::AnalyzeProps {
                 input: s.clone(),
                 out: Some(dir.path().join("one")),
-                rank: (sample == "ddp_mlp").then_some(rank),
+                rank: sample.contains("ddp").then_some(rank),
                 ..Default::default()
             })
             .unwrap();
@@ -196,6 +198,66 @@ fn issue18_gpu_breakdown_matches_holistic_trace_analysis() {
             );
         }
     }
+}
+
+/// Issue 18: a real two-GPU capture of pytorch/examples' DDP tutorial program
+/// (`multigpu_torchrun.py`, unchanged, under torchrun on two H200s) while another process ran
+/// matrix products on GPU 1. Rank 1 is named the straggler from the six matched all-reduces
+/// (it arrived last at each), in every iteration, and its extra time is in the batch's
+/// host-to-device copy (`aten::to`), which waited for the shared GPU; the kernels of each
+/// all-reduce end together on the two ranks (one host, windows at the same steps).
+#[test]
+fn issue18_real_two_gpu_capture_names_the_rank_sharing_its_gpu_as_straggler() {
+    let (_dir, out) = analyze_all(&root().join("sample_traces/corpus/ddp_torchrun_neighbour"));
+    let r = &out.ranks;
+    assert_eq!(r.ranks.iter().map(|x| x.rank).collect::<Vec<_>>(), [0, 1]);
+    let s = r.straggler.as_ref().expect("a straggler");
+    assert_eq!((s.rank, s.method), (1, "collectives"), "{}", out.console);
+    assert_eq!(s.last_arrivals, Some((6, 6)));
+    assert_eq!(r.collectives.matched.len(), 6);
+    assert!(r
+        .collectives
+        .matched
+        .iter()
+        .all(|c| c.op == "allreduce" && c.in_nelems == Some(21) && c.end_spread_ns < 1_000));
+    assert!(r.by_iteration.iter().all(|i| i.rank == 1));
+    assert_eq!(
+        r.by_iteration
+            .iter()
+            .map(|i| i.iteration.as_str())
+            .collect::<Vec<_>>(),
+        (22..28)
+            .map(|k| format!("ProfilerStep#{k}"))
+            .collect::<Vec<_>>()
+    );
+    // Rank 0's excess time in the six all-reduce kernels is the wait rank 1 caused.
+    let d = |k: usize| r.ranks[k].collectives.iter().map(|c| c.dur_ns).sum::<i64>();
+    assert!((s.wait_caused_s - (d(0) - d(1)) as f64 * 1e-9).abs() < 1e-12);
+    assert!(s.wait_caused_s > 0.030, "{}", s.wait_caused_s);
+    assert!(
+        s.slower_nodes[0].node.starts_with("forward:aten::to#"),
+        "{:?}",
+        s.slower_nodes
+    );
+    assert!(s.slower_nodes[0].straggler_s > 5.0 * s.slower_nodes[0].others_s);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    // Both GPUs to itself: rank 0 is the one waited for in this run, and its windows align too.
+    let (_dir, even) = analyze_all(&root().join("sample_traces/corpus/ddp_torchrun"));
+    assert!(even
+        .ranks
+        .collectives
+        .matched
+        .iter()
+        .all(|c| c.end_spread_ns < 1_000));
+    let csv_text = std::fs::read_to_string(out.out_dir.join("collectives.csv")).unwrap();
+    assert_eq!(csv_text.lines().count(), 7);
+    assert!(
+        csv_text
+            .lines()
+            .skip(1)
+            .all(|l| l.contains(",allreduce,Float,21,2,1,")),
+        "{csv_text}"
+    );
 }
 
 /// Issue 18: eight synthetic ranks made from the ResNet-18 capture, rank 5 running
@@ -264,9 +326,29 @@ fn issue18_an_injected_straggler_and_its_slow_node_are_found_among_eight_ranks()
         .iter()
         .enumerate()
         .all(|(r, &c)| r == 5 || c > comm[5] + 2_000_000));
-    let wait: i64 = comm.iter().map(|c| c - comm[5]).sum();
+    // The wait it caused: every other rank's all-reduce kernels beyond its own.
+    let d: Vec<i64> = out
+        .ranks
+        .ranks
+        .iter()
+        .map(|r| r.collectives.iter().map(|c| c.dur_ns).sum())
+        .collect();
+    let wait: i64 = d.iter().map(|x| x - d[5]).sum();
     assert!((s.wait_caused_s - wait as f64 * 1e-9).abs() < 1e-9);
     assert!(out.console.contains("straggler: rank 5"), "{}", out.console);
+    // Told from the all-reduces matched across ranks: rank 5 arrived last at every one, and
+    // is each iteration's straggler.
+    let m = &out.ranks.collectives;
+    let n = out.ranks.ranks[0].iterations;
+    assert_eq!(s.method, "collectives");
+    assert_eq!(m.matched.len(), n);
+    assert_eq!(s.last_arrivals, Some((n, n)));
+    assert!(m
+        .matched
+        .iter()
+        .all(|c| c.ranks == 8 && c.op == "allreduce"));
+    assert_eq!(out.ranks.by_iteration.len(), n);
+    assert!(out.ranks.by_iteration.iter().all(|i| i.rank == 5));
     // Every rank's breakdown, the overlap with NCCL included, against HTA on the same eight
     // files (`gen_ranks ... 8 5`, then `benches/hta_breakdown.py`).
     let hta = json(&root().join("sample_traces/resnet18/hta_synthetic_ranks.json"));

@@ -412,6 +412,11 @@ impl<'a> Cur<'a> {
                 15 => a.input_type = self.raw()?,
                 16 => a.concrete_inputs = self.raw()?,
                 17 => a.name = self.lenient_str()?,
+                18 => a.collective = self.lenient_str()?,
+                19 => a.pg_name = self.lenient_str()?,
+                20 => a.in_nelems = self.lenient()?,
+                21 => a.out_nelems = self.lenient()?,
+                22 => a.dtype = self.lenient_str()?,
                 _ => self.skip(2)?,
             }
             if self.next_member(b'}')? {
@@ -441,6 +446,11 @@ impl<'a> Cur<'a> {
             "Input type" => 1 << 15,
             "Concrete Inputs" => 1 << 16,
             "name" => 1 << 17,
+            "Collective name" => 1 << 18,
+            "Process Group Name" => 1 << 19,
+            "In msg nelems" => 1 << 20,
+            "Out msg nelems" => 1 << 21,
+            "dtype" => 1 << 22,
             _ => 0,
         }
     }

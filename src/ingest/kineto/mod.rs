@@ -157,6 +157,26 @@ pub struct GpuActivity {
     pub correlation: Option<i64>,
     /// Bytes moved (memcpy, memset).
     pub bytes: Option<i64>,
+    /// The collective a communication kernel runs, when the trace says (boxed: few kernels
+    /// have one).
+    pub collective: Option<Box<Collective>>,
+}
+
+/// A collective's metadata, as PyTorch records it on the NCCL kernel (`Collective name`,
+/// `Process Group Name`, message sizes, `dtype`). Nothing numbers the collective: it is known
+/// across ranks by its order within its process group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collective {
+    /// `allreduce`, `broadcast`, `allgather`, ...
+    pub op: StrId,
+    /// Process group name (`0` for the default group).
+    pub pg: StrId,
+    /// Element type (`Float`, `BFloat16`, ...).
+    pub dtype: StrId,
+    /// Input and output elements.
+    pub in_nelems: Option<i64>,
+    /// Output elements.
+    pub out_nelems: Option<i64>,
 }
 
 /// An allocator event (`[memory]` instant): one allocation (`bytes > 0`) or free (`< 0`).
@@ -778,6 +798,15 @@ impl Partial {
                     _ => 0,
                 });
                 let name = self.strings.intern(name);
+                let collective = args.collective.0.as_deref().map(|op| {
+                    Box::new(Collective {
+                        op: self.strings.intern(op),
+                        pg: self.strings.intern(args.pg_name.0.as_deref().unwrap_or("")),
+                        dtype: self.strings.intern(args.dtype.0.as_deref().unwrap_or("")),
+                        in_nelems: args.in_nelems.i64(),
+                        out_nelems: args.out_nelems.i64(),
+                    })
+                });
                 self.gpu.push(GpuActivity {
                     name,
                     kind,
@@ -787,6 +816,7 @@ impl Partial {
                     stream,
                     correlation: args.correlation.i64(),
                     bytes: args.bytes.i64(),
+                    collective,
                 });
             }
             Category::Python => {
@@ -1047,6 +1077,11 @@ fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnos
             }
             for g in &mut p.gpu {
                 g.name = s(g.name);
+                if let Some(c) = &mut g.collective {
+                    c.op = s(c.op);
+                    c.pg = s(c.pg);
+                    c.dtype = s(c.dtype);
+                }
             }
             for m in &mut p.memory {
                 m.thread = t(m.thread);

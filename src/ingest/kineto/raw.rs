@@ -388,6 +388,17 @@ pub(crate) struct RawArgs<'a> {
     pub concrete_inputs: Option<&'a str>,
     #[serde(borrow, default)]
     pub name: LenientStr<'a>,
+    // A collective's metadata, on NCCL kernels and the `record_param_comms` op (issue 18).
+    #[serde(rename = "Collective name", borrow, default)]
+    pub collective: LenientStr<'a>,
+    #[serde(rename = "Process Group Name", borrow, default)]
+    pub pg_name: LenientStr<'a>,
+    #[serde(rename = "In msg nelems", default)]
+    pub in_nelems: Lenient,
+    #[serde(rename = "Out msg nelems", default)]
+    pub out_nelems: Lenient,
+    #[serde(borrow, default)]
+    pub dtype: LenientStr<'a>,
 }
 
 /// One element of `traceEvents`.

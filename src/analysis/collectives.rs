@@ -1,0 +1,367 @@
+//! Collectives (issue 18): each rank's communication kernels with their collective metadata,
+//! and the same collective matched across ranks.
+//!
+//! Nothing in a Kineto trace numbers a collective, but every rank of a process group issues
+//! the group's collectives in the same order. A collective is therefore known across ranks by
+//! the iteration that launched it (`ProfilerStep#N`, the same step on every rank), its process
+//! group and its order within both; the matched calls must agree on op, element type and
+//! sizes, or the match is refused and said so.
+//!
+//! Who arrived last, without comparing clocks: an NCCL kernel starts when its rank enters the
+//! collective and spins until every rank has, so all of a collective's kernels end together
+//! (to within the transfer) and the rank that arrived last runs the shortest one. Its length is
+//! the collective itself; every other rank's excess over it is time that rank spent waiting.
+//! Clocks of different hosts need not agree for this.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::step::Step;
+use crate::model::Trace;
+
+/// One collective as one rank ran it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Call {
+    /// Label of the iteration that launched it.
+    pub iteration: String,
+    /// Process group name.
+    pub pg: String,
+    /// Order among the group's collectives launched in that iteration, from 0.
+    pub seq: u32,
+    /// `allreduce`, `broadcast`, ...
+    pub op: String,
+    /// Element type.
+    pub dtype: String,
+    /// Input elements.
+    pub in_nelems: Option<i64>,
+    /// Output elements.
+    pub out_nelems: Option<i64>,
+    /// Kernel start, ns (this rank's clock).
+    pub start_ns: i64,
+    /// Kernel duration, ns.
+    pub dur_ns: i64,
+}
+
+/// The rank's collectives launched inside its iterations, in launch order, and how many
+/// communication kernels carried metadata but were launched outside every iteration (such as
+/// the one a window opens on, launched before it).
+pub fn calls(t: &Trace, step: &Step) -> (Vec<Call>, usize) {
+    let mut found: Vec<(usize, i64, usize)> = Vec::new(); // (iteration, launch time, gpu index)
+    let mut outside = 0;
+    for (i, g) in t.kineto.gpu.iter().enumerate() {
+        if g.collective.is_none() {
+            continue;
+        }
+        let at = t.launch[i].map_or(g.start, |(_, ts)| ts);
+        let k = step.iterations.partition_point(|it| it.end < at);
+        match step.iterations.get(k) {
+            Some(it) if it.start <= at => found.push((k, at, i)),
+            _ => outside += 1,
+        }
+    }
+    found.sort_unstable_by_key(|&(k, at, i)| (k, at, t.kineto.gpu[i].start, i));
+    let s = |id| t.kineto.strings.resolve(id).to_owned();
+    let mut next: BTreeMap<(usize, String), u32> = BTreeMap::new();
+    let calls = found
+        .into_iter()
+        .filter_map(|(k, _, i)| {
+            let g = &t.kineto.gpu[i];
+            let c = g.collective.as_deref()?;
+            let pg = s(c.pg);
+            let n = next.entry((k, pg.clone())).or_insert(0);
+            let seq = *n;
+            *n += 1;
+            Some(Call {
+                iteration: step.iterations[k].label.clone(),
+                pg,
+                seq,
+                op: s(c.op),
+                dtype: s(c.dtype),
+                in_nelems: c.in_nelems,
+                out_nelems: c.out_nelems,
+                start_ns: g.start,
+                dur_ns: g.dur,
+            })
+        })
+        .collect();
+    (calls, outside)
+}
+
+/// One collective matched across the ranks that ran it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Matched {
+    /// Iteration label.
+    pub iteration: String,
+    /// Process group name.
+    pub pg: String,
+    /// Order within the group and iteration.
+    pub seq: u32,
+    /// Op.
+    pub op: String,
+    /// Element type.
+    pub dtype: String,
+    /// Input elements.
+    pub in_nelems: Option<i64>,
+    /// Ranks that ran it.
+    pub ranks: usize,
+    /// The rank that arrived last (its kernel was the shortest; the lowest rank of equals).
+    pub last_rank: i64,
+    /// The collective itself: the last rank's kernel, ns.
+    pub collective_ns: i64,
+    /// Time the other ranks spent waiting for the last one, summed, ns.
+    pub wait_ns: i64,
+    /// The longest of those waits, ns.
+    pub max_wait_ns: i64,
+    /// How far apart its kernels end on the ranks' clocks, ns: near zero when the ranks'
+    /// windows cover the same steps and their clocks agree (one host).
+    pub end_spread_ns: i64,
+}
+
+/// One rank's part in the matched collectives.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Arrivals {
+    /// The rank.
+    pub rank: i64,
+    /// Matched collectives it ran.
+    pub collectives: usize,
+    /// Of those, how many it arrived at last.
+    pub last: usize,
+    /// Time the other ranks waited for it, summed, ns.
+    pub wait_caused_ns: i64,
+    /// Time it waited for others, summed, ns.
+    pub waited_ns: i64,
+}
+
+/// The collectives of every rank, matched.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Matching {
+    /// Matched collectives, by iteration (in the order first seen), group, order.
+    pub matched: Vec<Matched>,
+    /// Per rank, in rank order.
+    pub arrivals: Vec<Arrivals>,
+    /// Collectives only one rank ran in its window (no peer to match).
+    pub unmatched: usize,
+    /// Collectives whose ranks disagree on op, element type or size (not matched), one line
+    /// each up to a few.
+    pub disagreements: Vec<String>,
+    /// How many disagreed in all.
+    pub disagreeing: usize,
+}
+
+/// Most disagreements spelled out; the rest are counted.
+const SHOWN_DISAGREEMENTS: usize = 5;
+
+/// A collective across ranks: (position of its iteration, process group, order).
+type Key<'a> = (usize, &'a str, u32);
+
+/// Matches the collectives of `ranks` (rank, its calls), given in rank order.
+pub fn match_ranks(ranks: &[(i64, &[Call])]) -> Matching {
+    // Key: (iteration's first position, pg, seq); the iteration order is the first rank's.
+    let mut order: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut groups: BTreeMap<Key<'_>, Vec<(i64, &Call)>> = BTreeMap::new();
+    for &(rank, calls) in ranks {
+        for c in calls {
+            let n = order.len();
+            let pos = *order.entry(c.iteration.as_str()).or_insert(n);
+            groups
+                .entry((pos, c.pg.as_str(), c.seq))
+                .or_default()
+                .push((rank, c));
+        }
+    }
+    let mut m = Matching {
+        arrivals: ranks
+            .iter()
+            .map(|&(rank, _)| Arrivals {
+                rank,
+                ..Arrivals::default()
+            })
+            .collect(),
+        ..Matching::default()
+    };
+    let index: BTreeMap<i64, usize> = ranks.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
+    for (_, calls) in groups {
+        let (_, first) = calls[0];
+        if calls.len() < 2 {
+            m.unmatched += 1;
+            continue;
+        }
+        let differs = calls.iter().find(|(_, c)| {
+            (c.op.as_str(), c.dtype.as_str(), c.in_nelems)
+                != (first.op.as_str(), first.dtype.as_str(), first.in_nelems)
+        });
+        if let Some((rank, c)) = differs {
+            m.disagreeing += 1;
+            if m.disagreements.len() < SHOWN_DISAGREEMENTS {
+                let what = |c: &Call| {
+                    format!(
+                        "{} of {} {}",
+                        c.op,
+                        c.in_nelems.map_or("?".into(), |n| n.to_string()),
+                        c.dtype
+                    )
+                };
+                m.disagreements.push(format!(
+                    "{} group {} collective {}: rank {} ran {}, rank {} {}",
+                    first.iteration,
+                    first.pg,
+                    first.seq,
+                    calls[0].0,
+                    what(first),
+                    rank,
+                    what(c)
+                ));
+            }
+            continue;
+        }
+        let &(last_rank, last) = calls
+            .iter()
+            .min_by_key(|(rank, c)| (c.dur_ns, *rank))
+            .expect("two or more calls");
+        let mut wait = 0;
+        let mut max_wait = 0;
+        let ends = calls.iter().map(|(_, c)| c.start_ns + c.dur_ns);
+        let end_spread = ends.clone().max().unwrap_or(0) - ends.min().unwrap_or(0);
+        for &(rank, c) in &calls {
+            let w = c.dur_ns - last.dur_ns;
+            wait += w;
+            max_wait = max_wait.max(w);
+            let a = &mut m.arrivals[index[&rank]];
+            a.collectives += 1;
+            a.waited_ns += w;
+        }
+        let a = &mut m.arrivals[index[&last_rank]];
+        a.last += 1;
+        a.wait_caused_ns += wait;
+        m.matched.push(Matched {
+            iteration: first.iteration.clone(),
+            pg: first.pg.clone(),
+            seq: first.seq,
+            op: first.op.clone(),
+            dtype: first.dtype.clone(),
+            in_nelems: first.in_nelems,
+            ranks: calls.len(),
+            last_rank,
+            collective_ns: last.dur_ns,
+            wait_ns: wait,
+            max_wait_ns: max_wait,
+            end_spread_ns: end_spread,
+        });
+    }
+    m
+}
+
+/// Above this median end spread, matched collectives are not one event seen from each rank.
+const END_SPREAD_LIMIT_NS: i64 = 1_000_000;
+
+/// A warning when the matched collectives' kernels do not end together: the ranks' windows
+/// then cover different steps (a capture whose ranks opened their windows at different steps)
+/// or their clocks differ (ranks on several hosts), and who arrived last cannot be trusted in
+/// the first case.
+pub fn spread_warning(m: &Matching) -> Option<String> {
+    let mut v: Vec<i64> = m.matched.iter().map(|x| x.end_spread_ns).collect();
+    let med = super::median_low(&mut v)?;
+    (med > END_SPREAD_LIMIT_NS).then(|| {
+        format!(
+            "the matched collectives' kernels end {:.3} ms apart across ranks (median): the ranks' windows may cover different steps, or their clocks differ (several hosts); who arrived last is read from kernel lengths and holds only in the second case",
+            med as f64 * 1e-6
+        )
+    })
+}
+
+/// The rank that caused the most wait in each iteration's matched collectives, with that
+/// wait, ns: (iteration, rank, wait caused, all wait in the iteration), in iteration order.
+pub fn by_iteration(m: &Matching) -> Vec<(String, i64, i64, i64)> {
+    let mut out: Vec<(String, BTreeMap<i64, i64>, i64)> = Vec::new();
+    for x in &m.matched {
+        if out.last().is_none_or(|o| o.0 != x.iteration) {
+            out.push((x.iteration.clone(), BTreeMap::new(), 0));
+        }
+        let o = out.last_mut().expect("pushed");
+        *o.1.entry(x.last_rank).or_insert(0) += x.wait_ns;
+        o.2 += x.wait_ns;
+    }
+    out.into_iter()
+        .filter_map(|(it, per, all)| {
+            let (&rank, &wait) = per.iter().max_by_key(|&(r, w)| (*w, -r))?;
+            Some((it, rank, wait, all))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(it: &str, seq: u32, op: &str, n: i64, dur_us: i64) -> Call {
+        Call {
+            iteration: it.into(),
+            pg: "0".into(),
+            seq,
+            op: op.into(),
+            dtype: "Float".into(),
+            in_nelems: Some(n),
+            out_nelems: Some(n),
+            start_ns: 0,
+            dur_ns: dur_us * 1000,
+        }
+    }
+
+    #[test]
+    fn the_shortest_kernel_marks_the_last_arrival_and_the_others_waits() {
+        // Issue 18: rank 1 arrives last at both all-reduces of step 3 (its kernels are the
+        // shortest); at step 4's, rank 0 does.
+        let r0 = [
+            call("ProfilerStep#3", 0, "allreduce", 21, 500),
+            call("ProfilerStep#3", 1, "allreduce", 8, 300),
+            call("ProfilerStep#4", 0, "allreduce", 21, 100),
+        ];
+        let r1 = [
+            call("ProfilerStep#3", 0, "allreduce", 21, 100),
+            call("ProfilerStep#3", 1, "allreduce", 8, 100),
+            call("ProfilerStep#4", 0, "allreduce", 21, 150),
+        ];
+        let r2 = [
+            call("ProfilerStep#3", 0, "allreduce", 21, 300),
+            call("ProfilerStep#3", 1, "allreduce", 8, 120),
+            call("ProfilerStep#4", 0, "allreduce", 21, 110),
+        ];
+        let m = match_ranks(&[(0, &r0), (1, &r1), (2, &r2)]);
+        assert_eq!(m.matched.len(), 3);
+        assert_eq!(
+            m.matched.iter().map(|x| x.last_rank).collect::<Vec<_>>(),
+            [1, 1, 0]
+        );
+        assert_eq!(m.matched[0].collective_ns, 100_000);
+        assert_eq!(m.matched[0].wait_ns, (400 + 200) * 1000);
+        assert_eq!(m.matched[0].max_wait_ns, 400_000);
+        assert_eq!(m.arrivals[1].last, 2);
+        assert_eq!(m.arrivals[1].wait_caused_ns, (600 + 220) * 1000);
+        assert_eq!(m.arrivals[0].wait_caused_ns, (50 + 10) * 1000);
+        assert_eq!(m.arrivals[0].waited_ns, (400 + 200) * 1000);
+        assert_eq!(
+            by_iteration(&m),
+            [
+                ("ProfilerStep#3".to_string(), 1, 820_000, 820_000),
+                ("ProfilerStep#4".to_string(), 0, 60_000, 60_000)
+            ]
+        );
+    }
+
+    #[test]
+    fn collectives_that_disagree_or_have_no_peer_are_not_matched() {
+        let r0 = [
+            call("ProfilerStep#3", 0, "allreduce", 21, 500),
+            call("ProfilerStep#3", 1, "allreduce", 8, 300),
+        ];
+        let r1 = [call("ProfilerStep#3", 0, "broadcast", 21, 100)];
+        let m = match_ranks(&[(0, &r0), (1, &r1)]);
+        assert!(m.matched.is_empty());
+        assert_eq!((m.unmatched, m.disagreeing), (1, 1));
+        assert_eq!(
+            m.disagreements,
+            ["ProfilerStep#3 group 0 collective 0: rank 0 ran allreduce of 21 Float, rank 1 broadcast of 21 Float"]
+        );
+    }
+}
