@@ -29,7 +29,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            eprintln!("steptrace: error: {}", message(&err));
+            eprintln!("steptrace: error: {}", terminal_safe(&message(&err)));
             ExitCode::from(exit_code(&err))
         }
     }
@@ -52,9 +52,55 @@ fn message(err: &anyhow::Error) -> String {
 /// The console summary and where the files went, on stdout.
 fn print_result(console: &str, out_dir: &std::path::Path) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(console.as_bytes())?;
-    writeln!(out, "\nwrote {}", out_dir.display())?;
+    out.write_all(terminal_safe(console).as_bytes())?;
+    writeln!(
+        out,
+        "\nwrote {}",
+        terminal_safe(&out_dir.display().to_string())
+    )?;
     out.flush()
+}
+
+/// `-j N` within `1..=cores`: more threads than cores only cost memory and start-up (issue 22:
+/// `-j 10000` was still starting threads after 32 s), with a warning when clamped.
+fn clamp_threads(n: usize, cores: usize) -> (usize, Option<String>) {
+    let cores = cores.max(1);
+    if n > cores {
+        (
+            cores,
+            Some(format!(
+                "-j {n} is more than the {cores} cores here: using {cores}"
+            )),
+        )
+    } else {
+        (n.max(1), None)
+    }
+}
+
+/// Longest line printed, in characters.
+const MAX_LINE: usize = 300;
+
+/// Text from the input made safe for a terminal (issue 22): control characters other than
+/// tab and newline are dropped (an op name holding ESC sequences could clear the screen or
+/// set the window title), and a line longer than [`MAX_LINE`] characters is cut with `…`
+/// (a 1 MB op name printed whole).
+fn terminal_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut n = 0;
+        for c in line.chars().filter(|&c| c == '\t' || !c.is_control()) {
+            if n == MAX_LINE - 1 {
+                out.push('…');
+                break;
+            }
+            out.push(c);
+            n += 1;
+        }
+    }
+    out
 }
 
 fn exit_code(err: &anyhow::Error) -> u8 {
@@ -166,7 +212,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
                 .collect();
             steptrace::report::compare::write(&args.out, "compare", "configuration", &runs)?;
             let mut out = std::io::stdout().lock();
-            out.write_all(steptrace::report::compare::table(&runs).as_bytes())?;
+            out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
             writeln!(out, "\nwrote {}", args.out.display())?;
             Ok(0)
         }
@@ -205,7 +251,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
                 text += &steptrace::report::flops::comparison_table(&analysis, &r);
             }
             let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())?;
+            out.write_all(terminal_safe(&text).as_bytes())?;
             out.flush()?;
             Ok(0)
         }
@@ -295,7 +341,7 @@ fn sweep(args: cli::SweepArgs) -> anyhow::Result<u8> {
         values.iter().copied().zip(analyses.iter()).collect();
     steptrace::report::compare::write_sweep_curves(&args.out, &args.name, &curves)?;
     let mut out = std::io::stdout().lock();
-    out.write_all(steptrace::report::compare::table(&runs).as_bytes())?;
+    out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
     writeln!(out, "\nwrote {}", args.out.display())?;
     Ok(0)
 }
@@ -315,7 +361,14 @@ fn progress(stage: &str) {
 /// otherwise take every core. Called before any other thread exists (polars reads its variable
 /// when it first starts its pool); a limit the user set for polars is kept.
 fn limit_threads(n: usize) -> anyhow::Result<()> {
-    let n = n.max(1);
+    let n = clamp_threads(
+        n,
+        std::thread::available_parallelism().map_or(1, |c| c.get()),
+    );
+    if let Some(warning) = n.1 {
+        eprintln!("steptrace: warning: {warning}");
+    }
+    let n = n.0;
     if std::env::var_os("POLARS_MAX_THREADS").is_none() {
         std::env::set_var("POLARS_MAX_THREADS", n.to_string());
     }
@@ -366,4 +419,32 @@ fn process_cpu_seconds() -> f64 {
 #[cfg(not(unix))]
 fn process_cpu_seconds() -> f64 {
     0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue22_threads_are_clamped_to_the_cores() {
+        assert_eq!(clamp_threads(10_000, 2).0, 2);
+        assert!(clamp_threads(10_000, 2).1.unwrap().contains("-j 10000"));
+        assert_eq!(clamp_threads(0, 8), (1, None));
+        assert_eq!(clamp_threads(4, 8), (4, None));
+    }
+
+    #[test]
+    fn issue22_console_text_loses_control_characters_and_long_lines_are_cut() {
+        let hostile = "peak at \x1b[2J\x1b]0;owned\x07aten::mm\tx\r\nnext";
+        assert_eq!(
+            terminal_safe(hostile),
+            "peak at [2J]0;ownedaten::mm\tx\nnext"
+        );
+        let long = format!("peak allocated at {}", "a".repeat(1 << 20));
+        let cut = terminal_safe(&format!("{long}\nend"));
+        let first = cut.lines().next().unwrap();
+        assert_eq!(first.chars().count(), MAX_LINE);
+        assert!(first.ends_with('…'));
+        assert!(cut.ends_with("\nend"));
+    }
 }

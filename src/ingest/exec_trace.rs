@@ -104,7 +104,7 @@ struct RawAttr<'a> {
 
 /// Reads an Execution Trace (`.json` or gzip).
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<ExecTrace, Error> {
-    let src = source::read(path)?;
+    let src = source::read_expecting(path, source::Expect::JsonObject)?;
     if src.truncated_gzip {
         diag.warn(
             "truncated_exec_trace",

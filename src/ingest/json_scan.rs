@@ -398,22 +398,7 @@ pub(crate) fn walk_array_parallel<T: Send>(
     }
     let span = buf.len().saturating_sub(first);
     let pieces = (span / piece_bytes.max(1)).clamp(1, 1 << 20);
-    let mut cuts = vec![first];
-    for k in 1..pieces {
-        let target = first + span / pieces * k;
-        let mut j = target.max(*cuts.last().expect("non-empty") + 1);
-        while let Some(o) = buf.get(j..).and_then(|r| memchr::memchr(b'{', r)) {
-            let at = j + o;
-            let before = buf[..at]
-                .iter()
-                .rposition(|c| !matches!(c, b' ' | b'\n' | b'\r' | b'\t'));
-            if before.is_some_and(|b| buf[b] == b',') {
-                cuts.push(at);
-                break;
-            }
-            j = at + 1;
-        }
-    }
+    let cuts = piece_starts(buf, first, pieces, &mut 0);
     let limits: Vec<usize> = cuts
         .iter()
         .skip(1)
@@ -455,6 +440,41 @@ pub(crate) fn walk_array_parallel<T: Send>(
             Stop::Bad(b) => return Err(b),
         }
     }
+}
+
+/// Guessed element starts for `pieces` pieces of the array text from `first` (an element
+/// start) to the end: in each piece's stretch, the first `{` after a `,` (whitespace between).
+/// `scanned` counts the bytes looked at.
+fn piece_starts(buf: &[u8], first: usize, pieces: usize, scanned: &mut usize) -> Vec<usize> {
+    let span = buf.len().saturating_sub(first);
+    let mut cuts = vec![first];
+    for k in 1..pieces {
+        let target = first + span / pieces * k;
+        // A guess is looked for up to the next piece's target only: searching to the end of
+        // the buffer made each piece rescan a long run with no `{` (trailing padding), which
+        // was quadratic in its length (issue 22). With none in its stretch, a piece has no
+        // start of its own and the one before runs on through it.
+        let window_end = (first + span / pieces * (k + 1)).min(buf.len());
+        let mut j = target.max(*cuts.last().expect("non-empty") + 1);
+        while let Some(r) = buf.get(j..window_end) {
+            let Some(o) = memchr::memchr(b'{', r) else {
+                *scanned += r.len();
+                break;
+            };
+            *scanned += o + 1;
+            let at = j + o;
+            let before = buf[..at]
+                .iter()
+                .rposition(|c| !matches!(c, b' ' | b'\n' | b'\r' | b'\t'));
+            *scanned += at - before.unwrap_or(0);
+            if before.is_some_and(|b| buf[b] == b',') {
+                cuts.push(at);
+                break;
+            }
+            j = at + 1;
+        }
+    }
+    cuts
 }
 
 /// The array whose `[` is at `start` cut into chunks of whole elements of about `chunk_bytes`,
@@ -605,6 +625,30 @@ mod tests {
             for piece in [1, 100] {
                 assert_eq!(chunk_array_parallel(&b[..cut], start, piece).unwrap(), seq);
             }
+        }
+    }
+
+    #[test]
+    fn issue22_piece_starts_scan_each_byte_a_bounded_number_of_times_whatever_the_padding() {
+        // Events, then padding with no `{` after them: every piece's guess search used to run
+        // to the end of the buffer (quadratic in the padding).
+        for (pad_at_end, pieces) in [(true, 1000), (false, 1000), (true, 7)] {
+            let events = r#"{"ph":"X","name":"a","ts":1},"#.repeat(2000);
+            let pad = " ".repeat(4 << 20);
+            let body = if pad_at_end {
+                format!("[{events}{{}}{pad}]")
+            } else {
+                format!("[{events}{pad}{{}}]")
+            };
+            let mut scanned = 0;
+            let cuts = piece_starts(body.as_bytes(), 1, pieces, &mut scanned);
+            assert!(
+                scanned <= 2 * body.len(),
+                "{scanned} bytes looked at for {} (pad at end: {pad_at_end})",
+                body.len()
+            );
+            assert!(cuts.windows(2).all(|w| w[0] < w[1]));
+            assert!(cuts.iter().all(|&c| body.as_bytes()[c] == b'{'));
         }
     }
 

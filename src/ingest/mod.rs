@@ -193,6 +193,27 @@ pub fn discover(
     Ok(found)
 }
 
+/// A file a manifest names, inside its run directory (issue 22: a run directory is data, not
+/// instructions): a plain relative name with no `..`, naming a regular file where one exists
+/// (a device such as `/dev/zero` or a FIFO is refused; a missing file is left to the reader,
+/// which says it is missing).
+fn inside_run_dir(dir: &Path, manifest: &Path, name: &str) -> Result<PathBuf, Error> {
+    use std::path::Component;
+    let refuse = |why: &str| Error::Discovery {
+        path: manifest.to_path_buf(),
+        what: format!("the manifest names '{name}', {why}: refused"),
+    };
+    let rel = Path::new(name);
+    if name.is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(refuse("which is not a file name inside the run directory"));
+    }
+    let p = dir.join(rel);
+    match std::fs::metadata(&p) {
+        Ok(m) if !m.is_file() => Err(refuse("which is not a regular file")),
+        _ => Ok(p),
+    }
+}
+
 fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     let manifest_path = dir.join("manifest.json");
     if manifest_path.is_file() {
@@ -228,10 +249,11 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
             }
         };
         if let Some(trace) = files.trace {
+            let inside = |name: String| inside_run_dir(dir, &manifest_path, &name);
             return Ok(Inputs {
-                trace: dir.join(trace),
-                snapshot: files.snapshot.map(|s| dir.join(s)),
-                exec_trace: files.exec_trace.map(|s| dir.join(s)),
+                trace: inside(trace)?,
+                snapshot: files.snapshot.map(inside).transpose()?,
+                exec_trace: files.exec_trace.map(inside).transpose()?,
                 manifest: Some(manifest_path),
                 side_files_optional: false, // decided by `discover`
                 program_step_time_ns: step_time.and_then(secs_to_ns),

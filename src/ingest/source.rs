@@ -75,23 +75,68 @@ fn is_gzip(head: &[u8]) -> bool {
     head.starts_with(&[0x1f, 0x8b])
 }
 
+/// What an input must start with: checked on its first bytes, before a gzip stream is
+/// inflated any further (10 MB of gzip can hold 10 GiB of zeros; byte 0 already says they are
+/// not a trace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// A JSON object: `{` after any whitespace.
+    JsonObject,
+    /// A pickle: the PROTO opcode, or a protocol 0-1 opcode.
+    Pickle,
+    /// Anything.
+    Any,
+}
+
+impl Expect {
+    /// Why `head` (the first bytes, or the whole input when shorter) cannot be this; `None`
+    /// when it can, or when too little is known yet.
+    fn refuse(self, head: &[u8], whole: bool) -> Option<&'static str> {
+        match self {
+            Expect::JsonObject => match head.iter().find(|c| !c.is_ascii_whitespace()) {
+                Some(b'{') => None,
+                Some(_) => Some("not a JSON object (its first character is not '{')"),
+                // A whole input of whitespace is the parser's to name (an empty file).
+                None if !whole && head.len() >= INFLATE_CHECK_BYTES => {
+                    Some("not a JSON object (64 KiB of whitespace first)")
+                }
+                None => None,
+            },
+            Expect::Pickle => match head.first() {
+                Some(0x80 | b'(' | b'}' | b']' | b'l' | b'd') => None,
+                Some(_) => Some("not a pickle (its first byte is no pickle opcode)"),
+                None => None,
+            },
+            Expect::Any => None,
+        }
+    }
+}
+
+/// How much inflated text is checked against [`Expect`] before inflating on.
+const INFLATE_CHECK_BYTES: usize = 1 << 16;
+
 /// Reads a whole file, inflating it when it starts with the gzip magic bytes.
 pub fn read(path: &Path) -> Result<Source, Error> {
+    read_expecting(path, Expect::Any)
+}
+
+/// [`read`], refusing at once an input whose first bytes cannot be `expect`, and a gzip stream
+/// that inflates past the memory available.
+pub fn read_expecting(path: &Path, expect: Expect) -> Result<Source, Error> {
+    let format = |what: String| Error::Format {
+        path: path.to_path_buf(),
+        what,
+    };
     let raw = open(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
     let file_len = raw.len() as u64;
     if is_gzip(&raw) {
-        let (bytes, truncated_gzip) = inflate(&raw).map_err(|e| Error::Format {
-            path: path.to_path_buf(),
-            what: format!("corrupt gzip stream: {e}"),
-        })?;
+        let (bytes, truncated_gzip) =
+            inflate(&raw, expect, memory_available()).map_err(|e| format(e.to_string()))?;
         if bytes.is_empty() && truncated_gzip {
-            return Err(Error::Format {
-                path: path.to_path_buf(),
-                what: "gzip stream ends before any data".into(),
-            });
+            return Err(format("gzip stream ends before any data".into()));
         }
         Ok(Source {
             bytes: Bytes::Owned(bytes),
@@ -100,12 +145,51 @@ pub fn read(path: &Path) -> Result<Source, Error> {
             truncated_gzip,
         })
     } else {
+        // A plain file costs nothing more to read whole: its parser names what is wrong.
         Ok(Source {
             bytes: raw,
             file_len,
             gzipped: false,
             truncated_gzip: false,
         })
+    }
+}
+
+/// Bytes of memory the system can still give (Linux's `MemAvailable`); `None` elsewhere.
+fn memory_available() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+/// Why a gzip stream was not inflated.
+#[derive(Debug)]
+enum InflateError {
+    /// Its first bytes cannot be what was expected.
+    NotExpected(&'static str),
+    /// It inflates past the limit.
+    TooLarge(u64),
+    /// Memory could not be had for the next piece.
+    OutOfMemory(usize),
+    /// Deflate data or a member's check (CRC, size) is wrong.
+    Corrupt(String),
+}
+
+impl std::fmt::Display for InflateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InflateError::NotExpected(why) => write!(f, "{why}"),
+            InflateError::TooLarge(limit) => write!(
+                f,
+                "gzip stream inflates past the {:.1} GiB of memory available",
+                *limit as f64 / (1u64 << 30) as f64
+            ),
+            InflateError::OutOfMemory(at) => {
+                write!(f, "out of memory while inflating (after {at} bytes)")
+            }
+            InflateError::Corrupt(e) => write!(f, "corrupt gzip stream: {e}"),
+        }
     }
 }
 
@@ -123,20 +207,61 @@ pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
 
 /// Inflates a (possibly multi-member) gzip stream. An unexpected end of stream is not an error:
 /// the bytes decoded so far are returned with `true`, so a trace written by a killed process
-/// still yields its complete events.
-fn inflate(raw: &[u8]) -> std::io::Result<(Vec<u8>, bool)> {
-    let mut out = Vec::with_capacity(inflated_size_hint(raw));
-    let mut dec = flate2::read::MultiGzDecoder::new(raw);
-    // read_to_end decodes straight into `out`'s spare capacity (no bounce buffer), retries
-    // `Interrupted` itself and, on an error, keeps what it had appended: that is the truncated
-    // trace's readable prefix.
-    match dec.read_to_end(&mut out) {
-        Ok(_) => Ok((out, false)),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok((out, true)),
-        // A stream cut inside a deflate block surfaces as InvalidInput/InvalidData; with output
-        // already produced that is truncation, with none it is a corrupt file.
-        Err(e) if out.is_empty() => Err(e),
-        Err(_) => Ok((out, true)),
+/// still yields its complete events. A stream that ends with input left over, or whose member
+/// check fails, is corrupt; running out of memory is said as such (issue 22: both used to
+/// read as a cut stream). The first bytes are checked against `expect`, and inflating stops
+/// past `limit` bytes.
+fn inflate(
+    raw: &[u8],
+    expect: Expect,
+    limit: Option<u64>,
+) -> Result<(Vec<u8>, bool), InflateError> {
+    const PIECE: usize = 1 << 20;
+    let hint = inflated_size_hint(raw).min(limit.map_or(usize::MAX, |l| l as usize));
+    let mut out: Vec<u8> = Vec::new();
+    out.try_reserve_exact(hint.max(PIECE))
+        .map_err(|_| InflateError::OutOfMemory(0))?;
+    // Over a slice, the decoder's reader is what it has not consumed yet.
+    let mut dec = flate2::bufread::MultiGzDecoder::new(raw);
+    let mut checked = expect == Expect::Any;
+    loop {
+        if out.capacity() - out.len() < PIECE {
+            out.try_reserve(PIECE.max(out.len() / 2))
+                .map_err(|_| InflateError::OutOfMemory(out.len()))?;
+        }
+        // read_to_end fills the spare capacity without zeroing it first and, on an error,
+        // keeps what it appended: the readable prefix of a cut stream. The spare room is at
+        // least a piece and `take` stops it there, so it never grows the buffer itself.
+        let n = match (&mut dec).take(PIECE as u64).read_to_end(&mut out) {
+            Ok(n) => n,
+            Err(e) => {
+                let text = e.to_string();
+                // A member's trailer check failing, or deflate data that stops making sense
+                // with input left, is corruption; running out of input is a cut.
+                let check = text.contains("checksum") || text.contains("matching size");
+                return if e.kind() == std::io::ErrorKind::OutOfMemory {
+                    Err(InflateError::OutOfMemory(out.len()))
+                } else if e.kind() == std::io::ErrorKind::UnexpectedEof
+                    || (!check && dec.get_ref().is_empty())
+                {
+                    Ok((out, true))
+                } else {
+                    Err(InflateError::Corrupt(text))
+                };
+            }
+        };
+        if !checked && (out.len() >= INFLATE_CHECK_BYTES || n == 0) {
+            if let Some(why) = expect.refuse(&out[..out.len().min(INFLATE_CHECK_BYTES)], n == 0) {
+                return Err(InflateError::NotExpected(why));
+            }
+            checked = true;
+        }
+        if n == 0 {
+            return Ok((out, false));
+        }
+        if let Some(l) = limit.filter(|&l| out.len() as u64 > l) {
+            return Err(InflateError::TooLarge(l));
+        }
     }
 }
 
@@ -200,9 +325,80 @@ mod tests {
     #[test]
     fn inflates_whole_stream() {
         let data: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
-        let (out, truncated) = inflate(&gz(&data)).unwrap();
+        let (out, truncated) = inflate(&gz(&data), Expect::Any, None).unwrap();
         assert_eq!(out, data);
         assert!(!truncated);
+    }
+
+    #[test]
+    fn issue22_a_stream_that_is_not_what_is_expected_is_refused_on_its_first_bytes() {
+        // 64 MiB of zeros in about 64 KB of gzip: not a JSON object, known from byte 0.
+        let z = gz(&vec![0u8; 64 << 20]);
+        assert!(z.len() < 100_000);
+        match inflate(&z, Expect::JsonObject, None) {
+            Err(InflateError::NotExpected(why)) => assert!(why.contains("not a JSON object")),
+            other => panic!("{:?}", other.map(|(v, t)| (v.len(), t))),
+        }
+        assert!(matches!(
+            inflate(&z, Expect::Pickle, None),
+            Err(InflateError::NotExpected(_))
+        ));
+        let json = gz(br#"  {"traceEvents": []}"#);
+        assert!(inflate(&json, Expect::JsonObject, None).is_ok());
+        assert!(matches!(
+            inflate(&gz(b"[1, 2]"), Expect::JsonObject, None),
+            Err(InflateError::NotExpected(_))
+        ));
+    }
+
+    #[test]
+    fn issue22_inflating_stops_at_the_limit() {
+        let mut text = br#"{"traceEvents": ["#.to_vec();
+        text.resize(8 << 20, b' ');
+        let z = gz(&text);
+        match inflate(&z, Expect::JsonObject, Some(1 << 20)) {
+            Err(InflateError::TooLarge(l)) => assert_eq!(l, 1 << 20),
+            other => panic!("{:?}", other.map(|(v, t)| (v.len(), t))),
+        }
+        assert_eq!(
+            inflate(&z, Expect::JsonObject, Some(9 << 20))
+                .unwrap()
+                .0
+                .len(),
+            8 << 20
+        );
+    }
+
+    #[test]
+    fn issue22_a_bad_check_or_bad_data_is_corrupt_not_cut() {
+        let data: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let z = gz(&data);
+        // CRC32 is the trailer's first four bytes.
+        let mut bad_crc = z.clone();
+        let at = bad_crc.len() - 8;
+        bad_crc[at] ^= 0xff;
+        match inflate(&bad_crc, Expect::Any, None) {
+            Err(InflateError::Corrupt(e)) => assert!(e.contains("checksum"), "{e}"),
+            other => panic!("{:?}", other.map(|(v, t)| (v.len(), t))),
+        }
+        let mut bad_size = z.clone();
+        let at = bad_size.len() - 2;
+        bad_size[at] ^= 0xff;
+        assert!(matches!(
+            inflate(&bad_size, Expect::Any, None),
+            Err(InflateError::Corrupt(_))
+        ));
+        // Deflate data damaged in the middle, with the rest of the file after it.
+        let mut bad_data = z.clone();
+        for b in &mut bad_data[z.len() / 3..z.len() / 3 + 64] {
+            *b = 0xff;
+        }
+        assert!(matches!(
+            inflate(&bad_data, Expect::Any, None),
+            Err(InflateError::Corrupt(_))
+        ));
     }
 
     #[test]
@@ -211,7 +407,7 @@ mod tests {
             .flat_map(|i| (i % 251).to_le_bytes())
             .collect();
         let z = gz(&data);
-        let (out, truncated) = inflate(&z[..z.len() / 2]).unwrap();
+        let (out, truncated) = inflate(&z[..z.len() / 2], Expect::Any, None).unwrap();
         assert!(truncated);
         assert!(!out.is_empty());
         assert_eq!(&data[..out.len()], &out[..]);

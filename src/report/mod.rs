@@ -100,8 +100,54 @@ pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 }
 
 /// A CSV writer on a [`create`]d file.
-pub(crate) fn csv_writer(path: &Path) -> Result<csv::Writer<File>, Error> {
-    Ok(csv::Writer::from_writer(create(path)?))
+pub(crate) fn csv_writer(path: &Path) -> Result<CsvOut, Error> {
+    Ok(CsvOut(csv::Writer::from_writer(create(path)?)))
+}
+
+/// A CSV writer whose every field goes through [`safe_cell`].
+pub(crate) struct CsvOut(csv::Writer<File>);
+
+impl CsvOut {
+    /// Writes one record, each field made safe for spreadsheets.
+    pub(crate) fn write_record<I, T>(&mut self, record: I) -> csv::Result<()>
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<[u8]>,
+    {
+        for f in record {
+            self.0.write_field(safe_cell(f.as_ref()))?;
+        }
+        self.0.write_record(None::<&[u8]>)
+    }
+
+    /// Flushes what is buffered.
+    pub(crate) fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// A CSV cell that a spreadsheet would read as a formula (issue 22: an op or label named
+/// `=cmd|' /C calc'!A0`, `+SUM(1,2)` or `@HYPERLINK(...)`) gets a leading `'`, as OWASP
+/// recommends: text starting with `=`, `@`, a tab or a carriage return, and text starting with
+/// `+` or `-` that is not a number (a negative figure stays a number).
+pub(crate) fn safe_cell(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let formula = match b.first() {
+        Some(b'=' | b'@' | b'\t' | b'\r') => true,
+        Some(b'+' | b'-') => {
+            let t = std::str::from_utf8(b).unwrap_or("");
+            let t = t.strip_suffix('%').unwrap_or(t);
+            t.parse::<f64>().is_err()
+        }
+        _ => false,
+    };
+    if formula {
+        let mut v = Vec::with_capacity(b.len() + 1);
+        v.push(b'\'');
+        v.extend_from_slice(b);
+        std::borrow::Cow::Owned(v)
+    } else {
+        std::borrow::Cow::Borrowed(b)
+    }
 }
 
 pub(crate) fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
@@ -147,10 +193,11 @@ impl Rows {
         self
     }
 
-    /// Text, quoted as CSV needs.
+    /// Text, made safe for spreadsheets ([`safe_cell`]) and quoted as CSV needs.
     pub(crate) fn text(&mut self, s: &str) -> &mut Self {
         self.sep();
-        let b = s.as_bytes();
+        let cell = safe_cell(s.as_bytes());
+        let b: &[u8] = &cell;
         if b.iter().any(|&c| matches!(c, b',' | b'"' | b'\r' | b'\n')) {
             self.buf.push(b'"');
             for &c in b {
@@ -817,7 +864,8 @@ mod tests {
             .flexible(true)
             .from_writer(Vec::new());
         for r in rows {
-            w.write_record(r).unwrap();
+            w.write_record(r.iter().map(|f| safe_cell(f.as_bytes())))
+                .unwrap();
         }
         w.into_inner().unwrap()
     }
@@ -826,7 +874,7 @@ mod tests {
         #[test]
         fn rows_quote_as_the_csv_crate_does(
             rows in proptest::collection::vec(
-                proptest::collection::vec("[a,\"\r\n #é0-]{0,6}", 1..5),
+                proptest::collection::vec("[a,\"\r\n #é0=+@\t.-]{0,6}", 1..5),
                 0..6,
             )
         ) {
@@ -864,6 +912,28 @@ mod tests {
         let written = std::fs::read(&part).unwrap();
         std::fs::remove_file(&part).unwrap();
         assert_eq!(written, expected.bytes());
+    }
+
+    #[test]
+    fn issue22_cells_that_would_be_formulas_are_neutralised_and_numbers_kept() {
+        let cell = |s: &str| String::from_utf8(safe_cell(s.as_bytes()).into_owned()).unwrap();
+        for f in [
+            "=cmd|' /C calc'!A0",
+            "+SUM(1,2)",
+            "@HYPERLINK(\"x\")",
+            "-2+3",
+            "\tx",
+            "\r=1",
+        ] {
+            assert_eq!(cell(f), format!("'{f}"));
+        }
+        for keep in ["-1.5", "+2", "-12.5%", "aten::mm", "", "1e-3", "-"] {
+            let want = if keep == "-" { "'-" } else { keep };
+            assert_eq!(cell(keep), want);
+        }
+        let mut r = Rows::new();
+        r.text("=1+1").text("-0.25").end();
+        assert_eq!(r.bytes(), b"'=1+1,-0.25\n");
     }
 
     #[test]

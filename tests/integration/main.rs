@@ -7,6 +7,7 @@ mod corpus;
 mod determinism;
 mod gen_ranks;
 mod golden;
+mod hostile;
 mod liveness;
 mod outputs;
 mod properties;

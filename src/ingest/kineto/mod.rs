@@ -440,7 +440,7 @@ impl KinetoTrace {
 
 /// Reads and parses a Kineto trace file (`.json` or gzip).
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
-    let src = source::read(path)?;
+    let src = source::read_expecting(path, source::Expect::JsonObject)?;
     let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
     t.gzipped = src.gzipped;
     Ok(t)

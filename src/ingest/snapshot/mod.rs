@@ -176,7 +176,7 @@ impl Snapshot {
 
 /// Reads a snapshot pickle (plain or gzip).
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
-    let src = source::read(path)?;
+    let src = source::read_expecting(path, source::Expect::Pickle)?;
     if src.truncated_gzip {
         diag.warn(
             "truncated_snapshot",
@@ -212,6 +212,11 @@ struct Extractor<'a> {
     stack_by_items: FxHashMap<(usize, usize), StackId>,
     /// ...and by content (equal stacks written as separate lists).
     stack_by_frames: FxHashMap<Box<[FrameId]>, StackId>,
+    /// Records met so far, by dict and by list ([`Extractor::first_use`]).
+    seen_dicts: Vec<bool>,
+    seen_seqs: Vec<bool>,
+    /// Records skipped as repeats.
+    repeats: usize,
 }
 
 impl<'a> Extractor<'a> {
@@ -227,6 +232,33 @@ impl<'a> Extractor<'a> {
             stack_by_list: FxHashMap::default(),
             stack_by_items: FxHashMap::default(),
             stack_by_frames: FxHashMap::default(),
+            seen_dicts: vec![false; pk.dict_count()],
+            seen_seqs: vec![false; pk.seq_count()],
+            repeats: 0,
+        }
+    }
+
+    /// Whether this is the first time the record `id` (a segment, block or history entry
+    /// dict, or a device's entry list) is met. A genuine snapshot never holds one object in
+    /// two places; a pickle can, through its memo, name one thousands of times, and copying
+    /// each would make a few hundred bytes expand into gigabytes (issue 22). Repeats are
+    /// counted and skipped, so what is built stays proportional to the pickle's content.
+    fn first_use(&mut self, id: ValueId) -> bool {
+        let slot = match (self.pk.dict_index(id), self.pk.seq_index(id)) {
+            (Some(i), _) => self.seen_dicts.get_mut(i),
+            (_, Some(i)) => self.seen_seqs.get_mut(i),
+            _ => None,
+        };
+        match slot {
+            Some(seen) if *seen => {
+                self.repeats += 1;
+                false
+            }
+            Some(seen) => {
+                *seen = true;
+                true
+            }
+            None => true,
         }
     }
 
@@ -249,6 +281,11 @@ impl<'a> Extractor<'a> {
         let mut stacks = Vec::with_capacity(items.len());
         let mut missing = 0usize;
         for &e in items {
+            if !self.first_use(e) {
+                missing += 1;
+                stacks.push(NO_STACK);
+                continue;
+            }
             let (action, frames) = match pk.entry(e) {
                 Some(r) => (r.get("action"), r.get("frames")),
                 None => (pk.dict_get(e, "action"), pk.dict_get(e, "frames")),
@@ -377,9 +414,15 @@ impl<'a> Extractor<'a> {
         let mut legacy = traces_id.is_none();
         let mut segments = Vec::new();
         for &s in pk.items(segments_id) {
+            if !self.first_use(s) {
+                continue;
+            }
             let g = |k: &str| pk.dict_get(s, k);
             let mut blocks = Vec::new();
             for &b in g("blocks").map(|b| pk.items(b)).unwrap_or(&[]) {
+                if !self.first_use(b) {
+                    continue;
+                }
                 let state = self
                     .str_of(pk.dict_get(b, "state"))
                     .unwrap_or_else(|| self.strings.intern("unknown"));
@@ -417,7 +460,9 @@ impl<'a> Extractor<'a> {
             // list beats hashing its frames for each of millions of entries.
             let mut by_list = vec![NO_STACK; pk.seq_count()];
             for &dev in pk.items(t) {
-                device_traces.push(self.history(pk.items(dev), &mut by_list));
+                if self.first_use(dev) {
+                    device_traces.push(self.history(pk.items(dev), &mut by_list));
+                }
             }
         }
         let mut annotations = Vec::new();
@@ -438,6 +483,16 @@ impl<'a> Extractor<'a> {
                     time_us,
                 });
             }
+        }
+        if self.repeats > 0 {
+            self.diag.warn(
+                "snapshot_repeated_records",
+                format!(
+                    "{}: {} segment, block or history records are repeats of one object (memo references), which no snapshot torch writes holds: each kept once",
+                    self.path.display(),
+                    self.repeats
+                ),
+            );
         }
         Ok(Snapshot {
             path: self.path.to_path_buf(),

@@ -452,6 +452,16 @@ impl<'a> Pickle<'a> {
         self.seqs.items.len()
     }
 
+    /// How many dicts the pickle built.
+    pub fn dict_count(&self) -> usize {
+        self.maps.items.len()
+    }
+
+    /// A dense index of a dict (for tables by object).
+    pub fn dict_index(&self, id: ValueId) -> Option<usize> {
+        (id.kind() == Kind::Dict).then_some(id.data() as usize)
+    }
+
     /// A dense index of a list, tuple or set (for tables by container, which beat hash maps
     /// when millions of entries each name one).
     pub fn seq_index(&self, id: ValueId) -> Option<usize> {

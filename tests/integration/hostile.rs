@@ -1,0 +1,172 @@
+//! Hostile input (issue 22): each case small and generated here, each asserting the bound it
+//! protects by counting (records built, bytes read), not by the clock.
+
+use std::path::Path;
+
+/// Protocol-4 pickle opcodes, enough to build snapshots by hand.
+#[derive(Default)]
+struct Pickle(Vec<u8>);
+
+impl Pickle {
+    fn op(&mut self, b: u8) -> &mut Self {
+        self.0.push(b);
+        self
+    }
+    fn text(&mut self, s: &str) -> &mut Self {
+        self.0.push(0x8c); // SHORT_BINUNICODE
+        self.0.push(s.len() as u8);
+        self.0.extend_from_slice(s.as_bytes());
+        self
+    }
+    fn int(&mut self, v: i32) -> &mut Self {
+        self.0.push(b'J'); // BININT
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// MEMOIZE: the top of the stack becomes memo entry `n` (counting from 0).
+    fn memo(&mut self) -> &mut Self {
+        self.op(0x94)
+    }
+    /// LONG_BINGET: pushes memo entry `i` again.
+    fn get(&mut self, i: u32) -> &mut Self {
+        self.0.push(b'j');
+        self.0.extend_from_slice(&i.to_le_bytes());
+        self
+    }
+    /// A dict of `(key, int)` members, memoised.
+    fn dict(&mut self, members: &[(&str, i32)], text: &[(&str, &str)]) -> &mut Self {
+        self.op(b'}').memo().op(b'(');
+        for (k, v) in members {
+            self.text(k).int(*v);
+        }
+        for (k, v) in text {
+            self.text(k).text(v);
+        }
+        self.op(b'u')
+    }
+}
+
+/// Issue 22, case 1: a pickle of a few KB naming one segment, block, device list and history
+/// entry thousands of times through its memo. Copying each reference made a 1,690-byte file
+/// allocate until the process aborted; each repeat is now skipped, so what is built is one
+/// of each, and a warning counts the repeats.
+#[test]
+fn issue22_memo_references_do_not_multiply_snapshot_records() {
+    const N: u32 = 2000;
+    let mut p = Pickle::default();
+    p.op(0x80).op(4).op(b'}').memo().op(b'('); // memo 0: root
+                                               // segments: [S] * N, S = {..., blocks: [B] * N}
+    p.text("segments").op(b']').memo().op(b'('); // memo 1: the segment list
+    p.op(b'}').memo().op(b'('); // memo 2: S
+    p.text("address").int(0).text("total_size").int(1024);
+    p.text("allocated_size").int(512).text("stream").int(0);
+    p.text("blocks").op(b']').memo().op(b'('); // memo 3: S's blocks
+    p.dict(
+        &[("address", 0), ("size", 512)],
+        &[("state", "active_allocated")],
+    ); // memo 4: B
+    for _ in 1..N {
+        p.get(4);
+    }
+    p.op(b'e').op(b'u'); // S's blocks, S's members
+    for _ in 1..N {
+        p.get(2);
+    }
+    p.op(b'e'); // the segment list
+                // device_traces: [D] * N, D = [E] * N
+    p.text("device_traces").op(b']').memo().op(b'('); // memo 5
+    p.op(b']').memo().op(b'('); // memo 6: D
+    p.dict(
+        &[("addr", 0), ("size", 512), ("stream", 0), ("time_us", 1)],
+        &[("action", "alloc")],
+    ); // memo 7: E
+    for _ in 1..N {
+        p.get(7);
+    }
+    p.op(b'e');
+    for _ in 1..N {
+        p.get(6);
+    }
+    p.op(b'e').op(b'u').op(b'.');
+    let bytes = &p.0;
+    assert!(bytes.len() < 41_000, "{}", bytes.len());
+    let mut d = steptrace::diagnostics::Diagnostics::default();
+    let s =
+        steptrace::ingest::snapshot::from_bytes(Path::new("bomb.pickle"), bytes, &mut d).unwrap();
+    // Copied, it would be 2,000 segments of 2,000 blocks and 2,000 devices of 2,000 entries.
+    assert_eq!(s.segments.len(), 1);
+    assert_eq!(s.segments[0].blocks.len(), 1);
+    assert_eq!(s.device_traces.len(), 1);
+    assert_eq!(s.device_traces[0].len(), 1);
+    assert_eq!(s.device_traces[0][0].size, 512);
+    assert_eq!(d.count("snapshot_repeated_records"), 1);
+    let w = d.lines().join("\n");
+    assert!(w.contains(&format!("{} segment", 4 * (N - 1))), "{w}");
+}
+
+/// Issue 22, case 9: a manifest's file names stay inside its run directory and name regular
+/// files: `"trace": "/dev/zero"` read 8.4 GB before failing, `/dev/urandom` never ended.
+#[test]
+fn issue22_manifest_paths_stay_inside_the_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(run.join("sub")).unwrap();
+    std::fs::write(
+        dir.path().join("outside.json"),
+        crate::synthetic::training_trace(2, false),
+    )
+    .unwrap();
+    for (name, why) in [
+        ("/dev/zero", "not a file name inside"),
+        ("../outside.json", "not a file name inside"),
+        ("sub/../../outside.json", "not a file name inside"),
+        ("sub", "not a regular file"),
+        ("", "not a file name inside"),
+    ] {
+        std::fs::write(
+            run.join("manifest.json"),
+            serde_json::json!({"files": {"trace": name}}).to_string(),
+        )
+        .unwrap();
+        let err = steptrace::analyze(&steptrace::AnalyzeProps {
+            input: run.clone(),
+            out: Some(dir.path().join("out")),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(why) && err.contains("refused"),
+            "{name}: {err}"
+        );
+        assert!(err.contains("manifest.json"), "{err}");
+    }
+    // A snapshot named outside is refused too, though the trace is fine.
+    std::fs::copy(dir.path().join("outside.json"), run.join("trace.json")).unwrap();
+    std::fs::write(
+        run.join("manifest.json"),
+        serde_json::json!({"files": {"trace": "trace.json", "snapshot": "/dev/urandom"}})
+            .to_string(),
+    )
+    .unwrap();
+    let err = steptrace::analyze(&steptrace::AnalyzeProps {
+        input: run.clone(),
+        out: Some(dir.path().join("out")),
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("/dev/urandom"), "{err}");
+    // Inside, it is read.
+    std::fs::write(
+        run.join("manifest.json"),
+        serde_json::json!({"files": {"trace": "trace.json"}}).to_string(),
+    )
+    .unwrap();
+    assert!(steptrace::analyze(&steptrace::AnalyzeProps {
+        input: run,
+        out: Some(dir.path().join("out")),
+        ..Default::default()
+    })
+    .is_ok());
+}
