@@ -90,14 +90,16 @@ fn terminal_safe(text: &str) -> String {
         if i > 0 {
             out.push('\n');
         }
-        let mut n = 0;
-        for c in line.chars().filter(|&c| c == '\t' || !c.is_control()) {
+        for (n, c) in line
+            .chars()
+            .filter(|&c| c == '\t' || !c.is_control())
+            .enumerate()
+        {
             if n == MAX_LINE - 1 {
                 out.push('…');
                 break;
             }
             out.push(c);
-            n += 1;
         }
     }
     out
