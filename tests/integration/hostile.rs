@@ -170,3 +170,49 @@ fn issue22_manifest_paths_stay_inside_the_run_directory() {
     })
     .is_ok());
 }
+
+/// Issue 22, case 10: a snapshot cut short, as a killed writer leaves it, yields the records
+/// before the cut (it gave exit 2 and no output): at every cut, each device's history read is
+/// a prefix of the whole one (a record cut in its middle is left out, never read wrong), with
+/// a warning; the longer the file, the more it holds.
+#[test]
+fn issue22_a_cut_snapshot_yields_the_records_before_the_cut() {
+    let gz = std::fs::read(crate::common::root().join("sample_traces/resnet18/snapshot.pickle.gz"))
+        .unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut bytes).unwrap();
+    let mut d = steptrace::diagnostics::Diagnostics::default();
+    let whole =
+        steptrace::ingest::snapshot::from_bytes(Path::new("s.pickle"), &bytes, &mut d).unwrap();
+    assert_eq!(d.count("truncated_snapshot"), 0);
+    let full: usize = whole.device_traces.iter().map(Vec::len).sum();
+    let mut last = 0;
+    for k in 1..20 {
+        let cut = bytes.len() * k / 20;
+        let mut d = steptrace::diagnostics::Diagnostics::default();
+        let Ok(s) =
+            steptrace::ingest::snapshot::from_bytes(Path::new("s.pickle"), &bytes[..cut], &mut d)
+        else {
+            continue; // cut before the root's members: nothing to hold
+        };
+        assert_eq!(d.count("truncated_snapshot"), 1, "cut at {cut}");
+        for (dev, h) in s.device_traces.iter().enumerate() {
+            let w = &whole.device_traces[dev];
+            assert!(h.len() <= w.len());
+            for (a, b) in h.iter().zip(w) {
+                assert_eq!(
+                    (a.action, a.addr, a.size, a.time_us),
+                    (b.action, b.addr, b.size, b.time_us),
+                    "cut at {cut}"
+                );
+            }
+        }
+        let n: usize = s.device_traces.iter().map(Vec::len).sum();
+        assert!(
+            n >= last && n <= full,
+            "cut at {cut}: {n} entries after {last}"
+        );
+        last = n;
+    }
+    assert!(last > full / 2, "{last} of {full} entries at the last cut");
+}

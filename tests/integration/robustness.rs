@@ -219,12 +219,17 @@ fn a_bad_side_file_in_a_run_directory_never_sinks_the_trace() {
     let warnings = out.diagnostics.lines().join("\n");
     assert_eq!(
         out.diagnostics.count("side_file_unreadable"),
-        2,
+        1,
+        "{warnings}"
+    );
+    // The cut pickle yields what it holds, with a warning (issue 22).
+    assert!(
+        out.diagnostics.count("truncated_snapshot") >= 1,
         "{warnings}"
     );
     assert!(warnings.contains("snapshot.pickle.gz"), "{warnings}");
     assert!(out.analysis.summary.iterations > 0);
-    assert!(out.analysis.summary.snapshot.is_none());
+    assert!(out.analysis.summary.snapshot.is_some());
     assert!(out.analysis.summary.execution_trace.is_none());
 
     let props = steptrace::AnalyzeProps {

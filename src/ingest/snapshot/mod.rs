@@ -174,16 +174,14 @@ impl Snapshot {
     }
 }
 
-/// Reads a snapshot pickle (plain or gzip).
+/// Reads a snapshot pickle (plain or gzip). One cut short (a writer killed while it wrote)
+/// yields what it holds, with a warning, as a cut trace does (issue 22).
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
     let src = source::read_expecting(path, source::Expect::Pickle)?;
     if src.truncated_gzip {
         diag.warn(
             "truncated_snapshot",
-            format!(
-                "{}: gzip stream ends early; the pickle cannot be complete",
-                path.display()
-            ),
+            format!("{}: gzip stream ends early", path.display()),
         );
     }
     from_bytes(path, &src.bytes, diag)
@@ -191,10 +189,20 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
 
 /// Parses snapshot pickle bytes.
 pub fn from_bytes(path: &Path, bytes: &[u8], diag: &mut Diagnostics) -> Result<Snapshot, Error> {
-    let pk = unpickle::parse(bytes).map_err(|e| Error::Format {
+    let (pk, cut) = unpickle::parse_lenient(bytes).map_err(|e| Error::Format {
         path: path.to_path_buf(),
         what: e.to_string(),
     })?;
+    if let Some(at) = cut {
+        diag.warn(
+            "truncated_snapshot",
+            format!(
+                "{}: the pickle ends early at byte {at} of {}: the records before the cut are used",
+                path.display(),
+                bytes.len()
+            ),
+        );
+    }
     Extractor::new(path, &pk, diag).run()
 }
 

@@ -561,31 +561,123 @@ pub fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
     parse_with(buf, true)
 }
 
+/// [`parse`], except that a pickle that ends early (a writer killed while it wrote) yields
+/// what it holds: every container still open is closed over the items read so far, a dict
+/// that was still being filled is left out of its parent (a record missing members would
+/// read as wrong data), and the offset of the cut is returned beside it.
+pub fn parse_lenient(buf: &[u8]) -> Result<(Pickle<'_>, Option<usize>), PickleError> {
+    let mut r = Reader::new(buf, true);
+    match r.run() {
+        Ok(root) => {
+            r.pk.root = root;
+            Ok((r.pk, None))
+        }
+        Err(PickleError::Truncated { offset }) => {
+            r.pk.root = r.salvage(offset)?;
+            Ok((r.pk, Some(offset)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn parse_with(buf: &[u8], share: bool) -> Result<Pickle<'_>, PickleError> {
-    let mut r = Reader {
-        share,
-        pk: Pickle {
-            buf,
-            texts: Texts::default(),
-            wide: Vec::new(),
-            floats: Vec::new(),
-            seqs: Store::new(),
-            maps: Store::new(),
-            entries: Vec::new(),
-            root: NONE,
-        },
-        pos: 0,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: Vec::new(),
-        key_cache: [(0, None); KEY_CACHE],
-        shared: FxHashMap::default(),
-    };
+    let mut r = Reader::new(buf, share);
     r.pk.root = r.run()?;
     Ok(r.pk)
 }
 
 impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8], share: bool) -> Reader<'a> {
+        Reader {
+            share,
+            pk: Pickle {
+                buf,
+                texts: Texts::default(),
+                wide: Vec::new(),
+                floats: Vec::new(),
+                seqs: Store::new(),
+                maps: Store::new(),
+                entries: Vec::new(),
+                root: NONE,
+            },
+            pos: 0,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Vec::new(),
+            key_cache: [(0, None); KEY_CACHE],
+            shared: FxHashMap::default(),
+        }
+    }
+
+    /// Items above the mark at `from` that were waiting for a single APPEND (a list of one
+    /// item is pickled as the empty list, the item, APPEND, with no mark) go into their list:
+    /// a container after an empty list, where the level holds key-value pairs at an odd count
+    /// (`dict_level`: its pending items alternate key, value, so a container in a key's place
+    /// is such an item), or after an empty list in a list's pending items.
+    fn settle_single_appends(&mut self, from: usize, dict_level: bool) {
+        loop {
+            let n = self.stack.len();
+            if n < from + 2 {
+                return;
+            }
+            let (prev, top) = (self.stack[n - 2], self.stack[n - 1]);
+            let item = matches!(
+                top.kind(),
+                Kind::List | Kind::Dict | Kind::Set | Kind::Tuple
+            );
+            let waiting = if dict_level {
+                !(n - from).is_multiple_of(2) && item
+            } else {
+                matches!(top.kind(), Kind::List | Kind::Dict)
+            };
+            if !(waiting
+                && matches!(prev.kind(), Kind::List | Kind::Set)
+                && self.pk.items(prev).is_empty())
+            {
+                return;
+            }
+            self.pk.seqs.extend(prev.data(), &[top]);
+            self.stack.pop();
+        }
+    }
+
+    /// After a cut at `offset`: closes the open containers from the innermost out (see
+    /// [`parse_lenient`]) and returns the bottom of the stack, the root being built.
+    fn salvage(&mut self, offset: usize) -> Result<ValueId, PickleError> {
+        let mut unfinished_dict: Option<ValueId> = None;
+        // The bottom of the stack is a level too: a root filled by single SETITEMs.
+        let mut levels = std::mem::take(&mut self.marks);
+        levels.insert(0, 1);
+        while let Some(from) = levels.pop() {
+            if from > self.stack.len() || from == 0 {
+                break;
+            }
+            if let Some(d) = unfinished_dict.take() {
+                if self.stack.len() > from && self.stack.last() == Some(&d) {
+                    self.stack.pop();
+                }
+            }
+            let container = self.stack[from - 1];
+            self.settle_single_appends(from, container.kind() == Kind::Dict);
+            match container.kind() {
+                Kind::List | Kind::Set => self.add_to_list(container, from, offset)?,
+                Kind::Dict => {
+                    if !(self.stack.len() - from).is_multiple_of(2) {
+                        self.stack.pop(); // a key whose value never came
+                    }
+                    self.add_to_dict(container, from, offset)?;
+                    unfinished_dict = Some(container);
+                }
+                // A tuple or anything else in the making: its items are dropped.
+                _ => self.stack.truncate(from),
+            }
+        }
+        self.stack
+            .first()
+            .copied()
+            .ok_or(PickleError::Truncated { offset })
+    }
+
     #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
         if self.pk.buf.len() - self.pos < n {
