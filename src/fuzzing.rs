@@ -30,9 +30,24 @@ pub fn kineto(data: &[u8]) {
 }
 
 /// A memory snapshot pickle.
+/// Panics when what is built is not proportional to the input (issue 22: memo references
+/// multiplied records): every segment, block, history entry, frame and stack needs bytes of
+/// its own in the pickle.
 pub fn pickle(data: &[u8]) {
     let mut d = Diagnostics::default();
-    let _ = crate::ingest::snapshot::from_bytes(Path::new("fuzz.pickle"), data, &mut d);
+    if let Ok(s) = crate::ingest::snapshot::from_bytes(Path::new("fuzz.pickle"), data, &mut d) {
+        let records = s.segments.len()
+            + s.segments.iter().map(|g| g.blocks.len()).sum::<usize>()
+            + s.device_traces.iter().map(Vec::len).sum::<usize>()
+            + s.annotations.len()
+            + s.frames.len()
+            + s.stacks.len();
+        assert!(
+            records <= data.len(),
+            "{records} records from {} bytes",
+            data.len()
+        );
+    }
 }
 
 /// An Execution Trace.

@@ -153,10 +153,12 @@ fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
     }
     let mut reads = vec![FxHashSet::default(); step.nodes.len()];
     let mut writes: Vec<Vec<(i64, i64)>> = vec![Vec::new(); step.nodes.len()];
+    let mut joined = 0usize;
     for (oi, op) in t.kineto.ops.iter().enumerate() {
         let Some(e) = op.rf_id.and_then(|r| by_rf.get(&r)) else {
             continue;
         };
+        joined += 1;
         let o = OpId(oi as u32);
         let Some(&ni) = std::iter::once(o)
             .chain(t.ancestors(o))
@@ -176,7 +178,10 @@ fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
             }
         }
     }
-    Some(EtUses { reads, writes })
+    // An Execution Trace that joins no op (from another run) says nothing about these
+    // tensors: liveness then comes from the allocator events, as without one (issue 22: it
+    // claimed `execution_trace` with 0 of 474 ops joined).
+    (joined > 0).then_some(EtUses { reads, writes })
 }
 
 use super::memory::round_block;

@@ -295,7 +295,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     for it in &step.iterations {
         let lo = t.memory.partition_point(|m| m.ts < it.start);
         for m in t.memory[lo..].iter().take_while(|m| m.ts <= it.end) {
-            if peak.is_none_or(|(b, _)| m.total_allocated > b) {
+            // A negative total is an unknown one (absent or out of range).
+            if m.total_allocated >= 0 && peak.is_none_or(|(b, _)| m.total_allocated > b) {
                 peak = Some((m.total_allocated, m.ts));
             }
         }

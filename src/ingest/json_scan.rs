@@ -265,6 +265,35 @@ pub(crate) fn find_top_level_key(buf: &[u8], key: &[u8]) -> Result<Option<Found>
     }
 }
 
+/// What follows a top-level member's value ending at `after` (its index just past it): whether
+/// the object names `key` again, and where non-whitespace text follows the object's end.
+/// `None` when the text is not well-formed there (the header reader says so).
+pub(crate) fn rest_of_object(
+    buf: &[u8],
+    mut i: usize,
+    key: &[u8],
+) -> Option<(bool, Option<usize>)> {
+    let mut again = false;
+    loop {
+        i = skip_ws(buf, i);
+        match buf.get(i) {
+            Some(b',') => i = skip_ws(buf, i + 1),
+            Some(b'}') => {
+                let end = skip_ws(buf, i + 1);
+                return Some((again, (end < buf.len()).then_some(end)));
+            }
+            _ => return None,
+        }
+        let kend = skip_string(buf, i)?;
+        again |= &buf[i + 1..kend - 1] == key;
+        i = skip_ws(buf, kend);
+        if buf.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_value(buf, skip_ws(buf, i + 1))?;
+    }
+}
+
 /// The elements of an array, cut into chunks at element boundaries.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ArrayChunks {
@@ -650,6 +679,27 @@ mod tests {
             assert!(cuts.windows(2).all(|w| w[0] < w[1]));
             assert!(cuts.iter().all(|&c| body.as_bytes()[c] == b'{'));
         }
+    }
+
+    #[test]
+    fn issue22_a_second_key_and_text_after_the_object_are_found() {
+        let rest = |t: &str| {
+            let at = t.find(']').unwrap() + 1;
+            rest_of_object(t.as_bytes(), at, b"traceEvents")
+        };
+        assert_eq!(
+            rest(r#"{"traceEvents":[], "a": {"b": 1}}"#),
+            Some((false, None))
+        );
+        assert_eq!(
+            rest(r#"{"traceEvents":[], "traceEvents": [1]} "#),
+            Some((true, None))
+        );
+        assert_eq!(
+            rest(r#"{"traceEvents":[]} {"traceEvents":[]}"#),
+            Some((false, Some(19)))
+        );
+        assert_eq!(rest(r#"{"traceEvents":[], "a" 1}"#), None);
     }
 
     #[test]

@@ -102,6 +102,8 @@ fn issue22_memo_references_do_not_multiply_snapshot_records() {
     assert_eq!(d.count("snapshot_repeated_records"), 1);
     let w = d.lines().join("\n");
     assert!(w.contains(&format!("{} segment", 4 * (N - 1))), "{w}");
+    // The fuzz target's bound: records built never outnumber the input's bytes.
+    steptrace::fuzzing::pickle(bytes);
 }
 
 /// Issue 22, case 9: a manifest's file names stay inside its run directory and name regular
@@ -215,4 +217,74 @@ fn issue22_a_cut_snapshot_yields_the_records_before_the_cut() {
         last = n;
     }
     assert!(last > full / 2, "{last} of {full} entries at the last cut");
+}
+
+/// Issue 22, case 11: what used to pass silently is a warning: a second `traceEvents`, text
+/// after the trace's object, and a memory counter past 2^63 (which became a peak of -1 bytes).
+#[test]
+fn issue22_duplicate_events_trailing_text_and_overflowing_counters_are_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = crate::synthetic::training_trace(2, true);
+    let run = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        steptrace::analyze(&steptrace::AnalyzeProps {
+            input: p,
+            out: Some(dir.path().join(format!("{name}.out"))),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let clean = run("clean.json", t.clone());
+    for kind in [
+        "duplicate_trace_events",
+        "trailing_data",
+        "memory_counter_out_of_range",
+    ] {
+        assert_eq!(clean.diagnostics.count(kind), 0, "{kind}");
+    }
+    let trailing = run("trailing.json", format!("{t}\n{{\"traceEvents\": []}}"));
+    assert_eq!(trailing.diagnostics.count("trailing_data"), 1);
+    let end = t.rfind('}').unwrap();
+    let twice = run(
+        "twice.json",
+        format!("{}, \"traceEvents\": []}}", &t[..end]),
+    );
+    assert_eq!(twice.diagnostics.count("duplicate_trace_events"), 1);
+    // The first memory event's total underflowed in the writer.
+    let at = t.find("\"Total Allocated\":").unwrap() + "\"Total Allocated\":".len();
+    let len = t[at..].find(',').unwrap();
+    let over = run(
+        "over.json",
+        format!("{}18446744073709551615{}", &t[..at], &t[at + len..]),
+    );
+    assert_eq!(over.diagnostics.count("memory_counter_out_of_range"), 1);
+    assert_eq!(
+        over.analysis.summary.peak_allocated_bytes,
+        clean.analysis.summary.peak_allocated_bytes
+    );
+}
+
+/// Issue 22, case 11: an Execution Trace from another run joins none of the trace's ops; the
+/// liveness is then the allocator events', and says so (it claimed `execution_trace`).
+#[test]
+fn issue22_an_execution_trace_that_joins_nothing_is_not_claimed_as_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.json");
+    // Ops with record-function ids far from the ET's.
+    let t = crate::synthetic::training_trace(2, true);
+    std::fs::write(&p, &t).unwrap();
+    let out = steptrace::analyze(&steptrace::AnalyzeProps {
+        input: p,
+        exec_trace: Some(crate::common::root().join("sample_traces/resnet18/exec_trace.json.gz")),
+        out: Some(dir.path().join("o")),
+        ..Default::default()
+    })
+    .unwrap();
+    let s = &out.analysis.summary;
+    assert_eq!(s.execution_trace.as_ref().map(|j| j.ops_matched), Some(0));
+    assert_eq!(
+        serde_json::to_value(s.liveness_source).unwrap(),
+        serde_json::json!("memory_events")
+    );
 }

@@ -498,6 +498,32 @@ pub fn from_bytes_chunked(
     let elements = partials.iter().map(|p| p.elements).sum();
 
     let header = parse_header(&buf, arr_start, array.end).map_err(fmt_err)?;
+    // Python's json keeps the last of two `traceEvents`, this reader the first; text after
+    // the object is another writer's leftovers. Neither passes silently (issue 22).
+    if let Some((again, trailing)) = array
+        .end
+        .and_then(|e| json_scan::rest_of_object(&buf, e, b"traceEvents"))
+    {
+        if again {
+            diag.warn(
+                "duplicate_trace_events",
+                format!(
+                    "{}: the object has a second \"traceEvents\"; the first is analysed",
+                    path.display()
+                ),
+            );
+        }
+        if let Some(at) = trailing {
+            diag.warn(
+                "trailing_data",
+                format!(
+                    "{}: text after the trace's object, from byte {at} of {}; ignored",
+                    path.display(),
+                    buf.len()
+                ),
+            );
+        }
+    }
     let truncated = match (array.end, array.cut_at) {
         (None, cut) => {
             let at = cut.unwrap_or(buf.len());
@@ -873,6 +899,15 @@ impl Partial {
             ));
             return;
         };
+        // A counter past i64 (`Total Allocated: 18446744073709551615`, an unsigned underflow
+        // in the writer) is unknown, and said so (issue 22: it became a peak of -1 bytes).
+        let over = |l: raw::Lenient| matches!(l, raw::Lenient::UInt(_));
+        if over(args.total_allocated) || over(args.total_reserved) {
+            self.anomalies.push((
+                "memory_counter_out_of_range",
+                format!("[memory] at byte {offset} has a counter past 2^63: taken as unknown"),
+            ));
+        }
         let thread = self.thread(ev);
         self.memory.push(MemEvent {
             thread,
