@@ -175,10 +175,8 @@ fn python_has(module: &str) -> bool {
 
 #[test]
 fn python_shim_chains_an_existing_sitecustomize_and_reports_without_torch() {
-    if !python_has("sys") {
-        eprintln!("skipped: no python3");
-        return;
-    }
+    // The capture test machine has python3 (CI's does): a missing one fails, never passes.
+    assert!(python_has("sys"), "no python3 here");
     let dir = tempfile::tempdir().unwrap();
     let user = dir.path().join("user");
     std::fs::create_dir(&user).unwrap();
@@ -217,11 +215,9 @@ fn python_shim_chains_an_existing_sitecustomize_and_reports_without_torch() {
 }
 
 #[test]
+#[ignore = "needs torch importable (the GPU machine runs it: cargo test -- --ignored)"]
 fn python_shim_records_a_cpu_training_loop_where_torch_is_importable() {
-    if !python_has("torch") {
-        eprintln!("skipped: torch is not importable here (the GPU machine runs this for real)");
-        return;
-    }
+    assert!(python_has("torch"), "torch is not importable here");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let prog = "import torch\nm=torch.nn.Linear(8,2)\no=torch.optim.SGD(m.parameters(),lr=0.1)\nfor _ in range(8):\n o.zero_grad(); m(torch.randn(4,8)).sum().backward(); o.step()\n";
@@ -241,7 +237,9 @@ impl Drop for Mount {
     }
 }
 
+/// Needs root to mount a 64 KiB tmpfs (issue 21: it returned early, as a pass, without it).
 #[test]
+#[ignore = "needs root (mounts a tmpfs)"]
 fn full_disk_keeps_the_childs_status_and_its_files() {
     let dir = tempfile::tempdir().unwrap();
     let small = dir.path().join("small");
@@ -252,10 +250,7 @@ fn full_disk_keeps_the_childs_status_and_its_files() {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a small tmpfs here (needs root)");
-        return;
-    }
+    assert!(mounted, "cannot mount a small tmpfs here (needs root)");
     let _guard = Mount(small.clone());
     let out = small.join("run");
     // The child fills the disk while writing its own output, then fails.
