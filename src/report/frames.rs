@@ -430,69 +430,77 @@ fn read_calls(f: &Frame) -> Result<Vec<crate::analysis::collectives::Call>, Erro
         .collect())
 }
 
+/// One rank's results: its summary file at `p` and the files beside it.
+fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, Error> {
+    use crate::analysis::kernels::Temporal;
+    use crate::analysis::ranks::RankResult;
+    let s = Frame::read(p.to_path_buf())?;
+    let rank = s.i64_first("rank")?;
+    let sibling = |what: &str| p.with_file_name(format!("rank{rank}.{what}.parquet"));
+    let it = Frame::read(sibling("iterations"))?;
+    let nd = Frame::read(sibling("nodes"))?;
+    let (gpu, cpu) = (nd.f64s("median_run_time_s")?, nd.f64s("median_cpu_time_s")?);
+    let nodes = nd
+        .strs("node")?
+        .into_iter()
+        .zip(gpu.into_iter().zip(cpu))
+        .map(|(n, (g, c))| (n, g.unwrap_or(0.0), c.unwrap_or(0.0)))
+        .collect();
+    // Written since collectives were matched; a rank written before has none.
+    let calls = sibling("collectives");
+    let collectives = if calls.exists() {
+        read_calls(&Frame::read(calls)?)?
+    } else {
+        Vec::new()
+    };
+    Ok(RankResult {
+        collectives,
+        rank,
+        trace: s.strs("trace")?.into_iter().next().unwrap_or_default(),
+        iterations: s.i64_first("iterations")? as usize,
+        step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
+        step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
+        step_times_s: it
+            .f64s("step_time_s")?
+            .into_iter()
+            .map(|v| v.unwrap_or(0.0))
+            .collect(),
+        gpu: Temporal {
+            span_ns: s.i64_first("gpu_span_ns")?,
+            idle_ns: s.i64_first("idle_ns")?,
+            compute_ns: s.i64_first("compute_ns")?,
+            non_compute_ns: s.i64_first("non_compute_ns")?,
+            communication_ns: s.i64_first("communication_ns")?,
+            memory_ns: s.i64_first("memory_ns")?,
+            comm_comp_overlap_pct: s.f64_first("comm_comp_overlap_pct")?,
+        },
+        peak_allocated_bytes: s.i64s("peak_allocated_bytes")?.first().copied().flatten(),
+        nodes,
+    })
+}
+
 /// Reads back every rank written by [`write_rank`] in `dirs`, in rank order.
 pub fn read_ranks(
     dirs: &[std::path::PathBuf],
 ) -> Result<Vec<crate::analysis::ranks::RankResult>, Error> {
-    use crate::analysis::kernels::Temporal;
-    use crate::analysis::ranks::RankResult;
-    let mut out = Vec::new();
+    use rayon::prelude::*;
+    let mut names: Vec<std::path::PathBuf> = Vec::new();
     for d in dirs {
         let rd = std::fs::read_dir(d).map_err(super::io(d))?;
-        let mut names: Vec<std::path::PathBuf> = rd
+        let mut here: Vec<std::path::PathBuf> = rd
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
                 p.file_name()
                     .is_some_and(|n| n.to_string_lossy().ends_with(".summary.parquet"))
             })
             .collect();
-        names.sort();
-        for p in names {
-            let s = Frame::read(p.clone())?;
-            let rank = s.i64_first("rank")?;
-            let sibling = |what: &str| p.with_file_name(format!("rank{rank}.{what}.parquet"));
-            let it = Frame::read(sibling("iterations"))?;
-            let nd = Frame::read(sibling("nodes"))?;
-            let (gpu, cpu) = (nd.f64s("median_run_time_s")?, nd.f64s("median_cpu_time_s")?);
-            let nodes = nd
-                .strs("node")?
-                .into_iter()
-                .zip(gpu.into_iter().zip(cpu))
-                .map(|(n, (g, c))| (n, g.unwrap_or(0.0), c.unwrap_or(0.0)))
-                .collect();
-            // Written since collectives were matched; a rank written before has none.
-            let calls = sibling("collectives");
-            let collectives = if calls.exists() {
-                read_calls(&Frame::read(calls)?)?
-            } else {
-                Vec::new()
-            };
-            out.push(RankResult {
-                collectives,
-                rank,
-                trace: s.strs("trace")?.into_iter().next().unwrap_or_default(),
-                iterations: s.i64_first("iterations")? as usize,
-                step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
-                step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
-                step_times_s: it
-                    .f64s("step_time_s")?
-                    .into_iter()
-                    .map(|v| v.unwrap_or(0.0))
-                    .collect(),
-                gpu: Temporal {
-                    span_ns: s.i64_first("gpu_span_ns")?,
-                    idle_ns: s.i64_first("idle_ns")?,
-                    compute_ns: s.i64_first("compute_ns")?,
-                    non_compute_ns: s.i64_first("non_compute_ns")?,
-                    communication_ns: s.i64_first("communication_ns")?,
-                    memory_ns: s.i64_first("memory_ns")?,
-                    comm_comp_overlap_pct: s.f64_first("comm_comp_overlap_pct")?,
-                },
-                peak_allocated_bytes: s.i64s("peak_allocated_bytes")?.first().copied().flatten(),
-                nodes,
-            });
-        }
+        here.sort();
+        names.extend(here);
     }
+    // Ranks are read on all threads: a thousand ranks are four thousand small files. The
+    // first error in name order is the one reported, whatever the threads.
+    let read: Vec<Result<_, Error>> = names.par_iter().map(|p| read_rank(p)).collect();
+    let mut out = read.into_iter().collect::<Result<Vec<_>, Error>>()?;
     out.sort_by_key(|r| r.rank);
     Ok(out)
 }
