@@ -86,6 +86,62 @@ fn exit_codes_come_back() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/program"));
 }
 
+/// Issue 21, item 5: signals arriving one after another while the child writes are each
+/// forwarded (the handler saves errno and the launcher's own calls are not disturbed): the
+/// child counts five SIGINTs while appending lines, exits with its own status, and every
+/// line it wrote is whole.
+#[test]
+fn repeated_signals_are_forwarded_while_the_child_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let ready = dir.path().join("ready");
+    let log = dir.path().join("log");
+    let script = format!(
+        "n=0; trap 'n=$((n+1)); [ $n -ge 5 ] && exit 42' INT; touch {r}; \
+         i=0; while [ $i -lt 3000 ]; do echo line-$i >> {l}; i=$((i+1)); sleep 0.002; done; exit 3",
+        r = ready.display(),
+        l = log.display()
+    );
+    let child = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "child never started");
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(42),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().count() > 10, "{text}");
+    assert!(text.ends_with('\n'));
+    for (i, l) in text.lines().enumerate() {
+        assert_eq!(l, format!("line-{i}"));
+    }
+    let m = manifest(&out);
+    assert_eq!(m["exit"]["forwarded_signal"], 2);
+    assert_eq!(m["exit"]["code"], 42);
+}
+
 #[test]
 fn sigint_to_steptrace_is_forwarded_to_the_child() {
     let dir = tempfile::tempdir().unwrap();
