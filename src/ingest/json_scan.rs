@@ -21,7 +21,9 @@ pub(crate) fn skip_ws(buf: &[u8], mut i: usize) -> usize {
 pub(crate) fn skip_string(buf: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
-        let k = j + memchr2(b'"', b'\\', &buf[j..])?;
+        // `get`: a text cut right after the quote (or a caller's index at the end) is
+        // "ended first", never an out-of-range slice (issue 22).
+        let k = j + memchr2(b'"', b'\\', buf.get(j..)?)?;
         if buf[k] == b'"' {
             return Some(k + 1);
         }
@@ -283,6 +285,10 @@ pub(crate) fn rest_of_object(
                 return Some((again, (end < buf.len()).then_some(end)));
             }
             _ => return None,
+        }
+        // A key must be a string; a text that ends after the comma is not well-formed.
+        if buf.get(i) != Some(&b'"') {
+            return None;
         }
         let kend = skip_string(buf, i)?;
         again |= &buf[i + 1..kend - 1] == key;
@@ -700,6 +706,23 @@ mod tests {
             Some((false, Some(19)))
         );
         assert_eq!(rest(r#"{"traceEvents":[], "a" 1}"#), None);
+    }
+
+    #[test]
+    fn issue22_the_rest_of_an_object_cut_anywhere_is_not_well_formed_and_never_a_panic() {
+        // CI found `rest_of_object` slicing past the end when the text stopped right after a
+        // comma (the annotated trace's every-cut test).
+        let t = r#"{"traceEvents":[], "a": {"b": "x"y"}, "c": [1, 2], "d": "e"}"#;
+        let at = t.find(']').unwrap() + 1;
+        for cut in at..t.len() {
+            assert_eq!(
+                rest_of_object(&t.as_bytes()[..cut], at, b"x"),
+                None,
+                "cut {cut}"
+            );
+        }
+        assert_eq!(skip_string(b"\"", 0), None);
+        assert_eq!(skip_string(b"", 0), None);
     }
 
     #[test]
