@@ -38,20 +38,23 @@ bounded() {
     kill -0 $pid 2>/dev/null || { wait $pid; return $?; }
     sleep 0.1
   done
-  {
-    echo "== still running after ${secs}s: $*"
-    for p in $pid $(pgrep -P $pid) $(for c in $(pgrep -P $pid); do pgrep -P $c; done); do
-      echo "-- pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-200)"
-      grep -E '^(State|Threads)' /proc/$p/status 2>/dev/null
-      for t in /proc/$p/task/*; do
-        echo "   tid ${t##*/} $(cat $t/comm 2>/dev/null) $(cat $t/stat 2>/dev/null | awk '{print $3}') wchan=$(cat $t/wchan 2>/dev/null)"
-      done
-      command -v gdb >/dev/null && timeout 60 gdb -batch -p $p -ex 'thread apply all bt 12' 2>&1 | grep -E '^(Thread|#)' | head -150
-    done
-  } >$log 2>&1
+  { echo "== still running after ${secs}s: $*"; dump_tree $pid; } >$log 2>&1
   pkill -KILL -P $pid 2>/dev/null; kill -KILL $pid 2>/dev/null
   wait $pid
   return 124
+}
+# dump_tree PID: state, kernel wait channel and threads of PID and its descendants, with gdb
+# backtraces where gdb exists.
+dump_tree() {
+  local pid=$1 p t
+  for p in $pid $(pgrep -P $pid) $(for c in $(pgrep -P $pid); do pgrep -P $c; done); do
+    echo "-- pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-200)"
+    grep -E '^(State|Threads)' /proc/$p/status 2>/dev/null
+    for t in /proc/$p/task/*; do
+      echo "   tid ${t##*/} $(cat $t/comm 2>/dev/null) $(cat $t/stat 2>/dev/null | awk '{print $3}') wchan=$(cat $t/wchan 2>/dev/null)"
+    done
+    command -v gdb >/dev/null && timeout 60 gdb -batch -p $p -ex 'thread apply all bt 12' 2>&1 | grep -E '^(Thread|#)' | head -150
+  done
 }
 minus() { python3 -c "print($1 - $2)"; }
 
@@ -97,6 +100,8 @@ prog py_word_lm py $E/word_language_model 1 -- python3 main.py --accel --epochs 
 prog py_dcgan py $E/dcgan 1 -- python3 main.py --dataset fake --accel --niter 8 --batchSize 50 --outf $W/dcgan_out
 prog nanogpt_bench py $N 1 -- python3 bench.py --real_data=False --compile=False
 prog nanogpt_bench_compile py $N 0 -- python3 bench.py --real_data=False --compile=True
+# Small enough to commit as a sample (sample_traces/corpus/nanogpt_compile).
+prog nanogpt_compile_small py $N 0 -- python3 bench.py --real_data=False --compile=True --batch_size=4 --block_size=256
 prog nanogpt_train_fp16_accum py $N 1 -- python3 train.py --dataset=openwebtext --compile=False --dtype=float16 \
   --gradient_accumulation_steps=4 --batch_size=8 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 \
   --max_iters=200 --lr_decay_iters=200 --eval_interval=100000 --eval_iters=2 --log_interval=1 --warmup_iters=10 \
@@ -110,7 +115,7 @@ sig() { # NAME PHASE SIGNAL TARGET(steptrace|child) -- COMMAND...
   local name=$1 phase=$2 signal=$3 target=$4; shift 5
   local out=$W/sig/$name
   mkdir -p $W/sig
-  $ST capture --out $out --schedule skip_first=1,wait=1,warmup=1,active=${ACTIVE:-200} -- "$@" \
+  STEPTRACE_STACKS_ON_USR2=1 $ST capture --out $out --schedule skip_first=1,wait=1,warmup=1,active=${ACTIVE:-200} -- "$@" \
     >$W/logs/sig_$name.out 2>$W/logs/sig_$name.err &
   local pid=$! seen=""
   for i in $(seq 1 600); do
@@ -122,7 +127,24 @@ sig() { # NAME PHASE SIGNAL TARGET(steptrace|child) -- COMMAND...
   local victim=$pid
   [ $target = child ] && victim=$(pgrep -P $pid | head -n 1)
   kill -$signal $victim 2>/dev/null
-  wait $pid; local rc=$?
+  # Watchdog: a run that has not ended SIG_LIMIT_S seconds after its signal has its process
+  # tree described in sig_NAME.hang and every Python thread's stack printed into its .err log
+  # (the shim's SIGUSR2 dump), then its tree is killed (rc 124).
+  local rc i
+  for ((i = 0; i < ${SIG_LIMIT_S:-90} * 10; i++)); do
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 $pid 2>/dev/null; then
+    # Its own file: the child's stderr (the .err log) is written at the child's offset.
+    { echo "== $name: still running ${SIG_LIMIT_S:-90}s after SIG$signal"; dump_tree $pid; } >$W/logs/sig_$name.hang
+    for p in $(pgrep -P $pid) $(for c in $(pgrep -P $pid); do pgrep -P $c; done); do kill -USR2 $p 2>/dev/null; done
+    sleep 3
+    for p in $(for c in $(pgrep -P $pid); do pgrep -P $c; done) $(pgrep -P $pid); do kill -KILL $p 2>/dev/null; done
+    kill -KILL $pid 2>/dev/null; wait $pid; rc=124
+  else
+    wait $pid; rc=$?
+  fi
   $ST analyze $out --out $out.an >$W/logs/sig_$name.analyze.out 2>&1; local an=$?
   python3 - "$name" "$phase" "$seen" "$signal" "$rc" "$an" "$out" <<'PY' >>$OUT/signals.jsonl
 import json, sys, os
@@ -141,11 +163,13 @@ PY
 }
 if want signals_py; then
   cd $E/mnist
-  for s in INT TERM; do
-    for ph in before_window window after; do sig py_${s}_$ph $ph $s steptrace -- python3 main.py --epochs 3; done
+  for s in ${SIG_PY:-INT TERM}; do
+    for ph in ${SIG_PHASES:-before_window window after}; do sig py_${s}_$ph $ph $s steptrace -- python3 main.py --epochs 3; done
   done
-  sig py_SEGV_after after SEGV child -- python3 main.py --epochs 3
-  sig py_SEGV_window window SEGV child -- python3 main.py --epochs 3
+  if [ -z "${SIG_PY:-}" ]; then
+    sig py_SEGV_after after SEGV child -- python3 main.py --epochs 3
+    sig py_SEGV_window window SEGV child -- python3 main.py --epochs 3
+  fi
   cd $ROOT
 fi
 if want signals_cpp; then

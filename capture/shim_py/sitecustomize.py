@@ -96,6 +96,8 @@ class _State:
         self.forward_depth = 0
         self.nvtx_iteration_open = False
         self.done = False
+        # Set by the SIGTERM handler: the process then ends as SIGTERM would once written.
+        self.sigterm = False
         self.hooks = []
         self.orig_backward = None
         self.orig_scaler_update = None
@@ -692,6 +694,14 @@ def _on_torch(torch):
 
 
 def _at_exit():
+    try:
+        _at_exit_work()
+    finally:
+        if _S.sigterm:
+            _end_as_sigterm()
+
+
+def _at_exit_work():
     if _S.done:
         return
     st = _S.status
@@ -729,6 +739,20 @@ def _at_exit():
             _S.error("exit snapshot", exc)
     st["exited_cleanly"] = True
     _write_status()
+
+
+def _end_as_sigterm():
+    # SIGTERM's own action ends the process at once; the handler only delays that until the
+    # window is written. This atexit hook runs last (it was registered first), so the
+    # program's own atexit work is done: skip the interpreter's finalization, as SIGTERM
+    # would. (pytorch/examples mnist hung there, in a thread join, after a SIGTERM inside the
+    # window; issue 17.)
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os._exit(128 + 15)
 
 
 def _install_torch_hook():
@@ -769,12 +793,27 @@ def _install_sigterm():
     # recorded so far is written. Programs that install their own handler keep it.
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def handler(signum, frame):
+            _S.sigterm = True
             raise SystemExit(128 + signum)
 
         try:
             signal.signal(signal.SIGTERM, handler)
         except ValueError:  # not the main thread
             pass
+
+
+def _install_stack_dump():
+    # Diagnosing a run that does not end (the corpus script's watchdog): SIGUSR2 prints every
+    # thread's Python stack to stderr. Off unless asked for: the program may use SIGUSR2.
+    if not os.environ.get("STEPTRACE_STACKS_ON_USR2"):
+        return
+    try:
+        import faulthandler
+        import signal
+
+        faulthandler.register(signal.SIGUSR2, all_threads=True, chain=True)
+    except (ImportError, AttributeError, ValueError, RuntimeError):
+        pass
 
 
 def _is_launcher_process():
@@ -796,6 +835,7 @@ def _boot():
 
     atexit.register(_at_exit)
     _install_sigterm()
+    _install_stack_dump()
     if "torch" in sys.modules:
         _on_torch(sys.modules["torch"])
     else:
