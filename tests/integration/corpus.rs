@@ -51,3 +51,57 @@ fn corpus_captures_match_torchs_own_peak_flops_and_the_timed_step() {
         );
     }
 }
+
+/// nanoGPT's bench.py under `torch.compile` (issue 17, item 4): the compiled forward is one
+/// node (`Torch-Compiled Region`) with its GPU time and memory, the compiled backward's
+/// Triton kernels are nodes of their own, every GPU microsecond of a whole iteration lands on a
+/// node, and the peak is attributed to the node that made it.
+#[test]
+fn issue17_compiled_regions_and_triton_kernels_are_nodes_with_their_gpu_time_and_the_peak() {
+    let d = crate::common::root().join("sample_traces/corpus/nanogpt_compile");
+    let props = steptrace::AnalyzeProps {
+        input: d,
+        ..Default::default()
+    };
+    let (t, a, _diag) = steptrace::run_analysis(&props).unwrap();
+    let a = &a;
+    let name = |n: &steptrace::analysis::step::Node| t.kineto.str(t.op(n.op).name).to_owned();
+    let whole: Vec<_> = a
+        .step
+        .iterations
+        .iter()
+        .filter(|it| it.backward.is_some())
+        .collect();
+    assert_eq!(whole.len(), 2, "two whole iterations before the program ended");
+    for it in &whole {
+        let nodes = &a.step.nodes[it.nodes.clone()];
+        let region: Vec<_> = nodes
+            .iter()
+            .filter(|n| name(n).starts_with("Torch-Compiled Region"))
+            .collect();
+        assert_eq!(region.len(), 1, "{}", it.label);
+        let r = region[0];
+        assert!(r.gpu_time > 0 && r.kernels > 10, "{r:?}");
+        assert!(r.alloc_bytes > 0, "the compiled forward allocates its activations");
+        let triton_bw = nodes
+            .iter()
+            .filter(|n| {
+                n.phase == steptrace::analysis::step::Phase::Backward
+                    && name(n).starts_with("triton_")
+                    && n.gpu_time > 0
+            })
+            .count();
+        assert!(triton_bw > 20, "{triton_bw} Triton kernels as backward nodes");
+        assert_eq!(it.gpu_unattributed, 0, "{}", it.label);
+        let on_nodes: i64 = nodes.iter().map(|n| n.gpu_time).sum();
+        assert_eq!(on_nodes, it.gpu_time, "{}", it.label);
+    }
+    let s = &a.summary;
+    assert!(
+        s.peak_node
+            .as_deref()
+            .is_some_and(|p| p.contains("Torch-Compiled Region")),
+        "{:?}",
+        s.peak_node
+    );
+}
