@@ -26,6 +26,7 @@ pub mod ingest;
 pub mod intern;
 pub mod model;
 mod par;
+pub mod plan;
 pub mod report;
 
 use std::path::{Path, PathBuf};

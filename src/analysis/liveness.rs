@@ -135,9 +135,9 @@ pub struct Liveness {
 }
 
 /// Storages each node instance reads and writes, from the Execution Trace.
-struct EtUses {
-    reads: Vec<FxHashSet<i64>>,
-    writes: Vec<Vec<(i64, i64)>>, // (storage, bytes) in order
+pub(crate) struct EtUses {
+    pub(crate) reads: Vec<FxHashSet<i64>>,
+    pub(crate) writes: Vec<Vec<(i64, i64)>>, // (storage, bytes) in order
 }
 
 fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
@@ -186,6 +186,47 @@ fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
 
 use super::memory::round_block;
 
+/// Tensor identities joined to the allocator's blocks: what each node read and wrote (from
+/// the Execution Trace) and the storage each in-window block holds (matched to its producer's
+/// outputs by size). `None` without an Execution Trace that joins the trace.
+pub(crate) struct Identities {
+    pub(crate) uses: EtUses,
+    pub(crate) storage_of_block: FxHashMap<usize, i64>,
+    pub(crate) block_of_storage: FxHashMap<(u32, i64), usize>,
+}
+
+pub(crate) fn identities(t: &Trace, step: &Step, mem: &Memory) -> Option<Identities> {
+    let u = et_uses(t, step)?;
+    let mut storage_of_block: FxHashMap<usize, i64> = FxHashMap::default();
+    let mut block_of_storage: FxHashMap<(u32, i64), usize> = FxHashMap::default();
+    let mut by_producer: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (bi, b) in mem.blocks.iter().enumerate() {
+        if let Some(p) = b.producer {
+            by_producer.entry(p).or_default().push(bi);
+        }
+    }
+    for (p, bis) in by_producer {
+        let mut taken = vec![false; u.writes[p].len()];
+        for bi in bis {
+            let size = mem.blocks[bi].size;
+            if let Some(k) =
+                (0..u.writes[p].len()).find(|&k| !taken[k] && round_block(u.writes[p][k].1) == size)
+            {
+                taken[k] = true;
+                let s = u.writes[p][k].0;
+                storage_of_block.insert(bi, s);
+                block_of_storage.insert((step.nodes[p].iteration, s), bi);
+            }
+        }
+    }
+    Some(Identities {
+        uses: u,
+        storage_of_block,
+        block_of_storage,
+    })
+}
+
+
 fn measured_bandwidth(t: &Trace) -> (Option<f64>, Option<f64>) {
     let mut htod = Vec::new();
     let mut dtoh = Vec::new();
@@ -233,7 +274,11 @@ pub fn compute(
     stats: &[NodeStat],
     swap_override_gbps: Option<f64>,
 ) -> Liveness {
-    let uses = et_uses(t, step);
+    let ids = identities(t, step, mem);
+    let (uses, storage_of_block, block_of_storage) = match ids {
+        Some(i) => (Some(i.uses), i.storage_of_block, i.block_of_storage),
+        None => (None, FxHashMap::default(), FxHashMap::default()),
+    };
     let source = if uses.is_some() {
         Source::ExecutionTrace
     } else {
@@ -246,32 +291,6 @@ pub fn compute(
             .get(step.nodes[ni].name.as_str())
             .map_or(0, |s| s.rank)
     };
-
-    // Storage of each in-window block, from its producer's ET outputs (matched by size).
-    let mut storage_of_block: FxHashMap<usize, i64> = FxHashMap::default();
-    let mut block_of_storage: FxHashMap<(u32, i64), usize> = FxHashMap::default();
-    if let Some(u) = &uses {
-        let mut by_producer: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (bi, b) in mem.blocks.iter().enumerate() {
-            if let Some(p) = b.producer {
-                by_producer.entry(p).or_default().push(bi);
-            }
-        }
-        for (p, bis) in by_producer {
-            let mut taken = vec![false; u.writes[p].len()];
-            for bi in bis {
-                let size = mem.blocks[bi].size;
-                if let Some(k) = (0..u.writes[p].len())
-                    .find(|&k| !taken[k] && round_block(u.writes[p][k].1) == size)
-                {
-                    taken[k] = true;
-                    let s = u.writes[p][k].0;
-                    storage_of_block.insert(bi, s);
-                    block_of_storage.insert((step.nodes[p].iteration, s), bi);
-                }
-            }
-        }
-    }
 
     // Backward nodes by the autograd sequence number of their evaluate_function.
     let mut bw_by_seq: FxHashMap<(u32, i64), usize> = FxHashMap::default();
