@@ -28,6 +28,49 @@ pub(crate) enum Command {
     /// Build the cross-rank outputs (ranks.csv, ranks.json, the straggler) from ranks' results
     /// written by `analyze --rank-output`, without reading any trace.
     Merge(MergeArgs),
+    /// Choose which modules to recompute (checkpoint) or swap so that a step fits a memory
+    /// budget, predict the peak and step time, and write plan.json for `capture --plan`.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PlanArgs {
+    #[command(flatten)]
+    pub(crate) input: InputArgs,
+    /// Memory budget for the peak: bytes, 10GiB, 9.5GB, 512MiB, or 80% (of the measured peak).
+    /// Without it, only the budget curve and the reference points.
+    #[arg(long)]
+    pub(crate) budget: Option<String>,
+    /// What the plan may do to a module.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Recompute)]
+    pub(crate) policy: PolicyArg,
+    /// Host↔device bandwidth for swaps, GB/s [default: --swap-bw, else measured, else by GPU].
+    #[arg(long, value_name = "GB/s")]
+    pub(crate) bandwidth: Option<f64>,
+    /// Evaluate these modules instead of choosing: instance names as the trace names them
+    /// (Block_3, or Block_3:swap), comma-separated; `every-block` for every instance of the
+    /// repeated block class.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) modules: Vec<String>,
+    /// Output directory [default: <input>.plan beside the input].
+    #[arg(long, short)]
+    pub(crate) out: Option<PathBuf>,
+    /// No plots.
+    #[arg(long)]
+    pub(crate) no_plots: bool,
+    /// Print nothing on success.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PolicyArg {
+    /// Checkpoint modules (non-reentrant torch.utils.checkpoint).
+    Recompute,
+    /// Copy modules' saved activations to pinned host memory and back.
+    Swap,
+    /// Either, per module.
+    Both,
 }
 
 #[derive(Debug, Args)]
@@ -212,6 +255,10 @@ pub(crate) struct CaptureArgs {
     /// Most seconds timed while the median has not settled (0: no cap).
     #[arg(long, default_value_t = 10)]
     pub(crate) timing_max_s: u32,
+    /// Apply a plan written by `steptrace plan` (plan.json): its modules are recomputed or
+    /// swapped, then the run is captured as usual (Python programs).
+    #[arg(long, value_name = "PLAN.json")]
+    pub(crate) plan: Option<PathBuf>,
     /// The program and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -255,6 +302,7 @@ impl CaptureArgs {
             python: self.python.clone(),
             max_entries: self.max_entries,
             cache: None,
+            plan: self.plan.clone(),
             timing: steptrace_capture::TimingPhase {
                 steps: self.timing_steps,
                 max_steps: self.timing_max_steps,

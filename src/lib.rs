@@ -51,6 +51,9 @@ pub enum Error {
     /// Results could not be written.
     #[error(transparent)]
     Output(#[from] report::Error),
+    /// No plan could be made (issue 20).
+    #[error(transparent)]
+    Plan(#[from] plan::Error),
 }
 
 /// What to analyse and where to write.
@@ -257,6 +260,17 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
         });
     }
     Ok(outcome)
+}
+
+/// Analyses a run and plans recomputation and swapping for it (issue 20); writes nothing.
+pub fn plan_run(
+    props: &AnalyzeProps,
+    opts: &plan::Options,
+) -> Result<(plan::Plan, analysis::Analysis), Error> {
+    let (trace, analysis, _diag) = run_analysis(props)?;
+    let p = plan::plan(&trace, &analysis, opts)?;
+    ingest::source::drop_aside(trace);
+    Ok((p, analysis))
 }
 
 /// The distributed run to analyse: a directory holding two or more ranks' traces, when no rank

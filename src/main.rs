@@ -105,6 +105,40 @@ fn terminal_safe(text: &str) -> String {
     out
 }
 
+fn plan(args: cli::PlanArgs) -> anyhow::Result<u8> {
+    use steptrace::plan::{Budget, Options, Policy};
+    if let Some(n) = args.input.threads {
+        limit_threads(n)?;
+    }
+    let props = args.input.props(None, 10)?;
+    let budget = match &args.budget {
+        Some(b) => Some(b.parse::<Budget>().map_err(steptrace::Error::Plan)?),
+        None => None,
+    };
+    let opts = Options {
+        budget,
+        policy: match args.policy {
+            cli::PolicyArg::Recompute => Policy::Recompute,
+            cli::PolicyArg::Swap => Policy::Swap,
+            cli::PolicyArg::Both => Policy::Both,
+        },
+        bandwidth_gbps: args.bandwidth.or(args.input.swap_bw),
+        modules: (!args.modules.is_empty()).then(|| args.modules.clone()),
+    };
+    let (p, _analysis) = steptrace::plan_run(&props, &opts)?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        let d = steptrace::default_out_dir(&props.input);
+        d.with_extension("plan")
+    });
+    steptrace::report::plan::write(&out, &p, !args.no_plots).map_err(steptrace::Error::Output)?;
+    if !args.quiet {
+        let mut o = std::io::stdout().lock();
+        o.write_all(terminal_safe(&steptrace::report::plan::table(&p)).as_bytes())?;
+        writeln!(o, "wrote {}", terminal_safe(&out.display().to_string()))?;
+    }
+    Ok(0)
+}
+
 fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(e) = err.downcast_ref::<steptrace_capture::Error>() {
         return match e {
@@ -115,6 +149,10 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     }
     match err.downcast_ref::<steptrace::Error>() {
         Some(steptrace::Error::Input(_)) => 2,
+        // A budget that is not a size, or a module the run does not have: bad usage.
+        Some(steptrace::Error::Plan(
+            steptrace::plan::Error::BadBudget(_) | steptrace::plan::Error::UnknownModule { .. },
+        )) => 2,
         Some(_) => 1,
         None => 1,
     }
@@ -218,6 +256,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             writeln!(out, "\nwrote {}", args.out.display())?;
             Ok(0)
         }
+        cli::Command::Plan(args) => plan(args),
         cli::Command::Sweep(args) => sweep(args),
         cli::Command::Flops(args) => {
             if let Some(n) = args.input.threads {
@@ -304,6 +343,7 @@ fn sweep(args: cli::SweepArgs) -> anyhow::Result<u8> {
                 max_entries: 1_000_000,
                 cache: None,
                 timing: steptrace_capture::TimingPhase::default(),
+                plan: None,
             };
             eprintln!(
                 "steptrace: sweep {}={v}: capturing into {}",

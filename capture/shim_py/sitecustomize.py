@@ -685,12 +685,97 @@ def _on_torch(torch):
         _install_hooks(torch)
     except Exception as exc:
         _S.error("hooks", exc)
+    if os.environ.get("STEPTRACE_PLAN"):
+        try:
+            _apply_plan(torch, os.environ["STEPTRACE_PLAN"])
+        except Exception as exc:
+            _S.error("plan", exc)
     import atexit
 
     # Exit handlers run last-registered-first: registering again now, after torch's own, lets
     # ours stop the profiler before torch tears anything down. _at_exit runs once.
     atexit.register(_at_exit)
     _write_status()
+
+
+def _apply_plan(torch, path):
+    """Applies `steptrace plan`'s decisions (issue 20). Modules are named as the profiler
+    names them with `with_modules`: class name and the order in which instances of that class
+    were first called (`Block_3`), so a global forward pre-hook numbers them the same way.
+    From a module's second call on, its forward runs under non-reentrant
+    `torch.utils.checkpoint` (recompute) or under saved-tensor hooks that keep what it saves in
+    pinned host memory (swap). The first call, before the window, runs as written."""
+    import json
+
+    with open(path) as f:
+        plan = json.load(f)
+    want = {d["instance"]: d["action"] for d in plan.get("decisions", [])}
+    st = _S.status
+    st["plan"] = {"file": os.path.basename(path), "wanted": sorted(want), "applied": [], "missing": []}
+    if not want:
+        return
+    from torch.utils.checkpoint import checkpoint
+
+    counters = {}
+    seen = {}  # id(module) -> name; modules live as long as the program's model
+
+    def swap_hooks(module, args, kwargs):
+        keep = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                keep.add(a.untyped_storage().data_ptr())
+
+        def pack(t):
+            if t.device.type != "cuda" or t.untyped_storage().data_ptr() in keep:
+                return t
+            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            return (t.device, host)
+
+        def unpack(p):
+            if isinstance(p, tuple):
+                return p[1].to(p[0], non_blocking=True)
+            return p
+
+        return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+    def wrap(module, action):
+        orig = module.forward
+
+        if action == "recompute":
+            def forward(*args, **kwargs):
+                if not torch.is_grad_enabled():
+                    return orig(*args, **kwargs)
+                return checkpoint(orig, *args, use_reentrant=False, **kwargs)
+        else:
+            def forward(*args, **kwargs):
+                if not torch.is_grad_enabled():
+                    return orig(*args, **kwargs)
+                with swap_hooks(module, args, kwargs):
+                    return orig(*args, **kwargs)
+
+        module.forward = forward
+
+    handle = None
+
+    def pre_hook(module, args):
+        key = id(module)
+        if key in seen:
+            return None
+        cls = type(module).__name__
+        k = counters.get(cls, 0)
+        counters[cls] = k + 1
+        name = "%s_%d" % (cls, k)
+        seen[key] = name
+        action = want.get(name)
+        if action in ("recompute", "swap"):
+            wrap(module, action)
+            st["plan"]["applied"].append(name)
+            if len(st["plan"]["applied"]) == len(want) and handle is not None:
+                handle.remove()  # every module found: no global hook on every call
+        return None
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
 
 
 def _at_exit():
@@ -716,6 +801,8 @@ def _at_exit_work():
         _write_status()
         return
     st["phase_at_exit"] = st["phase"]
+    if st.get("plan"):
+        st["plan"]["missing"] = [n for n in st["plan"]["wanted"] if n not in st["plan"]["applied"]]
     if st["phase"] in ("before_window", "window") and _S.prof is not None:
         try:
             _S.prof.stop()  # a window cut short still reaches on_trace_ready
@@ -742,10 +829,9 @@ def _at_exit_work():
 
 
 def _end_as_sigterm():
-    # SIGTERM's own action ends the process at once; the handler only delays that until the
-    # window is written. This atexit hook runs last (it was registered first), so the
-    # program's own atexit work is done: skip the interpreter's finalization, as SIGTERM
-    # would. (pytorch/examples mnist hung there, in a thread join, after a SIGTERM inside the
+    # SIGTERM's own action ends the process at once, running no exit handler at all; the
+    # handler only delays that until the window is written. Once it is, skip the rest (other
+    # exit handlers, the interpreter's finalization), as SIGTERM would. (pytorch/examples mnist hung there, in a thread join, after a SIGTERM inside the
     # window; issue 17.)
     for f in (sys.stdout, sys.stderr):
         try:

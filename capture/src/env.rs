@@ -17,6 +17,9 @@ pub const NATIVE: &str = "STEPTRACE_NATIVE";
 /// Canonical path of the native program: only that process captures, not others that inherit
 /// LD_PRELOAD from it.
 pub const NATIVE_EXE: &str = "STEPTRACE_NATIVE_EXE";
+/// Path of the plan (`steptrace plan`'s plan.json, copied into the run directory) the Python
+/// shim applies: modules recomputed or swapped (issue 20).
+pub const PLAN: &str = "STEPTRACE_PLAN";
 /// Steps timed before the active window with nothing recorded (the program's own step time).
 pub const TIMING_STEPS: &str = "STEPTRACE_TIMING_STEPS";
 /// Most steps the timing phase takes while its median has not settled.

@@ -53,6 +53,14 @@ pub enum Error {
     /// A bad `--schedule`.
     #[error("bad schedule '{0}': expected e.g. skip_first=1,wait=1,warmup=1,active=3,repeat=1")]
     Schedule(String),
+    /// A `--plan` file that is not a plan `steptrace plan` wrote.
+    #[error("{}: not a steptrace plan: {what}", path.display())]
+    Plan {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
 }
 
 /// torch.profiler's schedule.
@@ -198,6 +206,9 @@ pub struct CaptureProps {
     pub cache: Option<PathBuf>,
     /// The timing phase before the window (the program's own step time).
     pub timing: TimingPhase,
+    /// A plan from `steptrace plan` to apply to the program (issue 20): its modules are
+    /// recomputed or swapped from their second call on.
+    pub plan: Option<PathBuf>,
 }
 
 /// The timing phase: steps run before the window with nothing recorded but the boundary
@@ -407,11 +418,49 @@ fn driver_version() -> Option<String> {
         .filter(|l| !l.is_empty())
 }
 
+/// Reads a plan file: JSON whose `decisions` each name an `instance` (`Block_3`) and an
+/// `action` (`recompute` or `swap`). Returns its text and the number of decisions.
+fn read_plan(path: &Path) -> Result<(String, usize), Error> {
+    let bad = |what: String| Error::Plan {
+        path: path.to_path_buf(),
+        what,
+    };
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
+    let decisions = v["decisions"]
+        .as_array()
+        .ok_or_else(|| bad("no `decisions` list".into()))?;
+    for (i, d) in decisions.iter().enumerate() {
+        let inst = d["instance"].as_str().unwrap_or("");
+        let ok_name =
+            !inst.is_empty() && inst.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok_name {
+            return Err(bad(format!(
+                "decision {} names no module instance (`instance`: e.g. \"Block_3\")",
+                i + 1
+            )));
+        }
+        if !matches!(d["action"].as_str(), Some("recompute" | "swap")) {
+            return Err(bad(format!(
+                "decision {} ({inst}): `action` must be \"recompute\" or \"swap\"",
+                i + 1
+            )));
+        }
+    }
+    Ok((text, decisions.len()))
+}
+
 /// Runs the capture.
 pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
     if props.program.is_empty() {
         return Err(Error::NoProgram);
     }
+    // The plan is checked before anything runs, and kept with the run it shaped.
+    let plan = match &props.plan {
+        Some(p) => Some(read_plan(p)?),
+        None => None,
+    };
     let out = prepare_out(&props.out, props.force)?;
     let session = session_dir().map_err(io_err(&std::env::temp_dir()))?;
     let py_dir = session.0.join("py");
@@ -484,6 +533,15 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
             ),
         ),
     ];
+    if let Some((text, n)) = &plan {
+        let dst = out.join("plan.json");
+        std::fs::write(&dst, text).map_err(io_err(&dst))?;
+        envs.push((env::PLAN.into(), dst.to_string_lossy().into_owned()));
+        notes.push(format!(
+            "plan applied: {n} module decision(s) from {}",
+            props.plan.as_deref().unwrap_or(Path::new("")).display()
+        ));
+    }
     if std::env::var_os(env::TEARDOWN_CUPTI).is_none() {
         envs.push((env::TEARDOWN_CUPTI.into(), "1".into()));
         // The shims take it back in a program that never used the GPU (it hangs at exit).

@@ -226,7 +226,6 @@ pub(crate) fn identities(t: &Trace, step: &Step, mem: &Memory) -> Option<Identit
     })
 }
 
-
 fn measured_bandwidth(t: &Trace) -> (Option<f64>, Option<f64>) {
     let mut htod = Vec::new();
     let mut dtoh = Vec::new();

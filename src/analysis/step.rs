@@ -290,11 +290,16 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         }
     }
 
-    // Module of forward ops by sequence number, so backward nodes can name their module.
+    // Module of forward ops by sequence number, so backward nodes can name their module. Every
+    // op, not only node ops: a node is often a composite (`aten::linear`) whose RecordFunction
+    // has no sequence number while the ops under it (`aten::addmm`) do.
     let mut module_by_seq: FxHashMap<i64, StrId> = FxHashMap::default();
-    for &o in &node_ops {
-        if let (Some(seq), Some(m)) = (t.op(o).seq, t.module[o.0 as usize]) {
-            if !is_bw(o) {
+    for oi in 0..n_ops {
+        let o = OpId(oi as u32);
+        if let (Some(seq), Some(m)) = (t.op(o).seq, t.module[oi]) {
+            // Sequence numbers count per thread: forward recomputed on an autograd thread
+            // (checkpointing) numbers its ops from that thread's counter.
+            if !is_bw(o) && !autograd_thread[t.op(o).thread.0 as usize] {
                 module_by_seq.entry(seq).or_insert(m);
             }
         }

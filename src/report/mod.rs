@@ -13,6 +13,7 @@ pub mod frames;
 mod html;
 mod memory;
 pub mod out_dir;
+pub mod plan;
 pub mod plot;
 pub mod ranks;
 

@@ -72,7 +72,11 @@ fn issue17_compiled_regions_and_triton_kernels_are_nodes_with_their_gpu_time_and
         .iter()
         .filter(|it| it.backward.is_some())
         .collect();
-    assert_eq!(whole.len(), 2, "two whole iterations before the program ended");
+    assert_eq!(
+        whole.len(),
+        2,
+        "two whole iterations before the program ended"
+    );
     for it in &whole {
         let nodes = &a.step.nodes[it.nodes.clone()];
         let region: Vec<_> = nodes
@@ -82,7 +86,10 @@ fn issue17_compiled_regions_and_triton_kernels_are_nodes_with_their_gpu_time_and
         assert_eq!(region.len(), 1, "{}", it.label);
         let r = region[0];
         assert!(r.gpu_time > 0 && r.kernels > 10, "{r:?}");
-        assert!(r.alloc_bytes > 0, "the compiled forward allocates its activations");
+        assert!(
+            r.alloc_bytes > 0,
+            "the compiled forward allocates its activations"
+        );
         let triton_bw = nodes
             .iter()
             .filter(|n| {
@@ -91,7 +98,10 @@ fn issue17_compiled_regions_and_triton_kernels_are_nodes_with_their_gpu_time_and
                     && n.gpu_time > 0
             })
             .count();
-        assert!(triton_bw > 20, "{triton_bw} Triton kernels as backward nodes");
+        assert!(
+            triton_bw > 20,
+            "{triton_bw} Triton kernels as backward nodes"
+        );
         assert_eq!(it.gpu_unattributed, 0, "{}", it.label);
         let on_nodes: i64 = nodes.iter().map(|n| n.gpu_time).sum();
         assert_eq!(on_nodes, it.gpu_time, "{}", it.label);

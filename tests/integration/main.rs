@@ -10,6 +10,7 @@ mod golden;
 mod hostile;
 mod liveness;
 mod outputs;
+mod plan;
 mod properties;
 mod ranks;
 mod reports;

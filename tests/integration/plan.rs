@@ -1,0 +1,153 @@
+//! The planner (issue 20) against peaks measured on the GPU with its plans applied, and its
+//! contract: deterministic, explicit plans checked, budgets below the floor refused.
+
+use std::path::PathBuf;
+
+use steptrace::plan::{Budget, Options};
+
+use crate::common::{json, root};
+
+fn props(dir: PathBuf) -> steptrace::AnalyzeProps {
+    steptrace::AnalyzeProps {
+        input: dir,
+        ..Default::default()
+    }
+}
+
+fn plan(dir: &str, opts: &Options) -> Result<steptrace::plan::Plan, steptrace::Error> {
+    steptrace::plan_run(&props(root().join(dir)), opts).map(|(p, _)| p)
+}
+
+/// `sample_traces/plan/measured.jsonl`: each line a plan `steptrace capture --plan` applied to
+/// the program of `sample` on the H100, and torch's `max_memory_allocated` over the window's
+/// steps with it (capture/corpus/plan_proof.sh). The simulator, given the same modules, predicts
+/// that peak from the capture made without any plan.
+#[test]
+fn issue20_predicted_peaks_match_the_peaks_measured_with_each_plan_applied() {
+    let text = std::fs::read_to_string(root().join("sample_traces/plan/measured.jsonl")).unwrap();
+    let mut checked = 0;
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let decisions: Vec<String> = r["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap().to_owned())
+            .collect();
+        // Every module the plan named was found and wrapped in the program.
+        assert_eq!(r["missing"].as_array().map(Vec::len), Some(0), "{line}");
+        let p = plan(
+            r["sample"].as_str().unwrap(),
+            &Options {
+                modules: Some(decisions),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let measured = r["measured_peak_bytes"].as_i64().unwrap();
+        let err = p.predicted_peak_bytes as f64 / measured as f64 - 1.0;
+        assert!(
+            err.abs() < 0.02,
+            "{} {}: predicted {} measured {measured} ({:+.2}%)",
+            r["program"],
+            r["plan"],
+            p.predicted_peak_bytes,
+            100.0 * err
+        );
+        // And the capture without a plan is the measured peak itself.
+        assert_eq!(
+            p.measured_peak_bytes,
+            r["base_peak_bytes"].as_i64().unwrap(),
+            "{line}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 7);
+}
+
+/// The committed GPT sample and its twin captured with every block checkpointed by the program
+/// itself (`train_gpt.py --ckpt`): the every-block plan predicts the twin's measured peak.
+#[test]
+fn issue20_every_block_plan_predicts_the_program_that_checkpoints_every_block() {
+    let p = plan(
+        "sample_traces/gpt_bf16",
+        &Options {
+            modules: Some(vec!["every-block".into()]),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(p.decisions.len(), 4);
+    assert!(p.decisions.iter().all(|d| d.class == "Block"));
+    let r = json(&root().join("sample_traces/gpt_bf16_ckpt/reference.json"));
+    let measured = r["steps"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|s| s["max_memory_allocated"].as_i64())
+        .max()
+        .unwrap();
+    let err = p.predicted_peak_bytes as f64 / measured as f64 - 1.0;
+    assert!(err.abs() < 0.02, "{} vs {measured}", p.predicted_peak_bytes);
+}
+
+#[test]
+fn issue20_plans_are_deterministic_and_meet_a_budget_they_can() {
+    let opts = Options {
+        budget: Some(Budget::Fraction(0.7)),
+        ..Default::default()
+    };
+    let a = plan("sample_traces/plan/gpt", &opts).unwrap();
+    let b = plan("sample_traces/plan/gpt", &opts).unwrap();
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    assert!(a.feasible);
+    assert!(a.predicted_peak_bytes <= a.budget_bytes.unwrap());
+    assert!(!a.decisions.is_empty());
+    // Each decision lowers (or keeps) the predicted peak and adds time.
+    for w in a.decisions.windows(2) {
+        assert!(w[1].predicted_peak_bytes <= w[0].predicted_peak_bytes);
+        assert!(w[1].predicted_step_time_s >= w[0].predicted_step_time_s);
+    }
+    // The budget curve ends at the smallest peak the search reaches.
+    let last = a.curve.last().unwrap();
+    assert_eq!(last.peak_bytes, a.smallest_feasible_bytes);
+    // At a budget it meets, the plan is no slower than checkpointing every block.
+    let every = a.every_block.as_ref().unwrap();
+    if every.peak_bytes <= a.budget_bytes.unwrap() {
+        assert!(a.predicted_step_time_s <= every.step_time_s + 1e-12);
+    }
+}
+
+#[test]
+fn issue20_unknown_modules_and_budgets_below_the_floor_are_clear_errors() {
+    let e = plan(
+        "sample_traces/gpt_bf16",
+        &Options {
+            modules: Some(vec!["Block_0".into(), "Nope_7".into()]),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("Nope_7") && msg.contains("Block_0"), "{msg}");
+    // Parameters and optimizer state alone hold more than 1 MiB.
+    let e = plan(
+        "sample_traces/gpt_bf16",
+        &Options {
+            budget: Some(Budget::Bytes(1 << 20)),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            steptrace::Error::Plan(steptrace::plan::Error::BelowFloor { .. })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("parameters and optimizer state"));
+}
