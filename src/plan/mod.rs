@@ -969,6 +969,19 @@ fn build_candidates(
                 let hi = t.memory.partition_point(|m| m.ts <= fe);
                 let mut live: BTreeMap<usize, i64> = BTreeMap::new();
                 let mut seq = 0u32;
+                // The replayed events all fall at t0, before the measured ones there, in order.
+                let replay = |rec: &mut Vec<Added>, seq: &mut u32, bytes: i64, category| {
+                    rec.push(Added {
+                        key: Key {
+                            ts: t0,
+                            tie: 0,
+                            seq: *seq,
+                        },
+                        bytes,
+                        category,
+                    });
+                    *seq += 1;
+                };
                 for ei in lo..hi {
                     let Some(bi) = mem.event_block.get(ei).copied().flatten() else {
                         continue;
@@ -977,44 +990,17 @@ fn build_candidates(
                     let e = &t.memory[ei];
                     if e.bytes > 0 {
                         if b.producer.is_some_and(|p| in_fwd.contains(&p)) {
-                            rec.push(Added {
-                                key: Key {
-                                    ts: t0,
-                                    tie: 0,
-                                    seq,
-                                },
-                                bytes: b.size,
-                                category: b.category,
-                            });
-                            seq += 1;
+                            replay(&mut rec, &mut seq, b.size, b.category);
                             if !dropped_set.contains(&bi) {
                                 live.insert(bi, b.size);
                             }
                         }
                     } else if let Some(sz) = live.remove(&bi) {
-                        rec.push(Added {
-                            key: Key {
-                                ts: t0,
-                                tie: 0,
-                                seq,
-                            },
-                            bytes: -sz,
-                            category: b.category,
-                        });
-                        seq += 1;
+                        replay(&mut rec, &mut seq, -sz, b.category);
                     }
                 }
                 for (bi, sz) in live {
-                    rec.push(Added {
-                        key: Key {
-                            ts: t0,
-                            tie: 0,
-                            seq,
-                        },
-                        bytes: -sz,
-                        category: mem.blocks[bi].category,
-                    });
-                    seq += 1;
+                    replay(&mut rec, &mut seq, -sz, mem.blocks[bi].category);
                 }
                 rec.sort_by_key(|x| x.key);
                 swp.sort_by_key(|x| x.key);

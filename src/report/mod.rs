@@ -823,7 +823,8 @@ fn finish_console(mut o: String, diag: &Diagnostics) -> String {
     o
 }
 
-fn truncate(s: &str, n: usize) -> String {
+/// `s` cut to its last `n` characters, an ellipsis first, where longer.
+pub(crate) fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_owned()
     } else {

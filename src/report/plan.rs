@@ -36,7 +36,7 @@ pub fn table(p: &Plan) -> String {
             o,
             "{:>3}  {:<44} {:<9} {:>11} {:>11} {:>10} {:>12} {:>10}",
             i + 1,
-            clip(&d.module, 44),
+            super::truncate(&d.module, 44),
             action_name(d.action),
             human_bytes(d.activation_bytes),
             human_bytes(d.peak_saved_bytes),
@@ -80,21 +80,6 @@ fn action_name(a: crate::plan::Action) -> &'static str {
         crate::plan::Action::Recompute => "recompute",
         crate::plan::Action::Swap => "swap",
     }
-}
-
-fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        return s.to_owned();
-    }
-    let tail: String = s
-        .chars()
-        .rev()
-        .take(n - 1)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    format!("…{tail}")
 }
 
 /// Writes `plan.json`, `plan.csv` and (unless `plots` is false) the two plots into `dir`;
