@@ -253,6 +253,17 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             steptrace::report::compare::write(&args.out, "compare", "configuration", &runs)?;
             let mut out = std::io::stdout().lock();
             out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
+            // A run captured with --plan: the plan's prediction against what it measured.
+            for (r, run) in args.runs.iter().zip(&runs) {
+                let Ok(text) = std::fs::read_to_string(r.join("plan.json")) else {
+                    continue;
+                };
+                if let Some(line) =
+                    steptrace::report::plan::predicted_vs_measured(&run.label, &text, run.analysis)
+                {
+                    out.write_all(terminal_safe(&line).as_bytes())?;
+                }
+            }
             writeln!(out, "\nwrote {}", args.out.display())?;
             Ok(0)
         }

@@ -191,3 +191,35 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
     super::rename_parts(dir)?;
     Ok(files)
 }
+
+/// For `compare`: a run captured with `--plan` (its directory holds the plan.json it applied)
+/// against the plan's prediction. `None` when the text is not a plan with predictions.
+pub fn predicted_vs_measured(
+    label: &str,
+    plan_json: &str,
+    a: &crate::analysis::Analysis,
+) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(plan_json).ok()?;
+    let peak = v["predicted_peak_bytes"].as_i64()?;
+    let step = v["predicted_step_time_s"].as_f64()?;
+    let s = &a.summary;
+    let measured_peak = s.peak_allocated_bytes?;
+    let pct = |pred: f64, meas: f64| {
+        if meas > 0.0 {
+            format!("{:+.1}%", 100.0 * (pred / meas - 1.0))
+        } else {
+            "-".into()
+        }
+    };
+    Some(format!(
+        "{label}: plan of {} decision(s): peak predicted {} measured {} ({}); step predicted {} measured {} [{}] ({})\n",
+        v["decisions"].as_array().map_or(0, Vec::len),
+        human_bytes(peak),
+        human_bytes(measured_peak),
+        pct(peak as f64, measured_peak as f64),
+        human_time(step),
+        human_time(s.step_time_s),
+        s.step_time_source,
+        pct(step, s.step_time_s)
+    ))
+}

@@ -261,3 +261,61 @@ fn merge_without_or_with_damaged_rank_results_says_which() {
     std::fs::write(dir.path().join("rank3.summary.parquet"), b"PAR1 not really").unwrap();
     one_line_error(&merge(), "rank3.summary.parquet");
 }
+
+/// `plan` then `compare` of a run holding the plan it applied (issue 20): the plan's files are
+/// written under their final names, and compare prints the prediction beside the measurement.
+/// A budget that is not a size is bad usage (exit 2).
+#[test]
+fn issue20_plan_writes_its_files_and_compare_sets_prediction_beside_measurement() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = crate::common::root().join("sample_traces/plan/gpt");
+    let run = tmp.path().join("gpt_planned");
+    std::fs::create_dir(&run).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), run.join(e.file_name())).unwrap();
+    }
+    let out = tmp.path().join("p");
+    let o = steptrace()
+        .args(["plan", src.to_str().unwrap(), "--budget", "70%", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("predicted: peak"), "{text}");
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "plan.csv",
+            "plan.json",
+            "plan_budget_curve.png",
+            "plan_budget_curve.svg",
+            "plan_memory_timeline.png",
+            "plan_memory_timeline.svg"
+        ]
+    );
+    std::fs::copy(out.join("plan.json"), run.join("plan.json")).unwrap();
+    let o = steptrace()
+        .args(["compare", src.to_str().unwrap(), run.to_str().unwrap(), "--out"])
+        .arg(tmp.path().join("cmp"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("gpt_planned: plan of") && text.contains("peak predicted"),
+        "{text}"
+    );
+    let o = steptrace()
+        .args(["plan", src.to_str().unwrap(), "--budget", "lots"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    one_line_error(&o.stderr, "lots");
+}
