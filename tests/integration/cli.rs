@@ -302,7 +302,12 @@ fn issue20_plan_writes_its_files_and_compare_sets_prediction_beside_measurement(
     );
     std::fs::copy(out.join("plan.json"), run.join("plan.json")).unwrap();
     let o = steptrace()
-        .args(["compare", src.to_str().unwrap(), run.to_str().unwrap(), "--out"])
+        .args([
+            "compare",
+            src.to_str().unwrap(),
+            run.to_str().unwrap(),
+            "--out",
+        ])
         .arg(tmp.path().join("cmp"))
         .output()
         .unwrap();
