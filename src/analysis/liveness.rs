@@ -132,9 +132,12 @@ pub struct Liveness {
     pub bandwidth: SwapBandwidth,
     /// The graph, when an Execution Trace was given.
     pub graph: Option<Graph>,
+    /// The tensor identities the uses came from (the planner reads them too).
+    pub(crate) identities: Option<Identities>,
 }
 
 /// Storages each node instance reads and writes, from the Execution Trace.
+#[derive(Debug, Clone)]
 pub(crate) struct EtUses {
     pub(crate) reads: Vec<FxHashSet<i64>>,
     pub(crate) writes: Vec<Vec<(i64, i64)>>, // (storage, bytes) in order
@@ -188,17 +191,59 @@ use super::memory::round_block;
 
 /// Tensor identities joined to the allocator's blocks: what each node read and wrote (from
 /// the Execution Trace) and the storage each in-window block holds (matched to its producer's
-/// outputs by size). `None` without an Execution Trace that joins the trace.
+/// outputs by size). Storage ids name memory, which the caching allocator hands out again: one
+/// id can stand for several tensors in one iteration, so a use is a block's only while the block
+/// holds that memory ([`Identities::readers`], [`Identities::block_read`]).
+#[derive(Debug, Clone)]
 pub(crate) struct Identities {
     pub(crate) uses: EtUses,
     pub(crate) storage_of_block: FxHashMap<usize, i64>,
-    pub(crate) block_of_storage: FxHashMap<(u32, i64), usize>,
+    /// Blocks that held each storage id, per iteration, in allocation order.
+    blocks_of_storage: FxHashMap<(u32, i64), Vec<usize>>,
+    /// Nodes that read each storage id, per iteration, in node order.
+    readers_of_storage: FxHashMap<(u32, i64), Vec<usize>>,
+    /// Start of each node's op, ns.
+    node_start: Vec<i64>,
+}
+
+impl Identities {
+    /// Nodes that read block `bi` while it held its storage (its producer included when it
+    /// reads it); `None` when the block was not matched to a storage.
+    pub(crate) fn readers<'a>(
+        &'a self,
+        step: &Step,
+        mem: &'a Memory,
+        bi: usize,
+    ) -> Option<impl Iterator<Item = usize> + 'a> {
+        let s = *self.storage_of_block.get(&bi)?;
+        let b = &mem.blocks[bi];
+        let it = b.producer.map(|p| step.nodes[p].iteration)?;
+        let rs = self
+            .readers_of_storage
+            .get(&(it, s))
+            .map_or(&[][..], Vec::as_slice);
+        Some(rs.iter().copied().filter(move |&ni| {
+            let st = self.node_start[ni];
+            st >= b.alloc && b.free.is_none_or(|f| st <= f)
+        }))
+    }
+
+    /// The block that held storage `s` when node `ni` ran (the latest made before it).
+    pub(crate) fn block_read(&self, step: &Step, mem: &Memory, ni: usize, s: i64) -> Option<usize> {
+        let st = self.node_start[ni];
+        self.blocks_of_storage
+            .get(&(step.nodes[ni].iteration, s))?
+            .iter()
+            .rev()
+            .copied()
+            .find(|&bi| mem.blocks[bi].alloc <= st)
+    }
 }
 
 pub(crate) fn identities(t: &Trace, step: &Step, mem: &Memory) -> Option<Identities> {
     let u = et_uses(t, step)?;
     let mut storage_of_block: FxHashMap<usize, i64> = FxHashMap::default();
-    let mut block_of_storage: FxHashMap<(u32, i64), usize> = FxHashMap::default();
+    let mut blocks_of_storage: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
     let mut by_producer: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (bi, b) in mem.blocks.iter().enumerate() {
         if let Some(p) = b.producer {
@@ -215,14 +260,33 @@ pub(crate) fn identities(t: &Trace, step: &Step, mem: &Memory) -> Option<Identit
                 taken[k] = true;
                 let s = u.writes[p][k].0;
                 storage_of_block.insert(bi, s);
-                block_of_storage.insert((step.nodes[p].iteration, s), bi);
+                blocks_of_storage
+                    .entry((step.nodes[p].iteration, s))
+                    .or_default()
+                    .push(bi);
             }
         }
     }
+    // Blocks are in allocation order within a producer, not across producers.
+    for v in blocks_of_storage.values_mut() {
+        v.sort_by_key(|&bi| (mem.blocks[bi].alloc, bi));
+    }
+    let mut readers_of_storage: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
+    for (ni, r) in u.reads.iter().enumerate() {
+        for s in r {
+            readers_of_storage
+                .entry((step.nodes[ni].iteration, *s))
+                .or_default()
+                .push(ni);
+        }
+    }
+    let node_start = step.nodes.iter().map(|n| t.op(n.op).start).collect();
     Some(Identities {
         uses: u,
         storage_of_block,
-        block_of_storage,
+        blocks_of_storage,
+        readers_of_storage,
+        node_start,
     })
 }
 
@@ -274,10 +338,7 @@ pub fn compute(
     swap_override_gbps: Option<f64>,
 ) -> Liveness {
     let ids = identities(t, step, mem);
-    let (uses, storage_of_block, block_of_storage) = match ids {
-        Some(i) => (Some(i.uses), i.storage_of_block, i.block_of_storage),
-        None => (None, FxHashMap::default(), FxHashMap::default()),
-    };
+    let uses = ids.as_ref().map(|i| &i.uses);
     let source = if uses.is_some() {
         Source::ExecutionTrace
     } else {
@@ -306,19 +367,6 @@ pub fn compute(
         }
     }
 
-    // Readers of each storage per iteration.
-    let mut readers: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
-    if let Some(u) = &uses {
-        for (ni, r) in u.reads.iter().enumerate() {
-            for s in r {
-                readers
-                    .entry((step.nodes[ni].iteration, *s))
-                    .or_default()
-                    .push(ni);
-            }
-        }
-    }
-
     // Per activation instance: (name, iteration, ranks, size, chain, storage).
     struct Inst {
         name: String,
@@ -341,10 +389,12 @@ pub fn compute(
         *k += 1;
         let c = rank(p);
         let (mut fw_last, mut bw_first, mut bw_last) = (c, None::<u32>, None::<u32>);
-        let storage = storage_of_block.get(&bi).copied();
-        match (&uses, storage) {
-            (Some(_), Some(s)) => {
-                for &ni in readers.get(&(it, s)).map(Vec::as_slice).unwrap_or(&[]) {
+        let storage = ids
+            .as_ref()
+            .and_then(|i| i.storage_of_block.get(&bi).copied());
+        match ids.as_ref().and_then(|i| i.readers(step, mem, bi)) {
+            Some(readers) => {
+                for ni in readers {
                     let n = &step.nodes[ni];
                     if ni == p {
                         continue;
@@ -360,7 +410,7 @@ pub fn compute(
                     }
                 }
             }
-            _ => {
+            None => {
                 // No identities: the producer's autograd node reads it first; whoever frees it
                 // in backward is its last reader.
                 if let Some(&bn) = t
@@ -388,12 +438,12 @@ pub fn compute(
         // Rebuild chain: the producer, and the producers of what it read that was freed before
         // backward (not resident), transitively, within the iteration's forward.
         let mut chain = vec![p];
-        if let Some(u) = &uses {
+        if let Some(ids) = &ids {
             let mut stack = vec![p];
             let mut seen: FxHashSet<usize> = FxHashSet::from_iter([p]);
             while let Some(n) = stack.pop() {
-                for s in &u.reads[n] {
-                    let Some(&src) = block_of_storage.get(&(it, *s)) else {
+                for s in &ids.uses.reads[n] {
+                    let Some(src) = ids.block_read(step, mem, n, *s) else {
                         continue;
                     };
                     let sb = &mem.blocks[src];
@@ -513,14 +563,15 @@ pub fn compute(
             .then(a.activation_name.cmp(&b.activation_name))
     });
 
-    let graph = uses
+    let graph = ids
         .as_ref()
-        .map(|u| build_graph(t, step, mem, u, &storage_of_block));
+        .map(|i| build_graph(t, step, mem, &i.uses, &i.storage_of_block));
     Liveness {
         source,
         activations,
         bandwidth,
         graph,
+        identities: ids,
     }
 }
 

@@ -84,7 +84,8 @@ impl Category {
         }
     }
 
-    fn index(self) -> usize {
+    /// Position in [`CATEGORIES`] (and in a [`Breakdown`]).
+    pub(crate) fn index(self) -> usize {
         CATEGORIES.iter().position(|c| *c == self).expect("listed")
     }
 }

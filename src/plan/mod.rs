@@ -311,7 +311,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
             "no iteration was found in the trace".into(),
         ));
     }
-    let ids = liveness::identities(t, step, mem);
+    let ids = a.liveness.identities.as_ref();
     let mut notes = Vec::new();
     if ids.is_none() {
         notes.push(
@@ -326,8 +326,10 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         );
     }
 
-    // The measured events of each iteration.
+    // The measured events of each iteration (those with allocator events), and where each
+    // profiled iteration's are.
     let mut iters: Vec<Iter> = Vec::new();
+    let mut iter_index: BTreeMap<u32, usize> = BTreeMap::new();
     for it in &step.iterations {
         let lo = t.memory.partition_point(|m| m.ts < it.start);
         let hi = t.memory.partition_point(|m| m.ts <= it.end);
@@ -351,22 +353,13 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
                 .map_or(Category::Other, |b| mem.blocks[b].category);
             m.deltas.push((cat, e.bytes));
         }
+        iter_index.insert(it.index, iters.len());
         iters.push(Iter {
             label: it.label.clone(),
             start: it.start,
             measured: m,
         });
     }
-    let iter_index: BTreeMap<u32, usize> = step
-        .iterations
-        .iter()
-        .filter_map(|it| {
-            iters
-                .iter()
-                .position(|x| x.start == it.start)
-                .map(|k| (it.index, k))
-        })
-        .collect();
     if iters.is_empty() {
         return Err(Error::NothingToPlan(
             "no allocator event falls inside an iteration".into(),
@@ -387,15 +380,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         None => (bw.htod_gbps, bw.dtoh_gbps, bw.source),
     };
 
-    let candidates = build_candidates(
-        t,
-        a,
-        ids.as_ref(),
-        &iters,
-        &iter_index,
-        cpu_scale,
-        (htod, dtoh),
-    );
+    let candidates = build_candidates(t, a, ids, &iters, &iter_index, cpu_scale, (htod, dtoh));
     if candidates.is_empty() {
         return Err(Error::NothingToPlan(
             "no module's forward made activations that only its own backward reads: record with with_modules (steptrace capture does) to plan"
@@ -412,7 +397,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         .iter()
         .max_by_key(|p| p.bytes)
         .map_or([0; 7], |p| p.by_category);
-    let floor = at_peak[cat_pos(Category::Param)] + at_peak[cat_pos(Category::OptState)];
+    let floor = at_peak[Category::Param.index()] + at_peak[Category::OptState.index()];
     let budget = opts.budget.map(|b| match b {
         Budget::Bytes(x) => x,
         Budget::Fraction(f) => (measured_peak as f64 * f) as i64,
@@ -576,10 +561,6 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     })
 }
 
-fn cat_pos(c: Category) -> usize {
-    CATEGORIES.iter().position(|x| *x == c).unwrap_or(6)
-}
-
 /// A module and what is done with it.
 type Choice = (usize, Action);
 
@@ -643,7 +624,7 @@ fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) -> Vec<Vec<Ch
             .filter(|&i| {
                 chosen
                     .iter()
-                    .all(|&(c, _)| c != i && !under(&cands[i].path, &cands[c].path))
+                    .all(|&(c, _)| !under(&cands[i].path, &cands[c].path))
             })
             .flat_map(|i| policy.actions().iter().map(move |&a| (i, a)))
             .collect();
@@ -784,23 +765,6 @@ fn build_candidates(
             made_by.entry(p).or_default().push(bi);
         }
     }
-    // Readers of each storage per iteration (the Execution Trace's tensor ids).
-    let mut readers_of: rustc_hash::FxHashMap<(u32, i64), Vec<usize>> = Default::default();
-    if let Some(ids) = ids {
-        for (ni, r) in ids.uses.reads.iter().enumerate() {
-            for s in r {
-                readers_of
-                    .entry((step.nodes[ni].iteration, *s))
-                    .or_default()
-                    .push(ni);
-            }
-        }
-    }
-    let no_readers: Vec<usize> = Vec::new();
-    let readers = |bi: usize, it: u32| -> Option<&Vec<usize>> {
-        let s = *ids?.storage_of_block.get(&bi)?;
-        Some(readers_of.get(&(it, s)).unwrap_or(&no_readers))
-    };
     // Autograd nodes as they ran (`evaluate_function` ranges) by sequence number, and the
     // forward ops that have one, with their module.
     let mut eval_fns: rustc_hash::FxHashMap<i64, Vec<(i64, i64)>> = Default::default();
@@ -816,6 +780,8 @@ fn build_candidates(
             fwd_seq_ops.push((o.start, seq, m));
         }
     }
+    // By start, so each module's forward span is a range of it.
+    fwd_seq_ops.sort_unstable();
     let paths: Vec<String> = paths.into_iter().collect();
     let composite: BTreeSet<&str> = paths
         .iter()
@@ -863,9 +829,11 @@ fn build_candidates(
                 // node is done, inside `evaluate_function` but after the ops under it.
                 // Every autograd node of the module's forward ops (by sequence number), with
                 // or without ops of its own under it (a view's backward has none).
-                let mut bw_spans: Vec<(i64, i64)> = fwd_seq_ops
+                let span = fwd_seq_ops.partition_point(|o| o.0 < fs)
+                    ..fwd_seq_ops.partition_point(|o| o.0 <= fe);
+                let mut bw_spans: Vec<(i64, i64)> = fwd_seq_ops[span]
                     .iter()
-                    .filter(|&&(st, _, m)| st >= fs && st <= fe && under(t.kineto.str(m), path))
+                    .filter(|&&(_, _, m)| under(t.kineto.str(m), path))
                     .flat_map(|&(_, seq, _)| eval_fns.get(&seq).into_iter().flatten())
                     .filter(|&&(st, _)| st > fe && st <= it.end)
                     .copied()
@@ -898,15 +866,9 @@ fn build_candidates(
                         let Some(freed) = b.free.filter(|&f| freed_by_module(f)) else {
                             continue;
                         };
-                        let (fw_free, bw_first) = match readers(bi, it.index) {
+                        let (fw_free, bw_first) = match ids.and_then(|i| i.readers(step, mem, bi)) {
                             Some(r) => {
-                                // Storage ids name memory, which the allocator hands out again:
-                                // a reader counts only while this block holds it.
-                                let r: Vec<usize> = r
-                                    .iter()
-                                    .copied()
-                                    .filter(|&ni| op(ni).start >= b.alloc && op(ni).start <= freed)
-                                    .collect();
+                                let r: Vec<usize> = r.collect();
                                 if r.iter().any(|&ni| {
                                     step.nodes[ni].phase == Phase::Backward && !in_bwd.contains(&ni)
                                 }) {

@@ -15,7 +15,7 @@
 //! events before it, so what the plan does not touch is exactly what was measured (a plan
 //! with no decision predicts the measured peak to the byte).
 
-use crate::analysis::memory::{Breakdown, Category, CATEGORIES};
+use crate::analysis::memory::{Breakdown, Category};
 
 /// Where an added event falls among the measured ones: at `ts`; `tie` 0 before the measured
 /// events at that time, 2 after them; `seq` orders events of one tie.
@@ -58,10 +58,6 @@ pub(crate) struct Peak {
     pub(crate) by_category: Breakdown,
 }
 
-fn cat_index(c: Category) -> usize {
-    CATEGORIES.iter().position(|x| *x == c).unwrap_or(6)
-}
-
 /// Replays `m` with `added` (sorted by key) and returns the peak. `curve` receives every
 /// point (time, predicted bytes) when given.
 pub(crate) fn simulate(
@@ -97,18 +93,18 @@ pub(crate) fn simulate(
         {
             let a = added[ai];
             delta += a.bytes;
-            cats[cat_index(a.category)] += a.bytes;
+            cats[a.category.index()] += a.bytes;
             consider(a.key.ts, cur + delta, &cats, &mut best);
             ai += 1;
         }
         cur = total;
         let (c, d) = m.deltas[ei];
-        cats[cat_index(c)] += d;
+        cats[c.index()] += d;
         consider(ts, cur + delta, &cats, &mut best);
     }
     for a in &added[ai..] {
         delta += a.bytes;
-        cats[cat_index(a.category)] += a.bytes;
+        cats[a.category.index()] += a.bytes;
         consider(a.key.ts, cur + delta, &cats, &mut best);
     }
     best
@@ -124,7 +120,7 @@ mod tests {
             before,
             ..Measured::default()
         };
-        m.before_by_category[cat_index(Category::Param)] = before;
+        m.before_by_category[Category::Param.index()] = before;
         for &(ts, d) in deltas {
             total += d;
             m.events.push((ts, total));

@@ -253,28 +253,54 @@ fn activation_liveness_is_ordered_and_equals_the_execution_trace() {
                 )
             })
             .collect();
-        let mut checked = 0;
-        for a in acts.iter().filter(|a| a.storage_id >= 0) {
-            let Some(ts) = readers.get(&a.storage_id) else {
+        // Storage ids name memory, which the allocator hands out again: an activation's
+        // readers are those that read its id while its block was allocated (µs), each block of
+        // the first iteration named as analyze names activations (`<producer>/act<k>`).
+        let mem = &out.analysis.memory;
+        let mut life: HashMap<String, (f64, f64)> = HashMap::new();
+        let mut kth: HashMap<usize, u32> = HashMap::new();
+        for b in &mem.blocks {
+            let Some(p) = b.producer.filter(|p| it0.nodes.contains(p)) else {
                 continue;
             };
+            if b.category != steptrace::analysis::memory::Category::Activation {
+                continue;
+            }
+            let k = kth.entry(p).or_insert(0);
+            let name = format!("{}/act{}", out.analysis.step.nodes[p].name, k);
+            *k += 1;
+            let free = b.free.map_or(f64::MAX, |f| f as f64 * 1e-3);
+            life.insert(name, (b.alloc as f64 * 1e-3, free));
+        }
+        let mut checked = 0;
+        for a in acts.iter().filter(|a| a.storage_id >= 0) {
+            let (Some(ts), Some(&(alloc, free))) =
+                (readers.get(&a.storage_id), life.get(&a.activation_name))
+            else {
+                continue;
+            };
+            let eps = 2e-3;
+            let ts: Vec<f64> = ts
+                .iter()
+                .copied()
+                .filter(|t| *t >= alloc - eps && *t <= free + eps)
+                .collect();
             let (Some(first), Some(last)) = (
                 spans.get(&a.first_bw_use_rank),
                 spans.get(&a.last_bw_use_rank),
             ) else {
                 continue;
             };
-            // The reported first backward reader does read it, and no backward reader of this
-            // iteration lies before the first or after the last.
+            // The reported first and last backward readers do read it while it lives, and no
+            // backward reader of this iteration lies before the first or after the last.
             // Spans come from integer ns, raw ts from f64 µs: allow the rounding.
-            let eps = 2e-3;
-            assert!(
-                ts.iter()
-                    .any(|t| *t >= first.0 - eps && *t <= first.1 + eps),
-                "{s:?} {}: rank {} reads nothing",
-                a.activation_name,
-                a.first_bw_use_rank
-            );
+            for (span, rank) in [(first, a.first_bw_use_rank), (last, a.last_bw_use_rank)] {
+                assert!(
+                    ts.iter().any(|t| *t >= span.0 - eps && *t <= span.1 + eps),
+                    "{s:?} {}: rank {rank} reads nothing",
+                    a.activation_name,
+                );
+            }
             let bw_start = spans
                 .values()
                 .filter(|x| x.2 == "backward")
