@@ -221,12 +221,168 @@ fn unwritable_output_and_bad_schedule_exit_2() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("bad schedule"));
 }
 
+/// `capture --plan` (issue 20): a plan is checked before the program runs (one line naming the
+/// file, exit 2, nothing run), and a good one is kept in the run directory and handed to the
+/// shim through `STEPTRACE_PLAN`.
+#[test]
+fn issue20_capture_plan_is_checked_kept_with_the_run_and_handed_to_the_shim() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let run = |plan: &Path, out: &Path| {
+        Command::new(bin())
+            .args(["capture", "--no-nvtx", "--plan"])
+            .arg(plan)
+            .arg("--out")
+            .arg(out)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                &format!("echo \"$STEPTRACE_PLAN\" > {}", ran.display()),
+            ])
+            .output()
+            .unwrap()
+    };
+    for (i, (text, says)) in [
+        ("{not json", "not JSON"),
+        (r#"{"decisions": [{"instance": "Block_0"}]}"#, "`action`"),
+        (
+            r#"{"decisions": [{"instance": "x; rm", "action": "swap"}]}"#,
+            "instance",
+        ),
+        (r#"{"plan": []}"#, "decisions"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let bad = dir.path().join(format!("bad{i}.json"));
+        std::fs::write(&bad, text).unwrap();
+        let o = run(&bad, &dir.path().join(format!("out{i}")));
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("bad{i}.json")) && err.contains(says),
+            "{err}"
+        );
+        assert!(!ran.exists(), "the program ran with a bad plan");
+    }
+    let good = dir.path().join("plan.json");
+    let text = r#"{"decisions": [{"instance": "Block_0", "action": "recompute"}, {"instance": "MLP_2", "action": "swap"}]}"#;
+    std::fs::write(&good, text).unwrap();
+    let out = dir.path().join("run");
+    let o = run(&good, &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(out.join("plan.json")).unwrap(),
+        text
+    );
+    let handed = std::fs::read_to_string(&ran).unwrap();
+    assert_eq!(Path::new(handed.trim()), out.join("plan.json"));
+    assert!(manifest(&out)["notes"]
+        .to_string()
+        .contains("plan applied: 2 module decision(s)"));
+}
+
 fn python_has(module: &str) -> bool {
     Command::new("python3")
         .args(["-c", &format!("import {module}")])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// SIGTERM ends a Python program at once; the shim delays that only to write what it recorded
+/// (issue 17: pytorch/examples mnist then hung in the interpreter's finalization). A program
+/// whose finalization would block (an object whose `__del__` sleeps) still ends with 143.
+#[test]
+fn issue17_sigterm_ends_a_python_program_as_sigterm_would_once_the_shim_has_written() {
+    assert!(python_has("sys"), "no python3 here");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "import time\nclass Stuck:\n    def __del__(self):\n        time.sleep(600)\nstuck = Stuck()\nopen({:?}, 'w').close()\nwhile True:\n    time.sleep(0.05)\n",
+        ready.display().to_string()
+    );
+    let mut child = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(&out)
+        .args(["--", "python3", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "child never started");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut status = None;
+    for _ in 0..400 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        // Still running 20 s after SIGTERM: end the tree, then fail.
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-P", &child.id().to_string()])
+            .status();
+        let _ = child.kill();
+        panic!("still running 20 s after SIGTERM");
+    };
+    assert_eq!(status.code(), Some(143));
+    let st: Value = serde_json::from_slice(&std::fs::read(out.join("shim.json")).unwrap()).unwrap();
+    assert_eq!(
+        st["exited_cleanly"], true,
+        "the shim wrote its status first"
+    );
+    assert_eq!(manifest(&out)["exit"]["forwarded_signal"], 15);
+}
+
+/// The corpus script's watchdog (issue 17): with `STEPTRACE_STACKS_ON_USR2=1`, SIGUSR2 makes
+/// the Python shim print the program's stack to stderr.
+#[test]
+fn python_shim_prints_the_stack_on_sigusr2_when_asked() {
+    assert!(python_has("sys"), "no python3 here");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "import time\ndef waiting_here():\n    open({:?}, 'w').close()\n    time.sleep(30)\nwaiting_here()\n",
+        ready.display().to_string()
+    );
+    let child = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(dir.path().join("run"))
+        .args(["--", "python3", "-c", &script])
+        .env("STEPTRACE_STACKS_ON_USR2", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "child never started");
+    Command::new("pkill")
+        .args(["-USR2", "-P", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("in waiting_here"), "{err}");
 }
 
 #[test]

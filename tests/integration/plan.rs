@@ -151,3 +151,41 @@ fn issue20_unknown_modules_and_budgets_below_the_floor_are_clear_errors() {
     );
     assert!(e.to_string().contains("parameters and optimizer state"));
 }
+
+/// A trace with nothing to plan from (no allocator events) is one clear error, not an empty
+/// plan (issue 20).
+#[test]
+fn issue20_a_trace_without_memory_events_has_nothing_to_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.json");
+    let ev = |name: &str, ts: u32, dur: u32| {
+        format!(
+            r#"{{"ph": "X", "cat": "{}", "name": "{name}", "pid": 1, "tid": 1, "ts": {ts}, "dur": {dur}, "args": {{}}}}"#,
+            if name.starts_with("ProfilerStep") {
+                "user_annotation"
+            } else {
+                "cpu_op"
+            }
+        )
+    };
+    let events = [
+        ev("ProfilerStep#1", 0, 100),
+        ev("aten::mm", 10, 20),
+        ev("ProfilerStep#2", 100, 100),
+        ev("aten::mm", 110, 20),
+    ];
+    std::fs::write(
+        &path,
+        format!(r#"{{"traceEvents": [{}]}}"#, events.join(",")),
+    )
+    .unwrap();
+    let e = steptrace::plan_run(&props(path), &Options::default()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            steptrace::Error::Plan(steptrace::plan::Error::NothingToPlan(_))
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no memory events"), "{e}");
+}
