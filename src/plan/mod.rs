@@ -851,9 +851,10 @@ fn build_candidates(
                 // The module's backward starts with its first autograd node: the recompute
                 // runs when that node unpacks what it saved.
                 let t0 = t0.min(bw_spans.first().map_or(t0, |s| s.0));
+                // Spans of several threads may overlap: any that started by `ts` may hold it.
                 let freed_by_module = |ts: i64| {
                     let i = bw_spans.partition_point(|s| s.0 <= ts);
-                    bw_spans[..i].iter().rev().take(8).any(|s| ts <= s.1)
+                    bw_spans[..i].iter().any(|s| ts <= s.1)
                 };
                 // What its checkpoint frees.
                 let mut dropped: Vec<(usize, i64, i64)> = Vec::new(); // (block, forward free, first bw use)
