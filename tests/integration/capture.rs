@@ -25,6 +25,34 @@ fn manifest(out: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap()
 }
 
+/// Starts `capture --out OUT -- CHILD` (stdout and stderr piped, `env` added) and waits up to
+/// 20 s for the child to make the file `ready`, for tests that signal a running capture.
+fn capture_until_ready(
+    out: &Path,
+    ready: &Path,
+    child: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    let c = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(out)
+        .arg("--")
+        .args(child)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "child never started");
+    c
+}
+
 #[test]
 fn child_gets_the_shim_environment_with_user_values_chained() {
     let dir = tempfile::tempdir().unwrap();
@@ -102,21 +130,7 @@ fn repeated_signals_are_forwarded_while_the_child_writes() {
         r = ready.display(),
         l = log.display()
     );
-    let child = Command::new(bin())
-        .args(["capture", "--no-nvtx", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "child never started");
+    let child = capture_until_ready(&out, &ready, &["sh", "-c", &script], &[]);
     for _ in 0..5 {
         std::thread::sleep(std::time::Duration::from_millis(150));
         Command::new("kill")
@@ -151,21 +165,7 @@ fn sigint_to_steptrace_is_forwarded_to_the_child() {
         "trap 'echo caught; exit 42' INT; touch {}; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 3",
         ready.display()
     );
-    let child = Command::new(bin())
-        .args(["capture", "--no-nvtx", "--out"])
-        .arg(&out)
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "child never started");
+    let child = capture_until_ready(&out, &ready, &["sh", "-c", &script], &[]);
     Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -305,21 +305,7 @@ fn issue17_sigterm_ends_a_python_program_as_sigterm_would_once_the_shim_has_writ
         "import time\nclass Stuck:\n    def __del__(self):\n        time.sleep(600)\nstuck = Stuck()\nopen({:?}, 'w').close()\nwhile True:\n    time.sleep(0.05)\n",
         ready.display().to_string()
     );
-    let mut child = Command::new(bin())
-        .args(["capture", "--no-nvtx", "--out"])
-        .arg(&out)
-        .args(["--", "python3", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    for _ in 0..400 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "child never started");
+    let mut child = capture_until_ready(&out, &ready, &["python3", "-c", &script], &[]);
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -360,22 +346,12 @@ fn python_shim_prints_the_stack_on_sigusr2_when_asked() {
         "import time\ndef waiting_here():\n    open({:?}, 'w').close()\n    time.sleep(30)\nwaiting_here()\n",
         ready.display().to_string()
     );
-    let child = Command::new(bin())
-        .args(["capture", "--no-nvtx", "--out"])
-        .arg(dir.path().join("run"))
-        .args(["--", "python3", "-c", &script])
-        .env("STEPTRACE_STACKS_ON_USR2", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    for _ in 0..400 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "child never started");
+    let child = capture_until_ready(
+        &dir.path().join("run"),
+        &ready,
+        &["python3", "-c", &script],
+        &[("STEPTRACE_STACKS_ON_USR2", "1")],
+    );
     Command::new("pkill")
         .args(["-USR2", "-P", &child.id().to_string()])
         .status()
