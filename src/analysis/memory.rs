@@ -42,18 +42,25 @@ pub enum Category {
     Input,
     /// Short-lived: freed in the phase that made them.
     Temporary,
-    /// Anything else: workspaces, what no source can name.
+    /// Library workspaces (cuBLAS/cuBLASLt): made inside a matmul the first time a thread
+    /// and stream ran one, kept for the process's life.
+    Workspace,
+    /// What no source can name.
     Other,
 }
 
+/// How many categories there are.
+pub const CATEGORY_COUNT: usize = 8;
+
 /// All categories, in output order.
-pub const CATEGORIES: [Category; 7] = [
+pub const CATEGORIES: [Category; CATEGORY_COUNT] = [
     Category::Param,
     Category::Grad,
     Category::OptState,
     Category::Activation,
     Category::Input,
     Category::Temporary,
+    Category::Workspace,
     Category::Other,
 ];
 
@@ -67,6 +74,7 @@ impl Category {
             Category::Activation => "ACT",
             Category::Input => "INPUT",
             Category::Temporary => "TEMP",
+            Category::Workspace => "WORKSPACE",
             Category::Other => "OTHER",
         }
     }
@@ -80,6 +88,7 @@ impl Category {
             Category::Activation => "activation",
             Category::Input => "input",
             Category::Temporary => "temporary",
+            Category::Workspace => "workspace",
             Category::Other => "other",
         }
     }
@@ -112,7 +121,7 @@ pub struct Block {
 }
 
 /// Bytes per category, in [`CATEGORIES`] order.
-pub type Breakdown = [i64; 7];
+pub type Breakdown = [i64; CATEGORY_COUNT];
 
 /// The blocks of the profile and the allocator's own totals.
 #[derive(Debug, Clone, Default)]
@@ -164,8 +173,52 @@ pub fn round_block(bytes: i64) -> i64 {
     ((bytes.max(1) + 511) / 512) * 512
 }
 
+/// The sizes of cuBLAS's per-handle workspace PyTorch allocates unless
+/// `CUBLAS_WORKSPACE_CONFIG` says otherwise: `:4096:8` (32 MiB) on Hopper and later,
+/// `:4096:2:16:8` before (aten/src/ATen/cuda/CublasHandlePool.cpp). cuBLASLt shares it.
+const CUBLAS_WORKSPACE_SIZES: [i64; 2] = [32 << 20, (8 << 20) + (128 << 10)];
+
+/// Whether a block that lives through the whole window, and that nothing else names, has a
+/// cuBLAS workspace's size. Python stacks stop at the matmul's caller and the autograd
+/// threads record none, so the size is the evidence left (a gradient of that size is named
+/// GRAD first, by its parameter's size).
+fn workspace_sized(size: i64) -> bool {
+    CUBLAS_WORKSPACE_SIZES.contains(&size)
+}
+
+/// Matmul-family ops: the ones that fetch a cuBLAS/cuBLASLt handle and its workspace.
+fn calls_cublas(op: &str) -> bool {
+    let op = op.strip_prefix("aten::").unwrap_or(op);
+    matches!(
+        op,
+        "mm" | "addmm"
+            | "bmm"
+            | "baddbmm"
+            | "matmul"
+            | "linear"
+            | "addmv"
+            | "mv"
+            | "dot"
+            | "_scaled_mm"
+            | "addbmm"
+            | "_addmm_activation"
+            | "einsum"
+            | "tensordot"
+    ) || op.starts_with("Torch-Compiled Region")
+        || op.starts_with("CompiledFunction")
+}
+
 /// Category of a block made before the window, from its allocation stack.
 fn category_from_frames(s: &Snapshot, frames: &[crate::ingest::snapshot::FrameId]) -> Category {
+    // C++ stacks (libtorch, or `stacks="all"`) name the workspace's own allocation.
+    if frames.iter().any(|f| {
+        let name = s.str(s.frames[f.0 as usize].name);
+        name.contains("setWorkspaceForHandle")
+            || name.contains("getCUDABlasLtWorkspace")
+            || name.contains("getNewWorkspace")
+    }) {
+        return Category::Workspace;
+    }
     if frames.is_empty() {
         // Allocated off the Python thread: the autograd engine's device threads. What survives
         // to the window from there is last step's gradients.
@@ -270,7 +323,7 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
                 freer: f.and_then(|f| place[f].0),
                 iteration: place[a].1,
             };
-            b.category = in_window_category(step, &b);
+            b.category = in_window_category(t, step, &b);
             b
         })
         .collect();
@@ -287,6 +340,9 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
     let before_total = t.memory.first().map_or(0, |m| m.total_allocated - m.bytes);
     let t0 = t.memory.first().map_or(0, |m| m.ts);
     let mut pre: Vec<Block> = Vec::new();
+    // Per block of `pre`: allocated with no stack recorded, and the bytes asked for (a block
+    // can be larger: the allocator keeps a remainder too small to split).
+    let mut stackless: Vec<(bool, i64)> = Vec::new();
     let mut from_snapshot = false;
     if let Some(s) = t.snapshot.as_ref().filter(|s| {
         if s.legacy_layout {
@@ -321,14 +377,35 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
                     _ => {}
                 }
             }
+            // The segments hold every block alive when the snapshot was taken, each with the
+            // stack it was allocated from, whether or not the history saw it: turning history
+            // off clears it (capture pauses it while timing steps), and it may start late.
+            let seg_blocks: FxHashMap<u64, &crate::ingest::snapshot::Block> = s
+                .segments
+                .iter()
+                .filter(|g| g.device.max(0) as usize == dev)
+                .flat_map(|g| &g.blocks)
+                .filter(|b| s.str(b.state).starts_with("active"))
+                .map(|b| (b.address, b))
+                .collect();
+            let mut last_alloc: FxHashMap<u64, Option<i64>> = FxHashMap::default();
+            for e in entries.iter().filter(|e| e.action == Action::Alloc) {
+                last_alloc.insert(e.addr, e.time_us);
+            }
             let mut v: Vec<_> = alive.into_values().collect();
             v.sort_by_key(|(_, e)| (e.time_us, e.addr));
-            for (size, e) in v {
+            for (requested, e) in v {
+                // History records the requested size; the allocator (and the trace's Total
+                // Allocated) counts the block's, which the segments give while it lives.
+                let requested = round_block(requested as i64);
+                let size = match seg_blocks.get(&e.addr) {
+                    Some(b) if last_alloc.get(&e.addr) == Some(&e.time_us) => b.size as i64,
+                    _ => requested,
+                };
+                stackless.push((s.stack(e.stack).is_empty(), requested));
                 pre.push(Block {
                     addr: e.addr,
-                    // History records the requested size; the allocator (and the trace's
-                    // Total Allocated) counts whole 512-byte units.
-                    size: round_block(size as i64),
+                    size,
                     alloc: i64::MIN,
                     free: None,
                     category: category_from_frames(s, s.stack(e.stack)),
@@ -337,17 +414,41 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
                     iteration: None,
                 });
             }
-            // Made off the Python thread and still alive: gradients mirror the parameters one
-            // for one, so a block sized like an unmatched parameter is one; the rest (the
-            // autograd threads' cuBLAS workspaces) is not.
-            let mut param_sizes: FxHashMap<i64, usize> = FxHashMap::default();
-            for b in pre.iter().filter(|b| b.category == Category::Param) {
-                *param_sizes.entry(b.size).or_default() += 1;
-            }
-            for b in pre.iter_mut().filter(|b| b.category == Category::Grad) {
-                match param_sizes.get_mut(&b.size) {
-                    Some(n) if *n > 0 => *n -= 1,
-                    _ => b.category = Category::Other,
+            // A block alive at the snapshot that the history never saw allocated was made
+            // before the history began. When the history reaches into the window, that is
+            // before the window too, unless the trace saw it made.
+            let history_reaches_window = entries
+                .iter()
+                .rev()
+                .find_map(|e| e.time_us)
+                .is_some_and(|ts| ts as f64 >= t0_us);
+            if history_reaches_window {
+                let open_at_end: rustc_hash::FxHashSet<u64> = made
+                    .iter()
+                    .filter(|(_, f)| f.is_none())
+                    .map(|&(a, _)| t.memory[a].addr)
+                    .collect();
+                let mut unseen: Vec<_> = seg_blocks
+                    .values()
+                    .filter(|b| !last_alloc.contains_key(&b.address))
+                    .filter(|b| !open_at_end.contains(&b.address))
+                    .collect();
+                unseen.sort_by_key(|b| b.address);
+                for b in unseen {
+                    stackless.push((
+                        s.stack(b.stack).is_empty(),
+                        round_block(b.requested_size.unwrap_or(b.size) as i64),
+                    ));
+                    pre.push(Block {
+                        addr: b.address,
+                        size: b.size as i64,
+                        alloc: i64::MIN,
+                        free: None,
+                        category: category_from_frames(s, s.stack(b.stack)),
+                        producer: None,
+                        freer: None,
+                        iteration: None,
+                    });
                 }
             }
         }
@@ -368,6 +469,14 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
                 event_block[ei] = Some(i);
             }
             None => unmatched += bytes,
+        }
+    }
+    if from_snapshot {
+        name_stackless(&mut pre, &stackless);
+    }
+    for b in pre.iter_mut() {
+        if b.category == Category::Other && b.free.is_none() && workspace_sized(b.size) {
+            b.category = Category::Workspace;
         }
     }
     let known: i64 = pre.iter().map(|b| b.size).sum();
@@ -393,19 +502,92 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
     }
 }
 
-fn in_window_category(step: &Step, b: &Block) -> Category {
+/// Names the blocks made before the window whose allocation recorded no stack, from the
+/// parameters' sizes. Gradients mirror the parameters one for one (the autograd threads,
+/// which record no Python stack, make them), so a block sized like a parameter without one is
+/// a gradient. Blocks also come without a stack when the history was off as they were made
+/// (capture pauses it while it times steps): optimizer moments made at the first step are
+/// then stackless too, alive through the window, at most two per parameter (Adam's; SGD's
+/// momentum is one), after those whose stack named the optimizer. The rest (the autograd threads' cuBLAS workspaces) stays
+/// for the workspace rule.
+fn name_stackless(pre: &mut [Block], stackless: &[(bool, i64)]) {
+    let request = |i: usize| stackless[i].1;
+    let mut param_sizes: FxHashMap<i64, usize> = FxHashMap::default();
+    for i in (0..pre.len()).filter(|&i| pre[i].category == Category::Param) {
+        *param_sizes.entry(request(i)).or_default() += 1;
+    }
+    let mut moments: FxHashMap<i64, usize> =
+        param_sizes.iter().map(|(&k, &n)| (k, 2 * n)).collect();
+    for i in (0..pre.len()).filter(|&i| pre[i].category == Category::OptState) {
+        if let Some(n) = moments.get_mut(&request(i)) {
+            *n = n.saturating_sub(1);
+        }
+    }
+    // Parameter-sized is not enough: buffers (BatchNorm's running statistics) are made with
+    // the parameters and have no gradient. When the window frees gradients (`zero_grad` sets
+    // them to None), every gradient dies in it and the blocks that live on are not gradients;
+    // moments never die.
+    let grads_die = pre
+        .iter()
+        .any(|b| b.category == Category::Grad && b.free.is_some());
+    for (b, &(_, request)) in pre.iter_mut().zip(stackless) {
+        if b.category != Category::Grad {
+            continue;
+        }
+        if grads_die && b.free.is_none() {
+            b.category = Category::Other;
+            continue;
+        }
+        match param_sizes.get_mut(&request) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => b.category = Category::Other,
+        }
+    }
+    for (b, &(none, request)) in pre.iter_mut().zip(stackless) {
+        if !(none && b.category == Category::Other && b.free.is_none()) {
+            continue;
+        }
+        if let Some(n) = moments.get_mut(&request).filter(|n| **n > 0) {
+            *n -= 1;
+            b.category = Category::OptState;
+        }
+    }
+}
+
+fn in_window_category(t: &Trace, step: &Step, b: &Block) -> Category {
     let Some(it) = b.iteration.map(|i| &step.iterations[i as usize]) else {
         return Category::Other;
     };
     let freed_in = |end: i64| b.free.is_some_and(|f| f <= end);
-    let Some(n) = b.producer.map(|p| &step.nodes[p]) else {
-        return if freed_in(it.end) {
-            Category::Temporary
-        } else {
-            Category::Other
-        };
+    let producer = b.producer.map(|p| &step.nodes[p]);
+    // A thread's first matmul on a stream makes its workspace, which is never freed. Outside
+    // the backward nothing else a matmul makes outlives the window (activations are freed by
+    // their iteration's backward); inside it, a never-freed block is a gradient.
+    if b.free.is_none()
+        && workspace_sized(b.size)
+        && producer.is_some_and(|n| n.phase != Phase::Backward && calls_cublas(t.op_name(n.op)))
+    {
+        return Category::Workspace;
+    }
+    let phase = match producer {
+        Some(n) => n.phase,
+        // No node on the allocating thread: the autograd engine's threads between nodes (a
+        // compiled backward writes its gradients there). The time says the phase.
+        None if it
+            .backward
+            .is_some_and(|(bs, be)| b.alloc >= bs && b.alloc <= be) =>
+        {
+            Phase::Backward
+        }
+        None => {
+            return if freed_in(it.end) {
+                Category::Temporary
+            } else {
+                Category::Other
+            };
+        }
     };
-    match n.phase {
+    match phase {
         Phase::Forward => match it.backward {
             Some((bs, _)) if freed_in(bs) => Category::Temporary,
             None if freed_in(it.end) => Category::Temporary,
@@ -447,7 +629,7 @@ impl Memory {
     /// Bytes by category alive at `ts` (trace ns), given the allocator's total then: what the
     /// blocks do not explain is OTHER, so the parts always add up to `total`.
     pub fn breakdown_at(&self, ts: i64, total: i64) -> Breakdown {
-        let mut b = [0i64; 7];
+        let mut b = [0i64; CATEGORY_COUNT];
         for blk in &self.blocks {
             if blk.alloc <= ts && blk.free.is_none_or(|f| f > ts) {
                 b[blk.category.index()] += blk.size;
@@ -461,7 +643,7 @@ impl Memory {
     /// For every node (index into `step.nodes`, `n` of them): the category holding most of the
     /// bytes it allocated; OTHER when it allocated nothing. One pass over the blocks.
     pub fn node_categories(&self, n: usize) -> Vec<Category> {
-        let mut bytes: Vec<[i64; 7]> = vec![[0; 7]; n];
+        let mut bytes: Vec<Breakdown> = vec![[0; CATEGORY_COUNT]; n];
         for b in &self.blocks {
             if let Some(p) = b.producer.filter(|&p| p < n) {
                 bytes[p][b.category.index()] += b.size;
@@ -502,7 +684,7 @@ pub struct TimelineRow {
 /// event moves its block's bytes in or out of the block's category; what no block explains is
 /// OTHER, so every row adds up to `Total Allocated`.
 pub fn timeline(t: &Trace, mem: &Memory) -> Vec<TimelineRow> {
-    let mut cur = [0i64; 7];
+    let mut cur = [0i64; CATEGORY_COUNT];
     for b in mem.blocks.iter().filter(|b| b.alloc == i64::MIN) {
         cur[b.category.index()] += b.size;
     }
@@ -533,6 +715,66 @@ pub fn timeline(t: &Trace, mem: &Memory) -> Vec<TimelineRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pre_block(size: i64, category: Category, free: Option<i64>) -> Block {
+        Block {
+            addr: 0,
+            size,
+            alloc: i64::MIN,
+            free,
+            category,
+            producer: None,
+            freer: None,
+            iteration: None,
+        }
+    }
+
+    // Issue 21: blocks made while the history was paused have no stack; gradients and
+    // optimizer moments among them are named by their parameters' requested sizes.
+    #[test]
+    fn stackless_blocks_are_gradients_then_moments_by_their_parameters_requested_sizes() {
+        use Category::*;
+        let mut pre = vec![
+            pre_block(2048, Param, None),
+            pre_block(1024, Param, None), // a buffer: no gradient, no moments
+            pre_block(1024, Param, None),
+            pre_block(2048, Grad, Some(5)), // freed by zero_grad: a gradient
+            pre_block(1024, Grad, Some(6)),
+            pre_block(1024, Grad, None), // lives on while gradients die: not one
+            pre_block(1024, Grad, None),
+            pre_block(3072, Grad, None), // asked for 2048, got a larger block
+            pre_block(2048, Grad, None),
+            pre_block(1024, Grad, None), // a third moment for 1024... still allowed (2 params)
+            pre_block(32 << 20, Grad, None), // no parameter this size: left for the workspace rule
+        ];
+        let requested = [
+            2048,
+            1024,
+            1024,
+            2048,
+            1024,
+            1024,
+            1024,
+            2048,
+            2048,
+            1024,
+            32 << 20,
+        ];
+        let stackless: Vec<(bool, i64)> = requested
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| (i >= 3, r))
+            .collect();
+        name_stackless(&mut pre, &stackless);
+        let got: Vec<Category> = pre.iter().map(|b| b.category).collect();
+        assert_eq!(
+            got,
+            [
+                Param, Param, Param, Grad, Grad, OptState, OptState, OptState, OptState, OptState,
+                Other
+            ]
+        );
+    }
 
     #[test]
     fn replay_pairs_frees_with_the_latest_allocation_at_their_address() {

@@ -341,6 +341,17 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
                     bw.iter().map(|&o| t.op(o).end()).max().unwrap_or(0),
                 )
             });
+            // The spans where a backward pass runs. An iteration with several (a GAN's
+            // discriminator and generator, gradient accumulation's micro-batches) runs forward
+            // work on the main thread between them: that is not backward.
+            let mut bw_spans: Vec<(i64, i64)> =
+                bw.iter().map(|&o| (t.op(o).start, t.op(o).end())).collect();
+            bw_spans.sort_unstable();
+            let bw_spans = merge_spans(bw_spans);
+            let in_backward = |ts: i64| {
+                let k = bw_spans.partition_point(|s| s.0 <= ts);
+                k > 0 && ts < bw_spans[k - 1].1
+            };
             let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
             let mut seen_compute = false;
             for (rank, &ni) in idx.iter().enumerate() {
@@ -358,7 +369,11 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
                     Phase::Other
                 } else {
                     match backward {
-                        Some((bs, be)) if op.start >= bs && op.start < be => Phase::Backward,
+                        Some((bs, be))
+                            if op.start >= bs && op.start < be && in_backward(op.start) =>
+                        {
+                            Phase::Backward
+                        }
                         Some((_, be)) if op.start >= be => {
                             if has_opt_annotations || is_dtoh_read(t, &gpu_of_node[ni]) {
                                 Phase::Other
@@ -368,12 +383,14 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
                         }
                         _ => {
                             // A loss read for logging (`.item()`) and the input copies before the
-                            // first compute op are not forward work.
+                            // first compute op are not forward work. Compute is what runs on the
+                            // GPU: a DataLoader's CPU-side ops (`empty`, `set_` of a received
+                            // batch) come before the copies too.
                             if is_dtoh_read(t, &gpu_of_node[ni]) || (!seen_compute && has_htod(ni))
                             {
                                 Phase::Other
                             } else {
-                                seen_compute = true;
+                                seen_compute |= !gpu_of_node[ni].is_empty();
                                 Phase::Forward
                             }
                         }
@@ -626,9 +643,30 @@ fn find_iterations(
     (Detection::BackwardCycle, windows)
 }
 
+/// Merges sorted (start, end) spans that overlap or touch into their union, in order.
+fn merge_spans(spans: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(spans.len());
+    for (s, e) in spans {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merge_spans_joins_overlapping_and_touching_spans_only() {
+        assert_eq!(
+            merge_spans(vec![(0, 5), (3, 8), (8, 9), (12, 15), (13, 14)]),
+            [(0, 9), (12, 15)]
+        );
+        assert!(merge_spans(vec![]).is_empty());
+    }
 
     #[test]
     fn autograd_wrappers_are_recognised() {

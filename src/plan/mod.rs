@@ -396,7 +396,9 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let at_peak = measured_peaks
         .iter()
         .max_by_key(|p| p.bytes)
-        .map_or([0; 7], |p| p.by_category);
+        .map_or([0; crate::analysis::memory::CATEGORY_COUNT], |p| {
+            p.by_category
+        });
     let floor = at_peak[Category::Param.index()] + at_peak[Category::OptState.index()];
     let budget = opts.budget.map(|b| match b {
         Budget::Bytes(x) => x,

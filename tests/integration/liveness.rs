@@ -5,7 +5,15 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::common::{analyze, col, csv, json, manifest, samples, trace_path};
+use crate::common::{analyze, col, csv, json, manifest, run_dirs, samples, trace_path};
+
+/// Every committed capture: the samples, the corpus of public programs, the planner's bases.
+fn every_capture() -> Vec<std::path::PathBuf> {
+    let mut v = samples();
+    v.extend(run_dirs("sample_traces/corpus", 5));
+    v.extend(run_dirs("sample_traces/plan", 2));
+    v
+}
 
 const TORCH_CATEGORIES: [&str; 8] = [
     "PARAMETER",
@@ -21,7 +29,9 @@ const TORCH_CATEGORIES: [&str; 8] = [
 #[test]
 fn categories_match_torch_memory_profiler_at_its_peak() {
     let mut checked = 0;
-    for s in samples() {
+    // The corpus and the planner's bases too (issue 21): capture's paused history left their
+    // parameters and optimizer state unnamed until the snapshot's blocks were read.
+    for s in every_capture() {
         let m = manifest(&s);
         let Some(tl) = m["files"]["memory_timeline_torch"].as_str() else {
             continue;
@@ -39,9 +49,28 @@ fn categories_match_torch_memory_profiler_at_its_peak() {
                     .sum()
             })
             .collect();
-        let i = (0..totals.len())
-            .max_by_key(|&k| (totals[k], std::cmp::Reverse(k)))
-            .unwrap();
+        // Inside a compiled region torch's classifier counts the region's saved tensors as
+        // PARAMETER and INPUT (nanoGPT: PARAMETER 472 MiB before the region, 669 MiB at its
+        // peak, with no parameter made): there only its first point, before any region ran,
+        // names parameters and optimizer state reliably.
+        let compiled = std::fs::read(trace_path(&s)).is_ok_and(|_| {
+            json(&trace_path(&s))["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| {
+                    e["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("Torch-Compiled Region"))
+                })
+        });
+        let i = if compiled {
+            0
+        } else {
+            (0..totals.len())
+                .max_by_key(|&k| (totals[k], std::cmp::Reverse(k)))
+                .unwrap()
+        };
         let at = times[i].as_f64().unwrap();
         let torch: HashMap<&str, i64> = TORCH_CATEGORIES
             .iter()
@@ -54,15 +83,21 @@ fn categories_match_torch_memory_profiler_at_its_peak() {
             .iter()
             .take_while(|r| r[col(&h, "epoch_us")].parse::<f64>().unwrap() <= at)
             .last()
+            .or(if compiled { rows.first() } else { None })
             .expect("a timeline row before torch's peak");
         let ours = |k: &str| row[col(&h, k)].parse::<i64>().unwrap();
         let close = |a: i64, b: i64| (a - b).abs() as f64 <= (0.05 * b as f64).max(64.0 * 1024.0);
-        for (o, t) in [
-            ("param", "PARAMETER"),
-            ("opt_state", "OPTIMIZER_STATE"),
-            ("grad", "GRADIENT"),
-            ("input", "INPUT"),
-        ] {
+        let pairs: &[(&str, &str)] = if compiled {
+            &[("param", "PARAMETER"), ("opt_state", "OPTIMIZER_STATE")]
+        } else {
+            &[
+                ("param", "PARAMETER"),
+                ("opt_state", "OPTIMIZER_STATE"),
+                ("grad", "GRADIENT"),
+                ("input", "INPUT"),
+            ]
+        };
+        for &(o, t) in pairs {
             assert!(
                 close(ours(o), torch[t]),
                 "{s:?} {o}: ours {} vs torch {}",
@@ -70,11 +105,20 @@ fn categories_match_torch_memory_profiler_at_its_peak() {
                 torch[t]
             );
         }
+        if compiled {
+            checked += 1;
+            continue;
+        }
         // torch leaves many activations and optimizer temporaries UNKNOWN: ours must cover
         // what torch named and never exceed what torch saw as tensors.
         assert!(
-            ours("activation") as f64 >= 0.95 * torch["ACTIVATION"] as f64,
-            "{s:?}"
+            // (64 KiB of slack, as `close` allows: the DDP tutorial's activations are 1.5 KiB.)
+            (ours("activation") + 64 * 1024) as f64 >= 0.95 * torch["ACTIVATION"] as f64,
+            "{s:?}: activation ours {} torch {}, input ours {} torch {}",
+            ours("activation"),
+            torch["ACTIVATION"],
+            ours("input"),
+            torch["INPUT"]
         );
         let torch_rest =
             torch["ACTIVATION"] + torch["TEMPORARY"] + torch["AUTOGRAD_DETAIL"] + torch["UNKNOWN"];
@@ -85,19 +129,83 @@ fn categories_match_torch_memory_profiler_at_its_peak() {
         checked += 1;
     }
     assert!(
-        checked >= 4,
-        "only {checked} samples carry torch's timeline"
+        checked >= 9,
+        "only {checked} captures carry torch's timeline"
     );
 }
 
+/// Threads of a trace file that ran a matmul-family op (each fetches a cuBLAS handle and
+/// its workspace), read with serde_json apart from steptrace's reader.
+fn matmul_threads(trace: &std::path::Path) -> usize {
+    let v = json(trace);
+    let mut threads = std::collections::BTreeSet::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap_or("");
+        let mm = [
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::baddbmm",
+            "aten::_scaled_mm",
+        ];
+        if e["cat"] == "cpu_op" && mm.contains(&name) {
+            threads.insert((e["pid"].to_string(), e["tid"].to_string()));
+        }
+    }
+    threads.len()
+}
+
+// Issue 21: OTHER used to be the total minus the named parts (so a sum check could not fail)
+// and held 49-100% of the samples' peaks. What stays unnamed must be under 5% of the peak on
+// every capture, and the workspaces named must be the ones the program had: one 32 MiB cuBLAS
+// workspace per thread that ran a matmul (cuBLASLt's own 1 MiB beside it in libtorch).
 #[test]
-fn memory_breakdown_adds_up_exactly() {
+fn issue21_unnamed_memory_is_under_5_percent_of_the_peak_and_workspaces_are_the_matmul_threads() {
+    let mut checked = 0;
+    for dir in every_capture() {
+        let m = manifest(&dir);
+        let world = m["world_size"].as_i64().unwrap_or(1);
+        for rank in 0..world {
+            let props = steptrace::AnalyzeProps {
+                input: dir.clone(),
+                rank: (world > 1).then_some(rank),
+                ..Default::default()
+            };
+            let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
+            let s = &a.summary;
+            let peak = s.peak_allocated_bytes.unwrap();
+            let part = |k: &str| s.peak_breakdown_bytes[k];
+            assert_eq!(
+                s.peak_breakdown_bytes.values().sum::<i64>(),
+                peak,
+                "{dir:?}"
+            );
+            assert!(
+                part("other") * 20 < peak,
+                "{dir:?} rank {rank}: OTHER {} of a {peak}-byte peak",
+                part("other")
+            );
+            let trace = if world > 1 {
+                dir.join(format!("trace_rank{rank}.json.gz"))
+            } else {
+                trace_path(&dir)
+            };
+            let n = matmul_threads(&trace) as i64;
+            let ws = part("workspace");
+            assert!(
+                ws >= n * (32 << 20) && ws <= n * (33 << 20),
+                "{dir:?} rank {rank}: {ws} workspace bytes for {n} matmul threads"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 15, "{checked}");
+}
+
+#[test]
+fn memory_timeline_rows_add_up_to_the_allocator_total() {
     for s in samples() {
         let (_d, out) = analyze(&s);
-        let sum = &out.analysis.summary;
-        let total: i64 = sum.peak_breakdown_bytes.values().sum();
-        assert_eq!(Some(total), sum.peak_allocated_bytes, "{s:?}");
-        assert_eq!(sum.peak_breakdown_bytes.len(), 7);
         let (h, rows) = csv(&out.out_dir.join("memory_timeline.csv"));
         let cats = [
             "param",
@@ -106,6 +214,7 @@ fn memory_breakdown_adds_up_exactly() {
             "activation",
             "input",
             "temporary",
+            "workspace",
             "other",
         ];
         for r in &rows {

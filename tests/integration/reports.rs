@@ -324,6 +324,7 @@ fn parquet_tables_hold_the_csv_values() {
             "activation",
             "input",
             "temporary",
+            "workspace",
             "other",
         ];
         for i in 0..tl.height() {

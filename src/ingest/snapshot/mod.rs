@@ -126,6 +126,9 @@ pub struct Block {
     pub requested_size: Option<u64>,
     /// `active_allocated`, `active_pending_free`, `active_awaiting_free`, `inactive`.
     pub state: StrId,
+    /// Where it was allocated (`frames`): kept on the block itself, so it outlives a history
+    /// that was cleared or had not started (empty when the block was made unrecorded).
+    pub stack: StackId,
 }
 
 /// A `record_function` range boundary recorded by the allocator (`external_annotations`).
@@ -445,6 +448,7 @@ impl<'a> Extractor<'a> {
                         .unwrap_or(0),
                     requested_size: pk.dict_get(b, "requested_size").and_then(|v| pk.as_u64(v)),
                     state,
+                    stack: self.stack_of(pk.dict_get(b, "frames")),
                 });
                 // Pre-2.1 snapshots kept the history inside blocks instead of device_traces.
                 if pk.dict_get(b, "history").is_some() {

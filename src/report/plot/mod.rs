@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{csv_err, io, Error};
-use crate::analysis::memory::CATEGORIES;
+use crate::analysis::memory::{CATEGORIES, CATEGORY_COUNT};
 use crate::analysis::Analysis;
 
 static FONT: Once = Once::new();
@@ -45,8 +45,9 @@ fn category_color(i: usize) -> RGBColor {
         RGBColor(214, 39, 40),
         RGBColor(148, 103, 189),
         RGBColor(140, 86, 75),
+        RGBColor(188, 189, 34),
         RGBColor(127, 127, 127),
-    ][i % 7]
+    ][i % CATEGORY_COUNT]
 }
 
 fn phase_color(p: &str) -> RGBColor {
@@ -256,7 +257,7 @@ where
 /// Stacked bytes by category over time.
 pub struct MemOverTime {
     /// (ms since the first event, MiB per category).
-    pub points: Vec<(f64, [f64; 7])>,
+    pub points: Vec<(f64, [f64; CATEGORY_COUNT])>,
     /// Title.
     pub title: String,
 }
@@ -608,7 +609,7 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
         let t0 = a.timeline.first().map_or(0, |r| r.ts);
         // At most ~2000 points: keep the first row of each time bucket.
         let step = (a.timeline.len() / 2000).max(1);
-        let points: Vec<(f64, [f64; 7])> = a
+        let points: Vec<(f64, [f64; CATEGORY_COUNT])> = a
             .timeline
             .iter()
             .step_by(step)
