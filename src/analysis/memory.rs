@@ -208,6 +208,23 @@ fn calls_cublas(op: &str) -> bool {
         || op.starts_with("CompiledFunction")
 }
 
+/// What a block made before the window and alive through it is, when its stack says so and
+/// no other rule named it: made inside an LSTM/GRU's forward and kept, cuDNN's RNN state
+/// (its dropout state and weight buffer, cached for the process) → WORKSPACE; made by the
+/// program's own code with no frame in torch (a dataset put on the device whole, fixed noise,
+/// masks) → INPUT, as torch's classifier names such tensors when the forward reads them.
+fn kept_category(s: &Snapshot, frames: &[crate::ingest::snapshot::FrameId]) -> Option<Category> {
+    let file = |f: &crate::ingest::snapshot::FrameId| s.str(s.frames[f.0 as usize].filename);
+    let innermost = frames.first().map(file)?;
+    if innermost.ends_with("nn/modules/rnn.py") {
+        return Some(Category::Workspace);
+    }
+    let in_torch =
+        |f: &str| f.contains("/torch/") || f.starts_with("torch/") || f.contains("site-packages");
+    (!frames.iter().map(file).any(in_torch) && !innermost.is_empty() && !innermost.starts_with('?'))
+        .then_some(Category::Input)
+}
+
 /// Category of a block made before the window, from its allocation stack.
 fn category_from_frames(s: &Snapshot, frames: &[crate::ingest::snapshot::FrameId]) -> Category {
     // C++ stacks (libtorch, or `stacks="all"`) name the workspace's own allocation.
@@ -343,6 +360,8 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
     // Per block of `pre`: allocated with no stack recorded, and the bytes asked for (a block
     // can be larger: the allocator keeps a remainder too small to split).
     let mut stackless: Vec<(bool, i64)> = Vec::new();
+    // Per block of `pre`: what it is if nothing else names it and it lives through the window.
+    let mut kept_as: Vec<Option<Category>> = Vec::new();
     let mut from_snapshot = false;
     if let Some(s) = t.snapshot.as_ref().filter(|s| {
         if s.legacy_layout {
@@ -403,6 +422,7 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
                     _ => requested,
                 };
                 stackless.push((s.stack(e.stack).is_empty(), requested));
+                kept_as.push(kept_category(s, s.stack(e.stack)));
                 pre.push(Block {
                     addr: e.addr,
                     size,
@@ -435,6 +455,7 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
                     .collect();
                 unseen.sort_by_key(|b| b.address);
                 for b in unseen {
+                    kept_as.push(kept_category(s, s.stack(b.stack)));
                     stackless.push((
                         s.stack(b.stack).is_empty(),
                         round_block(b.requested_size.unwrap_or(b.size) as i64),
@@ -474,9 +495,13 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
     if from_snapshot {
         name_stackless(&mut pre, &stackless);
     }
-    for b in pre.iter_mut() {
-        if b.category == Category::Other && b.free.is_none() && workspace_sized(b.size) {
-            b.category = Category::Workspace;
+    for (i, b) in pre.iter_mut().enumerate() {
+        if b.category == Category::Other && b.free.is_none() {
+            if workspace_sized(b.size) {
+                b.category = Category::Workspace;
+            } else if let Some(c) = kept_as.get(i).copied().flatten() {
+                b.category = c;
+            }
         }
     }
     let known: i64 = pre.iter().map(|b| b.size).sum();
