@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     let cli = match cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -32,6 +33,21 @@ fn main() -> ExitCode {
             eprintln!("steptrace: error: {}", terminal_safe(&message(&err)));
             ExitCode::from(exit_code(&err))
         }
+    }
+}
+
+/// Lets glibc's malloc reuse freed memory instead of unmapping it: by default an allocation of
+/// more than 128 KiB (rising to 32 MiB, the most it can be set to) is its own mapping, returned to the kernel when freed, so the
+/// parse's per-piece buffers and the tables after them fault their pages in again (68k page
+/// faults on the 255 MB benchmark trace; 52k with this, and 4% less CPU time by `perf stat -r
+/// 10`). Peak RSS is unchanged: the memory freed is reused, not added to.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; it is called before any other thread
+    // exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
 }
 

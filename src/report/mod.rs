@@ -331,7 +331,7 @@ pub fn write_into(
     opts: &ReportOptions,
 ) -> Result<Vec<(String, f64)>, Error> {
     use rayon::prelude::*;
-    let clearing = out.clear_previous();
+    let clearing = out.clear_previous(&t.kineto.path);
     let dir = out.path().to_path_buf();
     let dir = dir.as_path();
     let head = std::sync::Mutex::new(out.head.take());

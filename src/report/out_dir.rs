@@ -107,14 +107,60 @@ impl OutDir {
     pub fn start_annotated(&mut self, k: &KinetoTrace, opts: &ReportOptions) {
         if opts.annotated_trace && !opts.compact && !k.gzipped && self.head.is_none() {
             let dest = self.dir.join(annotated::file_name_for(k.gzipped));
-            self.head = annotated::HeadCopy::start(&k.path, dest, k.events_span.insert_at);
+            let reuse = self.reuse_previous(&dest, &k.path);
+            self.head = annotated::HeadCopy::start(&k.path, dest, k.events_span.insert_at, reuse);
+        }
+    }
+
+    /// Whether the previous run's `dest` is taken over as this run's part file, to be written
+    /// over in place: a rerun into the same directory then neither unlinks the old annotated
+    /// trace nor allocates the new one's blocks (255 MB: 0.036 s of kernel time against
+    /// 0.062 s for unlink, allocate and copy). Only a plain file of the previous run's list
+    /// with no other link and not the trace being read (analysing `out/annotated…` into `out`
+    /// must not write over its own input); the old name is gone from then on, as it would be
+    /// once the run removed it.
+    fn reuse_previous(&mut self, dest: &Path, input: &Path) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let Some(i) = self.previous.iter().position(|p| self.dir.join(p) == dest) else {
+                return false;
+            };
+            let (Ok(old), Ok(inp)) = (std::fs::symlink_metadata(dest), std::fs::metadata(input))
+            else {
+                return false;
+            };
+            if !old.is_file()
+                || old.nlink() != 1
+                || (old.dev(), old.ino()) == (inp.dev(), inp.ino())
+            {
+                return false;
+            }
+            if std::fs::rename(dest, part_path(dest)).is_err() {
+                return false;
+            }
+            self.previous.remove(i);
+            true
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (dest, input);
+            false
         }
     }
 
     /// Removes the previous run's files, on a thread of its own: unlinking a large file whose
-    /// pages are cached is tens of milliseconds of kernel work.
-    pub(super) fn clear_previous(&mut self) -> Option<std::thread::JoinHandle<()>> {
-        let old: Vec<PathBuf> = self.previous.drain(..).map(|p| self.dir.join(p)).collect();
+    /// pages are cached is tens of milliseconds of kernel work. The trace being read is kept
+    /// even when it is one of them (the previous run's annotated trace analysed into the same
+    /// directory): its end is still to be copied, and the commit replaces it anyway.
+    pub(super) fn clear_previous(&mut self, input: &Path) -> Option<std::thread::JoinHandle<()>> {
+        let input = std::fs::canonicalize(input).ok();
+        let old: Vec<PathBuf> = self
+            .previous
+            .drain(..)
+            .map(|p| self.dir.join(p))
+            .filter(|p| input.is_none() || std::fs::canonicalize(p).ok() != input)
+            .collect();
         if old.is_empty() {
             return None;
         }

@@ -115,3 +115,45 @@ fn issue19_a_plain_trace_gets_a_plain_annotated_trace_with_its_text_kept() {
         .iter()
         .any(|e| e["cat"] == "steptrace_node"));
 }
+
+fn plain_copy(sample: &str, to: &Path) {
+    let v = std::fs::read(trace_path(&root().join(sample))).unwrap();
+    let mut t = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&v[..]), &mut t).unwrap();
+    std::fs::write(to, t).unwrap();
+}
+
+/// Issue 19: a rerun writes over the previous run's annotated trace in place (no unlink, no
+/// new allocation); what it writes must be the fresh run's bytes exactly, cut to length when
+/// the old file was longer, and a run whose input is that very file must not write over it.
+#[test]
+fn issue19_a_rerun_over_a_longer_annotated_trace_writes_the_fresh_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (big, small) = (dir.path().join("big.json"), dir.path().join("small.json"));
+    plain_copy("sample_traces/resnet18", &big);
+    plain_copy("sample_traces/gpt_bf16", &small);
+    let name = "annotated.pt.trace.json";
+    let fresh = dir.path().join("fresh");
+    analyze(&small, &fresh, false, true);
+    let want = std::fs::read(fresh.join(name)).unwrap();
+
+    let out = dir.path().join("o");
+    analyze(&big, &out, false, true);
+    let old_len = std::fs::metadata(out.join(name)).unwrap().len();
+    assert!(
+        old_len > want.len() as u64,
+        "the first run's file must be the longer one"
+    );
+    analyze(&small, &out, false, true);
+    assert!(std::fs::read(out.join(name)).unwrap() == want);
+    assert!(parts(&out).is_empty());
+
+    // The previous output as this run's input, into the same directory.
+    let again = std::fs::read(out.join(name)).unwrap();
+    let copy = dir.path().join("copy.json");
+    std::fs::write(&copy, &again).unwrap();
+    let from_copy = dir.path().join("from_copy");
+    analyze(&copy, &from_copy, false, true);
+    analyze(&out.join(name), &out, false, true);
+    assert!(std::fs::read(out.join(name)).unwrap() == std::fs::read(from_copy.join(name)).unwrap());
+}
