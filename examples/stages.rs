@@ -130,7 +130,11 @@ fn snapshot(path: &std::path::Path) {
     let src = steptrace::ingest::source::read(path).unwrap();
     let t_read = t.elapsed();
     let t = Instant::now();
-    let p = steptrace::ingest::snapshot::unpickle::parse(&src.bytes).unwrap();
+    let p = steptrace::ingest::pickle::parse_records(
+        &src.bytes,
+        &steptrace::ingest::snapshot::HISTORY_ENTRY,
+    )
+    .unwrap();
     let t_unpickle = t.elapsed();
     drop(p);
     println!(

@@ -36,6 +36,32 @@ def own_timing(text):
     return None, None
 
 
+def printed_iterations(text):
+    """Per-iteration times (ms) a program prints with their iteration numbers, {iter: ms}
+    (nanoGPT train.py with log_interval=1: "iter N: loss L, time T ms")."""
+    return {int(i): float(t) for i, t in re.findall(r"iter (\d+): loss [0-9.]+, time ([0-9.]+)ms", text)}
+
+
+def same_steps_printed(w, name, timing):
+    """The program's own printed times, in the capture run itself, of exactly the steps the
+    timing phase's estimate covers (its intervals after `settle`, starting at `first_step`):
+    the one comparison that neither run-to-run drift nor early-step warm-up can move."""
+    first = timing.get("first_step")
+    n = len(timing.get("intervals_s") or [])
+    if first is None or not n:
+        return None, None
+    try:
+        with open(os.path.join(w, "logs", name + ".capture.out"), errors="replace") as f:
+            printed = printed_iterations(f.read())
+    except Exception:
+        return None, None
+    steps = range(first + timing.get("settle", 0), first + n)
+    got = [printed[i] for i in steps if i in printed]
+    if len(got) < len(steps):
+        return None, None
+    return statistics.median(got), "iterations %d-%d" % (steps[0], steps[-1])
+
+
 def main():
     name, kind, w = sys.argv[1:4]
     plain_rc, cap_rc, an_rc = (int(x) for x in sys.argv[4:7])
@@ -83,6 +109,8 @@ def main():
     timing = r0.get("timing") or {}
     row["timing_intervals_ms"] = [round(x * 1e3, 4) for x in timing.get("intervals_s") or []]
     row["timing_cuda_ms"] = (timing.get("step_time_cuda_s") or 0) * 1e3 or None
+    row["timing_first_step"] = timing.get("first_step")
+    row["own_printed_same_run_steps_ms"], row["own_printed_same_run_steps"] = same_steps_printed(w, name, timing)
     row["shim_errors"] = r0.get("errors")
     row["files"] = sorted((m.get("files") or {}).keys())
     refd = r0.get("reference") or {}
@@ -103,6 +131,9 @@ def main():
     own = row.get("own_printed_step_ms") or row.get("reference_step_ms")
     if own and row["step_time_ms"]:
         row["step_time_error_pct"] = 100.0 * (row["step_time_ms"] / own - 1)
+    same = row.get("own_printed_same_run_steps_ms")
+    if same and row["step_time_ms"]:
+        row["step_time_same_steps_error_pct"] = 100.0 * (row["step_time_ms"] / same - 1)
     if row["ref_flop_counter_total"] and row["flops_fcm_convention"]:
         row["flops_error_pct"] = 100.0 * (row["flops_fcm_convention"] / row["ref_flop_counter_total"] - 1)
     try:

@@ -84,6 +84,7 @@ class _State:
             "exited_cleanly": False,
             "phase": "before_window",
             "timing_ns": [],
+            "notes": [],
             "timing_settle": 0,
             "timing_cuda_ms": [],
         }
@@ -314,6 +315,8 @@ def _timing_mark():
             _S.cuda_events.append(ev)
         except Exception as exc:
             _S.error("cuda event", exc)
+    if not st["timing_ns"]:
+        st["timing_first_step"] = st["steps"] - st.get("boundaries_before_optimizer", 0)
     st["timing_ns"].append(time.perf_counter_ns())
     stop = _timing_stop(st["timing_ns"], _S.timing_settle, _S.timing_steps, _S.timing_max_steps, _S.timing_max_s,
                         _S.world > 1)
@@ -488,6 +491,24 @@ def _optimizer_found():
     if _S.optimizer_seen:
         return
     _S.optimizer_seen = True
+    st = _S.status
+    if st["boundary"] == "backward_pass" and not _S.explicit:
+        # Gradient accumulation: the backward passes before the first optimizer step looked
+        # like steps of a program with no optimizer (nanoGPT's train.py: 3 micro-batches of
+        # its first iteration). From here the optimizer marks steps, and the manifest names
+        # that rule; a timing phase begun on micro-batches starts again at this step, or its
+        # intervals would mix micro-batches with optimizer steps.
+        st["boundary"] = None
+        st["boundaries_before_optimizer"] = st["steps"]
+        note = ("steps are optimizer steps; the %d boundaries before the first one were "
+                "backward passes (gradient accumulation)" % st["steps"])
+        if st["phase"] == "timing":
+            st["timing_ns"] = []
+            _S.cuda_events = []
+            note += ", and the timing phase started again at it"
+        elif st["phase"] in ("window", "finished"):
+            note += ": the window opened on them, so its first steps are micro-batches"
+        st["notes"].append(note)
     if not _S.nvtx_tool:
         for h in _S.module_hooks:
             h.remove()

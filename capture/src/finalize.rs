@@ -60,6 +60,9 @@ pub struct ShimStatus {
     /// Errors the shim met (it never stops the program for them).
     #[serde(default)]
     pub errors: Vec<String>,
+    /// What the user should know about how steps were found (e.g. gradient accumulation).
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Why there is no trace, when the program never imported torch.
     #[serde(default)]
     pub no_trace_reason: Option<String>,
@@ -82,6 +85,11 @@ pub struct ShimStatus {
     /// before the rule, and when the program ended inside the phase).
     #[serde(default)]
     pub timing_stop: Option<String>,
+    /// Steps the program had completed at the timing phase's first reading (counted in the
+    /// rule that marks steps): interval `i` is the program's step `timing_first_step + i`,
+    /// counted from 0.
+    #[serde(default)]
+    pub timing_first_step: Option<i64>,
     /// CUDA-event intervals (ms) between the same boundaries.
     #[serde(default)]
     pub timing_cuda_ms: Vec<f64>,
@@ -137,6 +145,9 @@ pub struct Timing {
     pub step_time_cuda_s: Option<f64>,
     /// Every interval, seconds, in order.
     pub intervals_s: Vec<f64>,
+    /// The program's step (from 0) that the first interval covers, when the shim knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_step: Option<i64>,
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -177,6 +188,7 @@ pub fn timing(
         step_time_s,
         step_time_cuda_s: median(&cuda[cuda_skip.min(cuda.len())..]),
         intervals_s: intervals,
+        first_step: None,
     })
 }
 

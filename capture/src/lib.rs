@@ -647,6 +647,9 @@ fn finish(
         if let Some(r) = &st.no_snapshot_reason {
             notes.push(format!("rank {}: no memory snapshot: {r}", st.rank));
         }
+        for n in &st.notes {
+            notes.push(format!("rank {}: {n}", st.rank));
+        }
         // Compress what is there; drop roles whose file is missing.
         let mut present = std::collections::BTreeMap::new();
         for (role, name) in files {
@@ -683,7 +686,11 @@ fn finish(
             &st.timing_cuda_ms,
             st.timing_settle,
             st.timing_stop.clone(),
-        );
+        )
+        .map(|t| finalize::Timing {
+            first_step: st.timing_first_step,
+            ..t
+        });
         if timing.is_none() && st.window_complete && props.timing.steps > 0 {
             notes.push(format!(
                 "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",

@@ -4,6 +4,7 @@
 pub mod exec_trace;
 pub(crate) mod json_scan;
 pub mod kineto;
+pub mod pickle;
 pub mod snapshot;
 pub mod source;
 

@@ -146,7 +146,7 @@ proptest! {
     /// The pickle reader never panics and never allocates past its input on any bytes.
     #[test]
     fn pickle_reader_survives_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let _ = steptrace::ingest::snapshot::unpickle::parse(&bytes);
+        let _ = steptrace::ingest::pickle::parse_records(&bytes, &steptrace::ingest::snapshot::HISTORY_ENTRY);
     }
 
     /// Medians lie within the data.

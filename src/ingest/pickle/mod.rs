@@ -1,0 +1,419 @@
+//! A pickle reader for plain data, and nothing else.
+//!
+//! `pickle.load` would run whatever callable the file names, so this reader implements only
+//! the opcodes that build data (protocols 0 to 5: ints, floats, strings, bytes, lists, tuples,
+//! dicts, sets, the memo). Every opcode that imports or calls (GLOBAL, STACK_GLOBAL, REDUCE,
+//! BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID, BINPERSID, EXT*) is an error naming the opcode
+//! and its offset; it is never executed.
+//!
+//! Built for pickles of a GB (CUDA memory snapshots, [`super::snapshot`]): scalars live inline
+//! in their 8-byte [`ValueId`], strings are spans of the input (checked UTF-8, never copied)
+//! described by 8-byte words, and the items of containers filled in one go (nearly all of
+//! them: each stack's frame list, the history's batches) share two flat tables behind 8-byte
+//! slot words ([`store`]), so the reader allocates nothing per container. Dicts of one shape
+//! that the caller names ([`RecordShape`]: a snapshot's millions of history entries) become
+//! fixed records. A container extended again after others were filled gets a vector of its
+//! own, once, and short lists with equal items share them. The memo stores `ValueId`s, so an
+//! object the pickle shares in thousands of places (stack frames) is stored once and never
+//! copied.
+//!
+//! [`reader`] is the pickle machine; this module is what a caller sees of its result.
+
+use std::fmt;
+
+mod reader;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use self::store::{Slot, Store, Texts};
+
+/// What kind of value a [`ValueId`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    None,
+    Bool,
+    /// An integer of at most 60 bits, in the id itself.
+    Int,
+    /// A wider integer, in a side table.
+    WideInt,
+    Float,
+    BigInt,
+    Str,
+    Bytes,
+    List,
+    Tuple,
+    Dict,
+    Set,
+    /// A dict member that is not there (in a record).
+    Absent,
+}
+
+const KINDS: [Kind; 13] = [
+    Kind::None,
+    Kind::Bool,
+    Kind::Int,
+    Kind::WideInt,
+    Kind::Float,
+    Kind::BigInt,
+    Kind::Str,
+    Kind::Bytes,
+    Kind::List,
+    Kind::Tuple,
+    Kind::Dict,
+    Kind::Set,
+    Kind::Absent,
+];
+
+/// Bits of a [`ValueId`] below its kind.
+const PAYLOAD_BITS: u32 = 60;
+const PAYLOAD: u64 = (1 << PAYLOAD_BITS) - 1;
+
+/// A value of a [`Pickle`] in 8 bytes: the kind in the top 4 bits, and below it a small
+/// integer itself or the index of a string, container or wide scalar. Two ids are equal when
+/// they are the same object (containers, strings) or the same small scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ValueId(u64);
+
+impl ValueId {
+    const fn new(kind: Kind, data: u64) -> Self {
+        ValueId(((kind as u64) << PAYLOAD_BITS) | (data & PAYLOAD))
+    }
+
+    fn kind(self) -> Kind {
+        KINDS[(self.0 >> PAYLOAD_BITS) as usize]
+    }
+
+    fn data(self) -> u64 {
+        self.0 & PAYLOAD
+    }
+}
+
+/// A plain-data pickle value, as seen through [`Pickle::get`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'p> {
+    /// `None`.
+    None,
+    /// `True` / `False`.
+    Bool(bool),
+    /// An integer that fits in 64 bits.
+    Int(i64),
+    /// An integer too large for 64 bits, as little-endian two's complement bytes.
+    BigInt(&'p [u8]),
+    /// A float.
+    Float(f64),
+    /// A text string.
+    Str(&'p str),
+    /// A bytes object.
+    Bytes(&'p [u8]),
+    /// A list.
+    List(&'p [ValueId]),
+    /// A tuple.
+    Tuple(&'p [ValueId]),
+    /// A dict, in insertion order.
+    Dict(&'p [(ValueId, ValueId)]),
+    /// A set or frozenset.
+    Set(&'p [ValueId]),
+}
+
+/// Why a pickle was refused.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PickleError {
+    /// An opcode that would import or call code.
+    Forbidden {
+        /// Opcode name, e.g. `GLOBAL`.
+        opcode: &'static str,
+        /// Byte offset of the opcode.
+        offset: usize,
+    },
+    /// An opcode this reader does not know.
+    UnknownOpcode {
+        /// The byte.
+        byte: u8,
+        /// Its offset.
+        offset: usize,
+    },
+    /// The data ended inside an opcode or before STOP.
+    Truncated {
+        /// Offset where more bytes were needed.
+        offset: usize,
+    },
+    /// Structurally wrong: stack underflow, missing mark, bad memo index, bad text.
+    Malformed {
+        /// What was wrong.
+        what: String,
+        /// Offset of the opcode.
+        offset: usize,
+    },
+}
+
+impl fmt::Display for PickleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PickleError::Forbidden { opcode, offset } => write!(
+                f,
+                "pickle opcode {opcode} at byte {offset} would import or call code; refused (steptrace reads data only)"
+            ),
+            PickleError::UnknownOpcode { byte, offset } => {
+                write!(f, "unknown pickle opcode 0x{byte:02x} at byte {offset}")
+            }
+            PickleError::Truncated { offset } => write!(f, "pickle ends early at byte {offset}"),
+            PickleError::Malformed { what, offset } => {
+                write!(f, "malformed pickle at byte {offset}: {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PickleError {}
+
+/// Most members a [`RecordShape`] may name, kept or ignored (a record is built on the stack,
+/// and ignored members are tracked in a byte).
+pub const RECORD_MAX_KEYS: usize = 8;
+
+/// A dict shape the caller reads by the million, stored as a fixed record of its kept
+/// members instead of a generic dict (a GB snapshot's history entries: as generic dicts they
+/// took several times the file's size). A dict is read as one when it is filled in one go,
+/// has the first kept member, string keys only, none twice, and none outside `keys` and
+/// `ignored`; any other dict stays generic. [`Pickle::dict_get`] answers alike for both.
+#[derive(Debug)]
+pub struct RecordShape {
+    keys: &'static [&'static str],
+    ignored: &'static [&'static str],
+}
+
+impl RecordShape {
+    /// `keys`: the members kept, the first one required; `ignored`: members a record may
+    /// also have, dropped. At most [`RECORD_MAX_KEYS`] of each.
+    pub const fn new(keys: &'static [&'static str], ignored: &'static [&'static str]) -> Self {
+        assert!(!keys.is_empty() && keys.len() <= RECORD_MAX_KEYS);
+        assert!(ignored.len() <= RECORD_MAX_KEYS);
+        RecordShape { keys, ignored }
+    }
+
+    /// The kept members, in record order.
+    pub fn keys(&self) -> &'static [&'static str] {
+        self.keys
+    }
+}
+
+/// The kept members of a dict read as a record (see [`Pickle::record`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'p> {
+    keys: &'static [&'static str],
+    values: &'p [ValueId],
+}
+
+impl Record<'_> {
+    /// The member `key`, as `dict_get` would give it.
+    #[inline]
+    pub fn get(&self, key: &str) -> Option<ValueId> {
+        let v = self.values[self.keys.iter().position(|k| *k == key)?];
+        (v.kind() != Kind::Absent).then_some(v)
+    }
+}
+
+/// A parsed pickle: its values, over the input bytes.
+#[derive(Debug, Clone)]
+pub struct Pickle<'a> {
+    buf: &'a [u8],
+    texts: Texts,
+    wide: Vec<i64>,
+    floats: Vec<f64>,
+    seqs: Store<ValueId>,
+    maps: Store<(ValueId, ValueId)>,
+    /// The shape of dicts read as records, if the caller named one.
+    shape: Option<&'static RecordShape>,
+    /// Every record's kept members, `shape.keys.len()` values per record.
+    records: Vec<ValueId>,
+    /// The value STOP returned.
+    pub root: ValueId,
+}
+
+impl<'a> Pickle<'a> {
+    /// The value behind an id.
+    pub fn get(&self, id: ValueId) -> Value<'_> {
+        let d = id.data();
+        match id.kind() {
+            Kind::None | Kind::Absent => Value::None,
+            Kind::Bool => Value::Bool(d != 0),
+            // Sign-extend the 60-bit payload.
+            Kind::Int => Value::Int(((d << (64 - PAYLOAD_BITS)) as i64) >> (64 - PAYLOAD_BITS)),
+            Kind::WideInt => Value::Int(self.wide[d as usize]),
+            Kind::Float => Value::Float(self.floats[d as usize]),
+            Kind::BigInt => Value::BigInt(self.bytes(d)),
+            Kind::Bytes => Value::Bytes(self.bytes(d)),
+            Kind::Str => Value::Str(self.text(d)),
+            Kind::List => Value::List(self.seqs.get(d)),
+            Kind::Tuple => Value::Tuple(self.seqs.get(d)),
+            Kind::Set => Value::Set(self.seqs.get(d)),
+            Kind::Dict => Value::Dict(self.maps.get(d)),
+        }
+    }
+
+    fn text_is(&self, t: u64, key: &str) -> bool {
+        self.bytes(t) == key.as_bytes()
+    }
+
+    fn bytes(&self, t: u64) -> &[u8] {
+        self.texts.bytes(self.buf, t)
+    }
+
+    fn text(&self, t: u64) -> &str {
+        // Checked when read: a Str span is UTF-8.
+        std::str::from_utf8(self.bytes(t)).unwrap_or_default()
+    }
+
+    /// Number of strings and containers (scalars are not counted: they live in their ids).
+    pub fn len(&self) -> usize {
+        self.texts.len() + self.seqs.len() + self.maps.len()
+    }
+
+    /// Whether there are no strings or containers.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `dict[key]` for a string key, if `id` is a dict holding it.
+    pub fn dict_get(&self, id: ValueId, key: &str) -> Option<ValueId> {
+        if id.kind() != Kind::Dict {
+            return None;
+        }
+        if let Some(r) = self.record(id) {
+            return r.get(key);
+        }
+        self.maps
+            .get(id.data())
+            .iter()
+            .find(|(k, _)| k.kind() == Kind::Str && self.text_is(k.data(), key))
+            .map(|(_, v)| *v)
+    }
+
+    /// The kept members of a dict of the caller's [`RecordShape`], when `id` is one read as a
+    /// record.
+    pub fn record(&self, id: ValueId) -> Option<Record<'_>> {
+        if id.kind() != Kind::Dict {
+            return None;
+        }
+        match self.maps.slot(id.data()) {
+            Slot::Record(r) => {
+                let keys = self.shape?.keys;
+                let n = keys.len();
+                Some(Record {
+                    keys,
+                    values: &self.records[r * n..(r + 1) * n],
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The number of lists, tuples and sets: [`Pickle::seq_index`] is below it.
+    pub fn seq_count(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// How many dicts the pickle built.
+    pub fn dict_count(&self) -> usize {
+        self.maps.len()
+    }
+
+    /// A dense index of a dict (for tables by object).
+    pub fn dict_index(&self, id: ValueId) -> Option<usize> {
+        (id.kind() == Kind::Dict).then_some(id.data() as usize)
+    }
+
+    /// A dense index of a list, tuple or set (for tables by container, which beat hash maps
+    /// when millions of entries each name one).
+    pub fn seq_index(&self, id: ValueId) -> Option<usize> {
+        matches!(id.kind(), Kind::List | Kind::Tuple | Kind::Set).then_some(id.data() as usize)
+    }
+
+    /// The items of a list, tuple or set (empty for anything else).
+    pub fn items(&self, id: ValueId) -> &[ValueId] {
+        match id.kind() {
+            Kind::List | Kind::Tuple | Kind::Set => self.seqs.get(id.data()),
+            _ => &[],
+        }
+    }
+
+    /// An integer value (bools count as 0/1; floats that are whole numbers too).
+    pub fn as_i64(&self, id: ValueId) -> Option<i64> {
+        match self.get(id) {
+            Value::Int(i) => Some(i),
+            Value::Bool(b) => Some(b as i64),
+            Value::Float(f) if f.fract() == 0.0 && f.is_finite() => Some(f as i64),
+            _ => None,
+        }
+    }
+
+    /// A non-negative integer value (as [`Pickle::as_i64`] reads it).
+    pub fn as_u64(&self, id: ValueId) -> Option<u64> {
+        self.as_i64(id).and_then(|v| u64::try_from(v).ok())
+    }
+
+    /// A float value (ints convert).
+    pub fn as_f64(&self, id: ValueId) -> Option<f64> {
+        match self.get(id) {
+            Value::Int(i) => Some(i as f64),
+            Value::Float(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// A string value's UTF-8 bytes, without checking them again (they were when read).
+    pub fn str_bytes(&self, id: ValueId) -> Option<&[u8]> {
+        (id.kind() == Kind::Str).then(|| self.bytes(id.data()))
+    }
+
+    /// A string value.
+    pub fn as_str(&self, id: ValueId) -> Option<&str> {
+        (id.kind() == Kind::Str).then(|| self.text(id.data()))
+    }
+}
+
+/// Parses a pickle holding plain data.
+pub fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
+    parse_with(buf, true, None)
+}
+
+/// [`parse`], with the dicts of `shape` read as records.
+pub fn parse_records<'a>(
+    buf: &'a [u8],
+    shape: &'static RecordShape,
+) -> Result<Pickle<'a>, PickleError> {
+    parse_with(buf, true, Some(shape))
+}
+
+/// [`parse`] (with records of `shape`), except that a pickle that ends early (a writer killed while it wrote) yields
+/// what it holds: every container still open is closed over the items read so far, a dict
+/// that was still being filled is left out of its parent (a record missing members would
+/// read as wrong data), and the offset of the cut is returned beside it.
+pub fn parse_lenient<'a>(
+    buf: &'a [u8],
+    shape: Option<&'static RecordShape>,
+) -> Result<(Pickle<'a>, Option<usize>), PickleError> {
+    let mut r = reader::Reader::new(buf, true, shape);
+    match r.run() {
+        Ok(root) => {
+            r.pk.root = root;
+            Ok((r.pk, None))
+        }
+        Err(PickleError::Truncated { offset }) => {
+            r.pk.root = r.salvage(offset)?;
+            Ok((r.pk, Some(offset)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn parse_with<'a>(
+    buf: &'a [u8],
+    share: bool,
+    shape: Option<&'static RecordShape>,
+) -> Result<Pickle<'a>, PickleError> {
+    let mut r = reader::Reader::new(buf, share, shape);
+    r.pk.root = r.run()?;
+    Ok(r.pk)
+}

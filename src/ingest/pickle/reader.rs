@@ -1,0 +1,743 @@
+//! The pickle machine: opcodes in, the tables of a [`Pickle`] out. Only opcodes that build
+//! data are run; see the module above for what is refused.
+
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::{FxHashMap, FxHasher};
+
+use super::store::{Slot, Store, Text, Texts};
+use super::{Kind, Pickle, PickleError, RecordShape, ValueId, PAYLOAD_BITS, RECORD_MAX_KEYS};
+
+/// The pickle machine: the tables it builds, and its stack, marks and memo.
+pub(super) struct Reader<'a> {
+    /// Whether lists with equal items share them (off only in tests, to compare).
+    share: bool,
+    pub(super) pk: Pickle<'a>,
+    pos: usize,
+    stack: Vec<ValueId>,
+    /// Stack heights at each MARK, innermost last.
+    marks: Vec<usize>,
+    /// [`UNSET`] where nothing was stored.
+    memo: Vec<ValueId>,
+    /// (string index + 1, what it names) of recent dict keys, by string index modulo size.
+    key_cache: [(u64, Option<KeySlot>); KEY_CACHE],
+    /// Where in `seqs.flat` each distinct short list filled in one go is, by a hash of its
+    /// items: every allocation's stack is a list of its own, mostly of the same frames as
+    /// others, and sharing their items saves a tenth of a GB snapshot's memory.
+    shared: FxHashMap<u64, usize>,
+}
+
+/// What a dict key names in a record.
+#[derive(Debug, Clone, Copy)]
+enum KeySlot {
+    /// The shape's `keys[i]`.
+    Kept(usize),
+    /// The shape's `ignored[i]`.
+    Ignored(usize),
+}
+
+const KEY_CACHE: usize = 16;
+
+/// Lists filled in one go with at most this many items share equal items (stacks); longer
+/// ones (the history itself) are not worth hashing.
+const SHARE_MAX: usize = 4096;
+
+/// A memo slot never stored to. Its kind bits are not a [`Kind`]: it never leaves the memo.
+const UNSET: ValueId = ValueId(u64::MAX);
+
+const NONE: ValueId = ValueId::new(Kind::None, 0);
+
+const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(
+        buf: &'a [u8],
+        share: bool,
+        shape: Option<&'static RecordShape>,
+    ) -> Reader<'a> {
+        Reader {
+            share,
+            pk: Pickle {
+                buf,
+                texts: Texts::default(),
+                wide: Vec::new(),
+                floats: Vec::new(),
+                seqs: Store::new(),
+                maps: Store::new(),
+                shape,
+                records: Vec::new(),
+                root: NONE,
+            },
+            pos: 0,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Vec::new(),
+            key_cache: [(0, None); KEY_CACHE],
+            shared: FxHashMap::default(),
+        }
+    }
+
+    /// Items above the mark at `from` that were waiting for a single APPEND (a list of one
+    /// item is pickled as the empty list, the item, APPEND, with no mark) go into their list:
+    /// a container after an empty list, where the level holds key-value pairs at an odd count
+    /// (`dict_level`: its pending items alternate key, value, so a container in a key's place
+    /// is such an item), or after an empty list in a list's pending items.
+    fn settle_single_appends(&mut self, from: usize, dict_level: bool) {
+        loop {
+            let n = self.stack.len();
+            if n < from + 2 {
+                return;
+            }
+            let (prev, top) = (self.stack[n - 2], self.stack[n - 1]);
+            let item = matches!(
+                top.kind(),
+                Kind::List | Kind::Dict | Kind::Set | Kind::Tuple
+            );
+            let waiting = if dict_level {
+                !(n - from).is_multiple_of(2) && item
+            } else {
+                matches!(top.kind(), Kind::List | Kind::Dict)
+            };
+            if !(waiting
+                && matches!(prev.kind(), Kind::List | Kind::Set)
+                && self.pk.items(prev).is_empty())
+            {
+                return;
+            }
+            self.pk.seqs.extend(prev.data(), &[top]);
+            self.stack.pop();
+        }
+    }
+
+    /// After a cut at `offset`: closes the open containers from the innermost out (see
+    /// [`parse_lenient`]) and returns the bottom of the stack, the root being built.
+    pub(super) fn salvage(&mut self, offset: usize) -> Result<ValueId, PickleError> {
+        let mut unfinished_dict: Option<ValueId> = None;
+        // The bottom of the stack is a level too: a root filled by single SETITEMs.
+        let mut levels = std::mem::take(&mut self.marks);
+        levels.insert(0, 1);
+        while let Some(from) = levels.pop() {
+            if from > self.stack.len() || from == 0 {
+                break;
+            }
+            if let Some(d) = unfinished_dict.take() {
+                if self.stack.len() > from && self.stack.last() == Some(&d) {
+                    self.stack.pop();
+                }
+            }
+            let container = self.stack[from - 1];
+            self.settle_single_appends(from, container.kind() == Kind::Dict);
+            match container.kind() {
+                Kind::List | Kind::Set => self.add_to_list(container, from, offset)?,
+                Kind::Dict => {
+                    if !(self.stack.len() - from).is_multiple_of(2) {
+                        self.stack.pop(); // a key whose value never came
+                    }
+                    self.add_to_dict(container, from, offset)?;
+                    unfinished_dict = Some(container);
+                }
+                // A tuple or anything else in the making: its items are dropped.
+                _ => self.stack.truncate(from),
+            }
+        }
+        self.stack
+            .first()
+            .copied()
+            .ok_or(PickleError::Truncated { offset })
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
+        if self.pk.buf.len() - self.pos < n {
+            return Err(PickleError::Truncated { offset: self.pos });
+        }
+        let s = &self.pk.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    #[inline]
+    fn u8(&mut self) -> Result<u8, PickleError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<usize, PickleError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]) as usize)
+    }
+
+    fn u32(&mut self) -> Result<usize, PickleError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    }
+
+    fn u64(&mut self) -> Result<usize, PickleError> {
+        let b = self.take(8)?;
+        let v = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        usize::try_from(v).map_err(|_| PickleError::Truncated { offset: self.pos })
+    }
+
+    fn line(&mut self) -> Result<&'a [u8], PickleError> {
+        let rest = &self.pk.buf[self.pos..];
+        let n = memchr::memchr(b'\n', rest).ok_or(PickleError::Truncated {
+            offset: self.pk.buf.len(),
+        })?;
+        self.pos += n + 1;
+        Ok(&rest[..n])
+    }
+
+    fn malformed(&self, what: impl Into<String>, offset: usize) -> PickleError {
+        PickleError::Malformed {
+            what: what.into(),
+            offset,
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self, offset: usize) -> Result<ValueId, PickleError> {
+        if self.stack.len() <= self.marks.last().copied().unwrap_or(0) && !self.marks.is_empty() {
+            return Err(self.malformed("unexpected MARK on the stack", offset));
+        }
+        self.stack
+            .pop()
+            .ok_or_else(|| self.malformed("stack underflow", offset))
+    }
+
+    #[inline]
+    fn top(&self, offset: usize) -> Result<ValueId, PickleError> {
+        match self.stack.last() {
+            Some(v) if self.stack.len() > self.marks.last().copied().unwrap_or(0) => Ok(*v),
+            _ => Err(self.malformed("expected a value on the stack", offset)),
+        }
+    }
+
+    /// The value just below the items `stack[from..]` of a popped MARK.
+    fn below(&self, from: usize, offset: usize) -> Result<ValueId, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        match from.checked_sub(1) {
+            Some(i) if i >= floor => Ok(self.stack[i]),
+            _ => Err(self.malformed("expected a value on the stack", offset)),
+        }
+    }
+
+    /// The stack height at the topmost MARK, which is removed; the items above it are
+    /// `stack[height..]`.
+    #[inline]
+    fn pop_mark(&mut self, offset: usize) -> Result<usize, PickleError> {
+        self.marks
+            .pop()
+            .ok_or_else(|| self.malformed("no MARK on the stack", offset))
+    }
+
+    fn str_span(&mut self, start: usize, n: usize, offset: usize) -> Result<ValueId, PickleError> {
+        if std::str::from_utf8(&self.pk.buf[start..start + n]).is_err() {
+            return Err(self.malformed("string is not UTF-8", offset));
+        }
+        Ok(ValueId::new(
+            Kind::Str,
+            self.pk.texts.push(Text::Span(start, n)),
+        ))
+    }
+
+    fn owned_str(&mut self, s: String) -> ValueId {
+        ValueId::new(Kind::Str, self.pk.texts.push(Text::Owned(s.into())))
+    }
+
+    fn memo_put(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
+        let v = self.top(offset)?;
+        if idx > self.pk.buf.len() {
+            return Err(self.malformed(format!("memo index {idx} out of range"), offset));
+        }
+        if self.memo.len() <= idx {
+            self.memo.resize(idx + 1, UNSET);
+        }
+        self.memo[idx] = v;
+        Ok(())
+    }
+
+    fn memo_get(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
+        let v = self
+            .memo
+            .get(idx)
+            .copied()
+            .filter(|&v| v != UNSET)
+            .ok_or_else(|| self.malformed(format!("memo index {idx} was never stored"), offset))?;
+        self.stack.push(v);
+        Ok(())
+    }
+
+    /// Adds `stack[from..]` to the list or set `list`, and drops them from the stack.
+    fn add_to_list(
+        &mut self,
+        list: ValueId,
+        from: usize,
+        offset: usize,
+    ) -> Result<(), PickleError> {
+        if !matches!(list.kind(), Kind::List | Kind::Set) {
+            return Err(self.malformed("APPEND to something that is not a list", offset));
+        }
+        let c = list.data();
+        let fresh = matches!(self.pk.seqs.slot(c), Slot::Flat(_, 0));
+        let start = self.pk.seqs.flat.len();
+        self.pk.seqs.extend(c, &self.stack[from..]);
+        self.stack.truncate(from);
+        if fresh && self.share {
+            if let Slot::Flat(s, len) = self.pk.seqs.slot(c) {
+                if s == start && len <= SHARE_MAX {
+                    let at = self.share_items(start);
+                    if let Some(w) = Slot::flat(at, len) {
+                        self.pk.seqs.items[c as usize] = w;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds `stack[from..]` as key, value pairs to the dict `dict`, and drops them.
+    fn add_to_dict(
+        &mut self,
+        dict: ValueId,
+        from: usize,
+        offset: usize,
+    ) -> Result<(), PickleError> {
+        if !(self.stack.len() - from).is_multiple_of(2) {
+            return Err(self.malformed("SETITEMS with an odd number of items", offset));
+        }
+        if dict.kind() != Kind::Dict {
+            return Err(self.malformed("SETITEM on something that is not a dict", offset));
+        }
+        let c = dict.data();
+        match self.pk.maps.slot(c) {
+            Slot::Flat(_, 0) => {
+                if let Some((rec, n)) = self.record(from) {
+                    self.pk.records.extend_from_slice(&rec[..n]);
+                    self.pk.maps.set_record(c, self.pk.records.len() / n - 1);
+                    self.stack.truncate(from);
+                    return Ok(());
+                }
+            }
+            Slot::Record(r) => {
+                // Grown after all: back to a generic dict of the kept members.
+                let names = self.pk.shape.map_or(&[][..], |s| s.keys);
+                let n = names.len();
+                let rec = self.pk.records[r * n..(r + 1) * n].to_vec();
+                let keys: Vec<ValueId> = names
+                    .iter()
+                    .map(|k| self.owned_str(k.to_string()))
+                    .collect();
+                let pairs: Vec<(ValueId, ValueId)> = keys
+                    .into_iter()
+                    .zip(rec)
+                    .filter(|(_, v)| v.kind() != Kind::Absent)
+                    .collect();
+                self.pk.maps.set_own(c, pairs);
+            }
+            _ => {}
+        }
+        let pairs = self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1]));
+        self.pk.maps.extend_with(c, pairs);
+        self.stack.truncate(from);
+        Ok(())
+    }
+
+    /// The record (and its length) of `stack[from..]` (key, value, key, value, ...) when it is
+    /// a dict of the caller's [`RecordShape`]: the first kept member, string keys, nothing
+    /// beyond the shape's kept and ignored members, no key twice.
+    fn record(&mut self, from: usize) -> Option<([ValueId; RECORD_MAX_KEYS], usize)> {
+        let n = self.pk.shape?.keys.len();
+        let mut rec = [ABSENT; RECORD_MAX_KEYS];
+        let mut ignored = 0u8;
+        for i in (from..self.stack.len()).step_by(2) {
+            let (k, v) = (self.stack[i], self.stack[i + 1]);
+            match self.key_slot(k)? {
+                KeySlot::Kept(i) => {
+                    if rec[i] != ABSENT {
+                        return None;
+                    }
+                    rec[i] = v;
+                }
+                KeySlot::Ignored(i) => {
+                    if ignored & (1 << i) != 0 {
+                        return None;
+                    }
+                    ignored |= 1 << i;
+                }
+            }
+        }
+        (rec[0] != ABSENT).then_some((rec, n))
+    }
+
+    /// Which record member the string `k` names, if any. Pickles share each key string through
+    /// the memo, so a small cache by string index answers nearly every lookup without
+    /// comparing text (`add_to_dict`, where the comparisons ran, was a tenth of the unpickle's
+    /// profile; the cache's own gain was not measured apart from the session's other steps).
+    #[inline]
+    fn key_slot(&mut self, k: ValueId) -> Option<KeySlot> {
+        if k.kind() != Kind::Str {
+            return None;
+        }
+        let t = k.data();
+        let line = &mut self.key_cache[(t % KEY_CACHE as u64) as usize];
+        if line.0 == t + 1 {
+            return line.1;
+        }
+        let shape = self.pk.shape?;
+        let key = self.pk.texts.bytes(self.pk.buf, t);
+        let slot = if let Some(i) = shape.keys.iter().position(|e| e.as_bytes() == key) {
+            Some(KeySlot::Kept(i))
+        } else {
+            shape
+                .ignored
+                .iter()
+                .position(|e| e.as_bytes() == key)
+                .map(KeySlot::Ignored)
+        };
+        self.key_cache[(t % KEY_CACHE as u64) as usize] = (t + 1, slot);
+        slot
+    }
+
+    fn int(&mut self, v: i64) -> ValueId {
+        if (-(1i64 << (PAYLOAD_BITS - 1))..1i64 << (PAYLOAD_BITS - 1)).contains(&v) {
+            ValueId::new(Kind::Int, v as u64)
+        } else {
+            self.pk.wide.push(v);
+            ValueId::new(Kind::WideInt, self.pk.wide.len() as u64 - 1)
+        }
+    }
+
+    fn float(&mut self, v: f64) -> ValueId {
+        self.pk.floats.push(v);
+        ValueId::new(Kind::Float, self.pk.floats.len() as u64 - 1)
+    }
+
+    /// A new container holding `stack[from..]`, which are dropped from the stack.
+    fn seq_from_stack(&mut self, kind: Kind, from: usize) -> ValueId {
+        let id = self.pk.seqs.add(&self.stack[from..]);
+        self.stack.truncate(from);
+        ValueId::new(kind, id)
+    }
+
+    fn long(&mut self, b: &[u8], start: usize) -> ValueId {
+        if b.is_empty() {
+            return self.int(0);
+        }
+        if b.len() <= 8 {
+            let neg = b[b.len() - 1] & 0x80 != 0;
+            let mut bytes = if neg { [0xffu8; 8] } else { [0u8; 8] };
+            bytes[..b.len()].copy_from_slice(b);
+            self.int(i64::from_le_bytes(bytes))
+        } else {
+            ValueId::new(Kind::BigInt, self.pk.texts.push(Text::Span(start, b.len())))
+        }
+    }
+
+    /// Where the items just read into `seqs.flat[start..]` are kept: an earlier list's equal
+    /// items, the new ones then dropped, or `start` itself. Safe to share: a list that grows
+    /// later moves its items to a vector of its own first ([`Store::extend_with`]).
+    fn share_items(&mut self, start: usize) -> usize {
+        let items = &self.pk.seqs.flat[start..];
+        if items.is_empty() {
+            return start;
+        }
+        let h = {
+            let mut hasher = FxHasher::default();
+            items.hash(&mut hasher);
+            hasher.finish()
+        };
+        match self.shared.get(&h) {
+            Some(&at) if self.pk.seqs.flat.get(at..at + items.len()) == Some(items) => {
+                self.pk.seqs.flat.truncate(start);
+                at
+            }
+            // Another list with this hash: kept apart.
+            Some(_) => start,
+            None => {
+                self.shared.insert(h, start);
+                start
+            }
+        }
+    }
+
+    pub(super) fn run(&mut self) -> Result<ValueId, PickleError> {
+        loop {
+            let offset = self.pos;
+            let op = self.u8()?;
+            match op {
+                0x80 => {
+                    let proto = self.u8()?;
+                    if proto > 5 {
+                        return Err(self.malformed(format!("unsupported protocol {proto}"), offset));
+                    }
+                }
+                0x95 => {
+                    self.u64()?; // FRAME: a length hint only
+                }
+                b'.' => return self.pop(offset),
+                b'(' => self.marks.push(self.stack.len()),
+                b'}' => {
+                    let id = self.pk.maps.add(&[]);
+                    self.stack.push(ValueId::new(Kind::Dict, id));
+                }
+                b']' => {
+                    let id = self.pk.seqs.add(&[]);
+                    self.stack.push(ValueId::new(Kind::List, id));
+                }
+                b')' => {
+                    let id = self.pk.seqs.add(&[]);
+                    self.stack.push(ValueId::new(Kind::Tuple, id));
+                }
+                0x8f => {
+                    let id = self.pk.seqs.add(&[]);
+                    self.stack.push(ValueId::new(Kind::Set, id));
+                }
+                b'd' => {
+                    let from = self.pop_mark(offset)?;
+                    let id = ValueId::new(Kind::Dict, self.pk.maps.add(&[]));
+                    self.add_to_dict(id, from, offset)?;
+                    self.stack.push(id);
+                }
+                b'l' => {
+                    let from = self.pop_mark(offset)?;
+                    let v = self.seq_from_stack(Kind::List, from);
+                    self.stack.push(v);
+                }
+                b't' => {
+                    let from = self.pop_mark(offset)?;
+                    let v = self.seq_from_stack(Kind::Tuple, from);
+                    self.stack.push(v);
+                }
+                0x91 => {
+                    let from = self.pop_mark(offset)?;
+                    let v = self.seq_from_stack(Kind::Set, from);
+                    self.stack.push(v);
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(self.malformed("stack underflow", offset));
+                    }
+                    let from = self.stack.len() - n;
+                    let v = self.seq_from_stack(Kind::Tuple, from);
+                    self.stack.push(v);
+                }
+                b'a' => {
+                    let v = self.pop(offset)?;
+                    let list = self.top(offset)?;
+                    if !matches!(list.kind(), Kind::List | Kind::Set) {
+                        return Err(
+                            self.malformed("APPEND to something that is not a list", offset)
+                        );
+                    }
+                    self.pk.seqs.extend(list.data(), &[v]);
+                }
+                b'e' | 0x90 => {
+                    let from = self.pop_mark(offset)?;
+                    let list = self.below(from, offset)?;
+                    self.add_to_list(list, from, offset)?;
+                }
+                b's' => {
+                    // One key and value: the same path as SETITEMS, so a record read
+                    // as a record keeps its members when it grows.
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    let from = self.stack.len().checked_sub(2).filter(|&f| f >= floor);
+                    let from = from.ok_or_else(|| self.malformed("stack underflow", offset))?;
+                    let d = self.below(from, offset)?;
+                    self.add_to_dict(d, from, offset)?;
+                }
+                b'u' => {
+                    let from = self.pop_mark(offset)?;
+                    let d = self.below(from, offset)?;
+                    self.add_to_dict(d, from, offset)?;
+                }
+                b'J' => {
+                    let b = self.take(4)?;
+                    let v = self.int(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64);
+                    self.stack.push(v);
+                }
+                b'K' => {
+                    let v = self.u8()? as i64;
+                    let v = self.int(v);
+                    self.stack.push(v);
+                }
+                b'M' => {
+                    let v = self.u16()? as i64;
+                    let v = self.int(v);
+                    self.stack.push(v);
+                }
+                0x8a | 0x8b => {
+                    let n = if op == 0x8a {
+                        self.u8()? as usize
+                    } else {
+                        self.u32()?
+                    };
+                    let start = self.pos;
+                    let b = self.take(n)?;
+                    let v = self.long(b, start);
+                    self.stack.push(v);
+                }
+                b'I' | b'L' => {
+                    let line = self.line()?;
+                    let t = std::str::from_utf8(line)
+                        .unwrap_or("")
+                        .trim_end_matches('L');
+                    let v = match t {
+                        "00" => ValueId::new(Kind::Bool, 0),
+                        "01" => ValueId::new(Kind::Bool, 1),
+                        _ => {
+                            let v = t
+                                .parse()
+                                .map_err(|_| self.malformed("bad integer text", offset))?;
+                            self.int(v)
+                        }
+                    };
+                    self.stack.push(v);
+                }
+                b'G' => {
+                    let b = self.take(8)?;
+                    let v = f64::from_be_bytes(b.try_into().expect("8 bytes"));
+                    let v = self.float(v);
+                    self.stack.push(v);
+                }
+                b'F' => {
+                    let line = self.line()?;
+                    let v: f64 = std::str::from_utf8(line)
+                        .ok()
+                        .and_then(|t| t.parse().ok())
+                        .ok_or_else(|| self.malformed("bad float text", offset))?;
+                    let v = self.float(v);
+                    self.stack.push(v);
+                }
+                b'N' => self.stack.push(NONE),
+                0x88 => self.stack.push(ValueId::new(Kind::Bool, 1)),
+                0x89 => self.stack.push(ValueId::new(Kind::Bool, 0)),
+                0x8c | b'X' | 0x8d => {
+                    let n = match op {
+                        0x8c => self.u8()? as usize,
+                        b'X' => self.u32()?,
+                        _ => self.u64()?,
+                    };
+                    let start = self.pos;
+                    self.take(n)?;
+                    let v = self.str_span(start, n, offset)?;
+                    self.stack.push(v);
+                }
+                b'U' | b'T' => {
+                    // Python 2 byte strings: decode as latin-1 would; snapshots use them only for ASCII.
+                    let n = if op == b'U' {
+                        self.u8()? as usize
+                    } else {
+                        self.u32()?
+                    };
+                    let b = self.take(n)?;
+                    let s: String = b.iter().map(|&c| c as char).collect();
+                    let v = self.owned_str(s);
+                    self.stack.push(v);
+                }
+                b'V' => {
+                    let start = self.pos;
+                    let line = self.line()?;
+                    let v = self.str_span(start, line.len(), offset)?;
+                    self.stack.push(v);
+                }
+                b'S' => {
+                    let line = self.line()?;
+                    let t = std::str::from_utf8(line).unwrap_or("");
+                    let t = t.trim_matches(|c| c == '\'' || c == '"');
+                    let v = self.owned_str(t.to_string());
+                    self.stack.push(v);
+                }
+                b'C' | b'B' | 0x8e | 0x96 => {
+                    let n = match op {
+                        b'C' => self.u8()? as usize,
+                        b'B' => self.u32()?,
+                        _ => self.u64()?,
+                    };
+                    let start = self.pos;
+                    self.take(n)?;
+                    let v = ValueId::new(Kind::Bytes, self.pk.texts.push(Text::Span(start, n)));
+                    self.stack.push(v);
+                }
+                0x94 => {
+                    let idx = self.memo.len();
+                    self.memo_put(idx, offset)?;
+                }
+                b'q' => {
+                    let idx = self.u8()? as usize;
+                    self.memo_put(idx, offset)?;
+                }
+                b'r' => {
+                    let idx = self.u32()?;
+                    self.memo_put(idx, offset)?;
+                }
+                b'p' => {
+                    let line = self.line()?;
+                    let idx = std::str::from_utf8(line)
+                        .ok()
+                        .and_then(|t| t.parse().ok())
+                        .ok_or_else(|| self.malformed("bad PUT index", offset))?;
+                    self.memo_put(idx, offset)?;
+                }
+                b'h' => {
+                    let idx = self.u8()? as usize;
+                    self.memo_get(idx, offset)?;
+                }
+                b'j' => {
+                    let idx = self.u32()?;
+                    self.memo_get(idx, offset)?;
+                }
+                b'g' => {
+                    let line = self.line()?;
+                    let idx = std::str::from_utf8(line)
+                        .ok()
+                        .and_then(|t| t.parse().ok())
+                        .ok_or_else(|| self.malformed("bad GET index", offset))?;
+                    self.memo_get(idx, offset)?;
+                }
+                b'0' => {
+                    // POP takes the topmost thing, a MARK included.
+                    if self.marks.last() == Some(&self.stack.len()) {
+                        self.marks.pop();
+                    } else {
+                        self.stack
+                            .pop()
+                            .ok_or_else(|| self.malformed("POP on an empty stack", offset))?;
+                    }
+                }
+                b'1' => {
+                    let from = self.pop_mark(offset)?;
+                    self.stack.truncate(from);
+                }
+                b'2' => {
+                    let v = self.top(offset)?;
+                    self.stack.push(v);
+                }
+                _ => {
+                    let forbidden = match op {
+                        b'c' => Some("GLOBAL"),
+                        0x93 => Some("STACK_GLOBAL"),
+                        b'R' => Some("REDUCE"),
+                        b'b' => Some("BUILD"),
+                        b'i' => Some("INST"),
+                        b'o' => Some("OBJ"),
+                        0x81 => Some("NEWOBJ"),
+                        0x92 => Some("NEWOBJ_EX"),
+                        b'P' => Some("PERSID"),
+                        b'Q' => Some("BINPERSID"),
+                        0x82 => Some("EXT1"),
+                        0x83 => Some("EXT2"),
+                        0x84 => Some("EXT4"),
+                        0x97 => Some("NEXT_BUFFER"),
+                        0x98 => Some("READONLY_BUFFER"),
+                        _ => None,
+                    };
+                    return Err(match forbidden {
+                        Some(opcode) => PickleError::Forbidden { opcode, offset },
+                        None => PickleError::UnknownOpcode { byte: op, offset },
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! The reader against hand-made and generated pickles.
+
+use super::store::{SLOT_MAX_LEN, TEXT_MAX_LEN};
+use super::*;
+
+/// The shape of torch's allocator history entries, as the snapshot reader names it.
+static ENTRY: RecordShape = RecordShape::new(
+    &["action", "addr", "size", "stream", "time_us", "frames"],
+    &["compile_context", "user_metadata"],
+);
+
+fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
+    parse_records(buf, &ENTRY)
+}
+
+fn parse_with(buf: &[u8], share: bool) -> Result<Pickle<'_>, PickleError> {
+    super::parse_with(buf, share, Some(&ENTRY))
+}
+
+/// Whether two parses hold the same values: equal scalars and texts, containers with equal
+/// items in order, history records alike in both. Shared objects are compared once (by the
+/// pair of ids), so cyclic pickles terminate.
+fn same(a: &Pickle<'_>, b: &Pickle<'_>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![(a.root, b.root)];
+    while let Some((x, y)) = todo.pop() {
+        if !seen.insert((x, y)) {
+            continue;
+        }
+        match (a.record(x), b.record(y)) {
+            (Some(rx), Some(ry)) => {
+                for k in ENTRY.keys {
+                    match (rx.get(k), ry.get(k)) {
+                        (Some(u), Some(v)) => todo.push((u, v)),
+                        (None, None) => {}
+                        _ => return false,
+                    }
+                }
+                continue;
+            }
+            (None, None) => {}
+            _ => return false,
+        }
+        let ok = match (a.get(x), b.get(y)) {
+            (Value::List(u), Value::List(v))
+            | (Value::Tuple(u), Value::Tuple(v))
+            | (Value::Set(u), Value::Set(v)) => {
+                u.len() == v.len() && {
+                    todo.extend(u.iter().copied().zip(v.iter().copied()));
+                    true
+                }
+            }
+            (Value::Dict(u), Value::Dict(v)) => {
+                u.len() == v.len() && {
+                    for (&(k1, v1), &(k2, v2)) in u.iter().zip(v) {
+                        todo.push((k1, k2));
+                        todo.push((v1, v2));
+                    }
+                    true
+                }
+            }
+            // NaN floats compare by bits.
+            (Value::Float(u), Value::Float(v)) => u.to_bits() == v.to_bits(),
+            (u, v) => u == v,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+#[test]
+fn reads_protocol_2_dict_with_memo_sharing() {
+    // pickle.dumps({'a': [1, -2, 3.5, 'x'], 'b': None, 'c': (True,)}, protocol=2), hand-built
+    // with a shared list referenced twice through the memo.
+    let mut p = vec![0x80, 2, b'}', b'q', 0, b'('];
+    p.extend_from_slice(&[0x8c, 1, b'a', b']', b'q', 1, b'(', b'K', 1, 0x8a, 1, 0xfe]);
+    p.push(b'G');
+    p.extend_from_slice(&3.5f64.to_be_bytes());
+    p.extend_from_slice(&[0x8c, 1, b'x', b'e']);
+    p.extend_from_slice(&[0x8c, 1, b'b', b'h', 1]);
+    p.extend_from_slice(&[0x8c, 1, b'c', 0x88, 0x85, b'u', b'.']);
+    let pk = parse(&p).unwrap();
+    let a = pk.dict_get(pk.root, "a").unwrap();
+    let b = pk.dict_get(pk.root, "b").unwrap();
+    assert_eq!(a, b, "memo GET shares the value");
+    let items = pk.items(a);
+    assert_eq!(pk.as_i64(items[0]), Some(1));
+    assert_eq!(pk.as_i64(items[1]), Some(-2));
+    assert_eq!(pk.as_f64(items[2]), Some(3.5));
+    assert_eq!(pk.as_str(items[3]), Some("x"));
+    let c = pk.dict_get(pk.root, "c").unwrap();
+    assert_eq!(pk.get(pk.items(c)[0]), Value::Bool(true));
+}
+
+#[test]
+fn refuses_code_execution_opcodes() {
+    // pickle.dumps(os.system) style: GLOBAL 'posix system', then REDUCE.
+    let evil = b"cposix\nsystem\n(S'echo pwned'\ntR.";
+    match parse(evil) {
+        Err(PickleError::Forbidden { opcode, offset }) => {
+            assert_eq!(opcode, "GLOBAL");
+            assert_eq!(offset, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    let stack_global = [
+        0x80, 4, 0x8c, 2, b'o', b's', 0x8c, 6, b's', b'y', b's', b't', b'e', b'm', 0x93,
+    ];
+    assert!(matches!(
+        parse(&stack_global),
+        Err(PickleError::Forbidden {
+            opcode: "STACK_GLOBAL",
+            offset: 14
+        })
+    ));
+}
+
+#[test]
+fn truncated_and_garbage_inputs_are_errors() {
+    assert!(matches!(
+        parse(&[0x80, 2, b'X', 9, 0, 0]),
+        Err(PickleError::Truncated { .. })
+    ));
+    assert!(parse(&[0x80, 2, b']']).is_err());
+    assert!(parse(&[0xff]).is_err());
+    assert!(parse(&[b'h', 3]).is_err());
+    assert!(parse(&[]).is_err());
+    // A huge length field must not allocate.
+    assert!(parse(&[0x80, 4, 0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]).is_err());
+}
+
+#[test]
+fn long1_sign_extends() {
+    // LONG1 of 2 bytes 00 80, of 2 bytes ff 00, of 9 zero bytes, in a tuple.
+    let mut p = vec![
+        0x80, 2, b'(', 0x8a, 2, 0x00, 0x80, 0x8a, 2, 0xff, 0x00, 0x8a, 9,
+    ];
+    p.extend_from_slice(&[0; 9]);
+    p.extend_from_slice(b"t.");
+    let pk = parse(&p).unwrap();
+    let v = pk.items(pk.root);
+    assert_eq!(pk.get(v[0]), Value::Int(-32768));
+    assert_eq!(pk.get(v[1]), Value::Int(255));
+    assert_eq!(pk.get(v[2]), Value::BigInt(&[0; 9]));
+}
+
+#[test]
+fn containers_grown_in_several_batches_keep_their_items() {
+    // [ [1], then a second list filled, then 2 and 3 appended to the first ]: the first
+    // list's items are no longer at the end of the shared table when it grows again.
+    let p = [
+        0x80, 2, b']', b'q', 0, b'(', b'K', 1, b'e', // a = [1]
+        b']', b'(', b'K', 9, b'e', // b = [9]
+        b'h', 0, b'(', b'K', 2, b'K', 3, b'e', b'0', // a += [2, 3]
+        b'0', b'h', 0, b'.',
+    ];
+    let pk = parse(&p).unwrap();
+    let items: Vec<i64> = pk
+        .items(pk.root)
+        .iter()
+        .map(|&v| pk.as_i64(v).unwrap())
+        .collect();
+    assert_eq!(items, [1, 2, 3]);
+}
+
+#[test]
+fn history_entries_read_as_records_answer_like_dicts() {
+    // [{'action': 'alloc', 'addr': 2**50, 'frames': [], 'user_metadata': ''},
+    //  {'action': 'free', 'extra': 1}]: the first becomes a record, the second (a member
+    //  no record keeps) stays a dict.
+    let mut p = vec![0x80, 2, b']', b'(', b'}', b'('];
+    p.extend_from_slice(&[0x8c, 6]);
+    p.extend_from_slice(b"action");
+    p.extend_from_slice(&[0x8c, 5]);
+    p.extend_from_slice(b"alloc");
+    p.extend_from_slice(&[0x8c, 4]);
+    p.extend_from_slice(b"addr");
+    p.extend_from_slice(&[0x8a, 8]);
+    p.extend_from_slice(&(1i64 << 50).to_le_bytes());
+    p.extend_from_slice(&[0x8c, 6]);
+    p.extend_from_slice(b"frames");
+    p.push(b']');
+    p.extend_from_slice(&[0x8c, 13]);
+    p.extend_from_slice(b"user_metadata");
+    p.extend_from_slice(&[0x8c, 0, b'u', b'}', b'(', 0x8c, 6]);
+    p.extend_from_slice(b"action");
+    p.extend_from_slice(&[0x8c, 4]);
+    p.extend_from_slice(b"free");
+    p.extend_from_slice(&[0x8c, 5]);
+    p.extend_from_slice(b"extra");
+    p.extend_from_slice(&[b'K', 1, b'u', b'e', b'.']);
+    let pk = parse(&p).unwrap();
+    let v = pk.items(pk.root);
+    assert!(pk.record(v[0]).is_some());
+    assert!(pk.record(v[1]).is_none());
+    let a = |i: usize, k: &str| pk.dict_get(v[i], k);
+    assert_eq!(pk.as_str(a(0, "action").unwrap()), Some("alloc"));
+    assert_eq!(pk.as_i64(a(0, "addr").unwrap()), Some(1 << 50));
+    assert_eq!(pk.items(a(0, "frames").unwrap()), &[] as &[ValueId]);
+    assert_eq!(a(0, "size"), None);
+    assert_eq!(pk.as_str(a(1, "action").unwrap()), Some("free"));
+    assert_eq!(pk.as_i64(a(1, "extra").unwrap()), Some(1));
+
+    // Without a shape (the general reader, issue 21) both stay dicts, every member kept.
+    let pk = super::parse(&p).unwrap();
+    let v = pk.items(pk.root);
+    assert!(pk.record(v[0]).is_none() && pk.record(v[1]).is_none());
+    assert_eq!(
+        pk.as_str(pk.dict_get(v[0], "action").unwrap()),
+        Some("alloc")
+    );
+    assert!(matches!(pk.get(v[0]), Value::Dict(m) if m.len() == 4));
+}
+
+#[test]
+fn setitem_after_a_history_record_keeps_its_members() {
+    // d = {'action': 'alloc'} (read as a record), then d['size'] = 7 with SETITEM.
+    let mut p = vec![0x80, 2, b'}', b'(', 0x8c, 6];
+    p.extend_from_slice(b"action");
+    p.extend_from_slice(&[0x8c, 5]);
+    p.extend_from_slice(b"alloc");
+    p.extend_from_slice(&[b'u', 0x8c, 4]);
+    p.extend_from_slice(b"size");
+    p.extend_from_slice(&[b'K', 7, b's', b'.']);
+    let pk = parse(&p).unwrap();
+    let get = |k: &str| pk.dict_get(pk.root, k);
+    assert_eq!(pk.as_str(get("action").unwrap()), Some("alloc"));
+    assert_eq!(pk.as_i64(get("size").unwrap()), Some(7));
+}
+
+#[test]
+fn wide_and_narrow_integers_round_trip() {
+    for v in [
+        0i64,
+        -1,
+        1 << 59,
+        (1 << 59) - 1,
+        -(1 << 59),
+        i64::MIN,
+        i64::MAX,
+        1_795_308_187_017_576,
+    ] {
+        let mut p = vec![0x8a, 8];
+        p.extend_from_slice(&v.to_le_bytes());
+        p.push(b'.');
+        let pk = parse(&p).unwrap();
+        assert_eq!(pk.as_i64(pk.root), Some(v));
+    }
+}
+
+/// Protocol 4 opcodes with the memo counted, for building pickles in tests.
+struct W {
+    out: Vec<u8>,
+    memo: usize,
+    /// BINPUT / LONG_BINPUT with explicit indices (protocol 2) instead of MEMOIZE.
+    explicit: bool,
+}
+
+impl W {
+    fn new() -> W {
+        W {
+            out: vec![0x80, 4],
+            memo: 0,
+            explicit: false,
+        }
+    }
+    fn op(&mut self, b: &[u8]) -> &mut W {
+        self.out.extend_from_slice(b);
+        self
+    }
+    /// MEMOIZE; returns the index.
+    fn put(&mut self) -> usize {
+        match (self.explicit, self.memo) {
+            (false, _) => self.out.push(0x94),
+            (true, i) if i < 256 => self.out.extend_from_slice(&[b'q', i as u8]),
+            (true, i) => {
+                self.out.push(b'r');
+                self.out.extend_from_slice(&(i as u32).to_le_bytes());
+            }
+        }
+        self.memo += 1;
+        self.memo - 1
+    }
+    fn get(&mut self, i: usize) -> &mut W {
+        if i < 256 {
+            self.op(&[b'h', i as u8])
+        } else {
+            let mut b = vec![b'j'];
+            b.extend_from_slice(&(i as u32).to_le_bytes());
+            self.op(&b)
+        }
+    }
+    fn str(&mut self, t: &str) -> &mut W {
+        self.op(&[0x8c, t.len() as u8]);
+        self.op(t.as_bytes())
+    }
+    fn long(&mut self, v: i64) -> &mut W {
+        self.op(&[0x8a, 8]);
+        self.op(&v.to_le_bytes())
+    }
+}
+
+#[test]
+fn issue7_lists_with_equal_items_share_them_and_grow_apart() {
+    // [[f, g], [g], [f, g], [f, g]] over two memoised dicts f, g; then the third list
+    // grows by [g] (APPENDS on a memo reference).
+    let mut w = W::new();
+    w.op(b"]");
+    w.put();
+    w.op(b"(}");
+    let f = w.put();
+    w.op(b"}");
+    let g = w.put();
+    let mut lists = Vec::new();
+    for items in [&[f, g][..], &[g], &[f, g], &[f, g]] {
+        w.op(b"]");
+        lists.push(w.put());
+        w.op(b"(");
+        for &i in items {
+            w.get(i);
+        }
+        w.op(b"e");
+    }
+    w.op(b"e");
+    w.get(lists[2]).op(b"(").get(g).op(b"e0.");
+    let pk = parse(&w.out).unwrap();
+    assert!(same(&pk, &parse_with(&w.out, false).unwrap()));
+    let top = pk.items(pk.root);
+    let (fv, gv) = (top[0], top[1]);
+    assert_eq!(pk.items(top[2]), [fv, gv]);
+    assert_eq!(pk.items(top[3]), [gv]);
+    assert_eq!(pk.items(top[4]), [fv, gv, gv], "grew apart");
+    assert_eq!(pk.items(top[5]), [fv, gv]);
+    assert_eq!(
+        pk.items(top[2]).as_ptr(),
+        pk.items(top[5]).as_ptr(),
+        "equal items stored once"
+    );
+}
+
+#[test]
+fn issue7_long_containers_and_texts_leave_the_packed_words() {
+    // A list of 2^24 items is past a flat slot's length; it moves to a vector of its own.
+    let n = SLOT_MAX_LEN + 1;
+    let mut p = vec![0x80, 2, b']', b'('];
+    p.extend(std::iter::repeat_n([b'K', 7], n).flatten());
+    p.extend_from_slice(b"e.");
+    let pk = parse(&p).unwrap();
+    assert_eq!(pk.items(pk.root).len(), n);
+    assert!(matches!(pk.seqs.slot(0), Slot::Own(_)));
+    assert!(pk.items(pk.root).iter().all(|&v| pk.as_i64(v) == Some(7)));
+    // The same made at once (MARK ... LIST) goes to its own vector straight away.
+    let mut p = vec![0x80, 2, b'('];
+    p.extend(std::iter::repeat_n([b'K', 7], n).flatten());
+    p.extend_from_slice(b"l.");
+    let pk = parse(&p).unwrap();
+    assert_eq!(pk.items(pk.root).len(), n);
+    assert!(matches!(pk.seqs.slot(0), Slot::Own(_)));
+    // A string past a text word's length goes to the side table.
+    let n = TEXT_MAX_LEN + 1;
+    let mut p = vec![0x80, 2, b'X'];
+    p.extend_from_slice(&(n as u32).to_le_bytes());
+    p.extend(std::iter::repeat_n(b'a', n));
+    p.push(b'.');
+    let pk = parse(&p).unwrap();
+    assert_eq!(pk.as_str(pk.root).map(str::len), Some(n));
+    assert_eq!(pk.texts.side.len(), 1);
+}
+
+/// A history of entries in many shapes, each drawn from one number: members present or
+/// not, keys written out or by the memo, frames lists new, shared, empty or holding a
+/// new frame dict, members no record keeps, duplicate keys, FRAME opcodes; and lists
+/// grown afterwards.
+fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
+    let mut w = W::new();
+    if explicit {
+        w.out[1] = 2;
+        w.explicit = true;
+    }
+    w.op(b"]");
+    w.put();
+    w.op(b"(]");
+    w.put();
+    w.op(b"(");
+    let mut frames = Vec::new();
+    let mut name = None;
+    for f in ["f", "g", "h"] {
+        w.op(b"}");
+        frames.push(w.put());
+        match name {
+            Some(n) => {
+                w.get(n);
+            }
+            None => {
+                w.str("name");
+                name = Some(w.put());
+            }
+        }
+        w.str(f).put();
+        w.op(b"s");
+    }
+    w.op(b"e]");
+    w.put();
+    w.op(b"(");
+    let mut keys: std::collections::HashMap<&str, usize> = Default::default();
+    let mut lists = Vec::new();
+    let mut actions = Vec::new();
+    for (n, &c) in choices.iter().enumerate() {
+        let bit = |i: u32| c >> i & 1 == 1;
+        w.op(b"}");
+        w.put();
+        w.op(b"(");
+        let mut members = vec!["action", "addr", "size", "stream", "time_us", "frames"];
+        members.retain(|m| *m == "action" && !bit(20) || !bit(members_bit(m)));
+        if bit(11) {
+            members.push("compile_context");
+        }
+        if bit(12) && bit(13) {
+            members.push("unknown");
+        }
+        if bit(14) && bit(15) {
+            members.push("addr");
+        }
+        for m in members {
+            if bit(16) && bit(17) {
+                w.op(&[0x95, 0, 0, 0, 0, 0, 0, 0, 0]);
+            }
+            match keys.get(m) {
+                Some(&k) if !bit(18) => {
+                    w.get(k);
+                }
+                _ => {
+                    w.str(m);
+                    let k = w.put();
+                    keys.insert(m, k);
+                }
+            }
+            match m {
+                "action" => match actions.get(c as usize % 4) {
+                    Some(&a) if bit(19) => {
+                        w.get(a);
+                    }
+                    _ => {
+                        w.str(["alloc", "free_requested", "free_completed", "oom"][n % 4]);
+                        actions.push(w.put());
+                    }
+                },
+                "addr" | "time_us" => {
+                    w.long((n as i64) << 40 | c as i64);
+                }
+                "size" => {
+                    w.op(&[b'M', c as u8, 1]);
+                }
+                "stream" => {
+                    w.op(if bit(9) { b"N" } else { b"K\x07" });
+                }
+                "frames" => match (c >> 2) % 4 {
+                    0 => {
+                        w.op(b"]");
+                        w.put();
+                    }
+                    1 if !lists.is_empty() => {
+                        w.get(lists[c as usize % lists.len()]);
+                    }
+                    _ => {
+                        w.op(b"]");
+                        lists.push(w.put());
+                        w.op(b"(");
+                        for i in 0..(c >> 4) % 4 + 1 {
+                            w.get(frames[(c >> (5 + i)) as usize % frames.len()]);
+                        }
+                        if (c >> 2) % 4 == 3 && bit(10) {
+                            // A frame dict of its own, written inside the list.
+                            w.op(b"}");
+                            frames.push(w.put());
+                            w.get(name.unwrap()).str("new").put();
+                            w.op(b"s");
+                        }
+                        w.op(b"e");
+                    }
+                },
+                _ => {
+                    w.op(b"K\x01");
+                }
+            }
+        }
+        w.op(b"u");
+    }
+    w.op(b"e");
+    // Lists grown afterwards (APPENDS onto a memo reference, then POP).
+    for &c in choices.iter().take(3) {
+        if let Some(&l) = lists.get(c as usize % lists.len().max(1)) {
+            w.get(l).op(b"(");
+            w.get(frames[c as usize % frames.len()]);
+            w.op(b"e0");
+        }
+    }
+    w.op(b"e.");
+    w.out
+}
+
+fn members_bit(m: &str) -> u32 {
+    match m {
+        "addr" => 21,
+        "size" => 22,
+        "stream" => 23,
+        "time_us" => 24,
+        "frames" => 25,
+        _ => 26,
+    }
+}
+
+proptest::proptest! {
+    /// Sharing the items of equal lists changes no value.
+    #[test]
+    fn issue7_shared_and_separate_lists_read_alike(
+        choices in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..40),
+        explicit in proptest::prelude::any::<bool>(),
+    ) {
+        let p = history_pickle(&choices, explicit);
+        let shared = parse(&p).unwrap();
+        let separate = parse_with(&p, false).unwrap();
+        proptest::prop_assert!(same(&shared, &separate));
+        proptest::prop_assert_eq!(shared.records.len(), separate.records.len());
+    }
+}
+
+#[test]
+fn marks_cannot_be_popped_as_values() {
+    assert!(parse(b"(.").is_err());
+    assert!(
+        parse(&[b'K', 1, b'(', b'0', b'.']).is_ok(),
+        "POP takes the mark"
+    );
+    assert!(parse(b"(2").is_err(), "DUP of a mark");
+    assert!(parse(b"](a.").is_err(), "APPEND of a mark");
+}
