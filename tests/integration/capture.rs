@@ -704,3 +704,54 @@ int main() {
     );
     check("c++", &run(&mut Command::new(&exe)));
 }
+
+/// Gradient accumulation (issue 17, nanoGPT's train.py): the backward passes of the first
+/// iteration come before any optimizer step and look like steps of a program with no
+/// optimizer. Once the optimizer shows, it names the rule, the timing phase starts again at
+/// its step (its intervals are optimizer steps only) and a note says so. Driven through the
+/// shim's own functions, with a stand-in for torch (no GPU, no torch needed).
+#[test]
+fn issue17_accumulated_backward_passes_before_the_first_optimizer_step_are_not_steps() {
+    assert!(python_has("sys"), "no python3 here");
+    let dir = tempfile::tempdir().unwrap();
+    let py = format!(
+        r#"
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("shim", {:?})
+m = importlib.util.module_from_spec(spec); sys.modules["shim"] = m; spec.loader.exec_module(m)
+m._S = m._State()
+m._S.torch = object()
+m._S.timing_steps, m._S.timing_settle, m._S.timing_max_steps = 3, 1, 20
+st = m._S.status
+for micro in range(3):          # iteration 0: three micro-batches' backward passes ...
+    m._S.backward_since_step = True
+    if micro:
+        m._boundary("backward_pass")
+m._optimizer_found()             # ... then its optimizer step
+m._boundary("optimizer_step")
+for it in range(1, 4):           # three more iterations of 4 micro-batches
+    m._S.backward_since_step = True
+    m._boundary("optimizer_step")
+print(json.dumps({{k: st.get(k) for k in ("boundary", "phase", "timing_first_step", "notes")}}
+                 | {{"readings": len(st["timing_ns"])}}))
+"#,
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("capture/shim_py/sitecustomize.py")
+    );
+    let o = Command::new("python3")
+        .args(["-c", &py])
+        .current_dir(dir.path())
+        .env_remove("STEPTRACE_OUT")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["boundary"], "optimizer_step", "{v}");
+    // Readings at the ends of iterations 0-3: the first interval is iteration 1.
+    assert_eq!(v["timing_first_step"], 1, "{v}");
+    assert_eq!(v["readings"], 4, "{v}");
+    let notes = v["notes"].as_array().unwrap();
+    assert!(
+        notes.len() == 1 && notes[0].as_str().unwrap().contains("gradient accumulation"),
+        "{v}"
+    );
+}
