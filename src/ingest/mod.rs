@@ -1,6 +1,7 @@
 //! Reading input files: find them (a run directory or explicit paths), then read the Kineto
 //! trace, the memory snapshot and the Execution Trace side by side.
 
+pub mod args;
 pub mod exec_trace;
 pub(crate) mod json_scan;
 pub mod kineto;

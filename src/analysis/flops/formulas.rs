@@ -1,0 +1,539 @@
+//! FLOPs and bytes of one op from its recorded inputs: FlopCounterMode's formulas (matmuls,
+//! convolutions and their backward, attention) and per-element constants for everything else
+//! (docs/flops.md).
+
+use super::is_tensor;
+use crate::ingest::args::Arg;
+use crate::ingest::exec_trace::ExecNode;
+
+/// FLOPs and bytes of one op.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpFlops {
+    /// FlopCounterMode's convention.
+    pub matmul: u64,
+    /// All FLOPs.
+    pub all: u64,
+}
+
+fn prod(v: &[i64]) -> u64 {
+    v.iter().map(|&d| d.max(0) as u64).product()
+}
+
+/// `conv_flop_count` of torch.utils.flop_counter.
+pub fn conv_flop_count(x: &[i64], w: &[i64], out: &[i64], transposed: bool) -> u64 {
+    if x.len() < 3 || w.len() < 3 || out.len() < 3 {
+        return 0;
+    }
+    let conv_shape = if transposed { &x[2..] } else { &out[2..] };
+    2 * prod(conv_shape)
+        * prod(&w[2..])
+        * x[0].max(0) as u64
+        * w[0].max(0) as u64
+        * w[1].max(0) as u64
+}
+
+/// Convolution hyper-parameters, as recorded in `Concrete Inputs`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConvParams {
+    /// Per spatial dim (one value broadcasts).
+    pub stride: Vec<i64>,
+    /// Per spatial dim.
+    pub padding: Vec<i64>,
+    /// Per spatial dim.
+    pub dilation: Vec<i64>,
+    /// Transposed convolution.
+    pub transposed: bool,
+    /// Per spatial dim, transposed only.
+    pub output_padding: Vec<i64>,
+    /// Groups.
+    pub groups: i64,
+}
+
+/// Output shape of a convolution.
+pub fn conv_out_shape(x: &[i64], w: &[i64], p: &ConvParams) -> Vec<i64> {
+    let nsp = x.len().saturating_sub(2);
+    let at = |v: &[i64], i: usize, d: i64| {
+        if v.is_empty() {
+            d
+        } else {
+            v[i.min(v.len() - 1)]
+        }
+    };
+    let c_out = if p.transposed {
+        w.get(1).copied().unwrap_or(0) * p.groups.max(1)
+    } else {
+        w.first().copied().unwrap_or(0)
+    };
+    let mut out = vec![x.first().copied().unwrap_or(0), c_out];
+    for i in 0..nsp {
+        let (inp, k) = (x[2 + i], w.get(2 + i).copied().unwrap_or(1));
+        let (s, pad, d) = (
+            at(&p.stride, i, 1),
+            at(&p.padding, i, 0),
+            at(&p.dilation, i, 1),
+        );
+        let o = if p.transposed {
+            (inp - 1) * s - 2 * pad + d * (k - 1) + at(&p.output_padding, i, 0) + 1
+        } else {
+            (inp + 2 * pad - d * (k - 1) - 1).div_euclid(s.max(1)) + 1
+        };
+        out.push(o.max(0));
+    }
+    out
+}
+
+fn swap01(v: &[i64]) -> Vec<i64> {
+    let mut v = v.to_vec();
+    if v.len() >= 2 {
+        v.swap(0, 1);
+    }
+    v
+}
+
+/// Which ops carry a formula. `None`: not a FLOP op (composites defer to their children).
+pub(super) fn family(name: &str) -> Option<&'static str> {
+    let base = name.strip_prefix("aten::")?;
+    Some(match base {
+        "mm" | "addmm" | "bmm" | "baddbmm" | "_scaled_mm" | "addbmm" => "matmul",
+        "convolution"
+        | "_convolution"
+        | "convolution_overrideable"
+        | "cudnn_convolution"
+        | "cudnn_convolution_transpose" => "conv",
+        "convolution_backward" | "convolution_backward_overrideable" => "conv_backward",
+        "_scaled_dot_product_flash_attention"
+        | "_scaled_dot_product_efficient_attention"
+        | "_scaled_dot_product_cudnn_attention" => "sdpa",
+        "_scaled_dot_product_flash_attention_backward"
+        | "_scaled_dot_product_efficient_attention_backward"
+        | "_scaled_dot_product_cudnn_attention_backward" => "sdpa_backward",
+        b if b.starts_with("_foreach_") || b.starts_with("_fused_") => "optimizer",
+        "native_layer_norm"
+        | "layer_norm"
+        | "native_batch_norm"
+        | "cudnn_batch_norm"
+        | "_batch_norm_impl_index"
+        | "batch_norm"
+        | "native_group_norm"
+        | "group_norm"
+        | "rms_norm"
+        | "_fused_rms_norm" => "norm",
+        "native_layer_norm_backward"
+        | "cudnn_batch_norm_backward"
+        | "native_batch_norm_backward"
+        | "native_group_norm_backward" => "norm_backward",
+        "_softmax" | "_log_softmax" | "softmax" | "log_softmax" => "softmax",
+        "_softmax_backward_data" | "_log_softmax_backward_data" => "softmax_backward",
+        "sum" | "mean" | "amax" | "max" | "min" | "norm" | "linalg_vector_norm" | "var" | "std"
+        | "prod" | "nll_loss_forward" | "nll_loss" | "nll_loss_backward" | "mse_loss" => {
+            "reduction"
+        }
+        "embedding"
+        | "embedding_dense_backward"
+        | "index_select"
+        | "gather"
+        | "copy_"
+        | "to"
+        | "_to_copy"
+        | "clone"
+        | "contiguous"
+        | "cat"
+        | "stack"
+        | "fill_"
+        | "zero_"
+        | "zeros"
+        | "ones"
+        | "empty"
+        | "empty_like"
+        | "empty_strided"
+        | "view"
+        | "reshape"
+        | "t"
+        | "transpose"
+        | "permute"
+        | "as_strided"
+        | "expand"
+        | "slice"
+        | "select"
+        | "split"
+        | "chunk"
+        | "unsqueeze"
+        | "squeeze"
+        | "detach"
+        | "item"
+        | "_local_scalar_dense"
+        | "max_pool2d_with_indices"
+        | "max_pool2d_with_indices_backward" => "memory",
+        "add"
+        | "add_"
+        | "sub"
+        | "sub_"
+        | "mul"
+        | "mul_"
+        | "div"
+        | "div_"
+        | "relu"
+        | "relu_"
+        | "threshold_backward"
+        | "gelu"
+        | "gelu_backward"
+        | "silu"
+        | "silu_backward"
+        | "sigmoid"
+        | "tanh"
+        | "exp"
+        | "log"
+        | "sqrt"
+        | "rsqrt"
+        | "pow"
+        | "neg"
+        | "where"
+        | "clamp"
+        | "clamp_min"
+        | "addcmul"
+        | "addcdiv"
+        | "lerp"
+        | "abs"
+        | "native_dropout"
+        | "native_dropout_backward"
+        | "hardtanh"
+        | "hardtanh_backward"
+        | "leaky_relu" => "elementwise",
+        _ => return None,
+    })
+}
+
+/// An op with no children and no entry in the table: one FLOP per output element if it is a
+/// computing op (`aten::` and not a view, copy or factory). Composites (`aten::linear`,
+/// `aten::conv2d`, `aten::cross_entropy_loss`) have children and are looked through instead.
+pub(super) fn leaf_default(name: &str) -> Option<&'static str> {
+    name.starts_with("aten::").then_some("elementwise")
+}
+
+/// FLOPs of an op with a formula. `et` gives tensor-list sizes the Kineto trace leaves out.
+pub fn op_flops(name: &str, args: &[Arg], et: Option<&ExecNode>) -> Option<OpFlops> {
+    op_flops_as(family(name)?, name, args, et)
+}
+
+pub(super) fn op_flops_as(
+    fam: &'static str,
+    name: &str,
+    args: &[Arg],
+    et: Option<&ExecNode>,
+) -> Option<OpFlops> {
+    let base = name.trim_start_matches("aten::");
+    let d = |i: usize| args.get(i).map(|a| a.dims.as_slice()).unwrap_or(&[]);
+    let mm = |a: &[i64], b: &[i64]| -> u64 {
+        match (a.len(), b.len()) {
+            (2, 2) => 2 * prod(a) * b[1].max(0) as u64,
+            (3, 3) => 2 * prod(a) * b[2].max(0) as u64,
+            _ => 0,
+        }
+    };
+    let out_numel = || -> u64 {
+        if let Some(e) = et {
+            let n: i64 = e.outputs.iter().map(|t| t.numel).sum();
+            if n > 0 {
+                return n as u64;
+            }
+        }
+        args.iter()
+            .filter(|a| is_tensor(a))
+            .map(Arg::numel)
+            .max()
+            .unwrap_or(0)
+    };
+    let in_numel = || -> u64 {
+        if let Some(e) = et {
+            if let Some(t) = e.inputs.first() {
+                return t.numel.max(0) as u64;
+            }
+        }
+        args.iter()
+            .find(|a| is_tensor(a))
+            .map(Arg::numel)
+            .unwrap_or(0)
+    };
+    let f = match fam {
+        "matmul" => {
+            let v = match base {
+                "mm" | "_scaled_mm" => mm(d(0), d(1)),
+                "bmm" => mm(d(0), d(1)),
+                "addmm" | "baddbmm" | "addbmm" => mm(d(1), d(2)),
+                _ => 0,
+            };
+            OpFlops { matmul: v, all: v }
+        }
+        "conv" => {
+            let c = |i: usize| args.get(i).map(Arg::ints).unwrap_or_default();
+            let (x, w) = (d(0), d(1));
+            let p = if base == "cudnn_convolution" {
+                ConvParams {
+                    stride: c(3),
+                    padding: c(2),
+                    dilation: c(4),
+                    transposed: false,
+                    output_padding: vec![],
+                    groups: c(5).first().copied().unwrap_or(1),
+                }
+            } else {
+                ConvParams {
+                    stride: c(3),
+                    padding: c(4),
+                    dilation: c(5),
+                    transposed: args.get(6).is_some_and(|a| a.concrete == "True"),
+                    output_padding: c(7),
+                    groups: c(8).first().copied().unwrap_or(1),
+                }
+            };
+            let out = conv_out_shape(x, w, &p);
+            let v = conv_flop_count(x, w, &out, p.transposed);
+            OpFlops { matmul: v, all: v }
+        }
+        "conv_backward" => {
+            let (go, x, w) = (d(0), d(1), d(2));
+            let transposed = args.get(7).is_some_and(|a| a.concrete == "True");
+            let mask = args
+                .get(10)
+                .map(Arg::bools)
+                .unwrap_or_else(|| vec![true, true, false]);
+            let mut v = 0;
+            if mask.first().copied().unwrap_or(true) {
+                v += conv_flop_count(go, w, x, !transposed);
+            }
+            if mask.get(1).copied().unwrap_or(true) {
+                v += if transposed {
+                    conv_flop_count(&swap01(go), &swap01(x), &swap01(w), false)
+                } else {
+                    conv_flop_count(&swap01(x), &swap01(go), &swap01(w), false)
+                };
+            }
+            OpFlops { matmul: v, all: v }
+        }
+        "sdpa" | "sdpa_backward" => {
+            let off = usize::from(fam == "sdpa_backward");
+            let (q, k, v) = (d(off), d(off + 1), d(off + 2));
+            if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+                return Some(OpFlops::default());
+            }
+            let (b, h, sq, dq) = (q[0] as u64, q[1] as u64, q[2] as u64, q[3] as u64);
+            let (sk, dv) = (k[2] as u64, v[3] as u64);
+            let x = if fam == "sdpa" {
+                2 * b * h * sq * sk * (dq + dv)
+            } else {
+                2 * b * h * sq * sk * (3 * dq + 2 * dv)
+            };
+            OpFlops { matmul: x, all: x }
+        }
+        "optimizer" => {
+            // Tensor lists are empty in Kineto's Input Dims; the ET has their sizes.
+            let elems: u64 = match et {
+                Some(e) => {
+                    // The ET flattens every tensor list; one list's elements is the total over
+                    // the number of lists.
+                    let total = e.inputs.iter().map(|t| t.numel.max(0) as u64).sum::<u64>();
+                    let n_lists = args.iter().filter(|a| a.ty == "TensorList").count().max(1);
+                    total / n_lists as u64
+                }
+                None => 0,
+            };
+            // Per element: fused Adam(W) ~ 16 operations; one foreach op ~ 1 (addcmul/addcdiv/
+            // lerp ~ 2-3).
+            let per = if base.starts_with("_fused_adam") {
+                16
+            } else if base.contains("addcmul") || base.contains("addcdiv") || base.contains("lerp")
+            {
+                3
+            } else {
+                1
+            };
+            OpFlops {
+                matmul: 0,
+                all: per * elems,
+            }
+        }
+        "norm" => OpFlops {
+            matmul: 0,
+            all: 5 * in_numel(),
+        },
+        "norm_backward" => OpFlops {
+            matmul: 0,
+            all: 10 * out_numel().max(in_numel()),
+        },
+        "softmax" => OpFlops {
+            matmul: 0,
+            all: 5 * in_numel(),
+        },
+        "softmax_backward" => OpFlops {
+            matmul: 0,
+            all: 3 * in_numel(),
+        },
+        "reduction" => OpFlops {
+            matmul: 0,
+            all: in_numel(),
+        },
+        "memory" => OpFlops::default(),
+        _ => OpFlops {
+            matmul: 0,
+            all: out_numel(),
+        },
+    };
+    Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg(dims: &[i64], ty: &str, concrete: &str) -> Arg {
+        Arg {
+            dims: dims.to_vec(),
+            ty: ty.into(),
+            concrete: concrete.into(),
+        }
+    }
+
+    #[test]
+    fn matmul_family() {
+        let f = op_flops(
+            "aten::mm",
+            &[arg(&[512, 512], "float", ""), arg(&[512, 256], "float", "")],
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.matmul, 2 * 512 * 512 * 256);
+        let f = op_flops(
+            "aten::addmm",
+            &[
+                arg(&[10], "float", ""),
+                arg(&[8, 512], "float", ""),
+                arg(&[512, 10], "float", ""),
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.matmul, 2 * 8 * 512 * 10);
+        let f = op_flops(
+            "aten::bmm",
+            &[arg(&[4, 3, 5], "float", ""), arg(&[4, 5, 7], "float", "")],
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.matmul, 2 * 4 * 3 * 5 * 7);
+        assert!(
+            op_flops("aten::linear", &[], None).is_none(),
+            "composite: defers to its children"
+        );
+        assert!(op_flops("aten::conv2d", &[], None).is_none());
+    }
+
+    #[test]
+    fn convolution_forward_and_backward() {
+        // ResNet stem: 8x3x64x64, 64x3x7x7, stride 2, padding 3 -> 8x64x32x32.
+        let args = [
+            arg(&[8, 3, 64, 64], "float", ""),
+            arg(&[64, 3, 7, 7], "float", ""),
+            arg(&[], "", ""),
+            arg(&[], "ScalarList", "[2, 2]"),
+            arg(&[], "ScalarList", "[3, 3]"),
+            arg(&[], "ScalarList", "[1, 1]"),
+            arg(&[], "Scalar", "False"),
+            arg(&[], "ScalarList", "[0, 0]"),
+            arg(&[], "Scalar", "1"),
+        ];
+        let f = op_flops("aten::convolution", &args, None).unwrap();
+        assert_eq!(f.matmul, 2 * 8 * 32 * 32 * 64 * 3 * 7 * 7);
+        let p = ConvParams {
+            stride: vec![2, 2],
+            padding: vec![3, 3],
+            dilation: vec![1, 1],
+            groups: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            conv_out_shape(&[8, 3, 64, 64], &[64, 3, 7, 7], &p),
+            vec![8, 64, 32, 32]
+        );
+        // Backward of a 3x3 conv, both gradients: twice the forward.
+        let mut b = vec![
+            arg(&[8, 512, 2, 2], "float", ""),
+            arg(&[8, 512, 2, 2], "float", ""),
+            arg(&[512, 512, 3, 3], "float", ""),
+        ];
+        for c in [
+            "[0]",
+            "[1, 1]",
+            "[1, 1]",
+            "[1, 1]",
+            "False",
+            "[0, 0]",
+            "1",
+            "[True, True, False]",
+        ] {
+            b.push(arg(&[], "ScalarList", c));
+        }
+        let fwd = 2 * 8 * 2 * 2 * 512 * 512 * 9;
+        assert_eq!(
+            op_flops("aten::convolution_backward", &b, None)
+                .unwrap()
+                .matmul,
+            2 * fwd
+        );
+        b[10] = arg(&[], "ScalarList", "[False, True, False]");
+        assert_eq!(
+            op_flops("aten::convolution_backward", &b, None)
+                .unwrap()
+                .matmul,
+            fwd
+        );
+        // Grouped and transposed shapes.
+        let t = ConvParams {
+            stride: vec![2, 2],
+            padding: vec![1, 1],
+            dilation: vec![1, 1],
+            transposed: true,
+            output_padding: vec![1, 1],
+            groups: 2,
+        };
+        assert_eq!(
+            conv_out_shape(&[1, 4, 5, 5], &[4, 2, 3, 3], &t),
+            vec![1, 4, 10, 10]
+        );
+    }
+
+    #[test]
+    fn attention_forward_and_backward() {
+        let q = arg(&[4, 4, 128, 64], "c10::BFloat16", "");
+        let f = op_flops(
+            "aten::_scaled_dot_product_cudnn_attention",
+            &[q.clone(), q.clone(), q.clone()],
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.matmul, 2 * 4 * 4 * 128 * 128 * (64 + 64));
+        let b = op_flops(
+            "aten::_scaled_dot_product_cudnn_attention_backward",
+            &[q.clone(), q.clone(), q.clone(), q],
+            None,
+        )
+        .unwrap();
+        assert_eq!(b.matmul, 2 * 4 * 4 * 128 * 128 * (3 * 64 + 2 * 64));
+    }
+
+    #[test]
+    fn other_ops_count_only_in_all() {
+        let f = op_flops(
+            "aten::gelu",
+            &[arg(&[4, 128, 1024], "c10::BFloat16", "")],
+            None,
+        )
+        .unwrap();
+        assert_eq!((f.matmul, f.all), (0, 4 * 128 * 1024));
+        let f = op_flops("aten::_log_softmax", &[arg(&[512, 512], "float", "")], None).unwrap();
+        assert_eq!((f.matmul, f.all), (0, 5 * 512 * 512));
+        assert_eq!(
+            op_flops("aten::view", &[arg(&[8, 8], "float", "")], None).unwrap(),
+            OpFlops::default()
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! FLOPs, bytes and arithmetic intensity per node, from the recorded shapes (the trace has no
+//! `flops` arg in PyTorch 2.11), and the roofline against the device's peaks.
+//!
+//! Two conventions, both reported (docs/flops.md has every formula):
+//! - **matmul**: `torch.utils.flop_counter.FlopCounterMode`'s: 2·M·N·K for mm/addmm/bmm/
+//!   baddbmm/_scaled_mm, its convolution and convolution-backward formulas, and scaled dot
+//!   product attention forward and backward (flash, efficient, cuDNN); nothing else.
+//! - **all**: those plus elementwise ops, reductions, norms, softmax, losses and the optimizers'
+//!   foreach/fused kernels, by per-element constants.
+//!
+//! FLOPs are counted once per node, at the outermost op of its subtree that has a formula
+//! (`aten::linear` has none and defers to its `aten::addmm`; `aten::convolution` has one, so its
+//! `aten::cudnn_convolution` is not counted again).
+
+mod formulas;
+mod peaks;
+
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+pub use self::formulas::{conv_flop_count, conv_out_shape, op_flops, ConvParams, OpFlops};
+pub use self::peaks::{peaks_for, Peaks};
+pub use crate::ingest::args::{parse_args, Arg};
+
+use self::formulas::{family, leaf_default, op_flops_as};
+use self::peaks::dtype_for;
+use super::step::Step;
+use crate::ingest::exec_trace::ExecNode;
+use crate::model::{OpId, Trace};
+
+/// Element type of a node's main input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// float64.
+    Fp64,
+    /// float32 on CUDA cores.
+    Fp32,
+    /// float32 through TF32 tensor cores (cuDNN convolutions by default).
+    Tf32,
+    /// bfloat16.
+    Bf16,
+    /// float16.
+    Fp16,
+    /// 8-bit floats.
+    Fp8,
+    /// Integers, bools, unknown.
+    Other,
+}
+
+impl Dtype {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::Fp64 => "fp64",
+            Dtype::Fp32 => "fp32",
+            Dtype::Tf32 => "tf32",
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp16 => "fp16",
+            Dtype::Fp8 => "fp8",
+            Dtype::Other => "other",
+        }
+    }
+
+    fn from_type(t: &str) -> Dtype {
+        match t {
+            "float" => Dtype::Fp32,
+            "double" => Dtype::Fp64,
+            "c10::BFloat16" => Dtype::Bf16,
+            "c10::Half" => Dtype::Fp16,
+            t if t.contains("Float8") => Dtype::Fp8,
+            _ => Dtype::Other,
+        }
+    }
+
+    /// Bytes per element of a Kineto `Input type`, when it is a tensor type.
+    pub fn size_of(t: &str) -> Option<u64> {
+        Some(match t {
+            "double" | "long int" | "long" | "int64_t" | "c10::complex<float>" => 8,
+            "float" | "int" | "unsigned int" => 4,
+            "c10::BFloat16" | "c10::Half" | "short int" | "short" => 2,
+            "bool" | "unsigned char" | "signed char" | "char" => 1,
+            t if t.contains("Float8") => 1,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether a recorded input is a tensor (its type is a dtype).
+fn is_tensor(a: &Arg) -> bool {
+    Dtype::size_of(&a.ty).is_some()
+}
+
+/// One node instance's FLOPs and traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NodeFlops {
+    /// FlopCounterMode convention.
+    pub matmul: u64,
+    /// All FLOPs.
+    pub all: u64,
+    /// Bytes read (tensor inputs) plus written (tensor outputs).
+    pub bytes: u64,
+    /// Element type of the main input.
+    pub dtype: Option<Dtype>,
+    /// Whether output sizes came from the Execution Trace (else estimated).
+    pub exact_bytes: bool,
+}
+
+/// Parsed arguments by their texts. The same shapes recur in every iteration, so each thread
+/// keeps what it has parsed: parsing was most of the FLOP stage.
+#[derive(Default)]
+struct ArgCache<'t>(FxHashMap<InputTexts<'t>, Vec<Arg>>);
+
+/// An op's `Input Dims`, `Input type` and `Concrete Inputs` texts.
+type InputTexts<'t> = (Option<&'t str>, Option<&'t str>, Option<&'t str>);
+
+impl<'t> ArgCache<'t> {
+    /// The arguments of op `o`.
+    fn of(&mut self, t: &'t Trace, o: OpId) -> &[Arg] {
+        let i = t.kineto.inputs(t.op(o));
+        self.0
+            .entry((i.dims, i.types, i.concrete))
+            .or_insert_with(|| parse_args(i.dims, i.types, i.concrete))
+    }
+}
+
+/// FLOPs of every node instance, in `step.nodes` order, with the per-op-type FlopCounterMode
+/// counts of the whole profile (`aten::addmm` → `aten.addmm`).
+pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64>) {
+    let et_index: FxHashMap<i64, &ExecNode> = t
+        .exec_trace
+        .as_ref()
+        .map(|et| {
+            et.nodes
+                .iter()
+                .filter_map(|n| Some((n.rf_id?, n)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let et_of = |o: OpId| t.op(o).rf_id.and_then(|r| et_index.get(&r).copied());
+    // Nodes on all threads; each returns its FLOPs by op type, summed afterwards in node order.
+    let per_node: Vec<(NodeFlops, Vec<(String, u64)>)> = step
+        .nodes
+        .par_iter()
+        .map_init(ArgCache::default, |cache, n| {
+            let mut by_type: Vec<(String, u64)> = Vec::new();
+            let mut nf = NodeFlops::default();
+            // Element type of the heaviest FLOP op (under autocast the node's own inputs may
+            // still be fp32 while its matmul runs in bf16).
+            let mut heaviest: (u64, Option<Dtype>) = (0, None);
+            // Outermost ops with a formula in the node's subtree.
+            let mut stack = vec![n.op];
+            while let Some(o) = stack.pop() {
+                let name = t.op_name(o);
+                let leaf = t.children(o).is_empty();
+                let fam = family(name).or_else(|| if leaf { leaf_default(name) } else { None });
+                if let Some(fam) = fam {
+                    let args = cache.of(t, o);
+                    if let Some(f) = op_flops_as(fam, name, args, et_of(o)) {
+                        nf.matmul += f.matmul;
+                        nf.all += f.all;
+                        if f.all > heaviest.0 {
+                            let conv = matches!(fam, "conv" | "conv_backward");
+                            heaviest = (
+                                f.all,
+                                args.iter()
+                                    .find(|a| is_tensor(a))
+                                    .map(|a| dtype_for(&a.ty, conv)),
+                            );
+                        }
+                        if f.matmul > 0 {
+                            by_type.push((name.replacen("::", ".", 1), f.matmul));
+                        }
+                    }
+                    continue;
+                }
+                stack.extend(t.children(o).iter().rev());
+            }
+            // Traffic of the node as a whole: its own inputs and outputs.
+            let args = cache.of(t, n.op);
+            let conv_like = matches!(family(t.op_name(n.op)), Some("conv" | "conv_backward"))
+                || t.op_name(n.op).starts_with("aten::conv");
+            nf.dtype = heaviest.1.or_else(|| {
+                args.iter()
+                    .find(|a| is_tensor(a))
+                    .map(|a| dtype_for(&a.ty, conv_like))
+            });
+            let input_bytes: u64 = args
+                .iter()
+                .filter_map(|a| Dtype::size_of(&a.ty).map(|s| s * a.numel()))
+                .sum();
+            match et_of(n.op) {
+                Some(e) => {
+                    let io = |v: &[crate::ingest::exec_trace::TensorRef]| -> u64 {
+                        v.iter()
+                            .map(|x| (x.numel.max(0) * x.itemsize.max(0)) as u64)
+                            .sum()
+                    };
+                    nf.bytes = io(&e.inputs).max(input_bytes) + io(&e.outputs);
+                    nf.exact_bytes = true;
+                }
+                None => nf.bytes = input_bytes + n.alloc_bytes.max(0) as u64,
+            }
+            (nf, by_type)
+        })
+        .collect();
+    let mut by_type: FxHashMap<String, u64> = FxHashMap::default();
+    let out = per_node
+        .into_iter()
+        .map(|(nf, types)| {
+            for (name, f) in types {
+                *by_type.entry(name).or_default() += f;
+            }
+            nf
+        })
+        .collect();
+    (out, by_type)
+}
+
+/// One row of `flops.csv`: an aligned node with medians over iterations and its roofline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlopRow {
+    /// Rank in the aligned step.
+    pub rank: u32,
+    /// Node name.
+    pub node_name: String,
+    /// Op name of the node.
+    pub op: String,
+    /// Phase.
+    pub gtype: &'static str,
+    /// Module path.
+    pub module: String,
+    /// All FLOPs.
+    pub flops: u64,
+    /// FlopCounterMode FLOPs.
+    pub matmul_flops: u64,
+    /// Bytes read and written.
+    pub bytes: u64,
+    /// FLOPs per byte.
+    pub arithmetic_intensity: f64,
+    /// Element type.
+    pub dtype: &'static str,
+    /// Median GPU time, s.
+    pub gpu_time_s: f64,
+    /// Achieved TFLOP/s over the GPU time.
+    pub achieved_tflops: f64,
+    /// Achieved GB/s over the GPU time.
+    pub achieved_gbps: f64,
+    /// Percent of the dtype's peak FLOP/s.
+    pub pct_peak_flops: Option<f64>,
+    /// Percent of peak bandwidth.
+    pub pct_peak_bandwidth: Option<f64>,
+    /// `compute` or `memory` by the device's machine balance for the dtype; empty without peaks
+    /// or FLOPs.
+    pub bound: &'static str,
+}
+
+/// Aggregates node instances by aligned node (medians; FLOPs do not change between
+/// iterations) and places each on the roofline.
+pub fn rows(
+    t: &Trace,
+    step: &Step,
+    nf: &[NodeFlops],
+    stats: &[super::NodeStat],
+    peaks: Option<&Peaks>,
+) -> Vec<FlopRow> {
+    let mut by_name: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
+    for (i, n) in step.nodes.iter().enumerate() {
+        by_name.entry(n.name.as_str()).or_default().push(i);
+    }
+    stats
+        .iter()
+        .map(|s| {
+            let idx = &by_name[s.node_name.as_str()];
+            let med = |f: &dyn Fn(&NodeFlops) -> u64| {
+                let mut v: Vec<i64> = idx.iter().map(|&i| f(&nf[i]) as i64).collect();
+                super::median_low(&mut v).unwrap_or(0) as u64
+            };
+            let (flops, matmul, bytes) = (med(&|x| x.all), med(&|x| x.matmul), med(&|x| x.bytes));
+            let dtype = nf[idx[0]].dtype.unwrap_or(Dtype::Other);
+            let time = s.median_run_time_s;
+            let ai = if bytes > 0 {
+                flops as f64 / bytes as f64
+            } else {
+                0.0
+            };
+            let (tf, gb) = if time > 0.0 {
+                (flops as f64 / time / 1e12, bytes as f64 / time / 1e9)
+            } else {
+                (0.0, 0.0)
+            };
+            let peak_f = peaks.and_then(|p| p.flops(dtype));
+            let peak_bw = peaks.map(|p| p.bandwidth_gbps);
+            let bound = match (peak_f, peak_bw) {
+                (Some(pf), Some(bw)) if flops > 0 && bytes > 0 => {
+                    // Machine balance: FLOPs the device can do per byte it can move.
+                    if ai >= pf / (bw * 1e9) {
+                        "compute"
+                    } else {
+                        "memory"
+                    }
+                }
+                _ => "",
+            };
+            FlopRow {
+                rank: s.rank,
+                node_name: s.node_name.clone(),
+                op: t.kineto.str(s.op).to_owned(),
+                gtype: s.gtype.as_str(),
+                module: s
+                    .module
+                    .map_or(String::new(), |m| t.kineto.str(m).to_owned()),
+                flops,
+                matmul_flops: matmul,
+                bytes,
+                arithmetic_intensity: ai,
+                dtype: dtype.as_str(),
+                gpu_time_s: time,
+                achieved_tflops: tf,
+                achieved_gbps: gb,
+                pct_peak_flops: peak_f.filter(|_| time > 0.0).map(|p| 100.0 * tf * 1e12 / p),
+                pct_peak_bandwidth: peak_bw.filter(|_| time > 0.0).map(|b| 100.0 * gb / b),
+                bound,
+            }
+        })
+        .collect()
+}
