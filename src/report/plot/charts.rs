@@ -1,0 +1,371 @@
+//! The analysis plots: each one's data and how it is drawn.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::DrawResult;
+use super::*;
+
+/// Data of the memory-vs-rank plot.
+pub struct MemVsRank {
+    /// (rank, peak MiB, active MiB).
+    pub points: Vec<(u32, f64, f64)>,
+    /// Ranks where backward and the optimizer begin.
+    pub boundaries: Vec<(u32, &'static str)>,
+    /// GPU memory, MiB.
+    pub gpu_mib: Option<f64>,
+    /// Title.
+    pub title: String,
+}
+
+pub(super) fn draw_mem_vs_rank<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &MemVsRank,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let ymax_data = d.points.iter().map(|p| p.1.max(p.2)).fold(1.0, f64::max);
+    // Show the GPU's memory only when it fits on a readable scale.
+    let gpu_on = d.gpu_mib.filter(|g| *g <= 3.0 * ymax_data);
+    let ymax = gpu_on.unwrap_or(0.0).max(ymax_data) * 1.1;
+    let xmax = d.points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64;
+    let caption = match (d.gpu_mib, gpu_on) {
+        (Some(g), None) => format!("{} (GPU memory {:.1} GiB, off scale)", d.title, g / 1024.0),
+        _ => d.title.clone(),
+    };
+    let mut c = chart(root, &caption, 0f64..xmax, 0f64..ymax)?;
+    c.configure_mesh()
+        .x_desc("node rank")
+        .y_desc("MiB")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    c.draw_series(LineSeries::new(
+        d.points.iter().map(|p| (p.0 as f64, p.1)),
+        RED.stroke_width(2),
+    ))?
+    .label("peak during node")
+    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    c.draw_series(LineSeries::new(
+        d.points.iter().map(|p| (p.0 as f64, p.2)),
+        BLUE.stroke_width(2),
+    ))?
+    .label("active before node")
+    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    for (r, what) in &d.boundaries {
+        c.draw_series(LineSeries::new(
+            vec![(*r as f64, 0.0), (*r as f64, ymax)],
+            BLACK.stroke_width(1),
+        ))?;
+        c.draw_series(std::iter::once(Text::new(
+            format!("{what} →"),
+            (*r as f64, ymax * 0.97),
+            ("sans-serif", 14),
+        )))?;
+    }
+    if let Some(g) = gpu_on {
+        c.draw_series(LineSeries::new(
+            vec![(0.0, g), (xmax, g)],
+            MAGENTA.stroke_width(2),
+        ))?
+        .label("GPU memory")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], MAGENTA));
+    }
+    legend(&mut c)?;
+    Ok(())
+}
+
+/// Stacked bytes by category over time.
+pub struct MemOverTime {
+    /// (ms since the first event, MiB per category).
+    pub points: Vec<(f64, [f64; CATEGORY_COUNT])>,
+    /// Title.
+    pub title: String,
+}
+
+pub(super) fn draw_mem_over_time<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &MemOverTime,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let xmax = d.points.last().map_or(1.0, |p| p.0).max(1e-3);
+    let ymax = d
+        .points
+        .iter()
+        .map(|p| p.1.iter().sum::<f64>())
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut c = chart(root, &d.title, 0f64..xmax, 0f64..ymax)?;
+    c.configure_mesh()
+        .x_desc("ms")
+        .y_desc("MiB")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    // Stack from the top category down so each area covers the ones below it.
+    for k in (0..7).rev() {
+        let color = category_color(k);
+        c.draw_series(AreaSeries::new(
+            d.points
+                .iter()
+                .map(|p| (p.0, p.1[..=k].iter().sum::<f64>())),
+            0.0,
+            color.mix(0.8),
+        ))?
+        .label(CATEGORIES[k].key())
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
+    }
+    legend(&mut c)?;
+    Ok(())
+}
+
+/// Per-node values by rank, colored by phase.
+pub struct ByRank {
+    /// (rank, value, phase).
+    pub points: Vec<(u32, f64, String)>,
+    /// Y axis.
+    pub y_desc: String,
+    /// Title.
+    pub title: String,
+}
+
+pub(super) fn draw_by_rank<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &ByRank,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let xmax = d.points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64 + 1.0;
+    let ymax = d.points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let mut c = chart(root, &d.title, 0f64..xmax, 0f64..ymax)?;
+    c.configure_mesh()
+        .x_desc("node rank")
+        .y_desc(&d.y_desc)
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    for phase in ["forward", "backward", "optimizer", "zero_grad", "other"] {
+        let color = phase_color(phase);
+        let pts: Vec<_> = d.points.iter().filter(|p| p.2 == phase).collect();
+        if pts.is_empty() {
+            continue;
+        }
+        c.draw_series(pts.iter().map(|p| {
+            Rectangle::new([(p.0 as f64, 0.0), (p.0 as f64 + 0.8, p.1)], color.filled())
+        }))?
+        .label(phase)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
+    }
+    legend(&mut c)?;
+    Ok(())
+}
+
+/// Activation sizes and inactive times.
+pub struct Activations {
+    /// (creation rank, MiB, inactive ms).
+    pub points: Vec<(u32, f64, f64)>,
+    /// Title.
+    pub title: String,
+}
+
+pub(super) fn draw_activations<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &Activations,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(SIZE.1 / 2);
+    let xmax = d.points.iter().map(|p| p.0).max().unwrap_or(1).max(1) as f64 + 1.0;
+    for (area, idx, ydesc, title, color) in [
+        (
+            &top,
+            1,
+            "MiB",
+            format!("{}: activation sizes", d.title),
+            BLUE,
+        ),
+        (
+            &bottom,
+            2,
+            "ms",
+            "inactive time (last forward use to first backward use)".to_owned(),
+            RED,
+        ),
+    ] {
+        let val = |p: &(u32, f64, f64)| if idx == 1 { p.1 } else { p.2 };
+        let ymax = d.points.iter().map(val).fold(0.0, f64::max).max(1e-9) * 1.1;
+        let mut c = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+        c.configure_mesh()
+            .x_desc("creation rank")
+            .y_desc(ydesc)
+            .label_style(("sans-serif", 12))
+            .draw()?;
+        c.draw_series(
+            d.points
+                .iter()
+                .map(|p| Circle::new((p.0 as f64, val(p)), 3, color.filled())),
+        )?;
+    }
+    Ok(())
+}
+
+/// Bytes by category at the peak.
+pub struct PeakBreakdown {
+    /// (category, MiB).
+    pub bars: Vec<(String, f64)>,
+    /// Title.
+    pub title: String,
+}
+
+pub(super) fn draw_peak_breakdown<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &PeakBreakdown,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let n = d.bars.len().max(1);
+    let xmax = d.bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9) * 1.2;
+    let mut c = ChartBuilder::on(root)
+        .caption(&d.title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(120)
+        .build_cartesian_2d(0f64..xmax, (0..n).into_segmented())?;
+    let labels: Vec<String> = d.bars.iter().map(|b| b.0.clone()).collect();
+    c.configure_mesh()
+        .disable_y_mesh()
+        .x_desc("MiB")
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
+        Rectangle::new(
+            [
+                (0.0, SegmentValue::Exact(i)),
+                (b.1, SegmentValue::Exact(i + 1)),
+            ],
+            category_color(i).filled(),
+        )
+    }))?;
+    c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
+        Text::new(
+            format!("{:.1} MiB", b.1),
+            (b.1, SegmentValue::CenterOf(i)),
+            ("sans-serif", 14),
+        )
+    }))?;
+    Ok(())
+}
+
+/// Roofline points and ceilings.
+pub struct Roofline {
+    /// (arithmetic intensity, achieved TFLOP/s, dtype).
+    pub points: Vec<(f64, f64, String)>,
+    /// Ceilings: (dtype, peak TFLOP/s).
+    pub ceilings: Vec<(String, f64)>,
+    /// Bandwidth, TB/s.
+    pub bandwidth_tbs: Option<f64>,
+    /// Title.
+    pub title: String,
+}
+
+pub(super) fn draw_roofline<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &Roofline,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let xmin = d
+        .points
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::MAX, f64::min)
+        .clamp(1e-3, 0.1);
+    let xmax = d.points.iter().map(|p| p.0).fold(1.0, f64::max).max(1e3) * 2.0;
+    let peak = d.ceilings.iter().map(|c| c.1).fold(1.0, f64::max);
+    let ymin = d
+        .points
+        .iter()
+        .map(|p| p.1)
+        .filter(|v| *v > 0.0)
+        .fold(f64::MAX, f64::min)
+        .clamp(1e-6, 1e-2);
+    let mut c = chart(
+        root,
+        &d.title,
+        (xmin..xmax).log_scale(),
+        (ymin..peak * 2.0).log_scale(),
+    )?;
+    c.configure_mesh()
+        .x_desc("arithmetic intensity (FLOP/byte)")
+        .y_desc("TFLOP/s")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    if let Some(bw) = d.bandwidth_tbs {
+        for (i, (dt, p)) in d.ceilings.iter().enumerate() {
+            let color = category_color(i);
+            let knee = p / bw;
+            let xs = [xmin, knee.clamp(xmin, xmax), xmax];
+            c.draw_series(LineSeries::new(
+                xs.iter().map(|x| (*x, (x * bw).min(*p))),
+                color.stroke_width(2),
+            ))?
+            .label(format!("{dt} peak {p:.0} TFLOP/s"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+    }
+    c.draw_series(
+        d.points
+            .iter()
+            .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+            .map(|p| Circle::new((p.0, p.1), 3, BLACK.mix(0.6).filled())),
+    )?;
+    legend(&mut c)?;
+    Ok(())
+}
+
+/// The data each plot draws, built from the analysis.
+pub fn mem_vs_rank_data(a: &Analysis, gpu_mem_bytes: Option<i64>) -> MemVsRank {
+    let mut boundaries = Vec::new();
+    for (phase, label) in [("backward", "backward"), ("optimizer", "optimizer")] {
+        if let Some(n) = a.node_stats.iter().find(|n| n.gtype.as_str() == phase) {
+            boundaries.push((n.rank, label));
+        }
+    }
+    MemVsRank {
+        points: a
+            .node_stats
+            .iter()
+            .map(|n| {
+                (
+                    n.rank,
+                    n.median_peak_mem_bytes as f64 / MIB,
+                    n.median_active_mem_bytes as f64 / MIB,
+                )
+            })
+            .collect(),
+        boundaries,
+        gpu_mib: gpu_mem_bytes
+            .or(a.summary.device_memory_bytes)
+            .map(|b| b as f64 / MIB),
+        title: format!("{}: memory vs execution rank", a.summary.name),
+    }
+}

@@ -1,0 +1,217 @@
+//! Which plots an analysis gets, each with the data it draws and writes beside it.
+
+use std::path::Path;
+
+use super::*;
+
+/// The chosen plots (all when `which` is empty), in [`PLOTS`] order.
+pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<Job> {
+    let want = |n: &str| which.is_empty() || which.iter().any(|w| w == n);
+    let mut jobs = Vec::new();
+    let name = &a.summary.name;
+    if want("memory_vs_rank") {
+        let d = mem_vs_rank_data(a, gpu_mem_bytes);
+        let rows: Vec<Vec<String>> = d
+            .points
+            .iter()
+            .map(|p| {
+                vec![
+                    p.0.to_string(),
+                    format!("{:.6}", p.1),
+                    format!("{:.6}", p.2),
+                ]
+            })
+            .collect();
+        jobs.push(job!(
+            "memory_vs_rank",
+            ["rank", "peak_mib", "active_mib"],
+            rows,
+            d,
+            draw_mem_vs_rank
+        ));
+    }
+    if want("memory_over_time") {
+        let t0 = a.timeline.first().map_or(0, |r| r.ts);
+        // At most ~2000 points: keep the first row of each time bucket.
+        let step = (a.timeline.len() / 2000).max(1);
+        let points: Vec<(f64, [f64; CATEGORY_COUNT])> = a
+            .timeline
+            .iter()
+            .step_by(step)
+            .map(|r| {
+                (
+                    (r.ts - t0) as f64 * 1e-6,
+                    r.breakdown.map(|b| b as f64 / MIB),
+                )
+            })
+            .collect();
+        let mut header = vec!["ms"];
+        header.extend(CATEGORIES.iter().map(|c| c.key()));
+        let rows: Vec<Vec<String>> = points
+            .iter()
+            .map(|p| {
+                std::iter::once(format!("{:.6}", p.0))
+                    .chain(p.1.iter().map(|v| format!("{v:.6}")))
+                    .collect()
+            })
+            .collect();
+        let d = MemOverTime {
+            points,
+            title: format!("{name}: memory by category over time"),
+        };
+        jobs.push(job!(
+            "memory_over_time",
+            header,
+            rows,
+            d,
+            draw_mem_over_time
+        ));
+    }
+    if want("node_runtime") {
+        let d = ByRank {
+            points: a
+                .node_stats
+                .iter()
+                .map(|n| {
+                    (
+                        n.rank,
+                        n.median_run_time_s * 1e3,
+                        n.gtype.as_str().to_owned(),
+                    )
+                })
+                .collect(),
+            y_desc: "GPU time, ms".into(),
+            title: format!("{name}: GPU time per node (median)"),
+        };
+        let rows: Vec<Vec<String>> = d
+            .points
+            .iter()
+            .map(|p| vec![p.0.to_string(), format!("{:.9}", p.1), p.2.clone()])
+            .collect();
+        jobs.push(job!(
+            "node_runtime",
+            ["rank", "gpu_ms", "gtype"],
+            rows,
+            d,
+            draw_by_rank
+        ));
+    }
+    if want("activations") {
+        let d = Activations {
+            points: a
+                .liveness
+                .activations
+                .iter()
+                .map(|x| {
+                    (
+                        x.creation_rank,
+                        x.median_mem_size_bytes as f64 / MIB,
+                        x.inactive_time_s * 1e3,
+                    )
+                })
+                .collect(),
+            title: name.clone(),
+        };
+        let rows: Vec<Vec<String>> = d
+            .points
+            .iter()
+            .map(|p| {
+                vec![
+                    p.0.to_string(),
+                    format!("{:.6}", p.1),
+                    format!("{:.9}", p.2),
+                ]
+            })
+            .collect();
+        jobs.push(job!(
+            "activations",
+            ["creation_rank", "size_mib", "inactive_ms"],
+            rows,
+            d,
+            draw_activations
+        ));
+    }
+    if want("peak_breakdown") {
+        let d = PeakBreakdown {
+            bars: CATEGORIES
+                .iter()
+                .map(|c| {
+                    (
+                        c.key().to_owned(),
+                        a.summary
+                            .peak_breakdown_bytes
+                            .get(c.key())
+                            .copied()
+                            .unwrap_or(0) as f64
+                            / MIB,
+                    )
+                })
+                .collect(),
+            title: format!("{name}: memory at the peak by category"),
+        };
+        let rows: Vec<Vec<String>> = d
+            .bars
+            .iter()
+            .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
+            .collect();
+        jobs.push(job!(
+            "peak_breakdown",
+            ["category", "mib"],
+            rows,
+            d,
+            draw_peak_breakdown
+        ));
+    }
+    if want("roofline") {
+        let peaks = a.summary.peaks.as_ref();
+        let mut dts: Vec<&str> = a
+            .flops
+            .iter()
+            .filter(|r| r.flops > 0)
+            .map(|r| r.dtype)
+            .collect();
+        dts.sort_unstable();
+        dts.dedup();
+        let d = Roofline {
+            points: a
+                .flops
+                .iter()
+                .filter(|r| r.flops > 0 && r.gpu_time_s > 0.0)
+                .map(|r| {
+                    (
+                        r.arithmetic_intensity,
+                        r.achieved_tflops,
+                        r.dtype.to_owned(),
+                    )
+                })
+                .collect(),
+            ceilings: peaks
+                .map(|p| {
+                    p.tflops
+                        .iter()
+                        .filter(|(d, _)| dts.contains(&d.as_str()))
+                        .map(|(d, v)| (d.as_str().to_owned(), *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            bandwidth_tbs: peaks.map(|p| p.bandwidth_gbps / 1000.0),
+            title: format!(
+                "{name}: roofline ({})",
+                peaks.map_or("no peaks".to_owned(), |p| p.device.clone())
+            ),
+        };
+        let rows: Vec<Vec<String>> = d
+            .points
+            .iter()
+            .map(|p| vec![format!("{:.6}", p.0), format!("{:.6}", p.1), p.2.clone()])
+            .collect();
+        jobs.push(job!(
+            "roofline",
+            ["arithmetic_intensity", "achieved_tflops", "dtype"],
+            rows,
+            d,
+            draw_roofline
+        ));
+    }
+    jobs
+}
