@@ -20,6 +20,12 @@ def load(path):
         return None
 
 
+def printed_iterations(text):
+    """Per-iteration times (ms) a program prints with their iteration numbers, {iter: ms}
+    (nanoGPT train.py with log_interval=1: "iter N: loss L, time T ms")."""
+    return {int(i): float(t) for i, t in re.findall(r"iter (\d+): loss [0-9.]+, time ([0-9.]+)ms", text)}
+
+
 def own_timing(text):
     """The program's own printed step time, ms, where it prints one."""
     m = re.findall(r"time per iteration: ([0-9.]+)ms", text)  # nanoGPT bench.py
@@ -28,18 +34,10 @@ def own_timing(text):
     m = re.findall(r"ms/batch\s+([0-9.]+)", text)  # word_language_model
     if m:
         return statistics.median(float(x) for x in m), "printed: ms/batch (median of log lines)"
-    m = re.findall(r"iter (\d+): loss [0-9.]+, time ([0-9.]+)ms", text)  # nanoGPT train.py
-    if m:
-        later = [float(t) for i, t in m if int(i) >= 20]
-        if later:
-            return statistics.median(later), "printed: iter time (median from iter 20)"
+    later = [t for i, t in printed_iterations(text).items() if i >= 20]  # nanoGPT train.py
+    if later:
+        return statistics.median(later), "printed: iter time (median from iter 20)"
     return None, None
-
-
-def printed_iterations(text):
-    """Per-iteration times (ms) a program prints with their iteration numbers, {iter: ms}
-    (nanoGPT train.py with log_interval=1: "iter N: loss L, time T ms")."""
-    return {int(i): float(t) for i, t in re.findall(r"iter (\d+): loss [0-9.]+, time ([0-9.]+)ms", text)}
 
 
 def same_steps_printed(w, name, timing):

@@ -49,6 +49,39 @@ pub(crate) fn parts(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Whether two paths name the same file (the same inode: hard links and symlinks included).
+/// False when either cannot be read, or off Unix, where nothing here depends on it but the
+/// protections that then stay off.
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        false
+    }
+}
+
+/// A file's number of hard links, where the platform says.
+fn links(m: &std::fs::Metadata) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some(m.nlink())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = m;
+        None
+    }
+}
+
 /// An output directory being written.
 #[derive(Debug)]
 pub struct OutDir {
@@ -120,33 +153,20 @@ impl OutDir {
     /// must not write over its own input); the old name is gone from then on, as it would be
     /// once the run removed it.
     fn reuse_previous(&mut self, dest: &Path, input: &Path) -> bool {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            let Some(i) = self.previous.iter().position(|p| self.dir.join(p) == dest) else {
-                return false;
-            };
-            let (Ok(old), Ok(inp)) = (std::fs::symlink_metadata(dest), std::fs::metadata(input))
-            else {
-                return false;
-            };
-            if !old.is_file()
-                || old.nlink() != 1
-                || (old.dev(), old.ino()) == (inp.dev(), inp.ino())
-            {
-                return false;
-            }
-            if std::fs::rename(dest, part_path(dest)).is_err() {
-                return false;
-            }
-            self.previous.remove(i);
-            true
+        let Some(i) = self.previous.iter().position(|p| self.dir.join(p) == dest) else {
+            return false;
+        };
+        let Ok(old) = std::fs::symlink_metadata(dest) else {
+            return false;
+        };
+        if !old.is_file() || links(&old) != Some(1) || same_file(dest, input) {
+            return false;
         }
-        #[cfg(not(unix))]
-        {
-            let _ = (dest, input);
-            false
+        if std::fs::rename(dest, part_path(dest)).is_err() {
+            return false;
         }
+        self.previous.remove(i);
+        true
     }
 
     /// Removes the previous run's files, on a thread of its own: unlinking a large file whose
@@ -154,12 +174,11 @@ impl OutDir {
     /// even when it is one of them (the previous run's annotated trace analysed into the same
     /// directory): its end is still to be copied, and the commit replaces it anyway.
     pub(super) fn clear_previous(&mut self, input: &Path) -> Option<std::thread::JoinHandle<()>> {
-        let input = std::fs::canonicalize(input).ok();
         let old: Vec<PathBuf> = self
             .previous
             .drain(..)
             .map(|p| self.dir.join(p))
-            .filter(|p| input.is_none() || std::fs::canonicalize(p).ok() != input)
+            .filter(|p| !same_file(p, input))
             .collect();
         if old.is_empty() {
             return None;

@@ -156,4 +156,13 @@ fn issue19_a_rerun_over_a_longer_annotated_trace_writes_the_fresh_bytes() {
     analyze(&copy, &from_copy, false, true);
     analyze(&out.join(name), &out, false, true);
     assert!(std::fs::read(out.join(name)).unwrap() == std::fs::read(from_copy.join(name)).unwrap());
+
+    // The same, writing no annotated trace: nothing replaces the input, and it is the user's
+    // trace, so the clearing of the previous run's files must leave it alone; also when it is
+    // reached through another link.
+    let before = std::fs::read(out.join(name)).unwrap();
+    let link = dir.path().join("link.json");
+    std::fs::hard_link(out.join(name), &link).unwrap();
+    analyze(&link, &out, false, false);
+    assert!(std::fs::read(out.join(name)).unwrap() == before);
 }

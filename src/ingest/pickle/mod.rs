@@ -191,11 +191,6 @@ impl RecordShape {
         assert!(ignored.len() <= RECORD_MAX_KEYS);
         RecordShape { keys, ignored }
     }
-
-    /// The kept members, in record order.
-    pub fn keys(&self) -> &'static [&'static str] {
-        self.keys
-    }
 }
 
 /// The kept members of a dict read as a record (see [`Pickle::record`]).
