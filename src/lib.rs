@@ -168,8 +168,7 @@ fn run_analysis_with(
         // A GPU-only trace's "step time" is the GPU span: nothing to compare.
         apply_program_step_time(
             &mut analysis.summary,
-            inputs.program_step_time_ns,
-            inputs.program_step_time_unsettled.as_ref(),
+            inputs.program_step_time.as_ref(),
             &mut diag,
         );
     }
@@ -180,17 +179,16 @@ fn run_analysis_with(
 /// when the run directory has it; the instrumented one stays beside it (issue 17).
 fn apply_program_step_time(
     s: &mut analysis::Summary,
-    program_ns: Option<i64>,
-    unsettled: Option<&(String, usize)>,
+    program: Option<&ingest::ProgramStepTime>,
     diag: &mut Diagnostics,
 ) {
     s.step_time_instrumented_s = s.step_time_s;
-    match program_ns {
-        Some(ns) => {
-            s.step_time_s = ns as f64 * 1e-9;
-            s.step_time_source = "timing_phase";
+    match program {
+        Some(p) => {
+            s.step_time_s = p.ns as f64 * 1e-9;
+            s.step_time_source = p.source;
             s.profiler_overhead = Some(s.step_time_instrumented_s / s.step_time_s);
-            if let Some((stop, steps)) = unsettled {
+            if let Some((stop, steps)) = &p.unsettled {
                 let cap = if stop == "time_cap" { "time" } else { "step" };
                 diag.warn(
                     "step_time_unsettled",

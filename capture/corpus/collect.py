@@ -40,6 +40,12 @@ def own_timing(text):
     return None, None
 
 
+def phase_of(timing):
+    """A manifest's timing-phase fields: nested under `timing_phase` since capture also times
+    the steps after the window, at the top before."""
+    return timing.get("timing_phase") or timing
+
+
 def same_steps_printed(w, name, timing):
     """The program's own printed times, in the capture run itself, of exactly the steps the
     timing phase's estimate covers (its intervals after `settle`, starting at `first_step`):
@@ -83,20 +89,18 @@ def main():
         # The same early steps the timing phase measures (steptimer drops the first five
         # intervals; capture's timing phase starts at step 1 and settles for five): tells a
         # run whose speed drifts apart from a measurement that is off.
-        n = len(((load(os.path.join(w, "runs", name, "manifest.json")) or {}).get("ranks") or [{}])[0]
-                .get("timing", {}).get("intervals_s") or [])
+        n = len(phase_of(((load(os.path.join(w, "runs", name, "manifest.json")) or {}).get("ranks") or [{}])[0]
+                         .get("timing") or {}).get("intervals_s") or [])
         if ivals and n:
             row["reference_same_steps_ms"] = statistics.median(ivals[:n]) * 1e3
-    else:
-        lm = load(os.path.join(w, "ref", name + "_light", "manifest.json")) or {}
-        row["reference_step_ms"] = (lm.get("step_time_s") or 0) * 1e3 or None
-        row["reference_how"] = "boundary detector alone (capture with nothing recorded)"
-        row["reference_steps_seen"] = max([r.get("steps", 0) for r in lm.get("ranks", [])] or [0])
-        try:
-            with open(os.path.join(w, "ref", name + ".light_s")) as f:
-                row["light_run_s"] = float(f.read())
-        except Exception:
-            pass
+    plain_progress = load(os.path.join(w, "ref", name + ".progress_plain.json")) or {}
+    if plain_progress.get("step_s"):
+        # Its own progress lines, stamped as they came: no hook in the program at all.
+        row["own_progress_plain_ms"] = plain_progress["step_s"] * 1e3
+        row["own_progress_plain_intervals"] = plain_progress.get("intervals")
+        if kind == "cpp":
+            row["reference_step_ms"] = row["own_progress_plain_ms"]
+            row["reference_how"] = "its progress lines, timed (plain run, whole run)"
     m = load(os.path.join(w, "runs", name, "manifest.json")) or {}
     r0 = (m.get("ranks") or [{}])[0]
     row["capture_completed"] = m.get("completed")
@@ -104,11 +108,33 @@ def main():
     row["capture_notes"] = m.get("notes")
     row["boundary"] = r0.get("boundary")
     row["steps_found"] = r0.get("steps")
-    timing = r0.get("timing") or {}
+    full = r0.get("timing") or {}
+    timing = phase_of(full)
+    row["step_time_source"] = full.get("source")
+    row["timing_phase_ms"] = (timing.get("step_time_s") or 0) * 1e3 or None
+    after = full.get("after_window") or {}
+    row["after_window"] = after or None
     row["timing_intervals_ms"] = [round(x * 1e3, 4) for x in timing.get("intervals_s") or []]
     row["timing_cuda_ms"] = (timing.get("step_time_cuda_s") or 0) * 1e3 or None
     row["timing_first_step"] = timing.get("first_step")
     row["own_printed_same_run_steps_ms"], row["own_printed_same_run_steps"] = same_steps_printed(w, name, timing)
+    # The same run's own progress over the steps the after-window figure covers.
+    cap_progress = load(os.path.join(w, "ref", name + ".progress_capture.json")) or {}
+    since = after.get("start_epoch_ns")
+    if cap_progress.get("records") and since:
+        recs = cap_progress["records"]
+        own = [r[3] for r in recs if r[3] is not None and r[0] >= since]
+        ups = cap_progress.get("units_per_step") or 1
+        steps = []
+        for a, b in zip(recs, recs[1:]):
+            if a[1] == b[1] and b[2] > a[2] and a[0] >= since:
+                steps.append((b[0] - a[0]) * 1e-6 * ups / (b[2] - a[2]))
+        if own:
+            row["own_same_run_after_window_ms"] = statistics.median(own)
+            row["own_same_run_after_window_how"] = "printed by the program (%d lines)" % len(own)
+        elif steps:
+            row["own_same_run_after_window_ms"] = statistics.median(steps)
+            row["own_same_run_after_window_how"] = "its progress lines, timed (%d intervals)" % len(steps)
     row["shim_errors"] = r0.get("errors")
     row["files"] = sorted((m.get("files") or {}).keys())
     refd = r0.get("reference") or {}
@@ -132,6 +158,9 @@ def main():
     same = row.get("own_printed_same_run_steps_ms")
     if same and row["step_time_ms"]:
         row["step_time_same_steps_error_pct"] = 100.0 * (row["step_time_ms"] / same - 1)
+    same = row.get("own_same_run_after_window_ms")
+    if same and row["step_time_ms"]:
+        row["step_time_same_run_error_pct"] = 100.0 * (row["step_time_ms"] / same - 1)
     if row["ref_flop_counter_total"] and row["flops_fcm_convention"]:
         row["flops_error_pct"] = 100.0 * (row["flops_fcm_convention"] / row["ref_flop_counter_total"] - 1)
     try:

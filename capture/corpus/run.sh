@@ -6,7 +6,7 @@
 # $OUT/signals.jsonl, the run directories in $OUT/runs_*.tar.gz.
 #
 #   bash capture/corpus/run.sh [NAMES...]     # needs target/release/steptrace and .corpus/
-# (.corpus/ comes from capture/corpus/fetch.sh; .corpus/build.sh builds the three C++
+# (.corpus/ comes from capture/corpus/fetch.sh; build_cpp.sh builds the three C++
 # examples with their own CMakeLists, as their READMEs say.)
 set -u
 ROOT=$(pwd)
@@ -23,7 +23,7 @@ ONLY=" ${*:-} "
 want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
 if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals_cpp; then
   if [ ! -x $W/build/regression/regression ]; then
-    t0=$(date +%s); bash .corpus/build.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
+    t0=$(date +%s); bash capture/corpus/build_cpp.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
   fi
 fi
 now() { date +%s.%N; }
@@ -64,26 +64,24 @@ prog() {
   want $name || return 0
   cd $dir
   local t0 t1 t2 t3 t4
+  # Both runs go through progress_timer.py: the program's own progress lines, stamped as they
+  # come (its own step time with no hook at all, in the plain run and in the capture itself).
+  local timer="python3 $ROOT/capture/corpus/progress_timer.py"
   t0=$(now)
   if [ $kind = py ]; then
-    python3 $ROOT/capture/corpus/steptimer.py $W/ref/$name.json "${@:2}" >$W/logs/$name.plain.out 2>&1
+    $timer $W/ref/$name.progress_plain.json --units-per-step ${UPS:-1} -- \
+      python3 $ROOT/capture/corpus/steptimer.py $W/ref/$name.json "${@:2}" >$W/logs/$name.plain.out 2>&1
   else
-    "$@" >$W/logs/$name.plain.out 2>&1
+    $timer $W/ref/$name.progress_plain.json --units-per-step ${UPS:-1} -- "$@" >$W/logs/$name.plain.out 2>&1
   fi
   local plain_rc=$?
   t1=$(now)
   STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=$flops bounded ${CAPTURE_LIMIT_S:-400} $W/logs/$name.hang \
-    -- $ST capture --out $W/runs/$name -- "$@" >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
+    -- $timer $W/ref/$name.progress_capture.json --units-per-step ${UPS:-1} -- \
+    $ST capture --out $W/runs/$name -- "$@" >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
   local cap_rc=$?
   t2=$(now)
-  if [ $kind = cpp ]; then
-    # The C++ reference step time: every step timed by the boundary detector alone.
-    $ST capture --out $W/ref/${name}_light --no-trace --no-memory --no-et --no-nvtx \
-      --schedule skip_first=1,wait=1,warmup=0,active=1 --timing-steps 100000 -- "$@" \
-      >$W/logs/$name.light.out 2>$W/logs/$name.light.err
-  fi
-  t3=$(now)
-  echo "$(minus $t3 $t2)" >$W/ref/$name.light_s
+  t3=$t2
   $ST analyze $W/runs/$name --out $W/an/$name >$W/logs/$name.analyze.out 2>$W/logs/$name.analyze.err
   local an_rc=$?
   t4=$(now)
@@ -95,7 +93,7 @@ prog() {
 
 E=$W/examples
 N=$W/nanoGPT
-prog py_mnist py $E/mnist 1 -- python3 main.py --epochs 2
+UPS=64 prog py_mnist py $E/mnist 1 -- python3 main.py --epochs 2
 prog py_word_lm py $E/word_language_model 1 -- python3 main.py --accel --epochs 1
 prog py_dcgan py $E/dcgan 1 -- python3 main.py --dataset fake --accel --niter 8 --batchSize 50 --outf $W/dcgan_out
 prog nanogpt_bench py $N 1 -- python3 bench.py --real_data=False --compile=False
@@ -106,7 +104,7 @@ prog nanogpt_train_fp16_accum py $N 1 -- python3 train.py --dataset=openwebtext 
   --gradient_accumulation_steps=4 --batch_size=8 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 \
   --max_iters=200 --lr_decay_iters=200 --eval_interval=100000 --eval_iters=2 --log_interval=1 --warmup_iters=10 \
   --out_dir=$W/ngout
-prog cpp_mnist cpp $W/cppdata 1 -- $W/build/mnist/mnist
+UPS=64 prog cpp_mnist cpp $W/cppdata 1 -- $W/build/mnist/mnist
 prog cpp_dcgan cpp $W/cppdata 1 -- $W/build/dcgan/dcgan --epochs 1
 CAPTURE_LIMIT_S=60 prog cpp_regression cpp $W/cppdata 1 -- $W/build/regression/regression
 

@@ -17,7 +17,9 @@
 //   warmup              the Kineto profiler prepared
 //   active window       the Kineto profiler and the Execution Trace observer on
 //   window end          trace, Execution Trace and snapshot written; memory history stopped
-//   after               the boundary callback removed: the program runs at its own speed
+//   after               the boundary callback removed: the program runs at its own speed,
+//                       timed by the start of each backward pass (a callback on autograd
+//                       nodes alone), which gives the step time over the rest of the run
 // The profiler's state is thread-local to the main thread, so it is changed only there, from
 // the callback at the first op of a step (the op that begins the window is not itself in the
 // trace). SIGINT/SIGTERM are handled on the main thread at its next op (the window recorded
@@ -208,7 +210,20 @@ struct Native {
   bool et_on = false;
   std::atomic<bool> finished{false};
   std::atomic<bool> atexit_late{false};
+
+  // Start of each backward pass (epoch ns), from a callback on autograd nodes alone that stays
+  // for the whole run: after the window it times the program's steps at the program's own
+  // speed (the launcher counts the passes per step from the timing phase). Guarded by `mu`.
+  std::atomic<int64_t> max_seq{-1};
+  std::vector<int64_t> pass_ns;
+  int64_t after_start_ns = 0;  // the window's files are written: later steps are the program's own
+  int64_t window_end_ns = 0;
+  int64_t exit_ns = 0;
 };
+
+// Readings kept of backward-pass starts: enough for hours of typical steps; the status file
+// stays a few MB.
+constexpr size_t kMaxPassReadings = 200000;
 
 Native g;
 thread_local int t_depth = 0;
@@ -269,6 +284,15 @@ void write_status(bool cleanly) {
     f << ",\n \"timing_ns\": ";
     write_list(f, g.timing_ns);
     f << ",\n \"timing_settle\": " << (g.timing_started ? g.timing_settle : 0);
+    f << ",\n \"backward_pass_ns\": ";
+    write_list(f, g.pass_ns);
+    f << ",\n \"start_ns\": " << g.start_ns;
+    if (g.window_start_ns) f << ",\n \"window_start_ns\": " << g.window_start_ns;
+    if (g.window_end_ns) f << ",\n \"window_end_ns\": " << g.window_end_ns;
+    if (g.after_start_ns)
+      f << ",\n \"after_window_start_ns\": " << g.after_start_ns << ",\n \"after_window_start_epoch_ns\": "
+        << g.after_start_ns;
+    if (g.exit_ns) f << ",\n \"exit_ns\": " << g.exit_ns;
     if (!g.timing_stop.empty()) f << ",\n \"timing_stop\": \"" << g.timing_stop << "\"";
     if (g.gpu_used >= 0) f << ",\n \"gpu_used\": " << (g.gpu_used ? "true" : "false");
     f << ",\n \"phase\": \"" << phase_name(g.phase) << "\",\n \"window_complete\": "
@@ -421,6 +445,10 @@ void stop_memory_history() {
 
 // Main thread only: the profiler's state lives in its thread-local storage.
 void end_window(bool complete, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.window_end_ns = now_epoch_ns();
+  }
   if (g.profiler_on) {
     g.profiler_on = false;
     try {
@@ -442,6 +470,7 @@ void end_window(bool complete, const std::string& why) {
     std::lock_guard<std::mutex> lock(g.mu);
     g.window_complete = complete;
     g.incomplete = why;
+    g.after_start_ns = now_epoch_ns();
   }
   g.phase = Phase::Finished;
   write_status(false);
@@ -663,6 +692,25 @@ void native_end(const at::RecordFunction&, at::ObserverContext*) {
   if (std::this_thread::get_id() == g.main_thread && t_depth > 0) t_depth--;
 }
 
+// An autograd node starts (any thread). Nodes are numbered as the forward made them, so the
+// first node of a backward pass (its root, made last) has a higher number than any node run
+// before; the nodes after it in the pass were made earlier. AccumulateGrad has none (-1).
+std::unique_ptr<at::ObserverContext> pass_start(const at::RecordFunction& fn) {
+  const int64_t seq = fn.seqNr();
+  int64_t seen = g.max_seq.load(std::memory_order_relaxed);
+  while (seq > seen) {
+    if (g.max_seq.compare_exchange_weak(seen, seq)) {
+      const int64_t now = now_epoch_ns();
+      std::lock_guard<std::mutex> lock(g.mu);
+      if (g.pass_ns.size() < kMaxPassReadings) g.pass_ns.push_back(now);
+      break;
+    }
+  }
+  return nullptr;
+}
+
+void pass_end(const at::RecordFunction&, at::ObserverContext*) {}
+
 // ---- signals --------------------------------------------------------------------------------
 
 int g_wake[2] = {-1, -1};  // handler -> watcher
@@ -773,6 +821,10 @@ void finish() {
   if (g.phase == Phase::Window) {
     end_window(false, "the program ended inside the active window");
   }
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.exit_ns = now_epoch_ns();
+  }
   if (g.memory_on) {
     dump_snapshot("snapshot_exit");
     stop_memory_history();
@@ -814,6 +866,10 @@ void start_native() {
   g.callback = at::addGlobalCallback(at::RecordFunctionCallback(native_start, native_end)
                                          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
                                                   at::RecordScope::USER_SCOPE}));
+  // Autograd nodes only: ops of every other scope find no callback for their scope and skip
+  // RecordFunction's work, so this one costs a clock reading per backward node.
+  at::addGlobalCallback(
+      at::RecordFunctionCallback(pass_start, pass_end).scopes({at::RecordScope::BACKWARD_FUNCTION}));
   write_status(false);
 }
 

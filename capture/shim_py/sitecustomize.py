@@ -111,6 +111,14 @@ class _State:
         self.flops_armed = False
         self.pstep = 0  # profiler steps: boundaries outside the timing phase
         self.timing_started = False
+        # After the window the step hooks stay, only to time the rest of the run at the
+        # program's own speed: step boundaries (perf_counter_ns) from then on, and the end of
+        # every backward pass over the whole run (the no-optimizer rule's boundaries are found
+        # by module hooks, which go with the window; the launcher counts backward passes per
+        # step in the timing phase instead). Both capped (_MAX_READINGS).
+        self.after_ns = []
+        self.after_start_ns = None
+        self.backward_ns = []
         self.module_hooks = []
         # Per-op and per-module NVTX ranges only matter when a tool records them.
         self.nvtx_tool = bool(os.environ.get("NVTX_INJECTION64_PATH"))
@@ -120,6 +128,10 @@ class _State:
 
     def error(self, where, exc):
         self.status["errors"].append("%s: %s: %s" % (where, type(exc).__name__, exc))
+
+
+# Clock readings kept for the after-window timing: hours of typical steps, a few MB of status.
+_MAX_READINGS = 200000
 
 
 def _parse_schedule(text):
@@ -166,9 +178,13 @@ def _cuda_ok():
 def _boundary(kind):
     """Ends the current step: the timing phase takes its clock reading, or the profiler's
     schedule advances and the window opens or closes."""
-    if _S.done or _S.status["phase"] == "finished" or _S.torch is None:
+    if _S.done or _S.torch is None:
         return
     st = _S.status
+    if st["phase"] == "finished":
+        if _S.after_start_ns is not None and len(_S.after_ns) < _MAX_READINGS:
+            _S.after_ns.append(time.perf_counter_ns())
+        return
     if st["boundary"] is None:
         st["boundary"] = kind
     _S.backward_since_step = False
@@ -277,6 +293,7 @@ def _end_window():
     """The active window is over: the trace was written by on_trace_ready; the Execution
     Trace and memory history stop here, so later steps run without them."""
     st = _S.status
+    st["window_end_ns"] = time.perf_counter_ns()
     _stop_et()
     # The profiler's results are large and full of Python objects: kept alive, every later
     # full garbage collection would walk them for the rest of the run.
@@ -443,23 +460,20 @@ def _reference_flops_step():
 
 
 def _finish_hooks():
-    """Everything recorded: remove every hook so the rest of the run is the program's own."""
+    """Everything recorded: the rest of the run is the program's own. Global module hooks go
+    (they put every module call on a slow path); the step hooks (optimizer, GradScaler,
+    backward wrapper: one call per step) stay to time the rest of the run."""
     _S.status["phase"] = "finished"
-    for h in _S.hooks + _S.module_hooks:
+    for h in _S.module_hooks:
         try:
             h.remove()
         except Exception:
             pass
-    _S.hooks = []
     _S.module_hooks = []
-    torch = _S.torch
-    if _S.orig_backward is not None:
-        torch.autograd.backward = _S.orig_backward
-    if _S.orig_scaler_update is not None:
-        try:
-            torch.amp.GradScaler.update = _S.orig_scaler_update
-        except Exception:
-            pass
+    _S.status["window_end_ns"] = _S.status.get("window_end_ns") or time.perf_counter_ns()
+    _S.after_start_ns = time.perf_counter_ns()
+    _S.status["after_window_start_ns"] = _S.after_start_ns
+    _S.status["after_window_start_epoch_ns"] = time.time_ns()
 
 
 def step():
@@ -556,6 +570,8 @@ def _install_hooks(torch):
         finally:
             _nvtx(pop=True)
             _S.backward_since_step = True
+            if len(_S.backward_ns) < _MAX_READINGS:
+                _S.backward_ns.append(time.perf_counter_ns())
 
     _S.orig_backward = orig_backward
     torch.autograd.backward = backward
@@ -845,8 +861,17 @@ def _at_exit_work():
             _S.status["files"]["snapshot_exit"] = os.path.basename(p)
         except Exception as exc:
             _S.error("exit snapshot", exc)
+    _timing_readings()
     st["exited_cleanly"] = True
     _write_status()
+
+
+def _timing_readings():
+    """The readings the launcher times the run from (the clock is perf_counter_ns)."""
+    st = _S.status
+    st["after_window_ns"] = list(_S.after_ns)
+    st["backward_pass_ns"] = list(_S.backward_ns)
+    st["exit_ns"] = time.perf_counter_ns()
 
 
 def _end_as_sigterm():

@@ -103,6 +103,30 @@ pub struct ShimStatus {
     /// Validation references (STEPTRACE_REFERENCE=1), passed through to the manifest.
     #[serde(default)]
     pub reference: Option<serde_json::Value>,
+    /// Step boundaries after the window, found by the rule's own step hooks (Python: the
+    /// optimizer or GradScaler hook), on the clock of `timing_ns`.
+    #[serde(default)]
+    pub after_window_ns: Vec<i64>,
+    /// Start (C++: a callback on autograd nodes) or end (Python: the backward wrapper) of every
+    /// backward pass of the run, on the clock of `timing_ns`.
+    #[serde(default)]
+    pub backward_pass_ns: Vec<i64>,
+    /// When the window's files were written and the shim's hooks went: later steps run at the
+    /// program's own speed.
+    #[serde(default)]
+    pub after_window_start_ns: Option<i64>,
+    /// The same moment as `after_window_start_ns`, in ns since the Unix epoch.
+    #[serde(default)]
+    pub after_window_start_epoch_ns: Option<i64>,
+    /// When the window opened (the shim's clock).
+    #[serde(default)]
+    pub window_start_ns: Option<i64>,
+    /// When the window closed.
+    #[serde(default)]
+    pub window_end_ns: Option<i64>,
+    /// When the program ended.
+    #[serde(default)]
+    pub exit_ns: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -128,10 +152,66 @@ pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
     v
 }
 
-/// The program's own step time, from the timing phase that comes before the active window: the
-/// boundaries of steps run with nothing recorded but the boundary hooks.
+/// The program's own step time: the median over the steps after the window where there are
+/// enough of them (the rest of the run, with nothing recorded), else the timing phase's.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Timing {
+    /// The program's step time, seconds: `after_window`'s where it has at least
+    /// [`MIN_AFTER_WINDOW_STEPS`] steps, else the timing phase's.
+    pub step_time_s: f64,
+    /// Which of the two `step_time_s` is: `after_window` or `timing_phase`.
+    pub source: &'static str,
+    /// The timing phase before the window (absent when the program ended inside it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timing_phase: Option<PhaseTiming>,
+    /// The steps after the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_window: Option<AfterWindow>,
+}
+
+/// Steps after the window needed for their figure to be the reported step time.
+pub const MIN_AFTER_WINDOW_STEPS: usize = 50;
+
+/// Steps averaged together before the median is taken after the window. A step's time is
+/// often bimodal (an input-bound step waits for its batch every few steps), and what a program
+/// prints, and what its throughput is, is a mean over several steps: the median of 10-step
+/// means is that mean, with epoch ends, evaluation and checkpoints left out as outliers.
+const AFTER_WINDOW_BLOCK: usize = 10;
+
+/// Intervals after the window left out of its median: the first holds the window's end (the
+/// trace written, the profiler torn down).
+const AFTER_WINDOW_SETTLE: usize = 2;
+
+/// The steps run after the window, with the window's files written and only step markers left:
+/// the program at its own speed over the rest of its run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AfterWindow {
+    /// Intervals timed (after the first ones, left out).
+    pub steps: usize,
+    /// The step time: the median of the means of consecutive blocks of 10 intervals, seconds
+    /// (the median interval where there are fewer than 10).
+    pub step_time_s: f64,
+    /// The median single interval, seconds.
+    pub median_interval_s: f64,
+    /// 10th percentile of the intervals, seconds (with `p90_s`: how much the steps move).
+    pub p10_s: f64,
+    /// 90th percentile of the intervals, seconds.
+    pub p90_s: f64,
+    /// What marks the steps: `step_hooks` (the rule's own hooks) or `backward_passes` (every
+    /// `passes_per_step`-th backward pass, counted per step in the timing phase).
+    pub marker: &'static str,
+    /// Backward passes per step, where they mark the steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passes_per_step: Option<usize>,
+    /// When the steps timed here began (the window's files written), ns since the Unix epoch:
+    /// to set the figure beside what the program printed over the same time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_epoch_ns: Option<i64>,
+}
+
+/// The timing phase before the window: steps run with nothing recorded but the boundary hooks.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PhaseTiming {
     /// Steps timed (in the median).
     pub steps: usize,
     /// Steps timed first and left out (warm-up, and the earlier half of the phase).
@@ -164,15 +244,113 @@ fn median(v: &[f64]) -> Option<f64> {
     })
 }
 
+/// The program's step time from a shim's status: the steps after the window, else the timing
+/// phase (`None` with neither).
+pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
+    let phase = timing_phase(
+        &st.timing_ns,
+        &st.timing_cuda_ms,
+        st.timing_settle,
+        st.timing_stop.clone(),
+    )
+    .map(|t| PhaseTiming {
+        first_step: st.timing_first_step,
+        ..t
+    });
+    let after = st.after_window_start_ns.and_then(|start| {
+        if st.after_window_ns.len() > AFTER_WINDOW_SETTLE + 1 {
+            after_window(&st.after_window_ns, start, 1, "step_hooks")
+        } else {
+            let k = passes_per_step(&st.timing_ns, &st.backward_pass_ns)?;
+            after_window(&st.backward_pass_ns, start, k, "backward_passes")
+        }
+    });
+    let after = after.map(|a| AfterWindow {
+        start_epoch_ns: st.after_window_start_epoch_ns,
+        ..a
+    });
+    let (step_time_s, source) = match (&after, &phase) {
+        (Some(a), _) if a.steps >= MIN_AFTER_WINDOW_STEPS => (a.step_time_s, "after_window"),
+        (_, Some(p)) => (p.step_time_s, "timing_phase"),
+        (Some(a), None) => (a.step_time_s, "after_window"),
+        (None, None) => return None,
+    };
+    Some(Timing {
+        step_time_s,
+        source,
+        timing_phase: phase,
+        after_window: after,
+    })
+}
+
+/// Backward passes per step: the passes that start (or end) between the timing phase's first
+/// and last boundary, per interval, when that is a whole number (within 0.1). A program whose
+/// passes do not repeat the same way every step gets `None`.
+pub fn passes_per_step(boundaries_ns: &[i64], passes_ns: &[i64]) -> Option<usize> {
+    let (first, last) = (*boundaries_ns.first()?, *boundaries_ns.last()?);
+    let intervals = boundaries_ns.len().checked_sub(1).filter(|&n| n > 0)?;
+    let inside = passes_ns
+        .iter()
+        .filter(|&&t| t >= first && t < last)
+        .count();
+    let ratio = inside as f64 / intervals as f64;
+    let k = ratio.round();
+    (k >= 1.0 && (ratio - k).abs() <= 0.1).then_some(k as usize)
+}
+
+/// Every `every`-th marker after `start`, as step intervals; the first
+/// [`AFTER_WINDOW_SETTLE`] left out while others remain.
+fn after_window(
+    markers_ns: &[i64],
+    start: i64,
+    every: usize,
+    marker: &'static str,
+) -> Option<AfterWindow> {
+    let marks: Vec<i64> = markers_ns
+        .iter()
+        .copied()
+        .filter(|&t| t > start)
+        .step_by(every.max(1))
+        .collect();
+    let intervals: Vec<f64> = marks
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 * 1e-9)
+        .collect();
+    let skip = if intervals.len() > AFTER_WINDOW_SETTLE {
+        AFTER_WINDOW_SETTLE
+    } else {
+        0
+    };
+    let kept = &intervals[skip..];
+    let median_interval_s = median(kept)?;
+    let blocks: Vec<f64> = kept
+        .chunks_exact(AFTER_WINDOW_BLOCK)
+        .map(|b| b.iter().sum::<f64>() / b.len() as f64)
+        .collect();
+    let mut sorted = kept.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
+    Some(AfterWindow {
+        steps: kept.len(),
+        step_time_s: median(&blocks).unwrap_or(median_interval_s),
+        median_interval_s,
+        p10_s: pct(0.1),
+        p90_s: pct(0.9),
+        marker,
+        passes_per_step: (marker == "backward_passes").then_some(every),
+        start_epoch_ns: None,
+    })
+}
+
 /// Timing from boundary clock readings (ns) and CUDA-event intervals (ms). The first `settle`
 /// intervals (warm-up: autotuning, allocator growth) are left out while any remain after them.
 /// `None` with fewer than two readings.
-pub fn timing(
+pub fn timing_phase(
     boundaries_ns: &[i64],
     cuda_ms: &[f64],
     settle: usize,
     stop: Option<String>,
-) -> Option<Timing> {
+) -> Option<PhaseTiming> {
     let intervals: Vec<f64> = boundaries_ns
         .windows(2)
         .map(|w| (w[1] - w[0]) as f64 * 1e-9)
@@ -181,7 +359,7 @@ pub fn timing(
     let step_time_s = median(&intervals[skip..])?;
     let cuda: Vec<f64> = cuda_ms.iter().map(|m| m * 1e-3).collect();
     let cuda_skip = if cuda.len() > settle { settle } else { 0 };
-    Some(Timing {
+    Some(PhaseTiming {
         steps: intervals.len() - skip,
         settle: skip,
         stop,
@@ -200,7 +378,7 @@ mod tests {
     fn timing_leaves_out_the_first_interval_and_takes_the_median() {
         // Issue 17: the program's own step time from the timing phase.
         let ns = [0, 50_000_000, 60_000_000, 71_000_000, 80_000_000];
-        let t = timing(&ns, &[50.0, 10.0, 11.0, 9.0], 1, Some("settled".into())).unwrap();
+        let t = timing_phase(&ns, &[50.0, 10.0, 11.0, 9.0], 1, Some("settled".into())).unwrap();
         assert_eq!(
             (t.steps, t.settle, t.stop.as_deref()),
             (3, 1, Some("settled"))
@@ -209,9 +387,92 @@ mod tests {
         assert!((t.step_time_cuda_s.unwrap() - 0.010).abs() < 1e-12);
         assert_eq!(t.intervals_s.len(), 4);
         // Two readings: one interval, kept.
-        let t = timing(&[0, 20_000_000], &[], 5, None).unwrap();
+        let t = timing_phase(&[0, 20_000_000], &[], 5, None).unwrap();
         assert!((t.step_time_s - 0.02).abs() < 1e-12);
         assert_eq!(t.step_time_cuda_s, None);
-        assert!(timing(&[5], &[], 0, None).is_none());
+        assert!(timing_phase(&[5], &[], 0, None).is_none());
+    }
+
+    /// A status whose timing phase took `phase_ms` steps and whose run went on after the
+    /// window at `after_ms` steps, each step holding `passes` backward passes.
+    fn status(phase_ms: i64, after_ms: i64, steps_after: i64, passes: i64) -> ShimStatus {
+        let ms = 1_000_000;
+        let timing_ns: Vec<i64> = (0..12).map(|i| i * phase_ms * ms).collect();
+        let start = 1_000 * ms;
+        let mut pass_ns: Vec<i64> = (0..11 * passes)
+            .map(|i| i * phase_ms * ms / passes + ms)
+            .collect();
+        pass_ns
+            .extend((0..steps_after * passes).map(|i| start + 5 * ms + i * after_ms * ms / passes));
+        ShimStatus {
+            timing_ns,
+            timing_settle: 1,
+            timing_stop: Some("settled".into()),
+            backward_pass_ns: pass_ns,
+            after_window_start_ns: Some(start),
+            ..ShimStatus::default()
+        }
+    }
+
+    #[test]
+    fn issue17_the_steps_after_the_window_give_the_step_time_when_there_are_enough() {
+        // Issue 17: a step time that drifts through the run is the run's, not the first
+        // steps'. Three backward passes per step (a GAN), counted in the timing phase.
+        let st = status(10, 13, 100, 3);
+        assert_eq!(
+            passes_per_step(&st.timing_ns, &st.backward_pass_ns),
+            Some(3)
+        );
+        let t = program_timing(&st).unwrap();
+        assert_eq!(t.source, "after_window");
+        assert!((t.step_time_s - 0.013).abs() < 1e-9, "{t:?}");
+        let a = t.after_window.unwrap();
+        assert_eq!((a.marker, a.passes_per_step), ("backward_passes", Some(3)));
+        assert_eq!(a.steps, 99 - AFTER_WINDOW_SETTLE);
+        assert!((t.timing_phase.unwrap().step_time_s - 0.010).abs() < 1e-9);
+        // Too few steps after the window: the timing phase's figure, the few steps shown.
+        let t = program_timing(&status(10, 13, 30, 1)).unwrap();
+        assert_eq!(t.source, "timing_phase");
+        assert!((t.step_time_s - 0.010).abs() < 1e-9);
+        assert_eq!(t.after_window.unwrap().steps, 29 - AFTER_WINDOW_SETTLE);
+        // The step hooks' own boundaries win over backward passes where the shim has them.
+        let mut st = status(10, 13, 100, 1);
+        st.after_window_ns = (0..80).map(|i| 1_001_000_000 + i * 7_000_000).collect();
+        let t = program_timing(&st).unwrap();
+        assert_eq!(t.after_window.as_ref().unwrap().marker, "step_hooks");
+        assert!((t.step_time_s - 0.007).abs() < 1e-9);
+    }
+
+    #[test]
+    fn after_the_window_a_bimodal_step_is_timed_by_its_mean_not_its_median() {
+        // An input-bound step: every fourth step waits 21 ms for its batch, the others take
+        // 5 ms. What the program prints (and its throughput) is the mean, 9 ms; the median
+        // step is 5 ms.
+        let ms = 1_000_000;
+        let mut t = 0;
+        let marks: Vec<i64> = (0..203)
+            .map(|i| {
+                t += if i % 4 == 3 { 21 * ms } else { 5 * ms };
+                t
+            })
+            .collect();
+        let a = after_window(&marks, 0, 1, "step_hooks").unwrap();
+        assert!((a.median_interval_s - 0.005).abs() < 1e-9, "{a:?}");
+        assert!((a.step_time_s - 0.009).abs() < 0.0005, "{a:?}");
+    }
+
+    #[test]
+    fn passes_that_do_not_repeat_per_step_give_no_count() {
+        // 1.5 passes per step: no whole number, so no after-window figure from passes.
+        let b = [0, 10, 20, 30, 40];
+        let p = [1, 6, 11, 21, 26, 31];
+        assert_eq!(passes_per_step(&b, &p), None);
+        assert_eq!(passes_per_step(&b, &[]), None);
+        assert_eq!(passes_per_step(&[0], &p), None);
+        let mut st = status(10, 13, 100, 1);
+        st.backward_pass_ns = p.to_vec();
+        st.after_window_start_ns = Some(0);
+        let t = program_timing(&st).unwrap();
+        assert_eq!((t.source, t.after_window), ("timing_phase", None));
     }
 }

@@ -299,7 +299,8 @@ pub struct RankFiles {
     pub boundary: Option<String>,
     /// Shim errors.
     pub errors: Vec<String>,
-    /// The program's own step time, from the timing phase before the window.
+    /// The program's own step time: over the steps after the window, and in the timing phase
+    /// before it.
     pub timing: Option<finalize::Timing>,
     /// Validation references the shim measured (STEPTRACE_REFERENCE=1).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -681,16 +682,7 @@ fn finish(
                 }
             }
         }
-        let timing = finalize::timing(
-            &st.timing_ns,
-            &st.timing_cuda_ms,
-            st.timing_settle,
-            st.timing_stop.clone(),
-        )
-        .map(|t| finalize::Timing {
-            first_step: st.timing_first_step,
-            ..t
-        });
+        let timing = finalize::program_timing(&st);
         if timing.is_none() && st.window_complete && props.timing.steps > 0 {
             notes.push(format!(
                 "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",

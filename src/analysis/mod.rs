@@ -95,7 +95,8 @@ pub struct Summary {
     pub step_time_s: f64,
     /// Median iteration span under the profiler, s (includes the profiler's own overhead).
     pub step_time_instrumented_s: f64,
-    /// Where `step_time_s` comes from: `timing_phase` or `instrumented`.
+    /// Where `step_time_s` comes from: `after_window` (capture timed the steps after its window,
+    /// the rest of the run), `timing_phase` (steps before the window) or `instrumented`.
     pub step_time_source: &'static str,
     /// `step_time_instrumented_s / step_time_s`, when the program's own time is known.
     pub profiler_overhead: Option<f64>,

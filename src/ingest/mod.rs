@@ -57,12 +57,22 @@ pub struct Inputs {
     /// Whether the snapshot and Execution Trace were found in a run directory rather than named
     /// by the user: then one that cannot be read is a warning, not an error (issue 17).
     pub side_files_optional: bool,
-    /// The program's own median step time, ns, timed by capture before the window with
-    /// nothing recorded (from the manifest).
-    pub program_step_time_ns: Option<i64>,
-    /// Why capture's timing phase ended when its median had not settled (`step_cap`,
+    /// The program's own step time, timed by capture with nothing recorded (from the
+    /// manifest).
+    pub program_step_time: Option<ProgramStepTime>,
+}
+
+/// The program's own median step time from a capture's manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramStepTime {
+    /// Median step time, ns.
+    pub ns: i64,
+    /// Which steps were timed: `after_window` (the rest of the run) or `timing_phase` (steps
+    /// before the window).
+    pub source: &'static str,
+    /// Why a timing phase the figure comes from ended before its median settled (`step_cap`,
     /// `time_cap`), with the steps in the median: the figure is then a rough one.
-    pub program_step_time_unsettled: Option<(String, usize)>,
+    pub unsettled: Option<(String, usize)>,
 }
 
 impl Inputs {
@@ -74,8 +84,7 @@ impl Inputs {
             exec_trace: None,
             manifest: None,
             side_files_optional: false,
-            program_step_time_ns: None,
-            program_step_time_unsettled: None,
+            program_step_time: None,
         }
     }
 }
@@ -136,9 +145,22 @@ struct ManifestRank {
     timing: Option<ManifestTiming>,
 }
 
+/// A rank's `timing` in the manifest: `step_time_s` with its `source` and the timing phase
+/// nested (`timing_phase`), or, as capture wrote it before the after-window timing, the timing
+/// phase's fields at the top.
 #[derive(Debug, serde::Deserialize)]
 struct ManifestTiming {
     step_time_s: f64,
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default)]
+    timing_phase: Option<ManifestPhase>,
+    #[serde(flatten)]
+    flat: ManifestPhase,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ManifestPhase {
     #[serde(default)]
     steps: usize,
     /// Why the timing phase ended (absent before the settling rule).
@@ -147,11 +169,22 @@ struct ManifestTiming {
 }
 
 impl ManifestTiming {
-    fn unsettled(&self) -> Option<(String, usize)> {
-        match self.stop.as_deref() {
-            Some(s @ ("step_cap" | "time_cap")) => Some((s.to_owned(), self.steps)),
+    fn program_step_time(&self) -> Option<ProgramStepTime> {
+        let after = self.source.as_deref() == Some("after_window");
+        let phase = self.timing_phase.as_ref().unwrap_or(&self.flat);
+        let unsettled = match phase.stop.as_deref() {
+            Some(s @ ("step_cap" | "time_cap")) if !after => Some((s.to_owned(), phase.steps)),
             _ => None,
-        }
+        };
+        Some(ProgramStepTime {
+            ns: secs_to_ns(self.step_time_s)?,
+            source: if after {
+                "after_window"
+            } else {
+                "timing_phase"
+            },
+            unsettled,
+        })
     }
 }
 
@@ -227,11 +260,14 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),
         })?;
-        let (files, step_time, unsettled) = match rank {
+        let (files, step_time) = match rank {
             Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
                 Some(x) => {
-                    let unsettled = x.timing.as_ref().and_then(ManifestTiming::unsettled);
-                    (x.files, x.timing.map(|t| t.step_time_s), unsettled)
+                    let t = x
+                        .timing
+                        .as_ref()
+                        .and_then(ManifestTiming::program_step_time);
+                    (x.files, t)
                 }
                 None => {
                     return Err(Error::Discovery {
@@ -241,13 +277,20 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 }
             },
             None => {
-                // The run's step time is the first rank's (finalize writes it so).
-                let unsettled = m
-                    .ranks
-                    .first()
-                    .and_then(|r| r.timing.as_ref())
-                    .and_then(ManifestTiming::unsettled);
-                (m.files, m.step_time_s, unsettled)
+                // The run's step time is the first rank's (finalize writes it so); a manifest
+                // with no ranks' timing may still carry the top-level figure.
+                let t = match m.ranks.first().and_then(|r| r.timing.as_ref()) {
+                    Some(t) => t.program_step_time(),
+                    None => m
+                        .step_time_s
+                        .and_then(secs_to_ns)
+                        .map(|ns| ProgramStepTime {
+                            ns,
+                            source: "timing_phase",
+                            unsettled: None,
+                        }),
+                };
+                (m.files, t)
             }
         };
         if let Some(trace) = files.trace {
@@ -258,8 +301,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 exec_trace: files.exec_trace.map(inside).transpose()?,
                 manifest: Some(manifest_path),
                 side_files_optional: false, // decided by `discover`
-                program_step_time_ns: step_time.and_then(secs_to_ns),
-                program_step_time_unsettled: unsettled,
+                program_step_time: step_time,
             });
         }
     }
@@ -521,8 +563,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         exec_trace: one(ets, "Execution Trace")?,
         manifest: None,
         side_files_optional: false, // decided by `discover`
-        program_step_time_ns: None,
-        program_step_time_unsettled: None,
+        program_step_time: None,
     })
 }
 

@@ -369,7 +369,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     // Step time the prediction starts from, and the CPU-time scale.
     let s = &a.summary;
     let base_step = s.step_time_s;
-    let cpu_scale = if s.step_time_source == "timing_phase" && s.step_time_instrumented_s > 0.0 {
+    let cpu_scale = if s.step_time_source != "instrumented" && s.step_time_instrumented_s > 0.0 {
         (s.step_time_s / s.step_time_instrumented_s).min(1.0)
     } else {
         1.0

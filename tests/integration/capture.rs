@@ -755,3 +755,60 @@ print(json.dumps({{k: st.get(k) for k in ("boundary", "phase", "timing_first_ste
         "{v}"
     );
 }
+
+#[test]
+fn issue17_the_python_shim_times_the_steps_after_the_window_with_its_step_hooks_kept() {
+    // Issue 17: the program's step time over the rest of its run. After the window the
+    // optimizer hooks stay (module hooks go) and each boundary is a clock reading.
+    assert!(python_has("sys"), "no python3 here");
+    let dir = tempfile::tempdir().unwrap();
+    let py = format!(
+        r#"
+import importlib.util, json, sys, time
+spec = importlib.util.spec_from_file_location("shim", {:?})
+m = importlib.util.module_from_spec(spec); sys.modules["shim"] = m; spec.loader.exec_module(m)
+m._S = m._State()
+m._S.torch = object()
+class Hook:
+    def __init__(self): self.removed = False
+    def remove(self): self.removed = True
+step_hook, module_hook = Hook(), Hook()
+m._S.hooks, m._S.module_hooks = [step_hook], [module_hook]
+st = m._S.status
+m._boundary("optimizer_step")    # before the window: not an after-window reading
+m._finish_hooks()
+for i in range(30):
+    time.sleep(0.002)
+    m._boundary("optimizer_step")
+m._timing_readings()
+print(json.dumps({{"phase": st["phase"], "after": st["after_window_ns"],
+                  "start": st["after_window_start_ns"], "step_hook_removed": step_hook.removed,
+                  "module_hook_removed": module_hook.removed}}))
+"#,
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("capture/shim_py/sitecustomize.py")
+    );
+    let o = Command::new("python3")
+        .args(["-c", &py])
+        .current_dir(dir.path())
+        .env_remove("STEPTRACE_OUT")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["phase"], "finished", "{v}");
+    assert_eq!(
+        (
+            v["step_hook_removed"].as_bool(),
+            v["module_hook_removed"].as_bool()
+        ),
+        (Some(false), Some(true)),
+        "{v}"
+    );
+    let after: Vec<i64> = serde_json::from_value(v["after"].clone()).unwrap();
+    assert_eq!(after.len(), 30, "{v}");
+    let start = v["start"].as_i64().unwrap();
+    assert!(
+        after.iter().all(|&t| t > start) && after.windows(2).all(|w| w[1] - w[0] >= 2_000_000),
+        "{v}"
+    );
+}
