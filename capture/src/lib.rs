@@ -682,7 +682,7 @@ fn finish(
                 }
             }
         }
-        let timing = finalize::program_timing(&st);
+        let timing = finalize::program_timing(st);
         if timing.is_none() && st.window_complete && props.timing.steps > 0 {
             notes.push(format!(
                 "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",
