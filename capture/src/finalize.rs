@@ -283,19 +283,22 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
     })
 }
 
-/// Backward passes per step: the passes that start (or end) between the timing phase's first
-/// and last boundary, per interval, when that is a whole number (within 0.1). A program whose
-/// passes do not repeat the same way every step gets `None`.
+/// Backward passes per step: the number of passes that start (or end) between consecutive
+/// boundaries of the timing phase, where most of its intervals hold the same number (its first
+/// interval can hold more: the boundary rule may settle on a step's first op only there). A
+/// program whose passes do not repeat the same way every step gets `None`.
 pub fn passes_per_step(boundaries_ns: &[i64], passes_ns: &[i64]) -> Option<usize> {
-    let (first, last) = (*boundaries_ns.first()?, *boundaries_ns.last()?);
-    let intervals = boundaries_ns.len().checked_sub(1).filter(|&n| n > 0)?;
-    let inside = passes_ns
-        .iter()
-        .filter(|&&t| t >= first && t < last)
-        .count();
-    let ratio = inside as f64 / intervals as f64;
-    let k = ratio.round();
-    (k >= 1.0 && (ratio - k).abs() <= 0.1).then_some(k as usize)
+    if boundaries_ns.len() < 2 {
+        return None;
+    }
+    let mut counts: Vec<usize> = boundaries_ns
+        .windows(2)
+        .map(|w| passes_ns.iter().filter(|&&t| t >= w[0] && t < w[1]).count())
+        .collect();
+    counts.sort_unstable();
+    let k = counts[counts.len() / 2];
+    let agree = counts.iter().filter(|&&c| c == k).count();
+    (k >= 1 && 2 * agree > counts.len()).then_some(k)
 }
 
 /// Every `every`-th marker after `start`, as step intervals; the first
@@ -463,10 +466,16 @@ mod tests {
 
     #[test]
     fn passes_that_do_not_repeat_per_step_give_no_count() {
-        // 1.5 passes per step: no whole number, so no after-window figure from passes.
+        // Two passes in some steps, one in others: no count most steps share.
         let b = [0, 10, 20, 30, 40];
         let p = [1, 6, 11, 21, 26, 31];
         assert_eq!(passes_per_step(&b, &p), None);
+        // pytorch/examples cpp/dcgan: three passes a step (D real, D fake, G), and eight in
+        // the timing phase's first interval, which the boundary rule settled in.
+        let b: Vec<i64> = (0..26).map(|i| i * 10).collect();
+        let mut p: Vec<i64> = (0..8).map(|i| i + 1).collect();
+        p.extend((10..250).step_by(10).flat_map(|t| [t + 1, t + 4, t + 7]));
+        assert_eq!(passes_per_step(&b, &p), Some(3));
         assert_eq!(passes_per_step(&b, &[]), None);
         assert_eq!(passes_per_step(&[0], &p), None);
         let mut st = status(10, 13, 100, 1);
