@@ -182,6 +182,9 @@ def _boundary(kind):
         return
     st = _S.status
     if st["phase"] == "finished":
+        # One reading a step: the GradScaler's update and the optimizer hook both end a step,
+        # and only the first to come after a backward pass counts.
+        _S.backward_since_step = False
         if _S.after_start_ns is not None and len(_S.after_ns) < _MAX_READINGS:
             _S.after_ns.append(time.perf_counter_ns())
         return

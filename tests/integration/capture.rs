@@ -779,7 +779,11 @@ m._boundary("optimizer_step")    # before the window: not an after-window readin
 m._finish_hooks()
 for i in range(30):
     time.sleep(0.002)
+    m._S.backward_since_step = True
     m._boundary("optimizer_step")
+    # The GradScaler's update after the optimizer: its hook asks backward_since_step first.
+    if m._S.backward_since_step:
+        m._boundary("grad_scaler_update")
 m._timing_readings()
 print(json.dumps({{"phase": st["phase"], "after": st["after_window_ns"],
                   "start": st["after_window_start_ns"], "step_hook_removed": step_hook.removed,
