@@ -129,11 +129,16 @@ def main():
         for a, b in zip(recs, recs[1:]):
             if a[1] == b[1] and b[2] > a[2] and a[0] >= since:
                 steps.append((b[0] - a[0]) * 1e-6 * ups / (b[2] - a[2]))
+        def steady_mean(v):
+            m = statistics.median(v)
+            kept = [x for x in v if x <= 5 * m]
+            return sum(kept) / len(kept)
+
         if own:
-            row["own_same_run_after_window_ms"] = statistics.median(own)
+            row["own_same_run_after_window_ms"] = steady_mean(own)
             row["own_same_run_after_window_how"] = "printed by the program (%d lines)" % len(own)
         elif steps:
-            row["own_same_run_after_window_ms"] = statistics.median(steps)
+            row["own_same_run_after_window_ms"] = steady_mean(steps)
             row["own_same_run_after_window_how"] = "its progress lines, timed (%d intervals)" % len(steps)
     row["shim_errors"] = r0.get("errors")
     row["files"] = sorted((m.get("files") or {}).keys())

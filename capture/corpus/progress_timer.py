@@ -9,7 +9,7 @@ between them is the program's own step time, with no hook in the program at all.
     python3 progress_timer.py OUT.json [--units-per-step N] -- COMMAND [ARGS...]
 
 OUT.json: every progress line's epoch-ns stamp, epoch, count and the step time it prints where
-it prints one, and `step_s`: the median of the per-step times between consecutive lines of the
+it prints one, and `step_s`: the mean of the per-step times between consecutive lines of the
 same epoch (the count is in samples for mnist: --units-per-step is then its batch size). Works unchanged under `steptrace capture`
 (the launcher chains LD_PRELOAD), so the same run's own progress can be set beside what capture
 reports for the same steps.
@@ -57,6 +57,16 @@ def per_step(records, units_per_step, since_ns=None):
     return out
 
 
+def steady_mean(values):
+    """The mean with values over 5x the median left out (epoch ends, evaluation), as capture
+    computes the steps after its window."""
+    if not values:
+        return None
+    m = statistics.median(values)
+    kept = [v for v in values if v <= 5 * m]
+    return sum(kept) / len(kept)
+
+
 def printed_times(records, since_ns=None):
     """The program's own printed step times (s) on lines stamped after `since_ns`."""
     return [r[3] * 1e-3 for r in records if r[3] is not None and (since_ns is None or r[0] >= since_ns)]
@@ -101,8 +111,8 @@ def main():
     own = printed_times(records)
     with open(out_path, "w") as f:
         json.dump({"command": args, "stdbuf": lib, "units_per_step": units, "records": records,
-                   "step_s": statistics.median(steps) if steps else None, "intervals": len(steps),
-                   "printed_step_s": statistics.median(own) if own else None}, f)
+                   "step_s": steady_mean(steps), "intervals": len(steps),
+                   "printed_step_s": steady_mean(own)}, f)
     sys.exit(rc if rc >= 0 else 128 - rc)
 
 
