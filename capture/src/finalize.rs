@@ -172,7 +172,6 @@ pub struct Timing {
 /// Steps after the window needed for their figure to be the reported step time.
 pub const MIN_AFTER_WINDOW_STEPS: usize = 50;
 
-
 /// Intervals after the window left out of its figure: the first holds the window's end (the
 /// trace written, the profiler torn down).
 const AFTER_WINDOW_SETTLE: usize = 2;
