@@ -705,13 +705,9 @@ int main() {
     check("c++", &run(&mut Command::new(&exe)));
 }
 
-/// Gradient accumulation (issue 17, nanoGPT's train.py): the backward passes of the first
-/// iteration come before any optimizer step and look like steps of a program with no
-/// optimizer. Once the optimizer shows, it names the rule, the timing phase starts again at
-/// its step (its intervals are optimizer steps only) and a note says so. Driven through the
-/// shim's own functions, with a stand-in for torch (no GPU, no torch needed).
-#[test]
-fn issue17_accumulated_backward_passes_before_the_first_optimizer_step_are_not_steps() {
+/// Runs `body` in python3 after loading the Python shim as module `m` with a fresh state and a
+/// stand-in for torch (no GPU, no torch needed); returns the JSON `body` prints.
+fn drive_python_shim(body: &str) -> serde_json::Value {
     assert!(python_has("sys"), "no python3 here");
     let dir = tempfile::tempdir().unwrap();
     let py = format!(
@@ -721,6 +717,28 @@ spec = importlib.util.spec_from_file_location("shim", {:?})
 m = importlib.util.module_from_spec(spec); sys.modules["shim"] = m; spec.loader.exec_module(m)
 m._S = m._State()
 m._S.torch = object()
+{body}"#,
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("capture/shim_py/sitecustomize.py")
+    );
+    let o = Command::new("python3")
+        .args(["-c", &py])
+        .current_dir(dir.path())
+        .env_remove("STEPTRACE_OUT")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Gradient accumulation (issue 17, nanoGPT's train.py): the backward passes of the first
+/// iteration come before any optimizer step and look like steps of a program with no
+/// optimizer. Once the optimizer shows, it names the rule, the timing phase starts again at
+/// its step (its intervals are optimizer steps only) and a note says so. Driven through the
+/// shim's own functions, with a stand-in for torch (no GPU, no torch needed).
+#[test]
+fn issue17_accumulated_backward_passes_before_the_first_optimizer_step_are_not_steps() {
+    let v = drive_python_shim(
+        r#"
 m._S.timing_steps, m._S.timing_settle, m._S.timing_max_steps = 3, 1, 20
 st = m._S.status
 for micro in range(3):          # iteration 0: three micro-batches' backward passes ...
@@ -732,19 +750,10 @@ m._boundary("optimizer_step")
 for it in range(1, 4):           # three more iterations of 4 micro-batches
     m._S.backward_since_step = True
     m._boundary("optimizer_step")
-print(json.dumps({{k: st.get(k) for k in ("boundary", "phase", "timing_first_step", "notes")}}
-                 | {{"readings": len(st["timing_ns"])}}))
+print(json.dumps({k: st.get(k) for k in ("boundary", "phase", "timing_first_step", "notes")}
+                 | {"readings": len(st["timing_ns"])}))
 "#,
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("capture/shim_py/sitecustomize.py")
     );
-    let o = Command::new("python3")
-        .args(["-c", &py])
-        .current_dir(dir.path())
-        .env_remove("STEPTRACE_OUT")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["boundary"], "optimizer_step", "{v}");
     // Readings at the ends of iterations 0-3: the first interval is iteration 1.
     assert_eq!(v["timing_first_step"], 1, "{v}");
@@ -760,15 +769,9 @@ print(json.dumps({{k: st.get(k) for k in ("boundary", "phase", "timing_first_ste
 fn issue17_the_python_shim_times_the_steps_after_the_window_with_its_step_hooks_kept() {
     // Issue 17: the program's step time over the rest of its run. After the window the
     // optimizer hooks stay (module hooks go) and each boundary is a clock reading.
-    assert!(python_has("sys"), "no python3 here");
-    let dir = tempfile::tempdir().unwrap();
-    let py = format!(
+    let v = drive_python_shim(
         r#"
-import importlib.util, json, sys, time
-spec = importlib.util.spec_from_file_location("shim", {:?})
-m = importlib.util.module_from_spec(spec); sys.modules["shim"] = m; spec.loader.exec_module(m)
-m._S = m._State()
-m._S.torch = object()
+import time
 class Hook:
     def __init__(self): self.removed = False
     def remove(self): self.removed = True
@@ -785,20 +788,11 @@ for i in range(30):
     if m._S.backward_since_step:
         m._boundary("grad_scaler_update")
 m._timing_readings()
-print(json.dumps({{"phase": st["phase"], "after": st["after_window_ns"],
+print(json.dumps({"phase": st["phase"], "after": st["after_window_ns"],
                   "start": st["after_window_start_ns"], "step_hook_removed": step_hook.removed,
-                  "module_hook_removed": module_hook.removed}}))
+                  "module_hook_removed": module_hook.removed}))
 "#,
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("capture/shim_py/sitecustomize.py")
     );
-    let o = Command::new("python3")
-        .args(["-c", &py])
-        .current_dir(dir.path())
-        .env_remove("STEPTRACE_OUT")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["phase"], "finished", "{v}");
     assert_eq!(
         (
