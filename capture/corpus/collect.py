@@ -11,6 +11,8 @@ import re
 import statistics
 import sys
 
+from progress_timer import per_step, printed_times, steady_mean
+
 
 def load(path):
     try:
@@ -123,22 +125,13 @@ def main():
     since = after.get("start_epoch_ns")
     if cap_progress.get("records") and since:
         recs = cap_progress["records"]
-        own = [r[3] for r in recs if r[3] is not None and r[0] >= since]
-        ups = cap_progress.get("units_per_step") or 1
-        steps = []
-        for a, b in zip(recs, recs[1:]):
-            if a[1] == b[1] and b[2] > a[2] and a[0] >= since:
-                steps.append((b[0] - a[0]) * 1e-6 * ups / (b[2] - a[2]))
-        def steady_mean(v):
-            m = statistics.median(v)
-            kept = [x for x in v if x <= 5 * m]
-            return sum(kept) / len(kept)
-
+        own = printed_times(recs, since)
+        steps = per_step(recs, cap_progress.get("units_per_step") or 1, since)
         if own:
-            row["own_same_run_after_window_ms"] = steady_mean(own)
+            row["own_same_run_after_window_ms"] = steady_mean(own) * 1e3
             row["own_same_run_after_window_how"] = "printed by the program (%d lines)" % len(own)
         elif steps:
-            row["own_same_run_after_window_ms"] = steady_mean(steps)
+            row["own_same_run_after_window_ms"] = steady_mean(steps) * 1e3
             row["own_same_run_after_window_how"] = "its progress lines, timed (%d intervals)" % len(steps)
     row["shim_errors"] = r0.get("errors")
     row["files"] = sorted((m.get("files") or {}).keys())

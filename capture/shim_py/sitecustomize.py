@@ -473,7 +473,6 @@ def _finish_hooks():
         except Exception:
             pass
     _S.module_hooks = []
-    _S.status["window_end_ns"] = _S.status.get("window_end_ns") or time.perf_counter_ns()
     _S.after_start_ns = time.perf_counter_ns()
     _S.status["after_window_start_ns"] = _S.after_start_ns
     _S.status["after_window_start_epoch_ns"] = time.time_ns()
@@ -573,7 +572,10 @@ def _install_hooks(torch):
         finally:
             _nvtx(pop=True)
             _S.backward_since_step = True
-            if len(_S.backward_ns) < _MAX_READINGS:
+            # Passes mark steps after the window only where no step hook does (the
+            # no-optimizer rule); before it they are counted per step in the timing phase.
+            after_marked = _S.after_start_ns is not None and _S.optimizer_seen
+            if not after_marked and len(_S.backward_ns) < _MAX_READINGS:
                 _S.backward_ns.append(time.perf_counter_ns())
 
     _S.orig_backward = orig_backward

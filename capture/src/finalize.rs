@@ -260,16 +260,17 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
         ..t
     });
     let after = st.after_window_start_ns.and_then(|start| {
-        if st.after_window_ns.len() > AFTER_WINDOW_SETTLE + 1 {
-            after_window(&st.after_window_ns, start, 1, "step_hooks")
+        let (marks, every, marker) = if st.after_window_ns.len() > AFTER_WINDOW_SETTLE + 1 {
+            (&st.after_window_ns, 1, "step_hooks")
         } else {
             let k = passes_per_step(&st.timing_ns, &st.backward_pass_ns)?;
-            after_window(&st.backward_pass_ns, start, k, "backward_passes")
-        }
-    });
-    let after = after.map(|a| AfterWindow {
-        start_epoch_ns: st.after_window_start_epoch_ns,
-        ..a
+            (&st.backward_pass_ns, k, "backward_passes")
+        };
+        let a = after_window(marks, start, every, marker)?;
+        Some(AfterWindow {
+            start_epoch_ns: st.after_window_start_epoch_ns,
+            ..a
+        })
     });
     let (step_time_s, source) = match (&after, &phase) {
         (Some(a), _) if a.steps >= MIN_AFTER_WINDOW_STEPS => (a.step_time_s, "after_window"),
@@ -293,9 +294,11 @@ pub fn passes_per_step(boundaries_ns: &[i64], passes_ns: &[i64]) -> Option<usize
     if boundaries_ns.len() < 2 {
         return None;
     }
+    // Both lists are in clock order: a pass count is the distance between two insertion points.
+    let at = |t: i64| passes_ns.partition_point(|&p| p < t);
     let mut counts: Vec<usize> = boundaries_ns
         .windows(2)
-        .map(|w| passes_ns.iter().filter(|&&t| t >= w[0] && t < w[1]).count())
+        .map(|w| at(w[1]) - at(w[0]))
         .collect();
     counts.sort_unstable();
     let k = counts[counts.len() / 2];
@@ -328,14 +331,11 @@ fn after_window(
     };
     let kept = &intervals[skip..];
     let median_s = median(kept)?;
-    let steady: Vec<f64> = kept
-        .iter()
-        .copied()
-        .filter(|&x| x <= AFTER_WINDOW_OUTLIER * median_s)
-        .collect();
-    let step_time_s = steady.iter().sum::<f64>() / steady.len() as f64;
     let mut sorted = kept.to_vec();
     sorted.sort_by(f64::total_cmp);
+    // Sorted, the steady intervals are a prefix.
+    let steady = &sorted[..sorted.partition_point(|&x| x <= AFTER_WINDOW_OUTLIER * median_s)];
+    let step_time_s = steady.iter().sum::<f64>() / steady.len() as f64;
     let pct = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
     Some(AfterWindow {
         steps: kept.len(),

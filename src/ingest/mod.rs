@@ -651,4 +651,60 @@ mod tests {
         assert_eq!(classify("reference.json"), Kind::Other);
         assert_eq!(classify("notes.txt"), Kind::Other);
     }
+
+    /// A run directory whose manifest carries `timing` as given, beside an empty trace.
+    fn run_dir(timing: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("trace.json"), "{}").unwrap();
+        let manifest = format!(
+            r#"{{"files": {{"trace": "trace.json"}}, "step_time_s": 0.01,
+                 "ranks": [{{"rank": 0, "files": {{"trace": "trace.json"}}, "timing": {timing}}}]}}"#
+        );
+        std::fs::write(dir.path().join("manifest.json"), manifest).unwrap();
+        dir
+    }
+
+    #[test]
+    fn issue17_manifest_step_time_names_its_source_and_only_a_timing_phase_is_unsettled() {
+        // Issue 17: capture's figure from the steps after the window is the run's; a timing
+        // phase that stopped at its cap is still said to be rough, but only where it is the
+        // figure reported.
+        let phase = r#"{"steps": 20, "stop": "step_cap", "step_time_s": 0.012}"#;
+        let after = format!(
+            r#"{{"step_time_s": 0.011, "source": "after_window", "timing_phase": {phase}}}"#
+        );
+        let dir = run_dir(&after);
+        let t = discover(dir.path(), None, None, None)
+            .unwrap()
+            .program_step_time
+            .unwrap();
+        assert_eq!(
+            (t.ns, t.source, t.unsettled),
+            (11_000_000, "after_window", None)
+        );
+        // The same phase reported as the figure.
+        let dir = run_dir(&format!(
+            r#"{{"step_time_s": 0.012, "source": "timing_phase", "timing_phase": {phase}}}"#
+        ));
+        let t = discover(dir.path(), Some(Path::new("x")), None, Some(0))
+            .unwrap()
+            .program_step_time
+            .unwrap();
+        assert_eq!(t.source, "timing_phase");
+        assert_eq!(t.unsettled, Some(("step_cap".to_owned(), 20)));
+        // Manifests written before the after-window timing: the phase's fields at the top.
+        let dir = run_dir(phase);
+        let t = discover(dir.path(), None, None, None)
+            .unwrap()
+            .program_step_time
+            .unwrap();
+        assert_eq!(
+            (t.ns, t.source, t.unsettled),
+            (
+                12_000_000,
+                "timing_phase",
+                Some(("step_cap".to_owned(), 20))
+            )
+        );
+    }
 }

@@ -4,6 +4,20 @@ use std::path::Path;
 
 use super::*;
 
+/// CSV rows of (rank, x, y) points, x and y with the given decimals.
+fn rank_rows(points: &[(u32, f64, f64)], x_digits: usize, y_digits: usize) -> Vec<Vec<String>> {
+    points
+        .iter()
+        .map(|p| {
+            vec![
+                p.0.to_string(),
+                format!("{:.*}", x_digits, p.1),
+                format!("{:.*}", y_digits, p.2),
+            ]
+        })
+        .collect()
+}
+
 /// The chosen plots (all when `which` is empty), in [`PLOTS`] order.
 pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<Job> {
     let want = |n: &str| which.is_empty() || which.iter().any(|w| w == n);
@@ -11,17 +25,7 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
     let name = &a.summary.name;
     if want("memory_vs_rank") {
         let d = mem_vs_rank_data(a, gpu_mem_bytes);
-        let rows: Vec<Vec<String>> = d
-            .points
-            .iter()
-            .map(|p| {
-                vec![
-                    p.0.to_string(),
-                    format!("{:.6}", p.1),
-                    format!("{:.6}", p.2),
-                ]
-            })
-            .collect();
+        let rows = rank_rows(&d.points, 6, 6);
         jobs.push(job!(
             "memory_vs_rank",
             ["rank", "peak_mib", "active_mib"],
@@ -112,17 +116,7 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
                 .collect(),
             title: name.clone(),
         };
-        let rows: Vec<Vec<String>> = d
-            .points
-            .iter()
-            .map(|p| {
-                vec![
-                    p.0.to_string(),
-                    format!("{:.6}", p.1),
-                    format!("{:.9}", p.2),
-                ]
-            })
-            .collect();
+        let rows = rank_rows(&d.points, 6, 9);
         jobs.push(job!(
             "activations",
             ["creation_rank", "size_mib", "inactive_ms"],
