@@ -12,25 +12,13 @@ set -u
 ROOT=$(pwd)
 ST=$ROOT/target/release/steptrace
 W=/tmp/corpus
-# The C++ builds and the shim cache are kept between runs on a warm machine.
-mkdir -p $W && find $W -mindepth 1 -maxdepth 1 ! -name build ! -name cache -exec rm -rf {} +
-mkdir -p $W/logs $W/runs $W/an $W/ref
-cp -r .corpus/src $W/src
-cp -r .corpus/src/examples .corpus/src/nanoGPT $W/
-python3 capture/corpus/make_data.py $W
-export STEPTRACE_CACHE=$W/cache PYTHONUNBUFFERED=1
+. $ROOT/capture/corpus/programs.sh
 ONLY=" ${*:-} "
 want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
 if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals_cpp; then
-  if [ ! -x $W/build/regression/regression ]; then
-    t0=$(date +%s); bash capture/corpus/build_cpp.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
-  fi
-  # The C++ shim is built on a capture's first use for a torch version and cached: built here,
-  # so that no program's capture time includes that one-time build.
-  t0=$(date +%s)
-  (cd $W && STEPTRACE_CACHE=$W/cache $ST capture --out $W/shim_warm --force --no-trace --no-memory --no-et \
-    -- $W/build/regression/regression >$W/logs/shim_warm.out 2>&1)
-  echo "== shim cache warmed: $(( $(date +%s) - t0 )) s"
+  corpus_setup cpp
+else
+  corpus_setup
 fi
 now() { date +%s.%N; }
 # bounded SECS LOG -- COMMAND...: runs COMMAND; past SECS, writes what every process of its tree
@@ -97,22 +85,9 @@ prog() {
   tail -n 1 $OUT/results.jsonl
 }
 
-E=$W/examples
-N=$W/nanoGPT
-UPS=64 prog py_mnist py $E/mnist 1 -- python3 main.py --epochs 2
-prog py_word_lm py $E/word_language_model 1 -- python3 main.py --accel --epochs 1
-prog py_dcgan py $E/dcgan 1 -- python3 main.py --dataset fake --accel --niter 8 --batchSize 50 --outf $W/dcgan_out
-prog nanogpt_bench py $N 1 -- python3 bench.py --real_data=False --compile=False
-prog nanogpt_bench_compile py $N 0 -- python3 bench.py --real_data=False --compile=True
-# Small enough to commit as a sample (sample_traces/corpus/nanogpt_compile).
-prog nanogpt_compile_small py $N 0 -- python3 bench.py --real_data=False --compile=True --batch_size=4 --block_size=256
-prog nanogpt_train_fp16_accum py $N 1 -- python3 train.py --dataset=openwebtext --compile=False --dtype=float16 \
-  --gradient_accumulation_steps=4 --batch_size=8 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 \
-  --max_iters=200 --lr_decay_iters=200 --eval_interval=100000 --eval_iters=2 --log_interval=1 --warmup_iters=10 \
-  --out_dir=$W/ngout
-UPS=64 prog cpp_mnist cpp $W/cppdata 1 -- $W/build/mnist/mnist
-prog cpp_dcgan cpp $W/cppdata 1 -- $W/build/dcgan/dcgan --epochs 1
-CAPTURE_LIMIT_S=60 prog cpp_regression cpp $W/cppdata 1 -- $W/build/regression/regression
+# cpp/regression is a 0.7 s program: a capture still running after a minute has hung.
+each() { UPS=$5 CAPTURE_LIMIT_S=$([ $1 = cpp_regression ] && echo 60 || echo 400) prog "$1" "$2" "$3" "$4" "${@:6}"; }
+corpus_programs
 
 # Signals and crashes: the signal is sent when the shim's status says the phase is reached.
 sig() { # NAME PHASE SIGNAL TARGET(steptrace|child) -- COMMAND...
@@ -166,7 +141,7 @@ PY
   tail -n 1 $OUT/signals.jsonl
 }
 if want signals_py; then
-  cd $E/mnist
+  cd $W/examples/mnist
   for s in ${SIG_PY:-INT TERM}; do
     for ph in ${SIG_PHASES:-before_window window after}; do sig py_${s}_$ph $ph $s steptrace -- python3 main.py --epochs 3; done
   done

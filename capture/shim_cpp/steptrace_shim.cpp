@@ -63,6 +63,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -219,6 +220,9 @@ struct Native {
   int64_t after_start_ns = 0;  // the window's files are written: later steps are the program's own
   int64_t window_end_ns = 0;
   int64_t exit_ns = 0;
+  // What capture's own work at the window's edges cost the program (ms, by piece, summed):
+  // the manifest shows where a captured run's extra time went. Guarded by `mu`.
+  std::map<std::string, double> costs_ms;
 };
 
 // Readings kept of backward-pass starts: enough for hours of typical steps; the status file
@@ -229,6 +233,17 @@ Native g;
 thread_local int t_depth = 0;
 
 void finish_at_exit();
+
+// Times one piece of capture's own work into g.costs_ms[name].
+struct Cost {
+  const char* name;
+  int64_t t0 = now_epoch_ns();
+  explicit Cost(const char* n) : name(n) {}
+  ~Cost() {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.costs_ms[name] += static_cast<double>(now_epoch_ns() - t0) * 1e-6;
+  }
+};
 
 void error(const std::string& what) {
   std::lock_guard<std::mutex> lock(g.mu);
@@ -293,6 +308,13 @@ void write_status(bool cleanly) {
       f << ",\n \"after_window_start_ns\": " << g.after_start_ns << ",\n \"after_window_start_epoch_ns\": "
         << g.after_start_ns;
     if (g.exit_ns) f << ",\n \"exit_ns\": " << g.exit_ns;
+    f << ",\n \"costs_ms\": {";
+    bool first_cost = true;
+    for (const auto& [k, v] : g.costs_ms) {
+      f << (first_cost ? "" : ", ") << "\"" << k << "\": " << v;
+      first_cost = false;
+    }
+    f << "}";
     if (!g.timing_stop.empty()) f << ",\n \"timing_stop\": \"" << g.timing_stop << "\"";
     if (g.gpu_used >= 0) f << ",\n \"gpu_used\": " << (g.gpu_used ? "true" : "false");
     f << ",\n \"phase\": \"" << phase_name(g.phase) << "\",\n \"window_complete\": "
@@ -390,6 +412,7 @@ void start_window(int64_t now) {
   if (recording("trace")) {
     prepare_profiler();
     try {
+      Cost cost("profiler_start");
       tap::enableProfiler(profiler_config(), profiler_activities());
       g.profiler_on = true;
     } catch (const std::exception& e) {
@@ -414,6 +437,7 @@ void stop_et() {
   if (!g.et_on) return;
   g.et_on = false;
   try {
+    Cost cost("et_close");
     tpi::disableExecutionTraceObserver();
     tpi::removeExecutionTraceObserver();  // closes the JSON
     add_file("exec_trace", "exec_trace" + g.suffix + ".json");
@@ -424,6 +448,7 @@ void stop_et() {
 
 void dump_snapshot(const std::string& role) {
   try {
+    Cost cost(role == "snapshot" ? "snapshot" : "snapshot_exit");
     auto snap = torch::cuda::_memory_snapshot_pickled();
     std::ofstream(path_of(role, ".pickle"), std::ios::binary).write(snap.data(), snap.size());
     add_file(role, role + g.suffix + ".pickle");
@@ -452,8 +477,13 @@ void end_window(bool complete, const std::string& why) {
   if (g.profiler_on) {
     g.profiler_on = false;
     try {
-      auto result = tap::disableProfiler();
+      std::unique_ptr<tap::ProfilerResult> result;
+      {
+        Cost cost("profiler_stop");
+        result = tap::disableProfiler();
+      }
       if (result) {
+        Cost cost("trace_export");
         result->save(path_of("trace", ".json"));
         add_file("trace", "trace" + g.suffix + ".json");
       }

@@ -87,6 +87,9 @@ class _State:
             "notes": [],
             "timing_settle": 0,
             "timing_cuda_ms": [],
+            # What capture's own work at the window's edges cost the program (ms, by piece):
+            # the manifest shows where a captured run's extra time went.
+            "costs_ms": {},
         }
         self.torch = None
         self.prof = None
@@ -130,6 +133,21 @@ class _State:
         self.status["errors"].append("%s: %s: %s" % (where, type(exc).__name__, exc))
 
 
+class _Cost:
+    """Times one piece of capture's own work into status["costs_ms"][name] (summed)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self.t0 = time.perf_counter_ns()
+
+    def __exit__(self, *exc):
+        costs = _S.status["costs_ms"]
+        costs[self.name] = round(costs.get(self.name, 0.0) + (time.perf_counter_ns() - self.t0) * 1e-6, 3)
+        return False
+
+
 # Clock readings kept for the after-window timing: hours of typical steps, a few MB of status.
 _MAX_READINGS = 200000
 
@@ -171,6 +189,50 @@ def _nvtx(push=None, pop=False):
         pass
 
 
+class _NoLazyInductor:
+    """torch.profiler asks `hasattr(torch, "_inductor")` when it prepares a trace (to learn
+    whether inductor's CUDA graphs are on), and torch's module `__getattr__` answers by
+    importing torch._inductor, and torch._dynamo with it: 6.2 s of word_language_model's
+    captured run on the H100 machine, more than all the rest of capture's work there. A
+    program that has not imported torch._inductor runs nothing compiled by it, so the answer
+    the profiler needs is no: for the length of the call, that one lazy attribute is refused
+    unless it is already imported. (`import torch._inductor` elsewhere is not affected.)"""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.orig = None
+
+    def __enter__(self):
+        orig = self.torch.__dict__.get("__getattr__")
+        if orig is None or "torch._inductor" in sys.modules:
+            return self
+
+        def guarded(name):
+            if name == "_inductor" and "torch._inductor" not in sys.modules:
+                raise AttributeError(name)
+            return orig(name)
+
+        self.orig = orig
+        self.torch.__getattr__ = guarded
+        return self
+
+    def __exit__(self, *exc):
+        if self.orig is not None:
+            self.torch.__getattr__ = self.orig
+        return False
+
+
+def _profiler_edge(n):
+    """The name of the profiler's work at the end of schedule step `n`."""
+    if n == _S.active_start - _S.schedule["warmup"]:
+        return "profiler_warmup_start"
+    if n == _S.active_start:
+        return "profiler_active_start"
+    if _S.window_end is not None and n == _S.window_end:
+        return "profiler_stop"
+    return "profiler_step"
+
+
 def _cuda_ok():
     return _S.status.get("cuda_available") is True
 
@@ -202,7 +264,11 @@ def _boundary(kind):
             _reference_peak(n)
         if _S.prof is not None:
             try:
-                _S.prof.step()
+                # Named by the schedule's edge the step crosses: Kineto's start at the warm-up,
+                # its stop at the window's end (which includes on_trace_ready's trace_export,
+                # snapshot and references, also counted on their own).
+                with _Cost(_profiler_edge(n)), _NoLazyInductor(_S.torch):
+                    _S.prof.step()
             except Exception as exc:
                 _S.error("profiler.step", exc)
         if not _S.timing_started and n == max(1, _S.schedule["skip_first"]) and n < _S.active_start:
@@ -271,9 +337,10 @@ def _start_et():
     try:
         from torch.profiler import ExecutionTraceObserver
 
-        _S.et = ExecutionTraceObserver()
-        _S.et.register_callback(_S.path("exec_trace", ".json"))
-        _S.et.start()
+        with _Cost("et_start"):
+            _S.et = ExecutionTraceObserver()
+            _S.et.register_callback(_S.path("exec_trace", ".json"))
+            _S.et.start()
     except Exception as exc:
         _S.error("execution trace", exc)
         _S.et = None
@@ -285,8 +352,9 @@ def _stop_et():
     if et is None:
         return
     try:
-        et.stop()
-        et.unregister_callback()
+        with _Cost("et_close"):
+            et.stop()
+            et.unregister_callback()
         _S.status["files"]["exec_trace"] = os.path.basename(_S.path("exec_trace", ".json"))
     except Exception as exc:
         _S.error("execution trace", exc)
@@ -304,7 +372,8 @@ def _end_window():
     try:
         import gc
 
-        gc.collect()
+        with _Cost("gc"):
+            gc.collect()
     except Exception:
         pass
     st["window_complete"] = True
@@ -627,19 +696,30 @@ def _on_trace_ready(prof):
     if "trace" in _S.record:
         try:
             p = _S.path("trace", ".json")
-            prof.export_chrome_trace(p)
+            with _Cost("trace_export"):
+                prof.export_chrome_trace(p)
             _S.status["files"]["trace"] = os.path.basename(p)
         except Exception as exc:
             _S.error("export_chrome_trace", exc)
     if "memory" in _S.record and _S.status.get("memory_history"):
         try:
             p = _S.path("snapshot", ".pickle")
-            torch.cuda.memory._dump_snapshot(p)
+            with _Cost("snapshot"):
+                torch.cuda.memory._dump_snapshot(p)
             _S.status["files"]["snapshot"] = os.path.basename(p)
         except Exception as exc:
             _S.error("memory snapshot", exc)
+    try:
+        # torch's own account of its profiler's work (enable, disable, parsing), in ms.
+        stats = getattr(getattr(prof, "profiler", None), "_stats", None)
+        for k, v in sorted(vars(stats).items()) if stats is not None else []:
+            if k.endswith("_duration_us") and isinstance(v, (int, float)) and v > 0:
+                _S.status["costs_ms"]["torch_" + k[: -len("_duration_us")]] = round(v * 1e-3, 3)
+    except Exception:
+        pass
     if _S.reference:
-        _write_references(prof, torch)
+        with _Cost("references"):
+            _write_references(prof, torch)
     _write_status()
 
 
@@ -719,7 +799,9 @@ def _on_torch(torch):
                 with_flops=True,
                 with_modules=True,
             )
-            _S.prof.start()
+            with _Cost("profiler_start"):
+                with _NoLazyInductor(torch):
+                    _S.prof.start()
         except Exception as exc:
             _S.error("profiler", exc)
             _S.prof = None
@@ -862,7 +944,8 @@ def _at_exit_work():
     if "memory" in _S.record and st.get("memory_history"):
         try:
             p = _S.path("snapshot_exit", ".pickle")
-            torch.cuda.memory._dump_snapshot(p)
+            with _Cost("snapshot_exit"):
+                torch.cuda.memory._dump_snapshot(p)
             _S.status["files"]["snapshot_exit"] = os.path.basename(p)
         except Exception as exc:
             _S.error("exit snapshot", exc)

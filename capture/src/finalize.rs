@@ -21,6 +21,41 @@ pub fn gzip_file(path: &Path) -> std::io::Result<PathBuf> {
     Ok(gz)
 }
 
+/// Gzips every file of `paths` as `gzip_file` does, several at once (a run's trace, Execution
+/// Trace and snapshots, on every rank): the launcher's work after the program ends is the
+/// largest file's, not the sum. Results in the order of `paths`.
+pub fn gzip_files(paths: &[PathBuf]) -> Vec<std::io::Result<PathBuf>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(paths.len().max(1));
+    // Largest first, so that the last file to start is a small one.
+    let mut order: Vec<usize> = (0..paths.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(std::fs::metadata(&paths[i]).map_or(0, |m| m.len())));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<Option<std::io::Result<PathBuf>>> = paths.iter().map(|_| None).collect();
+    let done = std::sync::Mutex::new(&mut results);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&i) = order.get(k) else { break };
+                let p = &paths[i];
+                let r = gzip_file(p);
+                // A poisoned lock means another worker panicked; its panic is re-raised when
+                // the scope ends, so this result can be dropped.
+                if let Ok(mut d) = done.lock() {
+                    d[i] = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(std::io::Error::other("not compressed"))))
+        .collect()
+}
+
 /// A shim's status file (`shim[_rankN].json`), as written by either shim.
 #[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
 pub struct ShimStatus {
@@ -127,6 +162,10 @@ pub struct ShimStatus {
     /// When the program ended.
     #[serde(default)]
     pub exit_ns: Option<i64>,
+    /// What the shim's own work cost the program, ms by piece (trace_export, snapshot,
+    /// et_close, ...; the Python shim's profiler_step includes the pieces it triggers).
+    #[serde(default)]
+    pub costs_ms: std::collections::BTreeMap<String, f64>,
 }
 
 fn one() -> i64 {
@@ -381,6 +420,43 @@ pub fn timing_phase(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The launcher compresses every rank's files at once: each result is the file at its
+    /// own index (the largest is started first), and a file that cannot be read is an error
+    /// in its place, not a lost result.
+    #[test]
+    fn files_are_compressed_concurrently_each_result_in_its_place() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let sizes = [10usize, 300_000, 5_000];
+        let mut paths: Vec<PathBuf> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let p = dir.path().join(format!("f{i}.json"));
+                let body: Vec<u8> = (0..n).map(|k| b"0123456789"[(k * (i + 1)) % 10]).collect();
+                std::fs::write(&p, body).unwrap();
+                p
+            })
+            .collect();
+        paths.insert(1, dir.path().join("missing.json"));
+        let results = gzip_files(&paths);
+        assert_eq!(results.len(), 4);
+        assert!(results[1].is_err());
+        // (index in `paths`, index in `sizes`) of each file written.
+        for (k, i) in [(0, 0), (2, 1), (3, 2)] {
+            let n = sizes[i];
+            let gz = results[k].as_ref().unwrap();
+            assert_eq!(gz, &PathBuf::from(format!("{}.gz", paths[k].display())));
+            assert!(!paths[k].exists(), "the original goes");
+            let mut text = Vec::new();
+            flate2::read::GzDecoder::new(File::open(gz).unwrap())
+                .read_to_end(&mut text)
+                .unwrap();
+            assert_eq!(text.len(), n);
+            assert_eq!(text[n - 1], b"0123456789"[((n - 1) * (i + 1)) % 10]);
+        }
+    }
 
     #[test]
     fn timing_leaves_out_the_first_interval_and_takes_the_median() {

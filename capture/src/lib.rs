@@ -305,6 +305,9 @@ pub struct RankFiles {
     /// Validation references the shim measured (STEPTRACE_REFERENCE=1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference: Option<serde_json::Value>,
+    /// What capture's own work cost, ms by piece: the shim's (inside the program's run) and
+    /// `compress` (the launcher's, after it).
+    pub costs_ms: std::collections::BTreeMap<String, f64>,
 }
 
 /// What a capture produced.
@@ -551,6 +554,9 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
     match (mode, &cpp_shim) {
         (Mode::Native, Some(lib)) => {
             envs.push((env::NATIVE.into(), "1".into()));
+            if std::env::var_os(env::SYMBOLIZE_MODE).is_none() {
+                envs.push((env::SYMBOLIZE_MODE.into(), "fast".into()));
+            }
             if let Some(exe) = resolve(&argv0).and_then(|p| p.canonicalize().ok()) {
                 envs.push((env::NATIVE_EXE.into(), exe.to_string_lossy().into_owned()));
             }
@@ -620,7 +626,9 @@ fn finish(
                 .into(),
         );
     }
-    let mut ranks = Vec::new();
+    let mut ranks: Vec<RankFiles> = Vec::new();
+    // (index in `ranks`, role, file name) of each file to gzip.
+    let mut to_compress = Vec::new();
     for (_name, st) in &statuses {
         let mut files = st.files.clone();
         if st.native {
@@ -651,7 +659,8 @@ fn finish(
         for n in &st.notes {
             notes.push(format!("rank {}: {n}", st.rank));
         }
-        // Compress what is there; drop roles whose file is missing.
+        // Compress what is there (below, every rank's files at once); drop roles whose file
+        // is missing.
         let mut present = std::collections::BTreeMap::new();
         for (role, name) in files {
             let p = out.join(&name);
@@ -666,21 +675,8 @@ fn finish(
                 }
                 continue;
             }
-            match finalize::gzip_file(&p) {
-                Ok(gz) => {
-                    present.insert(
-                        role,
-                        gz.file_name()
-                            .unwrap_or_default()
-                            .to_string_lossy()
-                            .into_owned(),
-                    );
-                }
-                Err(e) => {
-                    notes.push(format!("could not compress {name}: {e}"));
-                    present.insert(role, name);
-                }
-            }
+            to_compress.push((ranks.len(), role.clone(), name.clone()));
+            present.insert(role, name);
         }
         let timing = finalize::program_timing(st);
         if timing.is_none() && st.window_complete && props.timing.steps > 0 {
@@ -697,7 +693,31 @@ fn finish(
             errors: st.errors.clone(),
             timing,
             reference: st.reference.clone(),
+            costs_ms: st.costs_ms.clone(),
         });
+    }
+    let t0 = std::time::Instant::now();
+    let paths: Vec<PathBuf> = to_compress.iter().map(|(_, _, n)| out.join(n)).collect();
+    let results = finalize::gzip_files(&paths);
+    let compress_ms = t0.elapsed().as_secs_f64() * 1e3;
+    for ((rank_index, role, name), result) in to_compress.into_iter().zip(results) {
+        let rank = &mut ranks[rank_index];
+        match result {
+            Ok(gz) => {
+                let gz = gz
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                rank.files.insert(role, gz);
+            }
+            Err(e) => notes.push(format!("could not compress {name}: {e}")),
+        }
+    }
+    for rank in &mut ranks {
+        // Wall time of the whole run's compression, the same on every rank's line.
+        rank.costs_ms
+            .insert("compress".into(), (compress_ms * 1e3).round() / 1e3);
     }
     nvtx::range_pop!();
     let first = statuses.first().map(|(_, s)| s.clone()).unwrap_or_default();

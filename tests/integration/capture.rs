@@ -765,6 +765,53 @@ print(json.dumps({k: st.get(k) for k in ("boundary", "phase", "timing_first_step
     );
 }
 
+/// Issue 17 (whole-run slowdown): torch.profiler asks `hasattr(torch, "_inductor")` when it
+/// prepares a trace, and torch's lazy module attribute imports torch._inductor and
+/// torch._dynamo for it (6.2 s of word_language_model's captured run). At the profiler's
+/// steps the shim answers no for a program that never imported it, leaves torch's
+/// `__getattr__` as it was afterwards, and records what each schedule edge cost.
+#[test]
+fn issue17_the_profiler_step_does_not_import_inductor_for_a_program_that_did_not() {
+    let v = drive_python_shim(
+        r#"
+import types
+torch = types.ModuleType("torch")
+imported = []
+def lazy(name):
+    if name in ("_inductor", "_dynamo"):
+        imported.append(name)
+        return types.ModuleType("torch." + name)
+    raise AttributeError(name)
+torch.__getattr__ = lazy
+m._S.torch = torch
+m._S.timing_steps = 0
+asked = []
+class Prof:
+    def step(self):
+        asked.append(hasattr(torch, "_inductor"))
+m._S.prof = Prof()
+m._S.optimizer_seen = True
+m._boundary("optimizer_step")     # skip_first=1: step 1
+m._boundary("optimizer_step")     # the warm-up starts: Kineto is prepared here
+sys.modules["torch._inductor"] = types.ModuleType("torch._inductor")
+m._boundary("optimizer_step")     # imported by the program by now: asked as usual
+after = hasattr(torch, "_dynamo")
+print(json.dumps({"asked": asked, "imported": imported, "after": after,
+                  "costs": sorted(m._S.status["costs_ms"])}))
+"#,
+    );
+    assert_eq!(v["asked"], serde_json::json!([false, false, true]), "{v}");
+    // Only the last step's question and the later plain access import anything.
+    assert_eq!(
+        v["imported"],
+        serde_json::json!(["_inductor", "_dynamo"]),
+        "{v}"
+    );
+    assert_eq!(v["after"], true, "{v}");
+    let costs = v["costs"].as_array().unwrap();
+    assert!(costs.iter().any(|c| c == "profiler_warmup_start"), "{v}");
+}
+
 #[test]
 fn issue17_the_python_shim_times_the_steps_after_the_window_with_its_step_hooks_kept() {
     // Issue 17: the program's step time over the rest of its run. After the window the

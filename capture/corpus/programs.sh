@@ -1,0 +1,43 @@
+# The corpus programs, one line each, for run.sh and costs.sh (sourced; needs $W):
+#   each NAME KIND(py|cpp) DIR FLOPS(1|0) UNITS_PER_STEP -- COMMAND...
+# FLOPS: whether FlopCounterMode runs as a reference (not under torch.compile);
+# UNITS_PER_STEP: progress-line units per optimizer step (mnist's lines count samples).
+# `each` is the caller's function.
+corpus_programs() {
+  local E=$W/examples N=$W/nanoGPT
+  each py_mnist py $E/mnist 1 64 -- python3 main.py --epochs 2
+  each py_word_lm py $E/word_language_model 1 1 -- python3 main.py --accel --epochs 1
+  each py_dcgan py $E/dcgan 1 1 -- python3 main.py --dataset fake --accel --niter 8 --batchSize 50 --outf $W/dcgan_out
+  each nanogpt_bench py $N 1 1 -- python3 bench.py --real_data=False --compile=False
+  each nanogpt_bench_compile py $N 0 1 -- python3 bench.py --real_data=False --compile=True
+  # Small enough to commit as a sample (sample_traces/corpus/nanogpt_compile).
+  each nanogpt_compile_small py $N 0 1 -- python3 bench.py --real_data=False --compile=True --batch_size=4 --block_size=256
+  each nanogpt_train_fp16_accum py $N 1 1 -- python3 train.py --dataset=openwebtext --compile=False --dtype=float16 \
+    --gradient_accumulation_steps=4 --batch_size=8 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 \
+    --max_iters=200 --lr_decay_iters=200 --eval_interval=100000 --eval_iters=2 --log_interval=1 --warmup_iters=10 \
+    --out_dir=$W/ngout
+  each cpp_mnist cpp $W/cppdata 1 64 -- $W/build/mnist/mnist
+  each cpp_dcgan cpp $W/cppdata 1 1 -- $W/build/dcgan/dcgan --epochs 1
+  each cpp_regression cpp $W/cppdata 1 1 -- $W/build/regression/regression
+}
+
+# Sets up $W (sources, stand-in data; the C++ builds and the shim cache are kept between runs
+# on a warm machine) and, when C++ programs are wanted, builds them and warms the shim cache,
+# so that no program's capture time includes that one-time build. Needs $ROOT, $ST, $W.
+corpus_setup() {
+  mkdir -p $W && find $W -mindepth 1 -maxdepth 1 ! -name build ! -name cache -exec rm -rf {} +
+  mkdir -p $W/logs $W/runs $W/an $W/ref
+  cp -r $ROOT/.corpus/src $W/src
+  cp -r $ROOT/.corpus/src/examples $ROOT/.corpus/src/nanoGPT $W/
+  python3 $ROOT/capture/corpus/make_data.py $W
+  export STEPTRACE_CACHE=$W/cache PYTHONUNBUFFERED=1
+  if [ "${1:-}" = cpp ]; then
+    if [ ! -x $W/build/regression/regression ]; then
+      local t0=$(date +%s); bash $ROOT/capture/corpus/build_cpp.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
+    fi
+    local t0=$(date +%s)
+    (cd $W && $ST capture --out $W/shim_warm --force --no-trace --no-memory --no-et \
+      -- $W/build/regression/regression >$W/logs/shim_warm.out 2>&1)
+    echo "== shim cache warmed: $(( $(date +%s) - t0 )) s"
+  fi
+}
