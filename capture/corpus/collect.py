@@ -1,8 +1,11 @@
 """One JSON line per corpus program: what capture and analyze report beside the references
 measured in the same session (the program's own step time, torch.cuda.max_memory_allocated
-per window step, FlopCounterMode). Used by run.sh.
+per window step, FlopCounterMode). Used by run.sh: the capture as users run it (runs/NAME:
+whole-run time, steps, step time, capture's costs) and a second one with the references
+(runs/NAME.ref: peak and FLOPs checked there, against its own analysis).
 
-    python3 collect.py NAME KIND WORKDIR PLAIN_RC CAPTURE_RC ANALYZE_RC PLAIN_S CAPTURE_S ANALYZE_S
+    python3 collect.py NAME KIND WORKDIR PLAIN_RC CAPTURE_RC ANALYZE_RC PLAIN_S CAPTURE_S ANALYZE_S \
+        REF_CAPTURE_RC REF_ANALYZE_RC REF_CAPTURE_S
 """
 
 import json
@@ -72,9 +75,12 @@ def main():
     name, kind, w = sys.argv[1:4]
     plain_rc, cap_rc, an_rc = (int(x) for x in sys.argv[4:7])
     plain_s, cap_s, an_s = (float(x) for x in sys.argv[7:10])
+    ref_cap_rc, ref_an_rc = (int(x) for x in sys.argv[10:12])
+    ref_cap_s = float(sys.argv[12])
     row = {"name": name, "kind": kind, "plain_exit": plain_rc, "capture_exit": cap_rc,
            "analyze_exit": an_rc, "plain_run_s": plain_s, "capture_run_s": cap_s,
-           "slowdown": cap_s / plain_s if plain_s > 0 else None, "analyze_s": an_s}
+           "slowdown": cap_s / plain_s if plain_s > 0 else None, "analyze_s": an_s,
+           "ref_capture_exit": ref_cap_rc, "ref_analyze_exit": ref_an_rc, "ref_capture_run_s": ref_cap_s}
     try:
         with open(os.path.join(w, "logs", name + ".plain.out"), errors="replace") as f:
             printed, how = own_timing(f.read())
@@ -135,7 +141,10 @@ def main():
             row["own_same_run_after_window_how"] = "its progress lines, timed (%d intervals)" % len(steps)
     row["shim_errors"] = r0.get("errors")
     row["files"] = sorted((m.get("files") or {}).keys())
-    refd = r0.get("reference") or {}
+    row["costs_ms"] = r0.get("costs_ms")
+    # Peak and FLOPs: the reference capture's own figures against its own analysis.
+    mr = load(os.path.join(w, "runs", name + ".ref", "manifest.json")) or {}
+    refd = ((mr.get("ranks") or [{}])[0]).get("reference") or {}
     peaks = refd.get("window_step_peaks_bytes") or []
     row["ref_max_memory_allocated"] = max(peaks) if peaks else None
     row["ref_flop_counter_total"] = refd.get("flop_counter_total")
@@ -144,10 +153,12 @@ def main():
     row["iteration_detection"] = s.get("iteration_detection")
     row["step_time_ms"] = (s.get("step_time_s") or 0) * 1e3
     row["step_time_instrumented_ms"] = (s.get("step_time_instrumented_s") or 0) * 1e3 or None
-    row["peak_allocated"] = s.get("peak_allocated_bytes")
-    row["peak_node"] = s.get("peak_node")
-    row["flops_fcm_convention"] = s.get("matmul_flops_per_iteration")
     row["warnings"] = s.get("warnings")
+    row["peak_allocated_user_run"] = s.get("peak_allocated_bytes")
+    sr = load(os.path.join(w, "an", name + ".ref", "summary.json")) or {}
+    row["peak_allocated"] = sr.get("peak_allocated_bytes")
+    row["peak_node"] = sr.get("peak_node")
+    row["flops_fcm_convention"] = sr.get("matmul_flops_per_iteration")
     if row["ref_max_memory_allocated"] and row["peak_allocated"]:
         row["peak_error_pct"] = 100.0 * (row["peak_allocated"] / row["ref_max_memory_allocated"] - 1)
     own = row.get("own_printed_step_ms") or row.get("reference_step_ms")

@@ -68,8 +68,18 @@ def steady_mean(values):
 
 
 def printed_times(records, since_ns=None):
-    """The program's own printed step times (s) on lines stamped after `since_ns`."""
-    return [r[3] * 1e-3 for r in records if r[3] is not None and (since_ns is None or r[0] >= since_ns)]
+    """The program's own printed step times (s) of the intervals that lie wholly after
+    `since_ns`. A printed time covers the steps since the line before it (word_language_model's
+    ms/batch covers 200 batches; its first line after the window also covers the window), so a
+    line counts only when the printed line before it came after `since_ns` as well."""
+    out, prev = [], None
+    for r in records:
+        if r[3] is None:
+            continue
+        if since_ns is None or (prev is not None and prev >= since_ns):
+            out.append(r[3] * 1e-3)
+        prev = r[0]
+    return out
 
 
 def main():

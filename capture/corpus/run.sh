@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The corpus run on the GPU machine: public training programs, unchanged, each run plain (its
-# own step time) and under `steptrace capture` (with STEPTRACE_REFERENCE=1: torch's
-# max_memory_allocated per window step and FlopCounterMode over one step), then analysed.
+# own step time), under `steptrace capture` as users run it (whole-run time, step time), and
+# captured again with STEPTRACE_REFERENCE=1 (torch's max_memory_allocated per window step and
+# FlopCounterMode over one step, for peak and FLOPs), each capture analysed.
 # Then signals and crashes at each phase of a capture. Results: $OUT/results.jsonl,
 # $OUT/signals.jsonl, the run directories in $OUT/runs_*.tar.gz.
 #
@@ -70,18 +71,27 @@ prog() {
   fi
   local plain_rc=$?
   t1=$(now)
-  STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=$flops bounded ${CAPTURE_LIMIT_S:-400} $W/logs/$name.hang \
+  # The capture as users run it: its whole-run time, steps and step time.
+  bounded ${CAPTURE_LIMIT_S:-400} $W/logs/$name.hang \
     -- $timer $W/ref/$name.progress_capture.json --units-per-step ${UPS:-1} -- \
     $ST capture --out $W/runs/$name -- "$@" >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
   local cap_rc=$?
   t2=$(now)
-  t3=$t2
+  # A second capture with the validation references (STEPTRACE_REFERENCE=1: torch's
+  # max_memory_allocated per window step, FlopCounterMode over a step, torch's own memory
+  # categories, which cost seconds): peak and FLOPs are checked on it.
+  STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=$flops bounded ${CAPTURE_LIMIT_S:-400} $W/logs/$name.ref.hang \
+    -- $ST capture --out $W/runs/$name.ref -- "$@" >$W/logs/$name.ref.capture.out 2>&1
+  local ref_rc=$?
+  t3=$(now)
   $ST analyze $W/runs/$name --out $W/an/$name >$W/logs/$name.analyze.out 2>$W/logs/$name.analyze.err
   local an_rc=$?
   t4=$(now)
+  $ST analyze $W/runs/$name.ref --out $W/an/$name.ref >$W/logs/$name.ref.analyze.out 2>&1
+  local ref_an_rc=$?
   cd $ROOT
   python3 capture/corpus/collect.py "$name" "$kind" $W "$plain_rc" "$cap_rc" "$an_rc" \
-    "$(minus $t1 $t0)" "$(minus $t2 $t1)" "$(minus $t4 $t3)" >>$OUT/results.jsonl
+    "$(minus $t1 $t0)" "$(minus $t2 $t1)" "$(minus $t4 $t3)" "$ref_rc" "$ref_an_rc" "$(minus $t3 $t2)" >>$OUT/results.jsonl
   tail -n 1 $OUT/results.jsonl
 }
 

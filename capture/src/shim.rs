@@ -91,6 +91,54 @@ pub fn probe_torch(python: &Path) -> Result<TorchInfo, String> {
     serde_json::from_str(line).map_err(|e| format!("unexpected torch probe output: {e}"))
 }
 
+/// Where the interpreter finds torch, without importing it (a bare interpreter start, tens of
+/// ms, against seconds for `import torch`): torch's `__init__.py` and the modification times
+/// of it and `version.py`, which change whenever torch is reinstalled.
+const LOCATE: &str = r#"
+import importlib.util, os
+s = importlib.util.find_spec("torch")
+o = s.origin if s and s.origin else ""
+d = os.path.dirname(o)
+print(o, *(os.stat(p).st_mtime_ns if os.path.exists(p) else 0 for p in (o, os.path.join(d, "version.py"))))
+"#;
+
+/// [`probe_torch`], kept in `cache/probe/` under a key made of the interpreter, where its
+/// torch lives (with modification times) and `CUDA_HOME`: a native capture asks every run,
+/// and `import torch` took 3-3.5 s of each C++ capture on the H100 machine, more than the
+/// rest of capture's work. A torch that cannot be located is probed afresh.
+pub fn probe_torch_cached(python: &Path, cache: &Path) -> Result<TorchInfo, String> {
+    let located = Command::new(python)
+        .args(["-c", LOCATE])
+        .env_remove(crate::env::OUT)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        // No torch found prints " 0 0": an empty origin.
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
+        .filter(|l| !l.is_empty() && !l.starts_with(' '));
+    let Some(located) = located else {
+        return probe_torch(python);
+    };
+    let cuda_home = std::env::var("CUDA_HOME").unwrap_or_default();
+    let key = fnv1a(&[&python.to_string_lossy(), &located, &cuda_home, PROBE]);
+    let file = cache.join("probe").join(format!("{key:016x}.json"));
+    if let Some(info) = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<TorchInfo>(&b).ok())
+    {
+        return Ok(info);
+    }
+    let info = probe_torch(python)?;
+    // A cache that cannot be written only costs the next run the probe again.
+    if std::fs::create_dir_all(file.parent().expect("has a parent")).is_ok() {
+        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, serde_json::to_vec(&info).expect("serialises")).is_ok() {
+            let _ = std::fs::rename(&tmp, &file);
+        }
+    }
+    Ok(info)
+}
+
 /// The cache directory: `$STEPTRACE_CACHE`, else `$XDG_CACHE_HOME/steptrace`, else
 /// `~/.cache/steptrace`.
 pub fn cache_root() -> PathBuf {
@@ -199,6 +247,71 @@ fn which(prog: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stand-in torch on its own path, and an interpreter wrapper that finds it: every
+    /// `import torch` appends a line to `imports`.
+    fn fake_torch(dir: &Path) -> PathBuf {
+        let pkg = dir.join("site").join("torch");
+        std::fs::create_dir_all(pkg.join("utils")).unwrap();
+        let log = dir.join("imports");
+        std::fs::write(
+            pkg.join("__init__.py"),
+            format!(
+                "open({:?}, 'a').write('x\\n')\n__version__ = '9.9.0'\nfrom . import version, utils\n",
+                log.display().to_string()
+            ),
+        )
+        .unwrap();
+        std::fs::write(pkg.join("version.py"), "cuda = '13.0'\n").unwrap();
+        std::fs::write(
+            pkg.join("utils").join("__init__.py"),
+            "cmake_prefix_path = '/opt/x'\n",
+        )
+        .unwrap();
+        let py = dir.join("python");
+        std::fs::write(
+            &py,
+            format!(
+                "#!/bin/sh\nPYTHONPATH={:?} exec python3 \"$@\"\n",
+                dir.join("site").display().to_string()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+        py
+    }
+
+    /// Issue 17 (whole-run slowdown): a native capture asks which torch it builds against on
+    /// every run; the answer is kept, and asked again when torch changes on disk.
+    #[test]
+    fn issue17_the_torch_probe_is_kept_until_torch_changes() {
+        if Command::new("python3").arg("-V").output().is_err() {
+            panic!("python3 is needed for this test");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let py = fake_torch(dir.path());
+        let cache = dir.path().join("cache");
+        let imports = || {
+            std::fs::read_to_string(dir.path().join("imports"))
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        let first = probe_torch_cached(&py, &cache).unwrap();
+        assert_eq!(first.version, "9.9.0");
+        assert_eq!(first.cmake_prefix, "/opt/x");
+        assert_eq!(imports(), 1);
+        assert_eq!(probe_torch_cached(&py, &cache).unwrap(), first);
+        assert_eq!(imports(), 1, "the second run is answered from the cache");
+        // A reinstalled torch has new files: probed again.
+        let v = dir.path().join("site").join("torch").join("version.py");
+        let f = std::fs::File::options().write(true).open(&v).unwrap();
+        f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(probe_torch_cached(&py, &cache).unwrap(), first);
+        assert_eq!(imports(), 2);
+    }
 
     #[test]
     fn cache_key_depends_on_sources_and_torch() {
