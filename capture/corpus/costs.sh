@@ -19,6 +19,7 @@ want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
 now() { date +%s.%N; }
 
 each() {
+  [ $2 = ddp ] && [[ "$ONLY" != *" $1 "* ]] && return 0  # the two-GPU machine only, when named
   local name=$1 dir=$3; shift 6
   want $name || return 0
   cd $dir

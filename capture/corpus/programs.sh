@@ -1,5 +1,5 @@
 # The corpus programs, one line each, for run.sh and costs.sh (sourced; needs $W):
-#   each NAME KIND(py|cpp) DIR FLOPS(1|0) UNITS_PER_STEP -- COMMAND...
+#   each NAME KIND(py|cpp|ddp) DIR FLOPS(1|0) UNITS_PER_STEP -- COMMAND...
 # FLOPS: whether FlopCounterMode runs as a reference (not under torch.compile);
 # UNITS_PER_STEP: progress-line units per optimizer step (mnist's lines count samples).
 # `each` is the caller's function.
@@ -16,6 +16,11 @@ corpus_programs() {
     --gradient_accumulation_steps=4 --batch_size=8 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 \
     --max_iters=200 --lr_decay_iters=200 --eval_interval=100000 --eval_iters=2 --log_interval=1 --warmup_iters=10 \
     --out_dir=$W/ngout
+  # Two processes under torchrun (the two-GPU machine only). The program resumes from the
+  # snapshot.pt it saves at epoch 0, so every run starts without one, through a shell as a
+  # user's launch script would.
+  each ddp_torchrun ddp $E/distributed/ddp-tutorial-series 0 1 -- \
+    sh -c 'rm -f snapshot.pt; exec torchrun --standalone --nproc-per-node 2 multigpu_torchrun.py 200 1000'
   each cpp_mnist cpp $W/cppdata 1 64 -- $W/build/mnist/mnist
   each cpp_dcgan cpp $W/cppdata 1 1 -- $W/build/dcgan/dcgan --epochs 1
   each cpp_regression cpp $W/cppdata 1 1 -- $W/build/regression/regression

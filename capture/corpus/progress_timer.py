@@ -35,6 +35,10 @@ PATTERNS = [
     # nanoGPT train.py: "iter 12: loss 4.1, time 28.32ms", its own time of that iteration.
     re.compile(rb"()iter (\d+): loss [0-9.]+, time ([0-9.]+)ms"),
 ]
+# pytorch/examples' DDP tutorial (multigpu_torchrun.py), rank 0's line at the start of each
+# epoch: "[GPU0] Epoch 3 | Batchsize: 32 | Steps: 32". Recorded as one run of steps: epoch E
+# begins after E x Steps steps.
+EPOCH_START = re.compile(rb"\[GPU0\] Epoch (\d+) \| Batchsize: \d+ \| Steps: (\d+)")
 
 
 def stdbuf_lib():
@@ -109,6 +113,10 @@ def main():
         parts = re.split(rb"[\r\n]", pending + chunk)
         pending = parts.pop()
         for line in parts:
+            m = EPOCH_START.search(line)
+            if m:
+                records.append((t, 0, int(m.group(1)) * int(m.group(2)), None))
+                continue
             for pat in PATTERNS:
                 m = pat.search(line)
                 if m:

@@ -95,8 +95,11 @@ prog() {
   tail -n 1 $OUT/results.jsonl
 }
 
+# NVLink multicast stays off on the multi-GPU machines (their rule; programs inherit it).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # cpp/regression is a 0.7 s program: a capture still running after a minute has hung.
-each() { UPS=$5 CAPTURE_LIMIT_S=$([ $1 = cpp_regression ] && echo 60 || echo 400) prog "$1" "$2" "$3" "$4" "${@:6}"; }
+# The two-process program needs the two-GPU machine: run only when named.
+each() { [ $2 = ddp ] && [[ "$ONLY" != *" $1 "* ]] && return 0; UPS=$5 CAPTURE_LIMIT_S=$([ $1 = cpp_regression ] && echo 60 || echo 400) prog "$1" "$2" "$3" "$4" "${@:6}"; }
 corpus_programs
 
 # Signals and crashes: the signal is sent when the shim's status says the phase is reached.
@@ -175,6 +178,7 @@ fi
 cd $W
 tar czf $OUT/runs_py.tar.gz runs/py_* runs/nanogpt* an/py_* an/nanogpt* ref 2>/dev/null
 tar czf $OUT/runs_cpp.tar.gz runs/cpp_* an/cpp_* 2>/dev/null
+tar czf $OUT/runs_ddp.tar.gz runs/ddp_* an/ddp_* ref/ddp_* 2>/dev/null
 tar czf $OUT/logs.tar.gz logs sig 2>/dev/null
 cp logs/*.hang $OUT/ 2>/dev/null
 ls -la $OUT
