@@ -1,0 +1,294 @@
+//! One chunk's events classified into tables with chunk-local string and thread ids: what a
+//! complete event's `cat` makes it, and how each kind of event is kept.
+
+use rustc_hash::FxHashMap;
+
+use super::raw::{self, time_ns, BadTime, IdOrName, RawEvent};
+use super::types::*;
+use crate::intern::Interner;
+
+/// What a complete (`ph: X`) event's `cat` makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Category {
+    Op(OpKind),
+    Runtime,
+    Gpu(GpuKind),
+    Python,
+    Other,
+}
+
+impl Category {
+    /// Case does not matter: older writers used `Operator`, `Runtime`, `Kernel`.
+    fn of(cat: &str) -> Category {
+        const NAMES: [(&str, Category); 12] = [
+            ("cpu_op", Category::Op(OpKind::Op)),
+            ("kernel", Category::Gpu(GpuKind::Kernel)),
+            ("cuda_runtime", Category::Runtime),
+            ("python_function", Category::Python),
+            ("user_annotation", Category::Op(OpKind::Annotation)),
+            ("operator", Category::Op(OpKind::Op)),
+            ("runtime", Category::Runtime),
+            ("cuda_driver", Category::Runtime),
+            ("gpu_memcpy", Category::Gpu(GpuKind::Memcpy)),
+            ("memcpy", Category::Gpu(GpuKind::Memcpy)),
+            ("gpu_memset", Category::Gpu(GpuKind::Memset)),
+            ("memset", Category::Gpu(GpuKind::Memset)),
+        ];
+        NAMES
+            .iter()
+            .find(|(n, _)| cat.eq_ignore_ascii_case(n))
+            .map_or(Category::Other, |&(_, c)| c)
+    }
+}
+
+/// Local thread key before merging: strings are chunk-local ids.
+pub(super) type LocalThreadKey = (ThreadKey, ThreadKey);
+
+/// What one chunk yields: tables with chunk-local string and thread ids.
+#[derive(Default)]
+pub(super) struct Partial {
+    pub(super) strings: Interner,
+    pub(super) threads: Vec<LocalThreadKey>,
+    pub(super) thread_index: FxHashMap<LocalThreadKey, ThreadId>,
+    pub(super) ops: Vec<CpuOp>,
+    pub(super) runtime: Vec<RuntimeCall>,
+    pub(super) gpu: Vec<GpuActivity>,
+    pub(super) memory: Vec<MemEvent>,
+    pub(super) modules: Vec<ModuleSpan>,
+    pub(super) flows: Vec<FlowEnd>,
+    pub(super) process_names: Vec<(i64, String)>,
+    /// (kind, message) of anomalies, in order.
+    pub(super) anomalies: Vec<(&'static str, String)>,
+    /// Ops' input texts; their spans are relative to this piece until merged.
+    pub(super) input_text: String,
+    /// Elements of `traceEvents` walked.
+    pub(super) elements: usize,
+}
+
+impl Partial {
+    fn key(&mut self, v: &Option<IdOrName<'_>>) -> ThreadKey {
+        match v {
+            Some(IdOrName::Num(n)) => ThreadKey::Num(*n),
+            Some(IdOrName::Name(s)) => ThreadKey::Name(self.strings.intern(s)),
+            None => ThreadKey::Num(-1),
+        }
+    }
+
+    fn thread(&mut self, ev: &RawEvent<'_>) -> ThreadId {
+        let k = (self.key(&ev.pid), self.key(&ev.tid));
+        if let Some(&t) = self.thread_index.get(&k) {
+            return t;
+        }
+        let t = ThreadId(self.threads.len() as u32);
+        self.threads.push(k);
+        self.thread_index.insert(k, t);
+        t
+    }
+
+    pub(super) fn add(&mut self, ev: &RawEvent<'_>, offset: usize) {
+        let ph = ev.ph.0.as_deref().unwrap_or("");
+        let cat = ev.cat.0.as_deref().unwrap_or("");
+        let name = ev.name.0.as_deref().unwrap_or("");
+        match ph {
+            "X" => self.add_complete(ev, cat, name, offset),
+            "i" | "I" if name == "[memory]" => self.add_memory(ev, offset),
+            "s" | "f" if cat == "fwdbwd" => {
+                let (Ok(ts), Some(id)) = (time_ns(&ev.ts), ev.id.as_ref()) else {
+                    return;
+                };
+                let id = match id {
+                    IdOrName::Num(n) => *n,
+                    IdOrName::Name(s) => s.parse().unwrap_or(-1),
+                };
+                let thread = self.thread(ev);
+                self.flows.push(FlowEnd {
+                    id,
+                    thread,
+                    ts,
+                    is_start: ph == "s",
+                });
+            }
+            "M" if name == "process_name" => {
+                if let (Some(IdOrName::Num(pid)), Some(args)) = (&ev.pid, &ev.args) {
+                    if let Some(n) = &args.name.0 {
+                        self.process_names.push((*pid, n.to_string()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add_complete(&mut self, ev: &RawEvent<'_>, cat: &str, name: &str, offset: usize) {
+        let start = match time_ns(&ev.ts) {
+            Ok(t) => t,
+            Err(BadTime::Missing) => {
+                self.anomalies.push((
+                    "event_without_time",
+                    format!("'{name}' at byte {offset} has no usable ts"),
+                ));
+                return;
+            }
+            Err(BadTime::OutOfRange) => {
+                let ts = ev.ts.0.as_deref().unwrap_or_default();
+                self.anomalies.push((
+                    "timestamp_out_of_range",
+                    format!("'{name}' at byte {offset} has ts {ts}; skipped"),
+                ));
+                return;
+            }
+        };
+        let dur = match time_ns(&ev.dur) {
+            Ok(d) if d >= 0 => d,
+            Err(BadTime::Missing) => 0,
+            _ => {
+                let dur = ev.dur.0.as_deref().unwrap_or_default();
+                self.anomalies.push((
+                    "negative_duration",
+                    format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
+                ));
+                0
+            }
+        };
+        let default_args = raw::RawArgs::default();
+        let args = ev.args.as_ref().unwrap_or(&default_args);
+        match Category::of(cat) {
+            Category::Op(kind) => {
+                let inputs = if args.input_dims.is_some() || args.input_type.is_some() {
+                    self.keep_inputs(args.input_dims, args.input_type, args.concrete_inputs)
+                } else {
+                    InputSpans::default()
+                };
+                let thread = self.thread(ev);
+                let name = self.strings.intern(name);
+                self.ops.push(CpuOp {
+                    name,
+                    kind,
+                    thread,
+                    start,
+                    dur,
+                    ext_id: args.ext_id.i64(),
+                    rf_id: args.rf_id.i64(),
+                    seq: args.seq.i64().filter(|&s| s >= 0),
+                    fwd_tid: args.fwd_tid.i64(),
+                    inputs,
+                });
+            }
+            Category::Runtime => {
+                let thread = self.thread(ev);
+                let name = self.strings.intern(name);
+                self.runtime.push(RuntimeCall {
+                    name,
+                    thread,
+                    start,
+                    dur,
+                    correlation: args.correlation.i64(),
+                });
+            }
+            Category::Gpu(kind) => {
+                let stream = args.stream.i64().unwrap_or(match ev.tid {
+                    Some(IdOrName::Num(t)) => t,
+                    _ => -1,
+                });
+                let device = args.device.i64().unwrap_or(match ev.pid {
+                    Some(IdOrName::Num(p)) => p,
+                    _ => 0,
+                });
+                let name = self.strings.intern(name);
+                let collective = args.collective.0.as_deref().map(|op| {
+                    Box::new(Collective {
+                        op: self.strings.intern(op),
+                        pg: self.strings.intern(args.pg_name.0.as_deref().unwrap_or("")),
+                        dtype: self.strings.intern(args.dtype.0.as_deref().unwrap_or("")),
+                        in_nelems: args.in_nelems.i64(),
+                        out_nelems: args.out_nelems.i64(),
+                    })
+                });
+                self.gpu.push(GpuActivity {
+                    name,
+                    kind,
+                    start,
+                    dur,
+                    device,
+                    stream,
+                    correlation: args.correlation.i64(),
+                    bytes: args.bytes.i64(),
+                    collective,
+                });
+            }
+            Category::Python => {
+                if let Some(m) = name.strip_prefix("nn.Module: ") {
+                    let thread = self.thread(ev);
+                    let name = self.strings.intern(m);
+                    self.modules.push(ModuleSpan {
+                        name,
+                        thread,
+                        start,
+                        dur,
+                    });
+                }
+            }
+            Category::Other => {}
+        }
+    }
+
+    /// Copies an op's input texts into this piece's text; texts over 4 GiB are not kept.
+    fn keep_inputs(
+        &mut self,
+        dims: Option<&str>,
+        types: Option<&str>,
+        concrete: Option<&str>,
+    ) -> InputSpans {
+        let start = self.input_text.len() as u64;
+        let mut put = |t: Option<&str>| match t.map(|t| (t, u32::try_from(t.len()))) {
+            Some((t, Ok(len))) => {
+                self.input_text.push_str(t);
+                len
+            }
+            _ => 0,
+        };
+        let spans = InputSpans {
+            start,
+            dims: put(dims),
+            types: put(types),
+            concrete: put(concrete),
+        };
+        if spans.dims == 0 && spans.types == 0 && spans.concrete == 0 {
+            return InputSpans::default();
+        }
+        spans
+    }
+
+    fn add_memory(&mut self, ev: &RawEvent<'_>, offset: usize) {
+        let Some(args) = &ev.args else {
+            return;
+        };
+        let (Ok(ts), Some(bytes)) = (time_ns(&ev.ts), args.signed_bytes.i64()) else {
+            self.anomalies.push((
+                "malformed_memory_event",
+                format!("[memory] at byte {offset} lacks ts or Bytes"),
+            ));
+            return;
+        };
+        // A counter past i64 (`Total Allocated: 18446744073709551615`, an unsigned underflow
+        // in the writer) is unknown, and said so (issue 22: it became a peak of -1 bytes).
+        let over = |l: raw::Lenient| matches!(l, raw::Lenient::UInt(_));
+        if over(args.total_allocated) || over(args.total_reserved) {
+            self.anomalies.push((
+                "memory_counter_out_of_range",
+                format!("[memory] at byte {offset} has a counter past 2^63: taken as unknown"),
+            ));
+        }
+        let thread = self.thread(ev);
+        self.memory.push(MemEvent {
+            thread,
+            ts,
+            addr: args.addr.u64().unwrap_or(0),
+            bytes,
+            total_allocated: args.total_allocated.i64().unwrap_or(-1),
+            total_reserved: args.total_reserved.i64().unwrap_or(-1),
+            device_type: args.device_type.i64().unwrap_or(-1),
+            device_id: args.device_id.i64().unwrap_or(-1),
+        });
+    }
+}
