@@ -20,6 +20,7 @@
 
 pub mod analysis;
 pub mod diagnostics;
+pub mod file_error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ingest;
@@ -29,6 +30,7 @@ mod par;
 pub mod plan;
 pub mod report;
 
+use crate::file_error::FileError;
 use std::path::{Path, PathBuf};
 
 use diagnostics::Diagnostics;
@@ -295,9 +297,11 @@ pub fn write_rank_output(props: &AnalyzeProps, o: &Outcome, dir: &Path) -> Resul
                 .flatten()
         })
         .unwrap_or(0);
-    std::fs::create_dir_all(dir).map_err(|source| report::Error::Io {
-        path: dir.to_path_buf(),
-        source,
+    std::fs::create_dir_all(dir).map_err(|source| {
+        report::Error::Io(FileError {
+            path: dir.to_path_buf(),
+            source,
+        })
     })?;
     let r = analysis::ranks::RankResult::from_analysis(rank, &o.analysis);
     report::frames::write_rank(dir, &r)?;

@@ -9,6 +9,7 @@ pub mod pickle;
 pub mod snapshot;
 pub mod source;
 
+use crate::file_error::FileError;
 use std::path::{Path, PathBuf};
 
 use crate::diagnostics::Diagnostics;
@@ -18,13 +19,8 @@ use crate::diagnostics::Diagnostics;
 #[non_exhaustive]
 pub enum Error {
     /// The file could not be opened or read.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FileError),
     /// The file was read but is not what it should be.
     #[error("{}: {what}", path.display())]
     Format {
@@ -208,9 +204,11 @@ pub fn discover(
     et: Option<&Path>,
     rank: Option<i64>,
 ) -> Result<Inputs, Error> {
-    let meta = std::fs::metadata(input).map_err(|source| Error::Io {
-        path: input.to_path_buf(),
-        source,
+    let meta = std::fs::metadata(input).map_err(|source| {
+        Error::Io(FileError {
+            path: input.to_path_buf(),
+            source,
+        })
     })?;
     let mut found = if meta.is_dir() {
         discover_dir(input, rank)?
@@ -252,9 +250,11 @@ fn inside_run_dir(dir: &Path, manifest: &Path, name: &str) -> Result<PathBuf, Er
 fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     let manifest_path = dir.join("manifest.json");
     if manifest_path.is_file() {
-        let text = std::fs::read(&manifest_path).map_err(|source| Error::Io {
-            path: manifest_path.clone(),
-            source,
+        let text = std::fs::read(&manifest_path).map_err(|source| {
+            Error::Io(FileError {
+                path: manifest_path.clone(),
+                source,
+            })
         })?;
         let m: Manifest = serde_json::from_slice(&text).map_err(|e| Error::Format {
             path: manifest_path.clone(),
@@ -497,9 +497,11 @@ fn rank_warnings(traces: &[RankTrace]) -> Vec<String> {
 }
 
 fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inputs, Error> {
-    let rd = std::fs::read_dir(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
+    let rd = std::fs::read_dir(dir).map_err(|source| {
+        Error::Io(FileError {
+            path: dir.to_path_buf(),
+            source,
+        })
     })?;
     let mut names: Vec<(String, PathBuf)> = rd
         .filter_map(|e| e.ok())

@@ -1,6 +1,7 @@
 //! Path → bytes: plain files and gzip streams (sniffed by magic, not by extension), with
 //! truncated gzip streams yielding what they hold.
 
+use crate::file_error::FileError;
 use std::io::Read;
 use std::ops::Deref;
 use std::path::Path;
@@ -127,9 +128,11 @@ pub fn read_expecting(path: &Path, expect: Expect) -> Result<Source, Error> {
         path: path.to_path_buf(),
         what,
     };
-    let raw = open(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
+    let raw = open(path).map_err(|source| {
+        Error::Io(FileError {
+            path: path.to_path_buf(),
+            source,
+        })
     })?;
     let file_len = raw.len() as u64;
     if is_gzip(&raw) {

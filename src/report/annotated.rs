@@ -7,6 +7,7 @@
 //! (its parts add up to `Total Allocated`), a track of nodes with rank, phase and category,
 //! and each activation's lifetime as an async slice.
 
+use crate::file_error::FileError;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -241,10 +242,10 @@ impl HeadCopy {
     fn finish(self) -> Result<std::fs::File, Error> {
         let dest = self.dest;
         self.handle.join().unwrap_or_else(|_| {
-            Err(Error::Io {
+            Err(Error::Io(FileError {
                 path: dest,
                 source: std::io::Error::other("the copying thread panicked"),
-            })
+            }))
         })
     }
 
@@ -258,9 +259,11 @@ impl HeadCopy {
 /// one, or with `reuse` the part file there, written over from its start ([`write`] cuts it
 /// to the length written).
 fn copy_head(src: &Path, dest: &Path, len: usize, reuse: bool) -> Result<std::fs::File, Error> {
-    let in_err = |source| Error::Io {
-        path: src.to_path_buf(),
-        source,
+    let in_err = |source| {
+        Error::Io(FileError {
+            path: src.to_path_buf(),
+            source,
+        })
     };
     let mut s = std::fs::File::open(src).map_err(in_err)?;
     let reused = reuse
@@ -350,9 +353,11 @@ fn write_middle<B: AsRef<[u8]>>(
 
 /// The compact text: the header, the kept events, the added ones and the rest of the document.
 fn compact_text(buf: &[u8], path: &Path, extras: &[u8]) -> Result<Vec<u8>, Error> {
-    let bad = |what: &str| Error::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()),
+    let bad = |what: &str| {
+        Error::Io(FileError {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()),
+        })
     };
     let start = json_scan::find_top_level_key(buf, b"traceEvents")
         .ok()
@@ -526,9 +531,11 @@ pub fn write(
     head: Option<HeadCopy>,
 ) -> Result<(), Error> {
     let src_path = &t.kineto.path;
-    let in_err = |e: std::io::Error| Error::Io {
-        path: src_path.clone(),
-        source: e,
+    let in_err = |e: std::io::Error| {
+        Error::Io(FileError {
+            path: src_path.clone(),
+            source: e,
+        })
     };
     let span = t.kineto.events_span;
     if !compact && !t.kineto.gzipped {
@@ -543,9 +550,11 @@ pub fn write(
         let mut f = std::io::BufWriter::with_capacity(1 << 16, copied?);
         write_middle(&mut f, span, &extras).map_err(io(path))?;
         drop(extras);
-        let f = f.into_inner().map_err(|e| Error::Io {
-            path: path.to_path_buf(),
-            source: e.into_error(),
+        let f = f.into_inner().map_err(|e| {
+            Error::Io(FileError {
+                path: path.to_path_buf(),
+                source: e.into_error(),
+            })
         })?;
         if span.complete {
             let mut src = std::fs::File::open(src_path).map_err(in_err)?;
@@ -564,9 +573,11 @@ pub fn write(
     let extras = extra_events(t, a);
     let mut f = std::io::BufWriter::with_capacity(1 << 16, super::create(path)?);
     if compact {
-        let src = source::read(src_path).map_err(|e| Error::Io {
-            path: src_path.clone(),
-            source: std::io::Error::other(e.to_string()),
+        let src = source::read(src_path).map_err(|e| {
+            Error::Io(FileError {
+                path: src_path.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })
         })?;
         let text = compact_text(&src.bytes, src_path, &extras)?;
         drop(src);

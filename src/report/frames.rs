@@ -1,6 +1,7 @@
 //! Parquet copies of the main tables, through polars (the only module that imports it).
 //! Column names and values are those of the CSV files of the same name.
 
+use crate::file_error::FileError;
 use std::path::Path;
 
 use polars::prelude::*;
@@ -19,9 +20,11 @@ pub const FILES: [&str; 4] = [
 ];
 
 fn write(path: &Path, columns: Vec<Column>) -> Result<(), Error> {
-    let fail = |e: PolarsError| Error::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
+    let fail = |e: PolarsError| {
+        Error::Io(FileError {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
     };
     let mut df = DataFrame::new_infer_height(columns).map_err(fail)?;
     let f = super::create(path)?;
@@ -355,10 +358,10 @@ impl Frame {
     }
 
     fn bad(path: &Path, e: PolarsError) -> Error {
-        Error::Io {
+        Error::Io(FileError {
             path: path.to_path_buf(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-        }
+        })
     }
 
     /// Column `c` as `dt` (a cast where the file stored another width).
@@ -390,14 +393,12 @@ impl Frame {
 
     /// The first row's value of an integer column that must be there.
     fn i64_first(&self, c: &str) -> Result<i64, Error> {
-        self.i64s(c)?
-            .first()
-            .copied()
-            .flatten()
-            .ok_or_else(|| Error::Io {
+        self.i64s(c)?.first().copied().flatten().ok_or_else(|| {
+            Error::Io(FileError {
                 path: self.path.clone(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("no {c}")),
             })
+        })
     }
 
     fn f64_first(&self, c: &str) -> Result<Option<f64>, Error> {

@@ -1,6 +1,7 @@
 //! Memory and liveness outputs: `activation_stats.csv`, `memory_timeline.csv`, `graph.json`
 //! and `graph.dot` (with an Execution Trace).
 
+use crate::file_error::FileError;
 use std::io::Write;
 use std::path::Path;
 
@@ -91,9 +92,11 @@ pub(super) fn write_graph(dir: &Path, a: &Analysis) -> Result<(), Error> {
         return Ok(());
     };
     let p = dir.join("graph.json");
-    let text = serde_json::to_vec_pretty(g).map_err(|e| Error::Io {
-        path: p.clone(),
-        source: e.into(),
+    let text = serde_json::to_vec_pretty(g).map_err(|e| {
+        Error::Io(FileError {
+            path: p.clone(),
+            source: e.into(),
+        })
     })?;
     super::write_file(&p, &text)?;
     let p = dir.join("graph.dot");

@@ -1,6 +1,7 @@
 //! Writing results: CSV tables, `summary.json`, and the console summary (returned as text;
 //! the CLI prints it).
 
+use crate::file_error::FileError;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -44,13 +45,8 @@ use crate::model::Trace;
 #[non_exhaustive]
 pub enum Error {
     /// A file could not be created or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FileError),
     /// `--out` names something that is not a directory.
     #[error("{}: not a directory (--out names the folder to write results into)", path.display())]
     NotADirectory {
@@ -68,9 +64,11 @@ pub const FILES: [&str; 4] = [
 ];
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
+    move |source| {
+        Error::Io(FileError {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 
@@ -152,9 +150,11 @@ pub(crate) fn safe_cell(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 }
 
 pub(crate) fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
-    move |e| Error::Io {
-        path: path.to_path_buf(),
-        source: e.into(),
+    move |e| {
+        Error::Io(FileError {
+            path: path.to_path_buf(),
+            source: e.into(),
+        })
     }
 }
 
@@ -443,18 +443,22 @@ fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error
 /// `v` as indented JSON with a final newline, under `p`'s part name.
 pub(crate) fn write_json(p: &Path, v: &impl serde::Serialize) -> Result<(), Error> {
     let mut w = BufWriter::new(create(p)?);
-    serde_json::to_writer_pretty(&mut w, v).map_err(|e| Error::Io {
-        path: p.to_path_buf(),
-        source: e.into(),
+    serde_json::to_writer_pretty(&mut w, v).map_err(|e| {
+        Error::Io(FileError {
+            path: p.to_path_buf(),
+            source: e.into(),
+        })
     })?;
     w.write_all(b"\n").map_err(io(p))?;
     w.flush().map_err(io(p))
 }
 
 fn write_graph_profile(p: &Path, a: &Analysis) -> Result<(), Error> {
-    let text = serde_json::to_vec_pretty(&flops::graph_profile(a)).map_err(|e| Error::Io {
-        path: p.to_path_buf(),
-        source: e.into(),
+    let text = serde_json::to_vec_pretty(&flops::graph_profile(a)).map_err(|e| {
+        Error::Io(FileError {
+            path: p.to_path_buf(),
+            source: e.into(),
+        })
     })?;
     write_file(p, &text)
 }

@@ -7,6 +7,7 @@
 //! of which plots an analysis gets and their data (`jobs`); plots over several runs (`multi`:
 //! compare, sweep, plan, ranks).
 
+use crate::file_error::FileError;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
@@ -138,9 +139,11 @@ fn render<D: ?Sized>(
 ) -> Result<String, Error> {
     let svg = dir.join(format!("{name}.svg"));
     let png = dir.join(format!("{name}.png"));
-    let fail = |p: &Path, e: Box<dyn std::error::Error>| Error::Io {
-        path: p.to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
+    let fail = |p: &Path, e: Box<dyn std::error::Error>| {
+        Error::Io(FileError {
+            path: p.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
     };
     let mut text = String::new();
     {
