@@ -9,12 +9,8 @@
 # A variant is `default` or VAR=VALUE set for its capture. Needs target/release/steptrace and
 # .corpus/ (run.sh's set-up).
 set -u
-ROOT=$(pwd)
-ST=$ROOT/target/release/steptrace
-W=/tmp/corpus
-. $ROOT/capture/corpus/programs.sh
-ONLY=" ${*:-} "
-want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
+. capture/corpus/programs.sh
+corpus_init "$@"
 [[ "$ONLY" == *" cpp_"* ]] && corpus_setup cpp || corpus_setup
 now() { date +%s.%N; }
 

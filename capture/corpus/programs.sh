@@ -1,4 +1,17 @@
-# The corpus programs, one line each, for run.sh and costs.sh (sourced; needs $W):
+# What run.sh and costs.sh share (sourced from the repository root): the paths, the choice of
+# programs named on the command line, the programs, and the work directory's set-up.
+
+# corpus_init ARGS...: ROOT, ST (the release binary), W (the work directory), and `want NAME`
+# (true when NAME was named, or when nothing was).
+corpus_init() {
+  ROOT=$(pwd)
+  ST=$ROOT/target/release/steptrace
+  W=/tmp/corpus
+  ONLY=" ${*:-} "
+}
+want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
+
+# The corpus programs, one line each:
 #   each NAME KIND(py|cpp|ddp) DIR FLOPS(1|0) UNITS_PER_STEP -- COMMAND...
 # FLOPS: whether FlopCounterMode runs as a reference (not under torch.compile);
 # UNITS_PER_STEP: progress-line units per optimizer step (mnist's lines count samples).

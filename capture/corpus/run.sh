@@ -10,12 +10,8 @@
 # (.corpus/ comes from capture/corpus/fetch.sh; build_cpp.sh builds the three C++
 # examples with their own CMakeLists, as their READMEs say.)
 set -u
-ROOT=$(pwd)
-ST=$ROOT/target/release/steptrace
-W=/tmp/corpus
-. $ROOT/capture/corpus/programs.sh
-ONLY=" ${*:-} "
-want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
+. capture/corpus/programs.sh
+corpus_init "$@"
 if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals_cpp; then
   corpus_setup cpp
 else
