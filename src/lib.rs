@@ -30,7 +30,6 @@ mod par;
 pub mod plan;
 pub mod report;
 
-use crate::file_error::FileError;
 use std::path::{Path, PathBuf};
 
 use diagnostics::Diagnostics;
@@ -297,12 +296,7 @@ pub fn write_rank_output(props: &AnalyzeProps, o: &Outcome, dir: &Path) -> Resul
                 .flatten()
         })
         .unwrap_or(0);
-    std::fs::create_dir_all(dir).map_err(|source| {
-        report::Error::Io(FileError {
-            path: dir.to_path_buf(),
-            source,
-        })
-    })?;
+    std::fs::create_dir_all(dir).map_err(report::io(dir))?;
     let r = analysis::ranks::RankResult::from_analysis(rank, &o.analysis);
     report::frames::write_rank(dir, &r)?;
     report::rename_parts(dir)?;

@@ -297,11 +297,8 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
                 steptrace::report::flops::graph_profile_block(&analysis, args.top.max(1));
             for path in &args.compare {
                 let bytes = std::fs::read(path).map_err(|e| {
-                    steptrace::Error::Input(steptrace::ingest::Error::Io(
-                        steptrace::file_error::FileError {
-                            path: path.clone(),
-                            source: e,
-                        },
+                    steptrace::Error::Input(steptrace::ingest::Error::from(
+                        steptrace::file_error::FileError::new(path, e),
                     ))
                 })?;
                 let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {

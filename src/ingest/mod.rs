@@ -204,12 +204,7 @@ pub fn discover(
     et: Option<&Path>,
     rank: Option<i64>,
 ) -> Result<Inputs, Error> {
-    let meta = std::fs::metadata(input).map_err(|source| {
-        Error::Io(FileError {
-            path: input.to_path_buf(),
-            source,
-        })
-    })?;
+    let meta = std::fs::metadata(input).map_err(FileError::at(input))?;
     let mut found = if meta.is_dir() {
         discover_dir(input, rank)?
     } else {
@@ -250,12 +245,7 @@ fn inside_run_dir(dir: &Path, manifest: &Path, name: &str) -> Result<PathBuf, Er
 fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     let manifest_path = dir.join("manifest.json");
     if manifest_path.is_file() {
-        let text = std::fs::read(&manifest_path).map_err(|source| {
-            Error::Io(FileError {
-                path: manifest_path.clone(),
-                source,
-            })
-        })?;
+        let text = std::fs::read(&manifest_path).map_err(FileError::at(&manifest_path))?;
         let m: Manifest = serde_json::from_slice(&text).map_err(|e| Error::Format {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),
@@ -497,12 +487,7 @@ fn rank_warnings(traces: &[RankTrace]) -> Vec<String> {
 }
 
 fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inputs, Error> {
-    let rd = std::fs::read_dir(dir).map_err(|source| {
-        Error::Io(FileError {
-            path: dir.to_path_buf(),
-            source,
-        })
-    })?;
+    let rd = std::fs::read_dir(dir).map_err(FileError::at(dir))?;
     let mut names: Vec<(String, PathBuf)> = rd
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))

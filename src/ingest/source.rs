@@ -128,12 +128,7 @@ pub fn read_expecting(path: &Path, expect: Expect) -> Result<Source, Error> {
         path: path.to_path_buf(),
         what,
     };
-    let raw = open(path).map_err(|source| {
-        Error::Io(FileError {
-            path: path.to_path_buf(),
-            source,
-        })
-    })?;
+    let raw = open(path).map_err(FileError::at(path))?;
     let file_len = raw.len() as u64;
     if is_gzip(&raw) {
         let (bytes, truncated_gzip) =

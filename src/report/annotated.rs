@@ -242,10 +242,10 @@ impl HeadCopy {
     fn finish(self) -> Result<std::fs::File, Error> {
         let dest = self.dest;
         self.handle.join().unwrap_or_else(|_| {
-            Err(Error::Io(FileError {
-                path: dest,
-                source: std::io::Error::other("the copying thread panicked"),
-            }))
+            Err(Error::from(FileError::new(
+                dest,
+                std::io::Error::other("the copying thread panicked"),
+            )))
         })
     }
 
@@ -259,12 +259,7 @@ impl HeadCopy {
 /// one, or with `reuse` the part file there, written over from its start ([`write`] cuts it
 /// to the length written).
 fn copy_head(src: &Path, dest: &Path, len: usize, reuse: bool) -> Result<std::fs::File, Error> {
-    let in_err = |source| {
-        Error::Io(FileError {
-            path: src.to_path_buf(),
-            source,
-        })
-    };
+    let in_err = |source| Error::from(FileError::new(src, source));
     let mut s = std::fs::File::open(src).map_err(in_err)?;
     let reused = reuse
         .then(|| {
@@ -354,10 +349,10 @@ fn write_middle<B: AsRef<[u8]>>(
 /// The compact text: the header, the kept events, the added ones and the rest of the document.
 fn compact_text(buf: &[u8], path: &Path, extras: &[u8]) -> Result<Vec<u8>, Error> {
     let bad = |what: &str| {
-        Error::Io(FileError {
-            path: path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()),
-        })
+        Error::from(FileError::new(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()),
+        ))
     };
     let start = json_scan::find_top_level_key(buf, b"traceEvents")
         .ok()
@@ -531,12 +526,7 @@ pub fn write(
     head: Option<HeadCopy>,
 ) -> Result<(), Error> {
     let src_path = &t.kineto.path;
-    let in_err = |e: std::io::Error| {
-        Error::Io(FileError {
-            path: src_path.clone(),
-            source: e,
-        })
-    };
+    let in_err = |e: std::io::Error| Error::from(FileError::new(src_path, e));
     let span = t.kineto.events_span;
     if !compact && !t.kineto.gzipped {
         // The head is copied by the kernel while the added events are formatted.
@@ -550,12 +540,9 @@ pub fn write(
         let mut f = std::io::BufWriter::with_capacity(1 << 16, copied?);
         write_middle(&mut f, span, &extras).map_err(io(path))?;
         drop(extras);
-        let f = f.into_inner().map_err(|e| {
-            Error::Io(FileError {
-                path: path.to_path_buf(),
-                source: e.into_error(),
-            })
-        })?;
+        let f = f
+            .into_inner()
+            .map_err(|e| Error::from(FileError::new(path, e.into_error())))?;
         if span.complete {
             let mut src = std::fs::File::open(src_path).map_err(in_err)?;
             std::io::Seek::seek(&mut src, std::io::SeekFrom::Start(span.insert_at as u64))
@@ -574,10 +561,10 @@ pub fn write(
     let mut f = std::io::BufWriter::with_capacity(1 << 16, super::create(path)?);
     if compact {
         let src = source::read(src_path).map_err(|e| {
-            Error::Io(FileError {
-                path: src_path.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })
+            Error::from(FileError::new(
+                src_path,
+                std::io::Error::other(e.to_string()),
+            ))
         })?;
         let text = compact_text(&src.bytes, src_path, &extras)?;
         drop(src);

@@ -20,12 +20,8 @@ pub const FILES: [&str; 4] = [
 ];
 
 fn write(path: &Path, columns: Vec<Column>) -> Result<(), Error> {
-    let fail = |e: PolarsError| {
-        Error::Io(FileError {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    };
+    let fail =
+        |e: PolarsError| Error::from(FileError::new(path, std::io::Error::other(e.to_string())));
     let mut df = DataFrame::new_infer_height(columns).map_err(fail)?;
     let f = super::create(path)?;
     ParquetWriter::new(f).finish(&mut df).map_err(fail)?;
@@ -358,10 +354,10 @@ impl Frame {
     }
 
     fn bad(path: &Path, e: PolarsError) -> Error {
-        Error::Io(FileError {
-            path: path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-        })
+        Error::from(FileError::new(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        ))
     }
 
     /// Column `c` as `dt` (a cast where the file stored another width).
@@ -394,10 +390,10 @@ impl Frame {
     /// The first row's value of an integer column that must be there.
     fn i64_first(&self, c: &str) -> Result<i64, Error> {
         self.i64s(c)?.first().copied().flatten().ok_or_else(|| {
-            Error::Io(FileError {
-                path: self.path.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("no {c}")),
-            })
+            Error::from(FileError::new(
+                &self.path,
+                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("no {c}")),
+            ))
         })
     }
 

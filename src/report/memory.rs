@@ -92,12 +92,8 @@ pub(super) fn write_graph(dir: &Path, a: &Analysis) -> Result<(), Error> {
         return Ok(());
     };
     let p = dir.join("graph.json");
-    let text = serde_json::to_vec_pretty(g).map_err(|e| {
-        Error::Io(FileError {
-            path: p.clone(),
-            source: e.into(),
-        })
-    })?;
+    let text =
+        serde_json::to_vec_pretty(g).map_err(|e| Error::from(FileError::new(&p, e.into())))?;
     super::write_file(&p, &text)?;
     let p = dir.join("graph.dot");
     let mut f = std::io::BufWriter::new(super::create(&p)?);

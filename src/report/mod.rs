@@ -64,12 +64,7 @@ pub const FILES: [&str; 4] = [
 ];
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| {
-        Error::Io(FileError {
-            path: path.to_path_buf(),
-            source,
-        })
-    }
+    move |source| Error::from(FileError::new(path, source))
 }
 
 /// Creates an output file under its part name ([`out_dir::part_path`]); the run's
@@ -150,12 +145,7 @@ pub(crate) fn safe_cell(b: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 }
 
 pub(crate) fn csv_err(path: &Path) -> impl Fn(csv::Error) -> Error + '_ {
-    move |e| {
-        Error::Io(FileError {
-            path: path.to_path_buf(),
-            source: e.into(),
-        })
-    }
+    move |e| Error::from(FileError::new(path, e.into()))
 }
 
 /// CSV rows formatted into memory, with the quoting of the `csv` crate's default writer (a
@@ -443,23 +433,15 @@ fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error
 /// `v` as indented JSON with a final newline, under `p`'s part name.
 pub(crate) fn write_json(p: &Path, v: &impl serde::Serialize) -> Result<(), Error> {
     let mut w = BufWriter::new(create(p)?);
-    serde_json::to_writer_pretty(&mut w, v).map_err(|e| {
-        Error::Io(FileError {
-            path: p.to_path_buf(),
-            source: e.into(),
-        })
-    })?;
+    serde_json::to_writer_pretty(&mut w, v)
+        .map_err(|e| Error::from(FileError::new(p, e.into())))?;
     w.write_all(b"\n").map_err(io(p))?;
     w.flush().map_err(io(p))
 }
 
 fn write_graph_profile(p: &Path, a: &Analysis) -> Result<(), Error> {
-    let text = serde_json::to_vec_pretty(&flops::graph_profile(a)).map_err(|e| {
-        Error::Io(FileError {
-            path: p.to_path_buf(),
-            source: e.into(),
-        })
-    })?;
+    let text = serde_json::to_vec_pretty(&flops::graph_profile(a))
+        .map_err(|e| Error::from(FileError::new(p, e.into())))?;
     write_file(p, &text)
 }
 

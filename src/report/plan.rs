@@ -89,12 +89,8 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut files = Vec::new();
     let json = dir.join("plan.json");
-    let text = serde_json::to_string_pretty(p).map_err(|e| {
-        Error::Io(FileError {
-            path: json.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })?;
+    let text = serde_json::to_string_pretty(p)
+        .map_err(|e| Error::from(FileError::new(&json, std::io::Error::other(e.to_string()))))?;
     super::write_file(&json, text.as_bytes())?;
     files.push(json);
 

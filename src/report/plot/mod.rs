@@ -140,10 +140,7 @@ fn render<D: ?Sized>(
     let svg = dir.join(format!("{name}.svg"));
     let png = dir.join(format!("{name}.png"));
     let fail = |p: &Path, e: Box<dyn std::error::Error>| {
-        Error::Io(FileError {
-            path: p.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        Error::from(FileError::new(p, std::io::Error::other(e.to_string())))
     };
     let mut text = String::new();
     {
