@@ -102,9 +102,6 @@ class _State:
         self.done = False
         # Set by the SIGTERM handler: the process then ends as SIGTERM would once written.
         self.sigterm = False
-        self.hooks = []
-        self.orig_backward = None
-        self.orig_scaler_update = None
         # Optimizers stepped since the cycle began, and the one that ends a step once the
         # cycle is known (the last before the first repeat).
         self.cycle = []
@@ -381,6 +378,7 @@ def _end_window():
     if st.get("memory_history"):
         try:
             torch.cuda.memory._record_memory_history(enabled=None)
+            st["memory_history"] = False
             st["memory_history_stopped_at_step"] = st["steps"]
         except Exception as exc:
             _S.error("stop memory history", exc)
@@ -626,8 +624,9 @@ def _install_hooks(torch):
         register_optimizer_step_pre_hook,
     )
 
-    _S.hooks.append(register_optimizer_step_pre_hook(opt_pre))
-    _S.hooks.append(register_optimizer_step_post_hook(opt_post))
+    # For the whole run: after the window they time the program's steps.
+    register_optimizer_step_pre_hook(opt_pre)
+    register_optimizer_step_post_hook(opt_post)
 
     # Tensor.backward calls torch.autograd.backward through the module attribute, so this
     # one wrapper sees both.
@@ -647,7 +646,6 @@ def _install_hooks(torch):
             if not after_marked and len(_S.backward_ns) < _MAX_READINGS:
                 _S.backward_ns.append(time.perf_counter_ns())
 
-    _S.orig_backward = orig_backward
     torch.autograd.backward = backward
 
     try:
@@ -663,7 +661,6 @@ def _install_hooks(torch):
                 _boundary("grad_scaler_update")
             return out
 
-        _S.orig_scaler_update = orig_update
         torch.amp.GradScaler.update = update
     except Exception as exc:
         _S.error("GradScaler hook", exc)
@@ -941,10 +938,10 @@ def _at_exit_work():
     if st["phase"] == "timing":
         _timing_cuda()
     _S.done = True
-    # The exit snapshot is for a run whose window left none (as in the C++ shim): analyze
-    # never reads it beside the window's, and taking it cost word_language_model 5.5 s at exit
-    # on the H100 machine (a 1.4 KB snapshot; the window's took 2 ms).
-    if "memory" in _S.record and st.get("memory_history") and "snapshot" not in st["files"]:
+    # Only while memory history still records (the window never closed), as in the C++ shim:
+    # after a closed window analyze never reads it, and taking it cost word_language_model
+    # 5.5 s at exit on the H100 machine (a 1.4 KB snapshot; the window's took 2 ms).
+    if "memory" in _S.record and st.get("memory_history"):
         try:
             p = _S.path("snapshot_exit", ".pickle")
             with _Cost("snapshot_exit"):
