@@ -33,27 +33,28 @@ pub fn gzip_files(paths: &[PathBuf]) -> Vec<std::io::Result<PathBuf>> {
     let mut order: Vec<usize> = (0..paths.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(std::fs::metadata(&paths[i]).map_or(0, |m| m.len())));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<Option<std::io::Result<PathBuf>>> = paths.iter().map(|_| None).collect();
-    let done = std::sync::Mutex::new(&mut results);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&i) = order.get(k) else { break };
-                let p = &paths[i];
-                let r = gzip_file(p);
-                // A poisoned lock means another worker panicked; its panic is re-raised when
-                // the scope ends, so this result can be dropped.
-                if let Ok(mut d) = done.lock() {
-                    d[i] = Some(r);
-                }
-            });
-        }
+    // Each worker takes the next file and keeps (index, result); joined, every index is filled.
+    let mut done: Vec<(usize, std::io::Result<PathBuf>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    while let Some(&i) =
+                        order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    {
+                        mine.push((i, gzip_file(&paths[i])));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a compression worker panicked"))
+            .collect()
     });
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(std::io::Error::other("not compressed"))))
-        .collect()
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// A shim's status file (`shim[_rankN].json`), as written by either shim.
@@ -191,8 +192,8 @@ pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
     v
 }
 
-/// The program's own step time: the median over the steps after the window where there are
-/// enough of them (the rest of the run, with nothing recorded), else the timing phase's.
+/// The program's own step time: over the steps after the window where there are enough of
+/// them (the rest of the run, with nothing recorded), else the timing phase's median.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Timing {
     /// The program's step time, seconds: `after_window`'s where it has at least

@@ -58,10 +58,11 @@ pub struct Inputs {
     pub program_step_time: Option<ProgramStepTime>,
 }
 
-/// The program's own median step time from a capture's manifest.
+/// The program's own step time from a capture's manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgramStepTime {
-    /// Median step time, ns.
+    /// Step time, ns: the mean over the steps after the window (outliers left out), or the
+    /// timing phase's median (`source`).
     pub ns: i64,
     /// Which steps were timed: `after_window` (the rest of the run) or `timing_phase` (steps
     /// before the window).
