@@ -88,27 +88,13 @@ def main():
         row["own_printed_how"] = how
     except Exception:
         pass
-    if kind == "py":
-        ref = load(os.path.join(w, "ref", name + ".json")) or {}
-        row["reference_step_ms"] = (ref.get("median_step_s") or 0) * 1e3 or None
-        row["reference_how"] = "steptimer.py: optimizer step hook alone"
-        row["reference_optimizer_steps"] = ref.get("optimizer_steps")
-        ivals = ref.get("intervals_s") or []
-        # The same early steps the timing phase measures (steptimer drops the first five
-        # intervals; capture's timing phase starts at step 1 and settles for five): tells a
-        # run whose speed drifts apart from a measurement that is off.
-        n = len(phase_of(((load(os.path.join(w, "runs", name, "manifest.json")) or {}).get("ranks") or [{}])[0]
-                         .get("timing") or {}).get("intervals_s") or [])
-        if ivals and n:
-            row["reference_same_steps_ms"] = statistics.median(ivals[:n]) * 1e3
     plain_progress = load(os.path.join(w, "ref", name + ".progress_plain.json")) or {}
     if plain_progress.get("step_s"):
         # Its own progress lines, stamped as they came: no hook in the program at all.
         row["own_progress_plain_ms"] = plain_progress["step_s"] * 1e3
         row["own_progress_plain_intervals"] = plain_progress.get("intervals")
-        if kind == "cpp":
-            row["reference_step_ms"] = row["own_progress_plain_ms"]
-            row["reference_how"] = "its progress lines, timed (plain run, whole run)"
+        row["reference_step_ms"] = row["own_progress_plain_ms"]
+        row["reference_how"] = "its progress lines, timed (plain run, whole run)"
     m = load(os.path.join(w, "runs", name, "manifest.json")) or {}
     r0 = (m.get("ranks") or [{}])[0]
     row["capture_completed"] = m.get("completed")

@@ -57,14 +57,10 @@ prog() {
   local t0 t1 t2 t3 t4
   # Both runs go through progress_timer.py: the program's own progress lines, stamped as they
   # come (its own step time with no hook at all, in the plain run and in the capture itself).
+  # The plain run is the program alone, as its users run it: the whole-run slowdown's base.
   local timer="python3 $ROOT/capture/corpus/progress_timer.py"
   t0=$(now)
-  if [ $kind = py ]; then
-    $timer $W/ref/$name.progress_plain.json --units-per-step ${UPS:-1} -- \
-      python3 $ROOT/capture/corpus/steptimer.py $W/ref/$name.json "${@:2}" >$W/logs/$name.plain.out 2>&1
-  else
-    $timer $W/ref/$name.progress_plain.json --units-per-step ${UPS:-1} -- "$@" >$W/logs/$name.plain.out 2>&1
-  fi
+  $timer $W/ref/$name.progress_plain.json --units-per-step ${UPS:-1} -- "$@" >$W/logs/$name.plain.out 2>&1
   local plain_rc=$?
   t1=$(now)
   # The capture as users run it: its whole-run time, steps and step time.
