@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 
+use super::keys::{ArgKey, EventKey, KeyTable};
 use super::raw::{IdOrName, Lenient, LenientStr, RawArgs, RawEvent, RawTime};
 
 /// This event is not in the plain form: let serde_json read it.
@@ -31,46 +32,32 @@ pub(crate) fn event<'a>(buf: &'a [u8], at: usize, ev: &mut RawEvent<'a>) -> R<us
     let mut seen = 0u32;
     let mut hint = 0;
     loop {
-        let bit = match c.common_key(&EVENT_KEYS, &mut hint) {
-            Some(bit) => bit,
-            None => event_bit(c.key()?),
+        let key = match c.common_key(&EVENT_KEYS, &mut hint) {
+            Some(key) => Some(key),
+            None => EventKey::parse(c.key()?),
         };
-        // serde's derive refuses a repeated field; let it say so.
-        if seen & bit != 0 {
-            return Err(Bail);
-        }
-        seen |= bit;
-        match bit {
-            1 => ev.ph = c.lenient_str()?,
-            2 => ev.cat = c.lenient_str()?,
-            4 => ev.name = c.lenient_str()?,
-            8 => ev.pid = c.id_or_name()?,
-            16 => ev.tid = c.id_or_name()?,
-            32 => ev.ts = c.time()?,
-            64 => ev.dur = c.time()?,
-            128 => ev.id = c.id_or_name()?,
-            256 => ev.args = c.args()?,
-            _ => c.skip(1)?,
+        match key {
+            // serde's path refuses a repeated field; let it say so.
+            Some(key) if seen & key.bit() != 0 => return Err(Bail),
+            Some(key) => {
+                seen |= key.bit();
+                match key {
+                    EventKey::Ph => ev.ph = c.lenient_str()?,
+                    EventKey::Cat => ev.cat = c.lenient_str()?,
+                    EventKey::Name => ev.name = c.lenient_str()?,
+                    EventKey::Pid => ev.pid = c.id_or_name()?,
+                    EventKey::Tid => ev.tid = c.id_or_name()?,
+                    EventKey::Ts => ev.ts = c.time()?,
+                    EventKey::Dur => ev.dur = c.time()?,
+                    EventKey::Id => ev.id = c.id_or_name()?,
+                    EventKey::Args => ev.args = c.args()?,
+                }
+            }
+            None => c.skip(1)?,
         }
         if c.next_member(b'}')? {
             return Ok(c.i);
         }
-    }
-}
-
-/// The field bit of an event key (0: a member that is skipped).
-fn event_bit(key: &str) -> u32 {
-    match key {
-        "ph" => 1,
-        "cat" => 2,
-        "name" => 4,
-        "pid" => 8,
-        "tid" => 16,
-        "ts" => 32,
-        "dur" => 64,
-        "id" => 128,
-        "args" => 256,
-        _ => 0,
     }
 }
 
@@ -81,24 +68,34 @@ struct KeyPat {
     word: u64,
     mask: u64,
     len: usize,
-    bit: u32,
+    key: EventKey,
 }
 
-const fn key_pat(text: &[u8], bit: u32) -> KeyPat {
-    assert!(text.len() <= 8);
+/// `"name": ` for `key`, as the masked word [`Cur::common_key`] compares.
+const fn key_pat(key: EventKey) -> KeyPat {
+    let name = key.text().as_bytes();
+    let len = name.len() + 4;
+    assert!(len <= 8);
     let mut word = 0u64;
     let mut mask = 0u64;
     let mut i = 0;
-    while i < text.len() {
-        word |= (text[i] as u64) << (8 * i);
+    while i < len {
+        let byte = match i {
+            0 => b'"',
+            _ if i <= name.len() => name[i - 1],
+            _ if i == name.len() + 1 => b'"',
+            _ if i == name.len() + 2 => b':',
+            _ => b' ',
+        };
+        word |= (byte as u64) << (8 * i);
         mask |= 0xff << (8 * i);
         i += 1;
     }
     KeyPat {
         word,
         mask,
-        len: text.len(),
-        bit,
+        len,
+        key,
     }
 }
 
@@ -106,15 +103,15 @@ const fn key_pat(text: &[u8], bit: u32) -> KeyPat {
 /// `dur`, `args`), so the next key is usually the next pattern. A key followed by anything but
 /// `": "` is read the long way, with the same result.
 const EVENT_KEYS: [KeyPat; 9] = [
-    key_pat(b"\"ph\": ", 1),
-    key_pat(b"\"cat\": ", 2),
-    key_pat(b"\"name\": ", 4),
-    key_pat(b"\"pid\": ", 8),
-    key_pat(b"\"tid\": ", 16),
-    key_pat(b"\"ts\": ", 32),
-    key_pat(b"\"dur\": ", 64),
-    key_pat(b"\"args\": ", 256),
-    key_pat(b"\"id\": ", 128),
+    key_pat(EventKey::Ph),
+    key_pat(EventKey::Cat),
+    key_pat(EventKey::Name),
+    key_pat(EventKey::Pid),
+    key_pat(EventKey::Tid),
+    key_pat(EventKey::Ts),
+    key_pat(EventKey::Dur),
+    key_pat(EventKey::Args),
+    key_pat(EventKey::Id),
 ];
 
 /// Any byte that ends the plain part of a string: `"`, `\`, a control character or non-ASCII.
@@ -206,9 +203,9 @@ impl<'a> Cur<'a> {
     }
 
     /// One of `pats` at the cursor, tried from `hint` on (then `hint` names the one after it):
-    /// its bit, with the cursor past the key, `:` and space. `None` leaves the cursor as it was.
+    /// its key, with the cursor past the key, `:` and space. `None` leaves the cursor as it was.
     #[inline]
-    fn common_key(&mut self, pats: &[KeyPat], hint: &mut usize) -> Option<u32> {
+    fn common_key(&mut self, pats: &[KeyPat], hint: &mut usize) -> Option<EventKey> {
         let w = u64::from_le_bytes(self.b.get(self.i..self.i + 8)?.try_into().ok()?);
         let n = pats.len();
         let mut k = *hint;
@@ -224,7 +221,7 @@ impl<'a> Cur<'a> {
                 self.i += p.len;
                 self.ws();
                 *hint = k;
-                return Some(p.bit);
+                return Some(p.key);
             }
         }
         None
@@ -388,70 +385,41 @@ impl<'a> Cur<'a> {
         }
         let mut seen = 0u32;
         loop {
-            let bit = Self::arg_bit(self.key()?);
-            if seen & bit != 0 {
-                return Err(Bail);
-            }
-            seen |= bit;
-            match bit.trailing_zeros() {
-                0 => a.ext_id = self.lenient()?,
-                1 => a.rf_id = self.lenient()?,
-                2 => a.seq = self.lenient()?,
-                3 => a.fwd_tid = self.lenient()?,
-                4 => a.correlation = self.lenient()?,
-                5 => a.addr = self.lenient()?,
-                6 => a.signed_bytes = self.lenient()?,
-                7 => a.total_allocated = self.lenient()?,
-                8 => a.total_reserved = self.lenient()?,
-                9 => a.device_type = self.lenient()?,
-                10 => a.device_id = self.lenient()?,
-                11 => a.device = self.lenient()?,
-                12 => a.stream = self.lenient()?,
-                13 => a.bytes = self.lenient()?,
-                14 => a.input_dims = self.raw()?,
-                15 => a.input_type = self.raw()?,
-                16 => a.concrete_inputs = self.raw()?,
-                17 => a.name = self.lenient_str()?,
-                18 => a.collective = self.lenient_str()?,
-                19 => a.pg_name = self.lenient_str()?,
-                20 => a.in_nelems = self.lenient()?,
-                21 => a.out_nelems = self.lenient()?,
-                22 => a.dtype = self.lenient_str()?,
-                _ => self.skip(2)?,
+            match ArgKey::parse(self.key()?) {
+                Some(key) if seen & key.bit() != 0 => return Err(Bail),
+                Some(key) => {
+                    seen |= key.bit();
+                    match key {
+                        ArgKey::ExtId => a.ext_id = self.lenient()?,
+                        ArgKey::RfId => a.rf_id = self.lenient()?,
+                        ArgKey::Seq => a.seq = self.lenient()?,
+                        ArgKey::FwdTid => a.fwd_tid = self.lenient()?,
+                        ArgKey::Correlation => a.correlation = self.lenient()?,
+                        ArgKey::Addr => a.addr = self.lenient()?,
+                        ArgKey::SignedBytes => a.signed_bytes = self.lenient()?,
+                        ArgKey::TotalAllocated => a.total_allocated = self.lenient()?,
+                        ArgKey::TotalReserved => a.total_reserved = self.lenient()?,
+                        ArgKey::DeviceType => a.device_type = self.lenient()?,
+                        ArgKey::DeviceId => a.device_id = self.lenient()?,
+                        ArgKey::Device => a.device = self.lenient()?,
+                        ArgKey::Stream => a.stream = self.lenient()?,
+                        ArgKey::Bytes => a.bytes = self.lenient()?,
+                        ArgKey::InputDims => a.input_dims = self.raw()?,
+                        ArgKey::InputType => a.input_type = self.raw()?,
+                        ArgKey::ConcreteInputs => a.concrete_inputs = self.raw()?,
+                        ArgKey::Name => a.name = self.lenient_str()?,
+                        ArgKey::Collective => a.collective = self.lenient_str()?,
+                        ArgKey::PgName => a.pg_name = self.lenient_str()?,
+                        ArgKey::InNelems => a.in_nelems = self.lenient()?,
+                        ArgKey::OutNelems => a.out_nelems = self.lenient()?,
+                        ArgKey::Dtype => a.dtype = self.lenient_str()?,
+                    }
+                }
+                None => self.skip(2)?,
             }
             if self.next_member(b'}')? {
                 return Ok(Some(a));
             }
-        }
-    }
-
-    /// The field bit of an `args` key read the long way (0: not a field).
-    fn arg_bit(key: &str) -> u32 {
-        match key {
-            "External id" | "external id" => 1,
-            "Record function id" => 1 << 1,
-            "Sequence number" => 1 << 2,
-            "Fwd thread id" => 1 << 3,
-            "correlation" => 1 << 4,
-            "Addr" => 1 << 5,
-            "Bytes" => 1 << 6,
-            "Total Allocated" => 1 << 7,
-            "Total Reserved" => 1 << 8,
-            "Device Type" => 1 << 9,
-            "Device Id" => 1 << 10,
-            "device" => 1 << 11,
-            "stream" => 1 << 12,
-            "bytes" => 1 << 13,
-            "Input Dims" | "Input dims" => 1 << 14,
-            "Input type" => 1 << 15,
-            "Concrete Inputs" => 1 << 16,
-            "name" => 1 << 17,
-            "Collective name" => 1 << 18,
-            "Process Group Name" => 1 << 19,
-            "In msg nelems" => 1 << 20,
-            "Out msg nelems" => 1 << 21,
-            "dtype" => 1 << 22,
-            _ => 0,
         }
     }
 
@@ -570,8 +538,11 @@ mod tests {
             String::from_utf8(b.strip_prefix(b"\"").unwrap().to_vec()).unwrap()
         };
         for p in &EVENT_KEYS {
-            assert_eq!(p.bit, event_bit(&text(p)), "{}", text(p));
-            assert!(p.bit.is_power_of_two(), "{}", text(p));
+            assert_eq!(EventKey::parse(&text(p)), Some(p.key), "{}", text(p));
+        }
+        // Every field has its pattern.
+        for &(_, key) in EventKey::SPELLINGS {
+            assert!(EVENT_KEYS.iter().any(|p| p.key == key), "{key:?}");
         }
         // Patterns and the long way agree on whole events (key order shuffled, spacing varied).
         for text in [

@@ -6,6 +6,7 @@
 
 mod classify;
 mod fast;
+mod keys;
 mod merge;
 pub(crate) mod raw;
 mod types;

@@ -3,10 +3,13 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::keys::{ArgKey, EventKey, KeyTable};
 
 /// A `pid`, `tid` or flow `id`: a number in most events, a string in some ("Spans").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,7 +308,6 @@ fn general_time_ns(text: &str) -> Result<i64, BadTime> {
     Ok(if neg { -ns } else { ns })
 }
 
-/// A recorded-inputs member (`Input Dims`, ...) as its JSON text.
 /// The common case of [`time_ns`] in integer arithmetic: unsigned digits with at most three
 /// after the point (Kineto writes microseconds with nanosecond decimals) and at most 15 before
 /// it, so the result is exact and below [`MAX_ABS_NS`]. Anything else is `None`.
@@ -333,95 +335,175 @@ fn plain_time_ns(s: &[u8]) -> Option<i64> {
     Some(v * 1000 + f * [1000, 100, 10, 1][frac.len()])
 }
 
-fn raw_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de str>, D::Error> {
-    Ok(Option::<&'de RawValue>::deserialize(d)?.map(RawValue::get))
-}
-
-/// The `args` members steptrace reads. Others are skipped by serde.
-#[derive(Debug, Default, PartialEq, Deserialize)]
+/// The `args` members steptrace reads (named in [`ArgKey`]); others are skipped.
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct RawArgs<'a> {
-    #[serde(rename = "External id", alias = "external id", default)]
     pub ext_id: Lenient,
-    #[serde(rename = "Record function id", default)]
     pub rf_id: Lenient,
-    #[serde(rename = "Sequence number", default)]
     pub seq: Lenient,
-    #[serde(rename = "Fwd thread id", default)]
     pub fwd_tid: Lenient,
-    #[serde(default)]
     pub correlation: Lenient,
-    #[serde(rename = "Addr", default)]
     pub addr: Lenient,
-    #[serde(rename = "Bytes", default)]
     pub signed_bytes: Lenient,
-    #[serde(rename = "Total Allocated", default)]
     pub total_allocated: Lenient,
-    #[serde(rename = "Total Reserved", default)]
     pub total_reserved: Lenient,
-    #[serde(rename = "Device Type", default)]
     pub device_type: Lenient,
-    #[serde(rename = "Device Id", default)]
     pub device_id: Lenient,
-    #[serde(default)]
     pub device: Lenient,
-    #[serde(default)]
     pub stream: Lenient,
-    #[serde(default)]
     pub bytes: Lenient,
-    // PyTorch 1.x wrote `Input dims`.
-    #[serde(
-        rename = "Input Dims",
-        alias = "Input dims",
-        borrow,
-        default,
-        deserialize_with = "raw_text"
-    )]
+    /// Recorded inputs as their JSON text: read later, and only for the ops FLOPs need.
     pub input_dims: Option<&'a str>,
-    #[serde(rename = "Input type", borrow, default, deserialize_with = "raw_text")]
     pub input_type: Option<&'a str>,
-    #[serde(
-        rename = "Concrete Inputs",
-        borrow,
-        default,
-        deserialize_with = "raw_text"
-    )]
     pub concrete_inputs: Option<&'a str>,
-    #[serde(borrow, default)]
     pub name: LenientStr<'a>,
-    // A collective's metadata, on NCCL kernels and the `record_param_comms` op (issue 18).
-    #[serde(rename = "Collective name", borrow, default)]
     pub collective: LenientStr<'a>,
-    #[serde(rename = "Process Group Name", borrow, default)]
     pub pg_name: LenientStr<'a>,
-    #[serde(rename = "In msg nelems", default)]
     pub in_nelems: Lenient,
-    #[serde(rename = "Out msg nelems", default)]
     pub out_nelems: Lenient,
-    #[serde(borrow, default)]
     pub dtype: LenientStr<'a>,
 }
 
-/// One element of `traceEvents`.
-#[derive(Debug, Default, PartialEq, Deserialize)]
+/// One element of `traceEvents` (members named in [`EventKey`]; others are skipped).
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct RawEvent<'a> {
-    #[serde(borrow, default)]
     pub ph: LenientStr<'a>,
-    #[serde(borrow, default)]
     pub cat: LenientStr<'a>,
-    #[serde(borrow, default)]
     pub name: LenientStr<'a>,
-    #[serde(borrow, default)]
     pub pid: Option<IdOrName<'a>>,
-    #[serde(borrow, default)]
     pub tid: Option<IdOrName<'a>>,
-    #[serde(borrow, default)]
     pub ts: RawTime<'a>,
-    #[serde(borrow, default)]
     pub dur: RawTime<'a>,
-    #[serde(borrow, default)]
     pub id: Option<IdOrName<'a>>,
-    #[serde(borrow, default)]
     pub args: Option<RawArgs<'a>>,
+}
+
+/// A member's key, looked up in a [`KeyTable`] as serde reads it, without copying it.
+struct Member<K>(Option<K>);
+
+impl<'de, K: KeyTable> Deserialize<'de> for Member<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<K>(PhantomData<K>);
+        impl<K: KeyTable> Visitor<'_> for V<K> {
+            type Value = Member<K>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Member(K::parse(v)))
+            }
+        }
+        d.deserialize_identifier(V(PhantomData))
+    }
+}
+
+/// Reads an object's members into `T` through `fill`, which is given each field the key table
+/// names once: a field named twice (an alias counts as its field) is an error, as serde's
+/// derive made it, and a member no table names is skipped.
+fn read_members<'de, M, K, T>(
+    mut map: M,
+    mut out: T,
+    mut fill: impl FnMut(&mut T, K, &mut M) -> Result<(), M::Error>,
+) -> Result<T, M::Error>
+where
+    M: MapAccess<'de>,
+    K: KeyTable,
+{
+    let mut seen = 0u32;
+    while let Some(Member(key)) = map.next_key::<Member<K>>()? {
+        match key {
+            Some(key) if seen & key.bit() != 0 => {
+                return Err(serde::de::Error::duplicate_field(key.text()))
+            }
+            Some(key) => {
+                seen |= key.bit();
+                fill(&mut out, key, &mut map)?;
+            }
+            None => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A member's value as its JSON text, borrowed from the input.
+fn raw_value<'de, M: MapAccess<'de>>(map: &mut M) -> Result<Option<&'de str>, M::Error> {
+    Ok(map
+        .next_value::<Option<&'de RawValue>>()?
+        .map(RawValue::get))
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawArgs<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawArgs<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an args object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
+                read_members(map, RawArgs::default(), |a, key: ArgKey, m| {
+                    match key {
+                        ArgKey::ExtId => a.ext_id = m.next_value()?,
+                        ArgKey::RfId => a.rf_id = m.next_value()?,
+                        ArgKey::Seq => a.seq = m.next_value()?,
+                        ArgKey::FwdTid => a.fwd_tid = m.next_value()?,
+                        ArgKey::Correlation => a.correlation = m.next_value()?,
+                        ArgKey::Addr => a.addr = m.next_value()?,
+                        ArgKey::SignedBytes => a.signed_bytes = m.next_value()?,
+                        ArgKey::TotalAllocated => a.total_allocated = m.next_value()?,
+                        ArgKey::TotalReserved => a.total_reserved = m.next_value()?,
+                        ArgKey::DeviceType => a.device_type = m.next_value()?,
+                        ArgKey::DeviceId => a.device_id = m.next_value()?,
+                        ArgKey::Device => a.device = m.next_value()?,
+                        ArgKey::Stream => a.stream = m.next_value()?,
+                        ArgKey::Bytes => a.bytes = m.next_value()?,
+                        ArgKey::InputDims => a.input_dims = raw_value(m)?,
+                        ArgKey::InputType => a.input_type = raw_value(m)?,
+                        ArgKey::ConcreteInputs => a.concrete_inputs = raw_value(m)?,
+                        ArgKey::Name => a.name = m.next_value()?,
+                        ArgKey::Collective => a.collective = m.next_value()?,
+                        ArgKey::PgName => a.pg_name = m.next_value()?,
+                        ArgKey::InNelems => a.in_nelems = m.next_value()?,
+                        ArgKey::OutNelems => a.out_nelems = m.next_value()?,
+                        ArgKey::Dtype => a.dtype = m.next_value()?,
+                    }
+                    Ok(())
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawEvent<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawEvent<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an event object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
+                read_members(map, RawEvent::default(), |ev, key: EventKey, m| {
+                    match key {
+                        EventKey::Ph => ev.ph = m.next_value()?,
+                        EventKey::Cat => ev.cat = m.next_value()?,
+                        EventKey::Name => ev.name = m.next_value()?,
+                        EventKey::Pid => ev.pid = m.next_value()?,
+                        EventKey::Tid => ev.tid = m.next_value()?,
+                        EventKey::Ts => ev.ts = m.next_value()?,
+                        EventKey::Dur => ev.dur = m.next_value()?,
+                        EventKey::Id => ev.id = m.next_value()?,
+                        EventKey::Args => ev.args = m.next_value()?,
+                    }
+                    Ok(())
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// The top-level members other than `traceEvents`.
@@ -478,6 +560,35 @@ pub(crate) struct RawDistributed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(text: &str) -> Result<RawEvent<'_>, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    // Issue 21: the serde path reads members through the shared key table, as the derive did.
+    #[test]
+    fn issue21_serde_reads_members_through_the_key_table() {
+        let e = event(
+            r#"{"\u0070h":"X","args":{"external id":4,"Input dims":[[1]],"\u0041ddr":9,"Ev Idx":1},"x":[{}]}"#,
+        )
+        .unwrap();
+        assert_eq!(e.ph.0.as_deref(), Some("X"));
+        let a = e.args.unwrap();
+        assert_eq!(a.ext_id, Lenient::Int(4));
+        assert_eq!(a.input_dims, Some("[[1]]"));
+        assert_eq!(a.addr, Lenient::Int(9));
+        // A field named twice, the second time through its alias, is refused as the derive did.
+        let dup = event(r#"{"args":{"External id":1,"external id":2}}"#).unwrap_err();
+        assert!(
+            dup.to_string().contains("duplicate field `External id`"),
+            "{dup}"
+        );
+        assert!(event(r#"{"ts":1,"ts":2}"#).is_err());
+        // An event is an object, never a sequence read by position.
+        assert!(event(r#"["X","cpu_op"]"#).is_err());
+        assert_eq!(event("{}").unwrap(), RawEvent::default());
+        assert_eq!(event(r#"{"args":null}"#).unwrap().args, None);
+    }
 
     #[test]
     fn lenient_numbers_accept_odd_shapes() {
