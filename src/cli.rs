@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub(crate) mod sweep;
+
 /// Rebuild one PyTorch training step from profiler output.
 #[derive(Debug, Parser)]
 #[command(name = "steptrace", version, about)]
@@ -102,20 +104,45 @@ pub(crate) struct CompareArgs {
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
     /// Values to sweep, comma-separated; `{value}` in the program's arguments is replaced by each.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "budgets")]
     pub(crate) values: Vec<String>,
+    /// Memory budgets instead of values, comma-separated (10GiB, 80% of the peak without a
+    /// plan, or `smallest`: the least the plan can reach): each is planned from a capture of
+    /// the program without a plan, applied to it with `capture --plan`, and measured, and the
+    /// measured budget curve is drawn against the predicted one.
+    #[arg(long, value_delimiter = ',', conflicts_with = "values")]
+    pub(crate) budgets: Vec<String>,
+    /// With --budgets: what a plan may do to a module.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Recompute)]
+    pub(crate) policy: PolicyArg,
+    /// With --budgets: host↔device bandwidth for swaps, GB/s [default: measured, else by GPU].
+    #[arg(long, value_name = "GB/s")]
+    pub(crate) bandwidth: Option<f64>,
+    /// With --budgets: a capture of the program without a plan, instead of capturing one.
+    #[arg(long)]
+    pub(crate) base: Option<PathBuf>,
     /// What the value is (axis label and file column).
     #[arg(long, default_value = "batch_size")]
     pub(crate) name: String,
-    /// Existing run directories, one per value, instead of running the program.
+    /// Existing run directories, one per value (with --budgets: one per budget, each captured
+    /// with its plan, and --base), instead of running the program.
     #[arg(long, num_args = 1..)]
     pub(crate) runs: Vec<PathBuf>,
-    /// Output directory: captures (when running), sweep.csv and the plots.
+    /// Output directory: captures (when running), plans, sweep.csv and the plots.
     #[arg(long, short, default_value = "steptrace-sweep")]
     pub(crate) out: PathBuf,
     /// torch.profiler schedule for the captures.
     #[arg(long, default_value = "skip_first=1,wait=1,warmup=1,active=3,repeat=1")]
     pub(crate) schedule: String,
+    /// Fewest steps of each capture's timing phase (the program's own step time).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) timing_steps: u32,
+    /// Most steps of each timing phase while its median has not settled.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) timing_max_steps: u32,
+    /// Most seconds of each timing phase while its median has not settled.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) timing_max_s: u32,
     /// The program and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -123,6 +150,34 @@ pub(crate) struct SweepArgs {
         value_name = "PROGRAM"
     )]
     pub(crate) program: Vec<std::ffi::OsString>,
+}
+
+impl SweepArgs {
+    /// A capture of `program` into `out`, with `plan` applied when given.
+    pub(crate) fn capture_props(
+        &self,
+        program: Vec<std::ffi::OsString>,
+        out: PathBuf,
+        plan: Option<PathBuf>,
+    ) -> anyhow::Result<steptrace_capture::CaptureProps> {
+        Ok(steptrace_capture::CaptureProps {
+            program,
+            out,
+            force: true,
+            schedule: self.schedule.parse()?,
+            record: steptrace_capture::Record::default(),
+            mode: None,
+            python: None,
+            max_entries: 1_000_000,
+            cache: None,
+            timing: steptrace_capture::TimingPhase {
+                steps: self.timing_steps,
+                max_steps: self.timing_max_steps,
+                max_s: self.timing_max_s,
+            },
+            plan,
+        })
+    }
 }
 
 #[derive(Debug, Args)]

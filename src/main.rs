@@ -286,7 +286,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
         cli::Command::Plan(args) => plan(args),
-        cli::Command::Sweep(args) => sweep(args),
+        cli::Command::Sweep(args) => cli::sweep::run(args),
         cli::Command::Flops(args) => {
             if let Some(n) = args.input.threads {
                 limit_threads(n)?;
@@ -325,95 +325,6 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
-}
-
-fn sweep(args: cli::SweepArgs) -> anyhow::Result<u8> {
-    let values: Vec<f64> = args
-        .values
-        .iter()
-        .map(|v| {
-            v.trim()
-                .parse::<f64>()
-                .map_err(|_| anyhow::anyhow!("--values: '{v}' is not a number"))
-        })
-        .collect::<Result<_, _>>()?;
-    let dirs: Vec<std::path::PathBuf> = if !args.runs.is_empty() {
-        if args.runs.len() != values.len() {
-            anyhow::bail!(
-                "--runs: {} directories for {} values",
-                args.runs.len(),
-                values.len()
-            );
-        }
-        args.runs.clone()
-    } else {
-        if args.program.is_empty() {
-            anyhow::bail!(
-                "give the program after `--` (with {{value}} in its arguments), or --runs"
-            );
-        }
-        let mut dirs = Vec::new();
-        for v in &args.values {
-            let program: Vec<std::ffi::OsString> = args
-                .program
-                .iter()
-                .map(|a| a.to_string_lossy().replace("{value}", v.trim()).into())
-                .collect();
-            let out = args.out.join(format!("{}_{}", args.name, v.trim()));
-            let props = steptrace_capture::CaptureProps {
-                program,
-                out: out.clone(),
-                force: true,
-                schedule: args.schedule.parse()?,
-                record: steptrace_capture::Record::default(),
-                mode: None,
-                python: None,
-                max_entries: 1_000_000,
-                cache: None,
-                timing: steptrace_capture::TimingPhase::default(),
-                plan: None,
-            };
-            eprintln!(
-                "steptrace: sweep {}={v}: capturing into {}",
-                args.name,
-                out.display()
-            );
-            let o = steptrace_capture::run(&props)?;
-            if o.exit.code != 0 {
-                eprintln!(
-                    "steptrace: sweep {}={v}: the program exited with {}",
-                    args.name, o.exit.code
-                );
-            }
-            dirs.push(out);
-        }
-        dirs
-    };
-    let mut analyses = Vec::new();
-    for d in &dirs {
-        let props = steptrace::AnalyzeProps {
-            input: d.clone(),
-            top: 10,
-            ..Default::default()
-        };
-        analyses.push(steptrace::run_analysis(&props)?.1);
-    }
-    let runs: Vec<steptrace::report::compare::Run<'_>> = analyses
-        .iter()
-        .zip(&args.values)
-        .map(|(a, v)| steptrace::report::compare::Run {
-            label: v.trim().to_owned(),
-            analysis: a,
-        })
-        .collect();
-    steptrace::report::compare::write(&args.out, "sweep", &args.name, &runs)?;
-    let curves: Vec<(f64, &steptrace::analysis::Analysis)> =
-        values.iter().copied().zip(analyses.iter()).collect();
-    steptrace::report::compare::write_sweep_curves(&args.out, &args.name, &curves)?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
-    writeln!(out, "\nwrote {}", args.out.display())?;
-    Ok(0)
 }
 
 /// Stage progress on a terminal: the stage and the time since the first one, on one line.

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{human_bytes, human_time, io, plot, Error};
+use crate::analysis::Analysis;
 use crate::plan::Plan;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -191,34 +192,263 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
     Ok(files)
 }
 
-/// For `compare`: a run captured with `--plan` (its directory holds the plan.json it applied)
-/// against the plan's prediction. `None` when the text is not a plan with predictions.
+/// A run captured with a plan (`capture --plan` copies the plan.json it applied into the run
+/// directory) beside what the run measured: one point of `sweep --budgets`, one line of
+/// `compare` (issue 20).
+#[derive(Debug, Clone)]
+pub struct PlannedRun<'a> {
+    /// What the plan was asked for, as the user wrote it (`90%`, `8GiB`, `smallest`).
+    pub label: String,
+    /// The budget in bytes (`None`: the plan had none).
+    pub budget_bytes: Option<i64>,
+    /// Decisions the plan took.
+    pub decisions: usize,
+    /// Whether the plan predicted the budget met.
+    pub feasible: bool,
+    /// The plan's predicted peak, bytes.
+    pub predicted_peak_bytes: i64,
+    /// The plan's predicted step time, s.
+    pub predicted_step_time_s: f64,
+    /// The planned run's analysis.
+    pub measured: &'a Analysis,
+}
+
+impl<'a> PlannedRun<'a> {
+    /// From a plan.json's text and the analysis of the run that applied it; `None` when the
+    /// text is not a plan with predictions.
+    pub fn from_plan_json(label: &str, plan_json: &str, measured: &'a Analysis) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_str(plan_json).ok()?;
+        Some(PlannedRun {
+            label: label.to_owned(),
+            budget_bytes: v["budget_bytes"].as_i64(),
+            decisions: v["decisions"].as_array().map_or(0, Vec::len),
+            feasible: v["feasible"].as_bool().unwrap_or(false),
+            predicted_peak_bytes: v["predicted_peak_bytes"].as_i64()?,
+            predicted_step_time_s: v["predicted_step_time_s"].as_f64()?,
+            measured,
+        })
+    }
+
+    /// The planned run's peak, bytes (the allocator's, over its profiled iterations).
+    pub fn measured_peak_bytes(&self) -> Option<i64> {
+        self.measured.summary.peak_allocated_bytes
+    }
+
+    /// Predicted against measured peak, percent.
+    pub fn peak_error_pct(&self) -> Option<f64> {
+        error_pct(
+            self.predicted_peak_bytes as f64,
+            self.measured_peak_bytes()? as f64,
+        )
+    }
+
+    /// Predicted against measured step time, percent.
+    pub fn step_error_pct(&self) -> Option<f64> {
+        error_pct(
+            self.predicted_step_time_s,
+            self.measured.summary.step_time_s,
+        )
+    }
+
+    /// Whether the measured peak is at or under the budget (`None`: no budget or no peak).
+    pub fn within_budget(&self) -> Option<bool> {
+        Some(self.measured_peak_bytes()? <= self.budget_bytes?)
+    }
+}
+
+fn error_pct(predicted: f64, measured: f64) -> Option<f64> {
+    (measured > 0.0).then(|| 100.0 * (predicted / measured - 1.0))
+}
+
+fn pct_text(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |p| format!("{p:+.1}%"))
+}
+
+/// For `compare`: a run captured with `--plan` against the plan's prediction. `None` when the
+/// text is not a plan with predictions or the run measured no peak.
 pub fn predicted_vs_measured(
     label: &str,
     plan_json: &str,
     a: &crate::analysis::Analysis,
 ) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(plan_json).ok()?;
-    let peak = v["predicted_peak_bytes"].as_i64()?;
-    let step = v["predicted_step_time_s"].as_f64()?;
+    let r = PlannedRun::from_plan_json(label, plan_json, a)?;
     let s = &a.summary;
-    let measured_peak = s.peak_allocated_bytes?;
-    let pct = |pred: f64, meas: f64| {
-        if meas > 0.0 {
-            format!("{:+.1}%", 100.0 * (pred / meas - 1.0))
-        } else {
-            "-".into()
-        }
-    };
     Some(format!(
         "{label}: plan of {} decision(s): peak predicted {} measured {} ({}); step predicted {} measured {} [{}] ({})\n",
-        v["decisions"].as_array().map_or(0, Vec::len),
-        human_bytes(peak),
-        human_bytes(measured_peak),
-        pct(peak as f64, measured_peak as f64),
-        human_time(step),
+        r.decisions,
+        human_bytes(r.predicted_peak_bytes),
+        human_bytes(r.measured_peak_bytes()?),
+        pct_text(r.peak_error_pct()),
+        human_time(r.predicted_step_time_s),
         human_time(s.step_time_s),
         s.step_time_source,
-        pct(step, s.step_time_s)
+        pct_text(r.step_error_pct())
     ))
+}
+
+/// `sweep --budgets`' console table: the run without a plan, then one row per budget.
+pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7}",
+        "budget",
+        "bytes",
+        "plan",
+        "pred. peak",
+        "meas. peak",
+        "error",
+        "fits",
+        "pred. step",
+        "meas. step",
+        "error"
+    );
+    let b = &base.summary;
+    let _ = writeln!(
+        o,
+        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7}",
+        "none",
+        "-",
+        0,
+        "-",
+        b.peak_allocated_bytes
+            .map_or_else(|| "-".into(), human_bytes),
+        "-",
+        "-",
+        "-",
+        human_time(b.step_time_s),
+        "-"
+    );
+    for r in runs {
+        let _ = writeln!(
+            o,
+            "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7}",
+            r.label,
+            r.budget_bytes.map_or_else(|| "-".into(), human_bytes),
+            r.decisions,
+            human_bytes(r.predicted_peak_bytes),
+            r.measured_peak_bytes()
+                .map_or_else(|| "-".into(), human_bytes),
+            pct_text(r.peak_error_pct()),
+            match r.within_budget() {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            },
+            human_time(r.predicted_step_time_s),
+            human_time(r.measured.summary.step_time_s),
+            pct_text(r.step_error_pct())
+        );
+    }
+    let _ = writeln!(
+        o,
+        "step times: [{}] (pred.: the plan's, from the run without a plan)",
+        b.step_time_source
+    );
+    o
+}
+
+/// `sweep --budgets`' files in `dir`: `sweep_budgets.csv` (one row per budget) and the
+/// measured budget curve against the predicted one (`sweep_budget_curve.{png,svg}`); `curve`
+/// is the plan without a budget made from `base`, whose decisions draw the predicted curve.
+pub fn write_budget_sweep(
+    dir: &Path,
+    curve: &Plan,
+    base: &Analysis,
+    runs: &[PlannedRun<'_>],
+) -> Result<Vec<PathBuf>, Error> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let csv = dir.join("sweep_budgets.csv");
+    let opt_f = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
+    super::write_table(
+        &csv,
+        &[
+            "budget",
+            "budget_bytes",
+            "decisions",
+            "feasible",
+            "predicted_peak_bytes",
+            "measured_peak_bytes",
+            "peak_error_pct",
+            "within_budget",
+            "predicted_step_time_s",
+            "measured_step_time_s",
+            "step_time_source",
+            "step_error_pct",
+        ],
+        runs,
+        |w, r| {
+            w.text(&r.label);
+            match r.budget_bytes {
+                Some(b) => w.num(b),
+                None => w.text(""),
+            };
+            w.num(r.decisions)
+                .text(if r.feasible { "true" } else { "false" })
+                .num(r.predicted_peak_bytes);
+            match r.measured_peak_bytes() {
+                Some(b) => w.num(b),
+                None => w.text(""),
+            };
+            w.text(&opt_f(r.peak_error_pct()))
+                .text(
+                    r.within_budget()
+                        .map_or("", |b| if b { "true" } else { "false" }),
+                )
+                .text(&format!("{:.9}", r.predicted_step_time_s))
+                .text(&format!("{:.9}", r.measured.summary.step_time_s))
+                .text(r.measured.summary.step_time_source)
+                .text(&opt_f(r.step_error_pct()))
+                .end();
+        },
+    )?;
+    let mut files = vec![csv];
+    let unit = if curve.measured_peak_bytes >= 2 << 30 {
+        GIB
+    } else {
+        GIB / 1024.0
+    };
+    let unit_name = if unit == GIB { "GiB" } else { "MiB" };
+    let point = |peak: i64, step_s: f64| (peak as f64 / unit, step_s * 1e3);
+    let predicted_curve: Vec<(f64, f64)> = curve
+        .curve
+        .iter()
+        .map(|c| point(c.peak_bytes, c.step_time_s))
+        .collect();
+    let mut predicted: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|r| point(r.predicted_peak_bytes, r.predicted_step_time_s))
+        .collect();
+    let mut measured: Vec<(f64, f64)> = runs
+        .iter()
+        .filter_map(|r| {
+            Some(point(
+                r.measured_peak_bytes()?,
+                r.measured.summary.step_time_s,
+            ))
+        })
+        .collect();
+    if let Some(p) = base.summary.peak_allocated_bytes {
+        measured.push(point(p, base.summary.step_time_s));
+    }
+    // Lines join the points in order of peak.
+    predicted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    measured.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let d = plot::write_xy(
+        &dir.join("sweep_budget_curve"),
+        "step time against peak memory: predicted and measured",
+        &format!("peak {unit_name}"),
+        "step ms",
+        &[
+            (
+                "predicted, decision by decision".to_owned(),
+                predicted_curve,
+            ),
+            ("predicted at each budget".to_owned(), predicted),
+            ("measured (and without a plan)".to_owned(), measured),
+        ],
+    )?;
+    files.extend(d.files);
+    super::rename_parts(dir)?;
+    Ok(files)
 }

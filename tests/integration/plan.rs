@@ -189,3 +189,58 @@ fn issue20_a_trace_without_memory_events_has_nothing_to_plan() {
     );
     assert!(e.to_string().contains("no memory events"), "{e}");
 }
+
+/// `sample_traces/plan/sweep_resnet18`: `steptrace sweep --budgets 90%,smallest` on the H100
+/// (capture/corpus/budget_sweep.sh): ResNet-18 captured without a plan (`base`), then with the
+/// plan for each budget applied (`budget_*`, each holding the plan.json it applied), and the
+/// sweep's own table from that run. Re-run here from the committed captures, the sweep reads
+/// each run's applied plan against that run's measurement and writes the same table.
+#[test]
+fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement() {
+    let dir = root().join("sample_traces/plan/sweep_resnet18");
+    let out = tempfile::tempdir().unwrap();
+    let st = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .arg("sweep")
+        .args(["--budgets", "90%,smallest", "--base"])
+        .arg(dir.join("base"))
+        .arg("--runs")
+        .arg(dir.join("budget_90pct"))
+        .arg(dir.join("budget_smallest"))
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let (header, rows) = crate::common::csv(&out.path().join("sweep_budgets.csv"));
+    let (gpu_header, gpu_rows) = crate::common::csv(&dir.join("sweep_budgets.csv"));
+    assert_eq!((&header, &rows), (&gpu_header, &gpu_rows));
+    let c = |name: &str| crate::common::col(&header, name);
+    for (row, run) in rows.iter().zip(["budget_90pct", "budget_smallest"]) {
+        // The prediction is the plan the run applied; the measurement, the run's own peak.
+        let plan = json(&dir.join(run).join("plan.json"));
+        assert_eq!(
+            row[c("predicted_peak_bytes")],
+            plan["predicted_peak_bytes"].to_string()
+        );
+        let planned = steptrace::run_analysis(&props(dir.join(run))).unwrap().1;
+        assert_eq!(
+            row[c("measured_peak_bytes")],
+            planned.summary.peak_allocated_bytes.unwrap().to_string()
+        );
+        // And on the GPU the two agree to 0.1%.
+        let err: f64 = row[c("peak_error_pct")].parse().unwrap();
+        assert!(err.abs() < 0.1, "{run}: {err}%");
+    }
+    // A plan's decisions really were applied: the planned runs' peaks are below the base's.
+    let base = steptrace::run_analysis(&props(dir.join("base"))).unwrap().1;
+    for row in &rows {
+        let m: i64 = row[c("measured_peak_bytes")].parse().unwrap();
+        assert!(m < base.summary.peak_allocated_bytes.unwrap());
+    }
+    assert!(out.path().join("sweep_budget_curve.svg").is_file());
+}

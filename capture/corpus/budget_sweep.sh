@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The measured budget curve against the predicted one (issue 20), with the command users type:
+# `steptrace sweep --budgets ...` captures the program without a plan, plans at each budget,
+# captures it again with each plan applied and measures. Recompute and swap plans.
+# Outputs under $OUT/NAME/ (sweep_budgets.csv, the curve plot, the plans) and the run
+# directories of the small programs in $OUT/NAME_runs.tar.gz.
+#
+#   bash capture/corpus/budget_sweep.sh [NAMES...]   # needs target/release/steptrace, .corpus/
+#
+# Programs: nanoGPT's bench.py (karpathy/nanoGPT, unchanged, from .corpus/src/nanoGPT), and
+# this project's train_gpt.py and train_cnn.py (torchvision ResNet-18).
+set -u
+ROOT=$(pwd)
+ST=$ROOT/target/release/steptrace
+W=/tmp/budgetsweep
+rm -rf $W && mkdir -p $W
+cp -r .corpus/src/nanoGPT $W/
+export PYTHONUNBUFFERED=1
+ONLY=" ${*:-} "
+want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
+# Longer timing phases than the default: each step time compared is the median of 20 to 40
+# steps with nothing recorded.
+TIMING=(--timing-steps 20 --timing-max-steps 40 --timing-max-s 20)
+
+# sweep NAME DIR [sweep options...] -- COMMAND...
+sweep() {
+  local name=$1 dir=$2; shift 2
+  want $name || return 0
+  local t0=$SECONDS
+  # Its console output goes straight to $OUT, so that a run cut short still says how far it got.
+  (cd $dir && timeout ${SWEEP_TIMEOUT:-540} $ST sweep --out $W/$name "$@" >$OUT/$name.out 2>$OUT/$name.err)
+  echo "sweep $name: exit $? in $((SECONDS - t0)) s"
+  cat $OUT/$name.out
+  grep "steptrace" $OUT/$name.err | tail -n 8
+}
+
+E=$ROOT/capture/examples
+GPT=(python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --steps 70)
+sweep gpt $E --budgets 90%,70%,smallest "${TIMING[@]}" -- "${GPT[@]}"
+# Swap plans, from the same capture without a plan.
+if want gpt_swap && [ -d $W/gpt/base ]; then
+  sweep gpt_swap $E --budgets 90%,70% --policy swap --base $W/gpt/base "${TIMING[@]}" -- "${GPT[@]}"
+fi
+sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 70
+# bench.py runs 30 steps in all: the default timing phase.
+sweep nanogpt $W/nanoGPT --budgets 90%,80%,smallest -- python3 bench.py --real_data=False --compile=False
+
+# The small programs' run directories, to commit as samples; of nanoGPT's (GBs of memory
+# history), the sweep's results, plans, manifests and shim status only.
+cd $W
+for n in gpt gpt_swap resnet18; do
+  [ -d $n ] && tar czf $OUT/${n}_runs.tar.gz --exclude='*.png' --exclude='*.svg' $n
+done
+[ -d nanogpt ] && tar czf $OUT/nanogpt_sweep.tar.gz --exclude='*.pickle*' --exclude='*trace*.json*' nanogpt
+ls -la $OUT

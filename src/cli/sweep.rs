@@ -1,0 +1,264 @@
+//! `steptrace sweep`: one program captured at several values of one of its arguments, or,
+//! with `--budgets`, at several memory budgets, each planned from a capture without a plan,
+//! applied with `capture --plan` and measured (issue 20).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use steptrace::analysis::Analysis;
+use steptrace::plan::{Budget, Options, Policy};
+use steptrace::report::plan::PlannedRun;
+
+use super::{PolicyArg, SweepArgs};
+use crate::terminal_safe;
+
+pub(crate) fn run(args: SweepArgs) -> anyhow::Result<u8> {
+    if args.budgets.is_empty() {
+        values(args)
+    } else {
+        budgets(args)
+    }
+}
+
+fn analyze(dir: &Path) -> anyhow::Result<Analysis> {
+    let props = steptrace::AnalyzeProps {
+        input: dir.to_path_buf(),
+        top: 10,
+        ..Default::default()
+    };
+    Ok(steptrace::run_analysis(&props)?.1)
+}
+
+/// Captures the program into `out` (with `plan` applied), saying so; a program that fails is
+/// reported and its run kept, as far as it got.
+fn capture(
+    args: &SweepArgs,
+    what: &str,
+    program: Vec<OsString>,
+    out: &Path,
+    plan: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    eprintln!("steptrace: sweep {what}: capturing into {}", out.display());
+    let o = steptrace_capture::run(&args.capture_props(program, out.to_path_buf(), plan)?)?;
+    if o.exit.code != 0 {
+        eprintln!(
+            "steptrace: sweep {what}: the program exited with {}",
+            o.exit.code
+        );
+    }
+    Ok(())
+}
+
+fn values(args: SweepArgs) -> anyhow::Result<u8> {
+    let values: Vec<f64> = args
+        .values
+        .iter()
+        .map(|v| {
+            v.trim()
+                .parse::<f64>()
+                .map_err(|_| anyhow::anyhow!("--values: '{v}' is not a number"))
+        })
+        .collect::<Result<_, _>>()?;
+    let dirs: Vec<PathBuf> = if !args.runs.is_empty() {
+        if args.runs.len() != values.len() {
+            anyhow::bail!(
+                "--runs: {} directories for {} values",
+                args.runs.len(),
+                values.len()
+            );
+        }
+        args.runs.clone()
+    } else {
+        if args.program.is_empty() {
+            anyhow::bail!(
+                "give the program after `--` (with {{value}} in its arguments), or --runs"
+            );
+        }
+        let mut dirs = Vec::new();
+        for v in &args.values {
+            let program: Vec<OsString> = args
+                .program
+                .iter()
+                .map(|a| a.to_string_lossy().replace("{value}", v.trim()).into())
+                .collect();
+            let out = args.out.join(format!("{}_{}", args.name, v.trim()));
+            capture(&args, &format!("{}={v}", args.name), program, &out, None)?;
+            dirs.push(out);
+        }
+        dirs
+    };
+    let analyses = dirs
+        .iter()
+        .map(|d| analyze(d))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let runs: Vec<steptrace::report::compare::Run<'_>> = analyses
+        .iter()
+        .zip(&args.values)
+        .map(|(a, v)| steptrace::report::compare::Run {
+            label: v.trim().to_owned(),
+            analysis: a,
+        })
+        .collect();
+    steptrace::report::compare::write(&args.out, "sweep", &args.name, &runs)?;
+    let curves: Vec<(f64, &Analysis)> = values.iter().copied().zip(analyses.iter()).collect();
+    steptrace::report::compare::write_sweep_curves(&args.out, &args.name, &curves)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
+    writeln!(out, "\nwrote {}", args.out.display())?;
+    Ok(0)
+}
+
+/// A budget as `--budgets` takes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Wanted {
+    Budget(Budget),
+    /// The least the plan reaches, from the plan without a budget.
+    Smallest,
+}
+
+fn wanted(text: &str) -> Result<Wanted, steptrace::plan::Error> {
+    match text.trim() {
+        "smallest" => Ok(Wanted::Smallest),
+        t => t.parse().map(Wanted::Budget),
+    }
+}
+
+/// A budget's text as a file name's part: `90%` → `90pct`.
+fn slug(label: &str) -> String {
+    label
+        .trim()
+        .replace('%', "pct")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
+    // Every budget is read before anything runs: a typo costs no capture.
+    let wanted: Vec<Wanted> = args
+        .budgets
+        .iter()
+        .map(|b| wanted(b).map_err(steptrace::Error::Plan))
+        .collect::<Result<_, _>>()?;
+    let labels: Vec<String> = args.budgets.iter().map(|b| b.trim().to_owned()).collect();
+    if !args.runs.is_empty() {
+        if args.runs.len() != wanted.len() {
+            anyhow::bail!(
+                "--runs: {} directories for {} budgets",
+                args.runs.len(),
+                wanted.len()
+            );
+        }
+        if args.base.is_none() {
+            anyhow::bail!("--runs with --budgets needs --base, the capture without a plan");
+        }
+    } else if args.program.is_empty() {
+        anyhow::bail!("give the program after `--`, or --base and --runs");
+    }
+    let base = match &args.base {
+        Some(b) => b.clone(),
+        None => {
+            let out = args.out.join("base");
+            capture(&args, "without a plan", args.program.clone(), &out, None)?;
+            out
+        }
+    };
+    let props = steptrace::AnalyzeProps {
+        input: base.clone(),
+        top: 10,
+        ..Default::default()
+    };
+    let (trace, base_analysis, _) = steptrace::run_analysis(&props)?;
+    let options = |budget: Option<Budget>| Options {
+        budget,
+        policy: match args.policy {
+            PolicyArg::Recompute => Policy::Recompute,
+            PolicyArg::Swap => Policy::Swap,
+            PolicyArg::Both => Policy::Both,
+        },
+        bandwidth_gbps: args.bandwidth,
+        modules: None,
+    };
+    let curve = steptrace::plan::plan(&trace, &base_analysis, &options(None))?;
+    steptrace::report::plan::write(&args.out.join("plan_curve"), &curve, true)
+        .map_err(steptrace::Error::Output)?;
+    let mut dirs = Vec::new();
+    for (i, (label, w)) in labels.iter().zip(&wanted).enumerate() {
+        let budget = match *w {
+            Wanted::Budget(b) => b,
+            Wanted::Smallest => Budget::Bytes(curve.smallest_feasible_bytes),
+        };
+        let p = steptrace::plan::plan(&trace, &base_analysis, &options(Some(budget)))?;
+        let plan_dir = args.out.join(format!("plan_{}", slug(label)));
+        steptrace::report::plan::write(&plan_dir, &p, true).map_err(steptrace::Error::Output)?;
+        match args.runs.get(i) {
+            Some(run) => dirs.push(run.clone()),
+            None => {
+                let out = args.out.join(format!("budget_{}", slug(label)));
+                capture(
+                    &args,
+                    &format!("budget {label}"),
+                    args.program.clone(),
+                    &out,
+                    Some(plan_dir.join("plan.json")),
+                )?;
+                dirs.push(out);
+            }
+        }
+    }
+    steptrace::ingest::source::drop_aside(trace);
+    let analyses = dirs
+        .iter()
+        .map(|d| analyze(d))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // The prediction is the one the run applied: the plan.json its capture copied in.
+    let mut runs = Vec::new();
+    for ((label, dir), a) in labels.iter().zip(&dirs).zip(&analyses) {
+        let path = dir.join("plan.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (a run of --budgets is one captured with --plan)",
+                path.display()
+            )
+        })?;
+        runs.push(
+            PlannedRun::from_plan_json(label, &text, a).ok_or_else(|| {
+                anyhow::anyhow!("{}: not a plan with predictions", path.display())
+            })?,
+        );
+    }
+    steptrace::report::plan::write_budget_sweep(&args.out, &curve, &base_analysis, &runs)
+        .map_err(steptrace::Error::Output)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(
+        terminal_safe(&steptrace::report::plan::budget_sweep_table(
+            &base_analysis,
+            &runs,
+        ))
+        .as_bytes(),
+    )?;
+    writeln!(out, "wrote {}", args.out.display())?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_are_read_before_anything_runs() {
+        assert!(matches!(wanted(" smallest "), Ok(Wanted::Smallest)));
+        assert!(matches!(wanted("90%"), Ok(Wanted::Budget(Budget::Fraction(f))) if f == 0.9));
+        assert!(wanted("ninety").is_err());
+        assert_eq!(slug("90%"), "90pct");
+        assert_eq!(slug("9.5GiB"), "9.5GiB");
+        assert_eq!(slug("../x"), ".._x");
+    }
+}
