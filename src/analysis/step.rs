@@ -166,7 +166,7 @@ fn collect_nodes(t: &Trace, op: OpId, out: &mut Vec<OpId>) {
     }
 }
 
-/// Per-op facts the reconstruction reads repeatedly.
+/// Per-op facts the reconstruction reads repeatedly, indexed by op.
 struct OpFacts {
     /// Nearest `evaluate_function` ancestor's autograd function name.
     autograd_fn: Vec<Option<StrId>>,
@@ -175,325 +175,55 @@ struct OpFacts {
     in_zero_grad: Vec<bool>,
 }
 
-/// Rebuilds iterations, phases and nodes.
+impl OpFacts {
+    /// Whether the op runs under an autograd node (backward work).
+    fn is_bw(&self, o: OpId) -> bool {
+        self.autograd_fn[o.0 as usize].is_some()
+    }
+}
+
+/// Rebuilds iterations, phases and nodes, in named passes: the node ops, their facts, the
+/// autograd threads, the GPU work each node launched, the iteration windows, the nodes of each
+/// window, the modules of backward nodes, then each iteration on its own thread.
 pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
-    let n_ops = t.kineto.ops.len();
-    // Each root's subtree is searched on its own thread; the lists are joined in root order.
-    let mut per_root: Vec<Vec<OpId>> = t
-        .roots
-        .par_iter()
-        .map(|&r| {
-            let mut v = Vec::new();
-            collect_nodes(t, r, &mut v);
-            v
-        })
-        .collect();
-    let node_ops: Vec<OpId> = crate::par::concat(&mut per_root);
-
-    // Per node: the name of its nearest `evaluate_function` ancestor and whether an optimizer
-    // range holds it, found on all threads; the autograd functions' names are interned after,
-    // in node order, as they are reported per node.
-    let found: Vec<(Option<StrId>, bool, bool)> = node_ops
-        .par_iter()
-        .map(|&o| {
-            let mut f = (None, false, false);
-            for a in t.ancestors(o) {
-                let name_id = t.op(a).name;
-                let name = t.kineto.str(name_id);
-                if f.0.is_none() && name.starts_with(EVALUATE_FUNCTION) {
-                    f.0 = Some(name_id);
-                }
-                f.1 |= name.starts_with("Optimizer.step#");
-                f.2 |= name.starts_with("Optimizer.zero_grad#");
-            }
-            f
-        })
-        .collect();
-    let mut facts = OpFacts {
-        autograd_fn: vec![None; n_ops],
-        in_optimizer: vec![false; n_ops],
-        in_zero_grad: vec![false; n_ops],
-    };
-    let mut fn_names: FxHashMap<StrId, StrId> = FxHashMap::default();
-    for (&o, &(eval, opt, zg)) in node_ops.iter().zip(&found) {
-        if let Some(name_id) = eval {
-            let id = *fn_names.entry(name_id).or_insert_with(|| {
-                let f = t.kineto.str(name_id)[EVALUATE_FUNCTION.len()..].to_owned();
-                t.kineto.strings.intern(&f)
-            });
-            facts.autograd_fn[o.0 as usize] = Some(id);
-        }
-        facts.in_optimizer[o.0 as usize] = opt;
-        facts.in_zero_grad[o.0 as usize] = zg;
-    }
-    let is_bw = |o: OpId| facts.autograd_fn[o.0 as usize].is_some();
-    // Threads the autograd engine ran on; other side threads (data loading, pinning) are not
-    // backward work.
-    let mut autograd_thread = vec![false; t.kineto.threads.len()];
-    for &o in &node_ops {
-        if is_bw(o) {
-            autograd_thread[t.op(o).thread.0 as usize] = true;
-        }
-    }
-
-    // GPU activities per node op: each launch's owner is found on all threads.
-    let mut node_of: Vec<u32> = vec![u32::MAX; n_ops];
-    for (i, &o) in node_ops.iter().enumerate() {
-        node_of[o.0 as usize] = i as u32;
-    }
-    let owners: Vec<Option<(Option<u32>, i64)>> = t
-        .launch
-        .par_iter()
-        .map(|l| {
-            let (op, launch_ts) = (*l)?;
-            let owner = std::iter::once(op)
-                .chain(t.ancestors(op))
-                .map(|a| node_of[a.0 as usize])
-                .find(|&n| n != u32::MAX);
-            Some((owner, launch_ts))
-        })
-        .collect();
-    let mut gpu_of_node: Vec<Vec<GpuId>> = vec![Vec::new(); node_ops.len()];
-    let mut unattributed: Vec<(GpuId, i64)> = Vec::new();
-    for (gi, owner) in owners.into_iter().enumerate() {
-        match owner {
-            Some((Some(n), _)) => gpu_of_node[n as usize].push(GpuId(gi as u32)),
-            Some((None, launch_ts)) => unattributed.push((GpuId(gi as u32), launch_ts)),
-            None => {}
-        }
-    }
-    let has_htod = |ni: usize| {
-        gpu_of_node[ni].iter().any(|g| {
-            let a = &t.kineto.gpu[g.0 as usize];
-            a.kind == GpuKind::Memcpy && t.kineto.str(a.name).contains("HtoD")
-        })
-    };
-
+    let node_ops = node_ops(t);
+    let facts = op_facts(t, &node_ops);
+    let t: &Trace = t;
+    let autograd_thread = autograd_threads(t, &node_ops, &facts);
+    let gpu = gpu_owners(t, &node_ops);
     let main = t.main_thread;
-    let (detection, windows) = find_iterations(t, &node_ops, &is_bw, &has_htod, main);
-
-    // Assign nodes to iterations by start time.
-    let window_of: Vec<Option<usize>> = node_ops
-        .par_iter()
-        .map(|&o| {
-            let s = t.op(o).start;
-            let w = windows.partition_point(|w| w.1 <= s);
-            (w < windows.len() && windows[w].0 <= s).then_some(w)
-        })
-        .collect();
-    let mut per_iter: Vec<Vec<usize>> = vec![Vec::new(); windows.len()];
-    let mut outside = 0usize;
-    for (ni, w) in window_of.into_iter().enumerate() {
-        match w {
-            Some(w) => per_iter[w].push(ni),
-            None => outside += 1,
-        }
-    }
-
-    // Module of forward ops by sequence number, so backward nodes can name their module. Every
-    // op, not only node ops: a node is often a composite (`aten::linear`) whose RecordFunction
-    // has no sequence number while the ops under it (`aten::addmm`) do.
-    let mut module_by_seq: FxHashMap<i64, StrId> = FxHashMap::default();
-    for oi in 0..n_ops {
-        let o = OpId(oi as u32);
-        if let (Some(seq), Some(m)) = (t.op(o).seq, t.module[oi]) {
-            // Sequence numbers count per thread: forward recomputed on an autograd thread
-            // (checkpointing) numbers its ops from that thread's counter.
-            if !is_bw(o) && !autograd_thread[t.op(o).thread.0 as usize] {
-                module_by_seq.entry(seq).or_insert(m);
-            }
-        }
-    }
-    let seq_of_bw = |o: OpId| -> Option<i64> {
-        t.ancestors(o)
-            .find(|a| t.kineto.str(t.op(*a).name).starts_with(EVALUATE_FUNCTION))
-            .and_then(|a| t.op(a).seq)
+    let (detection, windows) = find_iterations(
+        t,
+        &node_ops,
+        &|o| facts.is_bw(o),
+        &|ni| has_htod(t, &gpu.of_node[ni]),
+        main,
+    );
+    let (per_iter, outside) = assign_to_windows(t, &node_ops, &windows);
+    let module_by_seq = module_by_seq(t, &facts, &autograd_thread);
+    let ctx = Ctx {
+        t,
+        node_ops: &node_ops,
+        facts: &facts,
+        autograd_thread: &autograd_thread,
+        gpu: &gpu,
+        module_by_seq: &module_by_seq,
+        launches: &sorted_launches(t),
+        main,
+        has_opt_annotations: facts.in_optimizer.iter().any(|&b| b),
     };
-    let has_opt_annotations = facts.in_optimizer.iter().any(|&b| b);
-
-    let mut launches: Vec<(i64, usize)> = t
-        .launch
-        .iter()
-        .enumerate()
-        .filter_map(|(gi, l)| l.map(|(_, ts)| (ts, gi)))
-        .collect();
-    launches.par_sort_unstable();
     // Iterations are independent: each builds its nodes on its own thread, and they are joined
     // in iteration order, so the output does not depend on the threads.
     let per_window: Vec<(Vec<Node>, Iteration)> = windows
         .par_iter()
         .zip(per_iter)
         .enumerate()
-        .map(|(ii, ((ws, we, label), mut idx))| {
-            let mut nodes = Vec::with_capacity(idx.len());
-            idx.sort_by_key(|&ni| {
-                let o = t.op(node_ops[ni]);
-                (o.start, Some(o.thread) != main, o.thread, node_ops[ni])
-            });
-            let bw: Vec<OpId> = idx
-                .iter()
-                .map(|&ni| node_ops[ni])
-                .filter(|&o| is_bw(o))
-                .collect();
-            let backward = (!bw.is_empty()).then(|| {
-                (
-                    bw.iter().map(|&o| t.op(o).start).min().unwrap_or(0),
-                    bw.iter().map(|&o| t.op(o).end()).max().unwrap_or(0),
-                )
-            });
-            // The spans where a backward pass runs. An iteration with several (a GAN's
-            // discriminator and generator, gradient accumulation's micro-batches) runs forward
-            // work on the main thread between them: that is not backward.
-            let mut bw_spans: Vec<(i64, i64)> =
-                bw.iter().map(|&o| (t.op(o).start, t.op(o).end())).collect();
-            bw_spans.sort_unstable();
-            let bw_spans = merge_spans(bw_spans);
-            let in_backward = |ts: i64| {
-                let k = bw_spans.partition_point(|s| s.0 <= ts);
-                k > 0 && ts < bw_spans[k - 1].1
-            };
-            let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
-            let mut seen_compute = false;
-            for (rank, &ni) in idx.iter().enumerate() {
-                let o = node_ops[ni];
-                let op = t.op(o);
-                let phase = if facts.in_zero_grad[o.0 as usize] {
-                    Phase::ZeroGrad
-                } else if facts.in_optimizer[o.0 as usize] {
-                    Phase::Optimizer
-                } else if is_bw(o)
-                    || (Some(op.thread) != main && autograd_thread[op.thread.0 as usize])
-                {
-                    Phase::Backward
-                } else if Some(op.thread) != main {
-                    Phase::Other
-                } else {
-                    match backward {
-                        Some((bs, be))
-                            if op.start >= bs && op.start < be && in_backward(op.start) =>
-                        {
-                            Phase::Backward
-                        }
-                        Some((_, be)) if op.start >= be => {
-                            if has_opt_annotations || is_dtoh_read(t, &gpu_of_node[ni]) {
-                                Phase::Other
-                            } else {
-                                Phase::Optimizer
-                            }
-                        }
-                        _ => {
-                            // A loss read for logging (`.item()`) and the input copies before the
-                            // first compute op are not forward work. Compute is what runs on the
-                            // GPU: a DataLoader's CPU-side ops (`empty`, `set_` of a received
-                            // batch) come before the copies too.
-                            if is_dtoh_read(t, &gpu_of_node[ni]) || (!seen_compute && has_htod(ni))
-                            {
-                                Phase::Other
-                            } else {
-                                seen_compute |= !gpu_of_node[ni].is_empty();
-                                Phase::Forward
-                            }
-                        }
-                    }
-                };
-                let autograd_fn = facts.autograd_fn[o.0 as usize];
-                let module = t.module[o.0 as usize].or_else(|| {
-                    if phase == Phase::Backward {
-                        seq_of_bw(o).and_then(|s| module_by_seq.get(&s).copied())
-                    } else {
-                        None
-                    }
-                });
-                // Forward ops inside backward recompute checkpointed activations: they run under
-                // an autograd node but are not the node's own backward formula.
-                let recompute = phase == Phase::Backward && t.module[o.0 as usize].is_some();
-                let key = (phase, module, op.name);
-                let k = counters.entry(key).or_insert(0);
-                let name = match module {
-                    Some(m) => format!(
-                        "{}:{}/{}#{}",
-                        phase.as_str(),
-                        t.kineto.str(m),
-                        t.kineto.str(op.name),
-                        k
-                    ),
-                    None => format!("{}:{}#{}", phase.as_str(), t.kineto.str(op.name), k),
-                };
-                *k += 1;
-                let (gpu_time, gpu_span, kernels) = gpu_totals(t, &gpu_of_node[ni]);
-                let mem = node_memory(t, op.thread, op.start, op.end());
-                nodes.push(Node {
-                    op: o,
-                    iteration: ii as u32,
-                    rank: rank as u32,
-                    name,
-                    phase,
-                    autograd_fn,
-                    module,
-                    recompute,
-                    gpu_time,
-                    gpu_span,
-                    kernels,
-                    cpu_time: op.dur,
-                    active_before: mem.0,
-                    peak: mem.1,
-                    alloc_bytes: mem.2,
-                    free_bytes: mem.3,
-                });
-            }
-            // Iteration totals over everything launched in its window.
-            let mut acts: Vec<(i64, i64)> = Vec::new();
-            let mut gpu_time = 0;
-            // Launches sorted by time: each iteration reads only its own slice.
-            let lo = launches.partition_point(|l| l.0 < *ws);
-            for &(_, gi) in launches[lo..].iter().take_while(|l| l.0 < *we) {
-                let g = &t.kineto.gpu[gi];
-                gpu_time += g.dur;
-                acts.push((g.start, g.start + g.dur));
-            }
-            let gpu_unattributed: i64 = unattributed
-                .iter()
-                .filter(|(_, ts)| *ts >= *ws && *ts < *we)
-                .map(|(g, _)| t.kineto.gpu[g.0 as usize].dur)
-                .sum();
-            let mlo = t.memory.partition_point(|m| m.ts < *ws);
-            let peak_allocated = t.memory[mlo..]
-                .iter()
-                .take_while(|m| m.ts <= *we)
-                .map(|m| m.total_allocated)
-                .max();
-            let iteration = Iteration {
-                index: ii as u32,
-                label: label.clone(),
-                start: *ws,
-                end: *we,
-                nodes: 0..nodes.len(),
-                gpu_time,
-                gpu_busy: super::intervals::union_len(acts),
-                gpu_unattributed,
-                peak_allocated,
-                backward,
-            };
-            (nodes, iteration)
-        })
+        .map(|(ii, (w, idx))| ctx.build_iteration(ii, w, idx))
         .collect();
     let (mut per_iter_nodes, mut iterations): (Vec<Vec<Node>>, Vec<Iteration>) =
         per_window.into_iter().unzip();
-    if detection == Detection::ProfilerStep && cut_short(&iterations, &per_iter_nodes) {
-        // The program ended inside the last ProfilerStep range (a schedule longer than the
-        // run): the range runs on to the profiler's stop and holds a fraction of a step
-        // (nanoGPT's bench.py: 9.1 s and one node against 0.11 s and 346).
-        let (it, own) = (iterations.pop(), per_iter_nodes.pop());
-        if let (Some(it), Some(own)) = (it, own) {
-            diag.warn(
-                "last_iteration_cut_short",
-                format!(
-                    "{} holds {} node(s) and no backward pass where the other iterations have them: the program ended inside it; it is left out",
-                    it.label,
-                    own.len()
-                ),
-            );
-        }
+    if detection == Detection::ProfilerStep {
+        drop_cut_short(&mut iterations, &mut per_iter_nodes, diag);
     }
     let mut first = 0;
     for (it, own) in iterations.iter_mut().zip(&per_iter_nodes) {
@@ -501,7 +231,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         first += own.len();
     }
     let nodes = crate::par::concat(&mut per_iter_nodes);
-    let unattributed_total: u64 = unattributed.len() as u64;
+    let unattributed_total: u64 = gpu.unattributed.len() as u64;
     diag.warn_n(
         "gpu_activity_outside_nodes",
         unattributed_total,
@@ -519,6 +249,406 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         iterations,
         nodes,
         nodes_outside: outside,
+    }
+}
+
+/// The node ops, in root order: each thread's outermost ops, with annotations and autograd
+/// wrappers opened ([`collect_nodes`]). Each root's subtree is searched on its own thread.
+fn node_ops(t: &Trace) -> Vec<OpId> {
+    let mut per_root: Vec<Vec<OpId>> = t
+        .roots
+        .par_iter()
+        .map(|&r| {
+            let mut v = Vec::new();
+            collect_nodes(t, r, &mut v);
+            v
+        })
+        .collect();
+    crate::par::concat(&mut per_root)
+}
+
+/// Per node op: the autograd function of its nearest `evaluate_function` ancestor (interned
+/// without the prefix, as it is reported per node) and whether an optimizer or `zero_grad`
+/// range holds it. Ancestors are searched on all threads; names are interned after, in node
+/// order, so the string table does not depend on the threads.
+fn op_facts(t: &mut Trace, node_ops: &[OpId]) -> OpFacts {
+    let found: Vec<(Option<StrId>, bool, bool)> = node_ops
+        .par_iter()
+        .map(|&o| {
+            let mut f = (None, false, false);
+            for a in t.ancestors(o) {
+                let name_id = t.op(a).name;
+                let name = t.kineto.str(name_id);
+                if f.0.is_none() && name.starts_with(EVALUATE_FUNCTION) {
+                    f.0 = Some(name_id);
+                }
+                f.1 |= name.starts_with("Optimizer.step#");
+                f.2 |= name.starts_with("Optimizer.zero_grad#");
+            }
+            f
+        })
+        .collect();
+    let n_ops = t.kineto.ops.len();
+    let mut facts = OpFacts {
+        autograd_fn: vec![None; n_ops],
+        in_optimizer: vec![false; n_ops],
+        in_zero_grad: vec![false; n_ops],
+    };
+    let mut fn_names: FxHashMap<StrId, StrId> = FxHashMap::default();
+    for (&o, &(eval, opt, zg)) in node_ops.iter().zip(&found) {
+        if let Some(name_id) = eval {
+            let id = *fn_names.entry(name_id).or_insert_with(|| {
+                let f = t.kineto.str(name_id)[EVALUATE_FUNCTION.len()..].to_owned();
+                t.kineto.strings.intern(&f)
+            });
+            facts.autograd_fn[o.0 as usize] = Some(id);
+        }
+        facts.in_optimizer[o.0 as usize] = opt;
+        facts.in_zero_grad[o.0 as usize] = zg;
+    }
+    facts
+}
+
+/// Threads the autograd engine ran on (a backward node ran there), by thread index. Other side
+/// threads (data loading, pinning) are not backward work.
+fn autograd_threads(t: &Trace, node_ops: &[OpId], facts: &OpFacts) -> Vec<bool> {
+    let mut autograd_thread = vec![false; t.kineto.threads.len()];
+    for &o in node_ops {
+        if facts.is_bw(o) {
+            autograd_thread[t.op(o).thread.0 as usize] = true;
+        }
+    }
+    autograd_thread
+}
+
+/// The GPU activities each node launched (the launching op or its nearest node ancestor), and
+/// those launched by ops under no node, with their launch times.
+struct GpuOwners {
+    /// By node index.
+    of_node: Vec<Vec<GpuId>>,
+    unattributed: Vec<(GpuId, i64)>,
+}
+
+fn gpu_owners(t: &Trace, node_ops: &[OpId]) -> GpuOwners {
+    let mut node_of: Vec<u32> = vec![u32::MAX; t.kineto.ops.len()];
+    for (i, &o) in node_ops.iter().enumerate() {
+        node_of[o.0 as usize] = i as u32;
+    }
+    // Each launch's owner is found on all threads.
+    let owners: Vec<Option<(Option<u32>, i64)>> = t
+        .launch
+        .par_iter()
+        .map(|l| {
+            let (op, launch_ts) = (*l)?;
+            let owner = std::iter::once(op)
+                .chain(t.ancestors(op))
+                .map(|a| node_of[a.0 as usize])
+                .find(|&n| n != u32::MAX);
+            Some((owner, launch_ts))
+        })
+        .collect();
+    let mut g = GpuOwners {
+        of_node: vec![Vec::new(); node_ops.len()],
+        unattributed: Vec::new(),
+    };
+    for (gi, owner) in owners.into_iter().enumerate() {
+        match owner {
+            Some((Some(n), _)) => g.of_node[n as usize].push(GpuId(gi as u32)),
+            Some((None, launch_ts)) => g.unattributed.push((GpuId(gi as u32), launch_ts)),
+            None => {}
+        }
+    }
+    g
+}
+
+/// Whether a node's GPU work includes a host→device copy (an input batch).
+fn has_htod(t: &Trace, gpus: &[GpuId]) -> bool {
+    gpus.iter().any(|g| {
+        let a = &t.kineto.gpu[g.0 as usize];
+        a.kind == GpuKind::Memcpy && t.kineto.str(a.name).contains("HtoD")
+    })
+}
+
+/// Node indices per window, by the node's start (a window holds `[start, end)`), and how many
+/// nodes start outside every window.
+fn assign_to_windows(t: &Trace, node_ops: &[OpId], windows: &[Window]) -> (Vec<Vec<usize>>, usize) {
+    let window_of: Vec<Option<usize>> = node_ops
+        .par_iter()
+        .map(|&o| {
+            let s = t.op(o).start;
+            let w = windows.partition_point(|w| w.1 <= s);
+            (w < windows.len() && windows[w].0 <= s).then_some(w)
+        })
+        .collect();
+    let mut per_iter: Vec<Vec<usize>> = vec![Vec::new(); windows.len()];
+    let mut outside = 0usize;
+    for (ni, w) in window_of.into_iter().enumerate() {
+        match w {
+            Some(w) => per_iter[w].push(ni),
+            None => outside += 1,
+        }
+    }
+    (per_iter, outside)
+}
+
+/// The module of forward ops by sequence number, so that backward nodes can name their module.
+/// Every op, not only node ops: a node is often a composite (`aten::linear`) whose
+/// RecordFunction has no sequence number while the ops under it (`aten::addmm`) do.
+fn module_by_seq(t: &Trace, facts: &OpFacts, autograd_thread: &[bool]) -> FxHashMap<i64, StrId> {
+    let mut by_seq: FxHashMap<i64, StrId> = FxHashMap::default();
+    for oi in 0..t.kineto.ops.len() {
+        let o = OpId(oi as u32);
+        if let (Some(seq), Some(m)) = (t.op(o).seq, t.module[oi]) {
+            // Sequence numbers count per thread: forward recomputed on an autograd thread
+            // (checkpointing) numbers its ops from that thread's counter.
+            if !facts.is_bw(o) && !autograd_thread[t.op(o).thread.0 as usize] {
+                by_seq.entry(seq).or_insert(m);
+            }
+        }
+    }
+    by_seq
+}
+
+/// Every launch's time with its GPU activity's index, sorted: each iteration reads its slice.
+fn sorted_launches(t: &Trace) -> Vec<(i64, usize)> {
+    let mut launches: Vec<(i64, usize)> = t
+        .launch
+        .iter()
+        .enumerate()
+        .filter_map(|(gi, l)| l.map(|(_, ts)| (ts, gi)))
+        .collect();
+    launches.par_sort_unstable();
+    launches
+}
+
+/// The spans where an iteration's backward passes run. An iteration with several (a GAN's
+/// discriminator and generator, gradient accumulation's micro-batches) runs forward work on
+/// the main thread between them: that is not backward.
+struct BackwardSpans {
+    /// From the first backward node's start to the last one's end.
+    extent: Option<(i64, i64)>,
+    /// The backward nodes' spans, merged.
+    spans: Vec<(i64, i64)>,
+}
+
+impl BackwardSpans {
+    fn new(t: &Trace, bw: &[OpId]) -> BackwardSpans {
+        let extent = (!bw.is_empty()).then(|| {
+            (
+                bw.iter().map(|&o| t.op(o).start).min().unwrap_or(0),
+                bw.iter().map(|&o| t.op(o).end()).max().unwrap_or(0),
+            )
+        });
+        let mut spans: Vec<(i64, i64)> =
+            bw.iter().map(|&o| (t.op(o).start, t.op(o).end())).collect();
+        spans.sort_unstable();
+        BackwardSpans {
+            extent,
+            spans: merge_spans(spans),
+        }
+    }
+
+    fn contains(&self, ts: i64) -> bool {
+        let k = self.spans.partition_point(|s| s.0 <= ts);
+        k > 0 && ts < self.spans[k - 1].1
+    }
+}
+
+/// What every iteration's build reads.
+struct Ctx<'a> {
+    t: &'a Trace,
+    node_ops: &'a [OpId],
+    facts: &'a OpFacts,
+    autograd_thread: &'a [bool],
+    gpu: &'a GpuOwners,
+    module_by_seq: &'a FxHashMap<i64, StrId>,
+    launches: &'a [(i64, usize)],
+    main: Option<ThreadId>,
+    /// Whether the program marks its optimizer (`Optimizer.step#` ranges).
+    has_opt_annotations: bool,
+}
+
+impl Ctx<'_> {
+    /// The phase of node `ni` of an iteration whose backward passes are `bw`. `seen_compute`:
+    /// whether a forward node of the iteration launched GPU work before this one (updated).
+    fn phase(&self, ni: usize, bw: &BackwardSpans, seen_compute: &mut bool) -> Phase {
+        let (t, o) = (self.t, self.node_ops[ni]);
+        let op = t.op(o);
+        let gpus = &self.gpu.of_node[ni];
+        if self.facts.in_zero_grad[o.0 as usize] {
+            Phase::ZeroGrad
+        } else if self.facts.in_optimizer[o.0 as usize] {
+            Phase::Optimizer
+        } else if self.facts.is_bw(o)
+            || (Some(op.thread) != self.main && self.autograd_thread[op.thread.0 as usize])
+        {
+            Phase::Backward
+        } else if Some(op.thread) != self.main {
+            Phase::Other
+        } else {
+            match bw.extent {
+                Some((bs, be)) if op.start >= bs && op.start < be && bw.contains(op.start) => {
+                    Phase::Backward
+                }
+                Some((_, be)) if op.start >= be => {
+                    if self.has_opt_annotations || is_dtoh_read(t, gpus) {
+                        Phase::Other
+                    } else {
+                        Phase::Optimizer
+                    }
+                }
+                _ => {
+                    // A loss read for logging (`.item()`) and the input copies before the
+                    // first compute op are not forward work. Compute is what runs on the GPU:
+                    // a DataLoader's CPU-side ops (`empty`, `set_` of a received batch) come
+                    // before the copies too.
+                    if is_dtoh_read(t, gpus) || (!*seen_compute && has_htod(t, gpus)) {
+                        Phase::Other
+                    } else {
+                        *seen_compute |= !gpus.is_empty();
+                        Phase::Forward
+                    }
+                }
+            }
+        }
+    }
+
+    /// A node's module: its own, or for a backward node the module of the forward op with its
+    /// autograd node's sequence number.
+    fn module(&self, o: OpId, phase: Phase) -> Option<StrId> {
+        let t = self.t;
+        t.module[o.0 as usize].or_else(|| {
+            if phase != Phase::Backward {
+                return None;
+            }
+            t.ancestors(o)
+                .find(|a| t.kineto.str(t.op(*a).name).starts_with(EVALUATE_FUNCTION))
+                .and_then(|a| t.op(a).seq)
+                .and_then(|s| self.module_by_seq.get(&s).copied())
+        })
+    }
+
+    /// Iteration `ii` over `window`, from its nodes `idx` (node indices).
+    fn build_iteration(
+        &self,
+        ii: usize,
+        window: &Window,
+        mut idx: Vec<usize>,
+    ) -> (Vec<Node>, Iteration) {
+        let (t, main) = (self.t, self.main);
+        let (ws, we, label) = window;
+        idx.sort_by_key(|&ni| {
+            let o = t.op(self.node_ops[ni]);
+            (o.start, Some(o.thread) != main, o.thread, self.node_ops[ni])
+        });
+        let bw_ops: Vec<OpId> = idx
+            .iter()
+            .map(|&ni| self.node_ops[ni])
+            .filter(|&o| self.facts.is_bw(o))
+            .collect();
+        let bw = BackwardSpans::new(t, &bw_ops);
+        let mut nodes = Vec::with_capacity(idx.len());
+        let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
+        let mut seen_compute = false;
+        for (rank, &ni) in idx.iter().enumerate() {
+            let o = self.node_ops[ni];
+            let op = t.op(o);
+            let phase = self.phase(ni, &bw, &mut seen_compute);
+            let module = self.module(o, phase);
+            // Forward ops inside backward recompute checkpointed activations: they run under
+            // an autograd node but are not the node's own backward formula.
+            let recompute = phase == Phase::Backward && t.module[o.0 as usize].is_some();
+            let k = counters.entry((phase, module, op.name)).or_insert(0);
+            let name = match module {
+                Some(m) => format!(
+                    "{}:{}/{}#{}",
+                    phase.as_str(),
+                    t.kineto.str(m),
+                    t.kineto.str(op.name),
+                    k
+                ),
+                None => format!("{}:{}#{}", phase.as_str(), t.kineto.str(op.name), k),
+            };
+            *k += 1;
+            let (gpu_time, gpu_span, kernels) = gpu_totals(t, &self.gpu.of_node[ni]);
+            let mem = node_memory(t, op.thread, op.start, op.end());
+            nodes.push(Node {
+                op: o,
+                iteration: ii as u32,
+                rank: rank as u32,
+                name,
+                phase,
+                autograd_fn: self.facts.autograd_fn[o.0 as usize],
+                module,
+                recompute,
+                gpu_time,
+                gpu_span,
+                kernels,
+                cpu_time: op.dur,
+                active_before: mem.0,
+                peak: mem.1,
+                alloc_bytes: mem.2,
+                free_bytes: mem.3,
+            });
+        }
+        // Iteration totals over everything launched in its window.
+        let mut acts: Vec<(i64, i64)> = Vec::new();
+        let mut gpu_time = 0;
+        let lo = self.launches.partition_point(|l| l.0 < *ws);
+        for &(_, gi) in self.launches[lo..].iter().take_while(|l| l.0 < *we) {
+            let g = &t.kineto.gpu[gi];
+            gpu_time += g.dur;
+            acts.push((g.start, g.start + g.dur));
+        }
+        let gpu_unattributed: i64 = self
+            .gpu
+            .unattributed
+            .iter()
+            .filter(|(_, ts)| *ts >= *ws && *ts < *we)
+            .map(|(g, _)| t.kineto.gpu[g.0 as usize].dur)
+            .sum();
+        let mlo = t.memory.partition_point(|m| m.ts < *ws);
+        let peak_allocated = t.memory[mlo..]
+            .iter()
+            .take_while(|m| m.ts <= *we)
+            .map(|m| m.total_allocated)
+            .max();
+        let iteration = Iteration {
+            index: ii as u32,
+            label: label.clone(),
+            start: *ws,
+            end: *we,
+            nodes: 0..nodes.len(),
+            gpu_time,
+            gpu_busy: super::intervals::union_len(acts),
+            gpu_unattributed,
+            peak_allocated,
+            backward: bw.extent,
+        };
+        (nodes, iteration)
+    }
+}
+
+/// Leaves out the last ProfilerStep iteration when the program ended inside it (a schedule
+/// longer than the run): the range runs on to the profiler's stop and holds a fraction of a
+/// step (nanoGPT's bench.py: 9.1 s and one node against 0.11 s and 346).
+fn drop_cut_short(
+    iterations: &mut Vec<Iteration>,
+    per_iter_nodes: &mut Vec<Vec<Node>>,
+    diag: &mut Diagnostics,
+) {
+    if !cut_short(iterations, per_iter_nodes) {
+        return;
+    }
+    if let (Some(it), Some(own)) = (iterations.pop(), per_iter_nodes.pop()) {
+        diag.warn(
+            "last_iteration_cut_short",
+            format!(
+                "{} holds {} node(s) and no backward pass where the other iterations have them: the program ended inside it; it is left out",
+                it.label,
+                own.len()
+            ),
+        );
     }
 }
 
