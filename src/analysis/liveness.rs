@@ -664,25 +664,9 @@ fn build_graph(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnostics::Diagnostics;
 
     fn trace(events: &str) -> Trace {
-        let text = format!(r#"{{"schemaVersion":1,"traceEvents":[{events}]}}"#);
-        let mut d = Diagnostics::default();
-        let kineto = crate::ingest::kineto::from_bytes(
-            std::path::Path::new("t.json"),
-            text.into_bytes(),
-            false,
-            &mut d,
-        )
-        .unwrap();
-        let loaded = crate::ingest::Loaded {
-            kineto,
-            snapshot: None,
-            exec_trace: None,
-            diagnostics: d,
-        };
-        Trace::build(loaded, &mut Diagnostics::default())
+        crate::model::from_events(events)
     }
 
     fn copy(name: &str, bytes: u64, dur_us: f64) -> String {

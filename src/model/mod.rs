@@ -57,6 +57,28 @@ pub struct Trace {
     pub memory: Vec<MemEvent>,
 }
 
+/// The model of a trace made of `events` (Chrome-trace events as JSON text, comma-separated):
+/// what the unit tests of the passes that read a model build their inputs from.
+#[cfg(test)]
+pub(crate) fn from_events(events: &str) -> Trace {
+    let text = format!(r#"{{"schemaVersion":1,"traceEvents":[{events}]}}"#);
+    let mut d = Diagnostics::default();
+    let kineto = crate::ingest::kineto::from_bytes(
+        std::path::Path::new("t.json"),
+        text.into_bytes(),
+        false,
+        &mut d,
+    )
+    .expect("a trace");
+    let loaded = Loaded {
+        kineto,
+        snapshot: None,
+        exec_trace: None,
+        diagnostics: d,
+    };
+    Trace::build(loaded, &mut Diagnostics::default())
+}
+
 /// Prefix of the autograd engine's per-node wrapper op.
 pub const EVALUATE_FUNCTION: &str = "autograd::engine::evaluate_function: ";
 
