@@ -1,0 +1,361 @@
+//! The modules a plan can act on (issue 20): every module enclosing a forward node, with the
+//! events each action adds to each profiled iteration's measured memory, the time it adds,
+//! and the blocks it drops; the "every block" class users would checkpoint by hand.
+
+use super::*;
+
+/// A module that can be planned: its forward nodes and what acting on it changes, per
+/// iteration.
+#[derive(Debug, Clone)]
+pub(super) struct Candidate {
+    pub(super) path: String,
+    pub(super) instance: String,
+    pub(super) class: String,
+    pub(super) depth: usize,
+    /// Per iteration (index into `Ctx::iters`): the events each action adds.
+    pub(super) added: Vec<BTreeMap<Action, Vec<Added>>>,
+    /// Activation bytes dropped (median over iterations).
+    pub(super) dropped_bytes: i64,
+    /// Blocks dropped, per iteration (for the never-twice check).
+    pub(super) dropped_blocks: Vec<Vec<usize>>,
+    /// Time each action adds, s.
+    pub(super) time: BTreeMap<Action, f64>,
+    /// Has modules below it.
+    pub(super) composite: bool,
+}
+
+pub(super) struct Iter {
+    pub(super) label: String,
+    pub(super) start: i64,
+    pub(super) measured: Measured,
+}
+
+pub(super) fn depth_of(path: &str) -> usize {
+    path.matches('/').count()
+}
+
+pub(super) fn under(module: &str, path: &str) -> bool {
+    module == path
+        || (module.len() > path.len()
+            && module.starts_with(path)
+            && module.as_bytes()[path.len()] == b'/')
+}
+
+pub(super) fn class_of(instance: &str) -> &str {
+    match instance.rsplit_once('_') {
+        Some((c, k)) if !c.is_empty() && k.chars().all(|x| x.is_ascii_digit()) => c,
+        _ => instance,
+    }
+}
+
+/// The class users would checkpoint "every block" of: among modules with modules below them,
+/// the class with the most instances (two at least); ties go to the shallower, then by name.
+pub(super) fn every_block_class(cands: &[Candidate]) -> Option<String> {
+    let mut by_class: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for c in cands.iter().filter(|c| c.composite && c.depth > 0) {
+        let e = by_class.entry(c.class.as_str()).or_insert((0, usize::MAX));
+        e.0 += 1;
+        e.1 = e.1.min(c.depth);
+    }
+    by_class
+        .into_iter()
+        .filter(|(_, (n, _))| *n >= 2)
+        .max_by(|a, b| {
+            a.1 .0
+                .cmp(&b.1 .0)
+                .then(b.1 .1.cmp(&a.1 .1))
+                .then(b.0.cmp(a.0))
+        })
+        .map(|(c, _)| c.to_owned())
+}
+
+/// Every module enclosing a forward node, with the events each action adds per iteration.
+pub(super) fn build_candidates(
+    t: &Trace,
+    a: &Analysis,
+    ids: Option<&liveness::Identities>,
+    iters: &[Iter],
+    iter_index: &BTreeMap<u32, usize>,
+    cpu_scale: f64,
+    (htod, dtoh): (f64, f64),
+) -> Vec<Candidate> {
+    let step = &a.step;
+    let mem = &a.memory;
+    // Module paths (and every prefix) of forward nodes.
+    let mut paths: BTreeSet<String> = BTreeSet::new();
+    for n in &step.nodes {
+        if n.phase != Phase::Forward {
+            continue;
+        }
+        let Some(m) = n.module else { continue };
+        let full = t.kineto.str(m);
+        let mut end = 0;
+        for (i, ch) in full.char_indices() {
+            if ch == '/' {
+                paths.insert(full[..i].to_owned());
+            }
+            end = i + ch.len_utf8();
+        }
+        paths.insert(full[..end].to_owned());
+    }
+    let module_of = |ni: usize| step.nodes[ni].module.map(|m| t.kineto.str(m));
+    // Blocks by the node that made them.
+    let mut made_by: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (bi, b) in mem.blocks.iter().enumerate() {
+        if let Some(p) = b.producer {
+            made_by.entry(p).or_default().push(bi);
+        }
+    }
+    // Autograd nodes as they ran (`evaluate_function` ranges) by sequence number, and the
+    // forward ops that have one, with their module.
+    let mut eval_fns: rustc_hash::FxHashMap<i64, Vec<(i64, i64)>> = Default::default();
+    let mut fwd_seq_ops: Vec<(i64, i64, crate::intern::StrId)> = Vec::new();
+    for (oi, o) in t.kineto.ops.iter().enumerate() {
+        let Some(seq) = o.seq else { continue };
+        if t.kineto.str(o.name).starts_with(EVALUATE_FUNCTION) {
+            eval_fns
+                .entry(seq)
+                .or_default()
+                .push((o.start, o.start + o.dur));
+        } else if let Some(m) = t.module[oi] {
+            fwd_seq_ops.push((o.start, seq, m));
+        }
+    }
+    // By start, so each module's forward span is a range of it.
+    fwd_seq_ops.sort_unstable();
+    let paths: Vec<String> = paths.into_iter().collect();
+    let composite: BTreeSet<&str> = paths
+        .iter()
+        .filter_map(|p| p.rsplit_once('/').map(|(parent, _)| parent))
+        .collect();
+
+    let cands: Vec<Option<Candidate>> = paths
+        .par_iter()
+        .map(|path| {
+            let mut added = vec![BTreeMap::new(); iters.len()];
+            let mut dropped_per_iter: Vec<i64> = Vec::new();
+            let mut dropped_blocks = vec![Vec::new(); iters.len()];
+            let mut times: Vec<f64> = Vec::new();
+            let mut swap_times: Vec<f64> = Vec::new();
+            for it in &step.iterations {
+                let Some(&k) = iter_index.get(&it.index) else {
+                    continue;
+                };
+                let nodes = it.nodes.clone();
+                let fwd: Vec<usize> = nodes
+                    .clone()
+                    .filter(|&ni| {
+                        step.nodes[ni].phase == Phase::Forward
+                            && !step.nodes[ni].recompute
+                            && module_of(ni).is_some_and(|m| under(m, path))
+                    })
+                    .collect();
+                let bwd: Vec<usize> = nodes
+                    .clone()
+                    .filter(|&ni| {
+                        step.nodes[ni].phase == Phase::Backward
+                            && module_of(ni).is_some_and(|m| under(m, path))
+                    })
+                    .collect();
+                if fwd.is_empty() || bwd.is_empty() {
+                    continue;
+                }
+                let op = |ni: usize| t.op(step.nodes[ni].op);
+                let t0 = bwd.iter().map(|&ni| op(ni).start).min().expect("non-empty");
+                let fs = fwd.iter().map(|&ni| op(ni).start).min().expect("non-empty");
+                let fe = fwd.iter().map(|&ni| op(ni).end()).max().expect("non-empty");
+                let in_fwd: BTreeSet<usize> = fwd.iter().copied().collect();
+                let in_bwd: BTreeSet<usize> = bwd.iter().copied().collect();
+                // The module's autograd nodes as they ran: a saved tensor is released when its
+                // node is done, inside `evaluate_function` but after the ops under it.
+                // Every autograd node of the module's forward ops (by sequence number), with
+                // or without ops of its own under it (a view's backward has none).
+                let span = fwd_seq_ops.partition_point(|o| o.0 < fs)
+                    ..fwd_seq_ops.partition_point(|o| o.0 <= fe);
+                let mut bw_spans: Vec<(i64, i64)> = fwd_seq_ops[span]
+                    .iter()
+                    .filter(|&&(_, _, m)| under(t.kineto.str(m), path))
+                    .flat_map(|&(_, seq, _)| eval_fns.get(&seq).into_iter().flatten())
+                    .filter(|&&(st, _)| st > fe && st <= it.end)
+                    .copied()
+                    .chain(bwd.iter().map(|&ni| {
+                        let o = step.nodes[ni].op;
+                        t.ancestors(o)
+                            .find(|a| t.op_name(*a).starts_with(EVALUATE_FUNCTION))
+                            .map_or((op(ni).start, op(ni).end()), |a| {
+                                (t.op(a).start, t.op(a).end())
+                            })
+                    }))
+                    .collect();
+                bw_spans.sort_unstable();
+                bw_spans.dedup();
+                // The module's backward starts with its first autograd node: the recompute
+                // runs when that node unpacks what it saved.
+                let t0 = t0.min(bw_spans.first().map_or(t0, |s| s.0));
+                // Spans of several threads may overlap: any that started by `ts` may hold it.
+                let freed_by_module = |ts: i64| {
+                    let i = bw_spans.partition_point(|s| s.0 <= ts);
+                    bw_spans[..i].iter().any(|s| ts <= s.1)
+                };
+                // What its checkpoint frees.
+                let mut dropped: Vec<(usize, i64, i64)> = Vec::new(); // (block, forward free, first bw use)
+                for &p in &fwd {
+                    for &bi in made_by.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+                        let b = &mem.blocks[bi];
+                        if b.category != Category::Activation {
+                            continue;
+                        }
+                        let Some(freed) = b.free.filter(|&f| freed_by_module(f)) else {
+                            continue;
+                        };
+                        let (fw_free, bw_first) = match ids.and_then(|i| i.readers(step, mem, bi)) {
+                            Some(r) => {
+                                let r: Vec<usize> = r.collect();
+                                if r.iter().any(|&ni| {
+                                    step.nodes[ni].phase == Phase::Backward && !in_bwd.contains(&ni)
+                                }) {
+                                    continue; // also saved outside the module
+                                }
+                                let fw_last = r
+                                    .iter()
+                                    .filter(|&&ni| step.nodes[ni].phase == Phase::Forward)
+                                    .map(|&ni| op(ni).end())
+                                    .max()
+                                    .unwrap_or(b.alloc);
+                                let bw_first = r
+                                    .iter()
+                                    .filter(|&&ni| in_bwd.contains(&ni))
+                                    .map(|&ni| op(ni).start)
+                                    .min()
+                                    .unwrap_or(freed);
+                                (fw_last.max(b.alloc), bw_first)
+                            }
+                            None => (fe.max(b.alloc), t0),
+                        };
+                        if fw_free >= t0 {
+                            continue;
+                        }
+                        dropped.push((bi, fw_free, bw_first.max(t0)));
+                    }
+                }
+                if dropped.is_empty() {
+                    continue;
+                }
+                let dropped_set: BTreeSet<usize> = dropped.iter().map(|d| d.0).collect();
+                let mut rec: Vec<Added> = Vec::new();
+                let mut swp: Vec<Added> = Vec::new();
+                for &(bi, fw_free, bw_first) in &dropped {
+                    let b = &mem.blocks[bi];
+                    let drop = Added {
+                        key: Key {
+                            ts: fw_free,
+                            tie: 2,
+                            seq: bi as u32,
+                        },
+                        bytes: -b.size,
+                        category: b.category,
+                    };
+                    rec.push(drop);
+                    swp.push(drop);
+                    swp.push(Added {
+                        key: Key {
+                            ts: bw_first,
+                            tie: 0,
+                            seq: bi as u32,
+                        },
+                        bytes: b.size,
+                        category: b.category,
+                    });
+                }
+                // The recompute: the module's forward events again at t0, the dropped blocks
+                // kept, its temporaries freed where they were, the rest dropped at the end.
+                let lo = t.memory.partition_point(|m| m.ts < fs);
+                let hi = t.memory.partition_point(|m| m.ts <= fe);
+                let mut live: BTreeMap<usize, i64> = BTreeMap::new();
+                let mut seq = 0u32;
+                // The replayed events all fall at t0, before the measured ones there, in order.
+                let replay = |rec: &mut Vec<Added>, seq: &mut u32, bytes: i64, category| {
+                    rec.push(Added {
+                        key: Key {
+                            ts: t0,
+                            tie: 0,
+                            seq: *seq,
+                        },
+                        bytes,
+                        category,
+                    });
+                    *seq += 1;
+                };
+                for ei in lo..hi {
+                    let Some(bi) = mem.event_block.get(ei).copied().flatten() else {
+                        continue;
+                    };
+                    let b = &mem.blocks[bi];
+                    let e = &t.memory[ei];
+                    if e.bytes > 0 {
+                        if b.producer.is_some_and(|p| in_fwd.contains(&p)) {
+                            replay(&mut rec, &mut seq, b.size, b.category);
+                            if !dropped_set.contains(&bi) {
+                                live.insert(bi, b.size);
+                            }
+                        }
+                    } else if let Some(sz) = live.remove(&bi) {
+                        replay(&mut rec, &mut seq, -sz, b.category);
+                    }
+                }
+                for (bi, sz) in live {
+                    replay(&mut rec, &mut seq, -sz, mem.blocks[bi].category);
+                }
+                rec.sort_by_key(|x| x.key);
+                swp.sort_by_key(|x| x.key);
+                added[k].insert(Action::Recompute, rec);
+                added[k].insert(Action::Swap, swp);
+                let bytes: i64 = dropped.iter().map(|d| mem.blocks[d.0].size).sum();
+                dropped_per_iter.push(bytes);
+                dropped_blocks[k] = dropped.iter().map(|d| d.0).collect();
+                let t_rec: f64 = fwd
+                    .iter()
+                    .map(|&ni| {
+                        let n = &step.nodes[ni];
+                        (n.gpu_time as f64).max(n.cpu_time as f64 * cpu_scale) * 1e-9
+                    })
+                    .sum();
+                times.push(t_rec);
+                swap_times.push(bytes as f64 / (dtoh * 1e9) + bytes as f64 / (htod * 1e9));
+            }
+            if dropped_per_iter.is_empty() {
+                return None;
+            }
+            let mut dp: Vec<f64> = dropped_per_iter.iter().map(|&b| b as f64).collect();
+            let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
+            let mut time = BTreeMap::new();
+            time.insert(Action::Recompute, median(&mut times).unwrap_or(0.0));
+            time.insert(Action::Swap, median(&mut swap_times).unwrap_or(0.0));
+            Some(Candidate {
+                class: class_of(&instance).to_owned(),
+                instance,
+                depth: depth_of(path),
+                path: path.clone(),
+                added,
+                dropped_bytes: median(&mut dp).unwrap_or(0.0) as i64,
+                dropped_blocks,
+                time,
+                composite: composite.contains(path.as_str()),
+            })
+        })
+        .collect();
+    cands.into_iter().flatten().collect()
+}
+
+/// Blocks the decisions drop, per iteration: each at most once (a plan never counts a tensor
+/// twice; nested modules are never both chosen).
+pub(super) fn dropped_twice(cands: &[Candidate], chosen: &[Choice]) -> bool {
+    let iters = cands.first().map_or(0, |c| c.dropped_blocks.len());
+    (0..iters).any(|k| {
+        let mut seen = BTreeSet::new();
+        chosen
+            .iter()
+            .flat_map(|&(c, _)| cands[c].dropped_blocks[k].iter())
+            .any(|b| !seen.insert(*b))
+    })
+}

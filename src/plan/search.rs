@@ -1,0 +1,151 @@
+//! Choosing modules (issue 20): the evaluator that predicts a set of decisions' peak and step
+//! time by re-simulating every profiled iteration, μ-TWO's greedy search over it, and the
+//! plans a user names.
+
+use super::*;
+
+/// A module and what is done with it.
+pub(super) type Choice = (usize, Action);
+
+/// Predicts a plan's peak and step time.
+pub(super) struct Evaluator<'a> {
+    pub(super) cands: &'a [Candidate],
+    pub(super) iters: &'a [Iter],
+    pub(super) base_step: f64,
+}
+
+impl Evaluator<'_> {
+    /// The events `chosen` adds to iteration `k`, in order.
+    pub(super) fn added(&self, chosen: &[Choice], k: usize) -> Vec<Added> {
+        let mut added: Vec<Added> = Vec::new();
+        for &(c, act) in chosen {
+            if let Some(v) = self.cands[c].added[k].get(&act) {
+                added.extend_from_slice(v);
+            }
+        }
+        added.sort_by_key(|x| x.key);
+        added
+    }
+
+    /// The highest predicted peak over the iterations, and which iteration has it.
+    pub(super) fn peak(&self, chosen: &[Choice]) -> (Peak, usize) {
+        let mut worst: Option<(Peak, usize)> = None;
+        for (k, it) in self.iters.iter().enumerate() {
+            let p = sim::simulate(&it.measured, &self.added(chosen, k), None);
+            if worst.as_ref().is_none_or(|w| p.bytes > w.0.bytes) {
+                worst = Some((p, k));
+            }
+        }
+        worst.expect("at least one iteration")
+    }
+
+    /// The predicted step time, s.
+    pub(super) fn step(&self, chosen: &[Choice]) -> f64 {
+        self.base_step
+            + chosen
+                .iter()
+                .map(|&(c, act)| self.cands[c].time[&act])
+                .sum::<f64>()
+    }
+}
+
+/// The greedy rounds: each adds the (module, action) lowering the predicted peak most per
+/// second added. A module around chosen ones may replace them (a whole block after parts of
+/// it: what it frees beyond them is what it is scored on), so the search does not stall on
+/// small modules whose outputs their parent keeps. Stops at the budget, or when nothing
+/// lowers the peak. Returns the plan after each round.
+pub(super) fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) -> Vec<Vec<Choice>> {
+    let cands = ev.cands;
+    let mut chosen: Vec<Choice> = Vec::new();
+    let mut rounds = Vec::new();
+    let mut cur = ev.peak(&chosen).0.bytes;
+    let mut cur_time = ev.step(&chosen);
+    // Without a budget the whole curve is wanted: go on until nothing helps.
+    let target = budget.unwrap_or(i64::MIN);
+    while cur > target {
+        let moves: Vec<Choice> = (0..cands.len())
+            .filter(|&i| {
+                chosen
+                    .iter()
+                    .all(|&(c, _)| !under(&cands[i].path, &cands[c].path))
+            })
+            .flat_map(|i| policy.actions().iter().map(move |&a| (i, a)))
+            .collect();
+        let trial_of = |(i, act): Choice| -> Vec<Choice> {
+            let mut t: Vec<Choice> = chosen
+                .iter()
+                .copied()
+                .filter(|&(c, _)| !under(&cands[c].path, &cands[i].path))
+                .collect();
+            t.push((i, act));
+            t
+        };
+        let scored: Vec<(i64, f64, usize, Action)> = moves
+            .par_iter()
+            .map(|&(i, act)| {
+                let trial = trial_of((i, act));
+                let saved = cur - ev.peak(&trial).0.bytes;
+                let dt = (ev.step(&trial) - cur_time).max(1e-9);
+                (saved, saved as f64 / dt, i, act)
+            })
+            .collect();
+        // Highest ratio; ties: more saved, then the earlier module (deterministic).
+        let best = scored.into_iter().filter(|s| s.0 > 0).max_by(|x, y| {
+            x.1.total_cmp(&y.1)
+                .then(x.0.cmp(&y.0))
+                .then(y.2.cmp(&x.2))
+                .then(y.3.cmp(&x.3))
+        });
+        let Some((_, _, i, act)) = best else { break };
+        chosen = trial_of((i, act));
+        cur = ev.peak(&chosen).0.bytes;
+        cur_time = ev.step(&chosen);
+        rounds.push(chosen.clone());
+    }
+    rounds
+}
+
+pub(super) fn explicit(
+    cands: &[Candidate],
+    names: &[String],
+    every_block: Option<&str>,
+) -> Result<Vec<Choice>, Error> {
+    let mut out: Vec<Choice> = Vec::new();
+    for n in names {
+        if n == "every-block" {
+            let class = every_block.ok_or_else(|| Error::UnknownModule {
+                name: n.clone(),
+                known: "no class repeats as a block".into(),
+            })?;
+            for (i, c) in cands.iter().enumerate() {
+                if c.class == class && !out.iter().any(|o| o.0 == i) {
+                    out.push((i, Action::Recompute));
+                }
+            }
+            continue;
+        }
+        let (name, act) = match n.split_once(':') {
+            Some((m, "swap")) => (m, Action::Swap),
+            Some((m, "recompute")) => (m, Action::Recompute),
+            _ => (n.as_str(), Action::Recompute),
+        };
+        let i = cands
+            .iter()
+            .position(|c| c.instance == name || c.path == name)
+            .ok_or_else(|| Error::UnknownModule {
+                name: name.to_owned(),
+                known: {
+                    let v: Vec<&str> = cands.iter().take(12).map(|c| c.instance.as_str()).collect();
+                    format!(
+                        "{}{}",
+                        v.join(", "),
+                        if cands.len() > 12 { ", ..." } else { "" }
+                    )
+                },
+            })?;
+        if !out.iter().any(|o| o.0 == i) {
+            out.push((i, act));
+        }
+    }
+    Ok(out)
+}
