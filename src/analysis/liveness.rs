@@ -337,7 +337,9 @@ fn default_bandwidth(device: Option<&str>) -> f64 {
     }
 }
 
-/// Computes activation liveness, MuTWO metrics and the data-flow graph.
+/// Computes activation liveness, MuTWO metrics and the data-flow graph, in passes: the
+/// tensors' identities, backward nodes by sequence number, one instance per activation block
+/// per iteration, the swap bandwidth, and the instances aggregated by name over iterations.
 pub fn compute(
     t: &Trace,
     step: &Step,
@@ -346,21 +348,53 @@ pub fn compute(
     swap_override_gbps: Option<f64>,
 ) -> Liveness {
     let ids = identities(t, step, mem);
-    let uses = ids.as_ref().map(|i| &i.uses);
-    let source = if uses.is_some() {
+    let source = if ids.is_some() {
         Source::ExecutionTrace
     } else {
         Source::MemoryEvents
     };
-    let rank_of: FxHashMap<&str, &NodeStat> =
-        stats.iter().map(|s| (s.node_name.as_str(), s)).collect();
-    let rank = |ni: usize| {
-        rank_of
-            .get(step.nodes[ni].name.as_str())
-            .map_or(0, |s| s.rank)
-    };
+    let ranks = Ranks::new(step, stats);
+    let bw_by_seq = backward_by_seq(t, step);
+    let insts = instances(t, step, mem, ids.as_ref(), &ranks, &bw_by_seq);
+    let bandwidth = swap_bandwidth(t, swap_override_gbps);
+    let activations = aggregate(t, step, stats, &ranks, &insts, &bandwidth);
+    let graph = ids
+        .as_ref()
+        .map(|i| build_graph(t, step, mem, &i.uses, &i.storage_of_block));
+    Liveness {
+        source,
+        activations,
+        bandwidth,
+        graph,
+        identities: ids,
+    }
+}
 
-    // Backward nodes by the autograd sequence number of their evaluate_function.
+/// Node statistics by node name: a node's rank in the aligned step.
+struct Ranks<'a> {
+    step: &'a Step,
+    by_name: FxHashMap<&'a str, &'a NodeStat>,
+}
+
+impl<'a> Ranks<'a> {
+    fn new(step: &'a Step, stats: &'a [NodeStat]) -> Self {
+        Ranks {
+            step,
+            by_name: stats.iter().map(|s| (s.node_name.as_str(), s)).collect(),
+        }
+    }
+
+    fn stat(&self, ni: usize) -> Option<&'a NodeStat> {
+        self.by_name.get(self.step.nodes[ni].name.as_str()).copied()
+    }
+
+    fn rank(&self, ni: usize) -> u32 {
+        self.stat(ni).map_or(0, |s| s.rank)
+    }
+}
+
+/// Backward nodes by (iteration, the autograd sequence number of their evaluate_function).
+fn backward_by_seq(t: &Trace, step: &Step) -> FxHashMap<(u32, i64), usize> {
     let mut bw_by_seq: FxHashMap<(u32, i64), usize> = FxHashMap::default();
     for (i, n) in step.nodes.iter().enumerate() {
         if n.phase != Phase::Backward {
@@ -374,16 +408,48 @@ pub fn compute(
             bw_by_seq.entry((n.iteration, s)).or_insert(i);
         }
     }
+    bw_by_seq
+}
 
-    // Per activation instance: (name, iteration, ranks, size, chain, storage).
-    struct Inst {
-        name: String,
-        ranks: (u32, u32, u32, u32),
-        size: i64,
-        chain: Vec<usize>,
-        storage: i64,
-        producer: usize,
-    }
+/// One activation block of one iteration.
+struct Inst {
+    name: String,
+    /// (creation, last forward use, first backward use, last backward use), as ranks.
+    ranks: (u32, u32, u32, u32),
+    size: i64,
+    /// Nodes to run again to rebuild it (the producer first).
+    chain: Vec<usize>,
+    storage: i64,
+    producer: usize,
+}
+
+/// The use window of an activation made at rank `c`: its last forward use, then its first and
+/// last backward uses as found (else the backward node that frees it, else right after its last
+/// forward use), ordered so that creation ≤ last forward use < first backward use ≤ last.
+fn use_window(
+    c: u32,
+    fw_last: u32,
+    bw_first: Option<u32>,
+    bw_last: Option<u32>,
+    freer_bw: Option<u32>,
+) -> (u32, u32, u32, u32) {
+    let bw_first = bw_first.or(freer_bw).unwrap_or(fw_last + 1);
+    let bw_last = bw_last.or(freer_bw).unwrap_or(bw_first).max(bw_first);
+    let bw_first = bw_first.max(fw_last + 1);
+    let bw_last = bw_last.max(bw_first);
+    (c, fw_last, bw_first, bw_last)
+}
+
+/// Every activation block made by a node, as one instance per iteration, named after its
+/// producer and its order among the producer's activations.
+fn instances(
+    t: &Trace,
+    step: &Step,
+    mem: &Memory,
+    ids: Option<&Identities>,
+    ranks: &Ranks<'_>,
+    bw_by_seq: &FxHashMap<(u32, i64), usize>,
+) -> Vec<Inst> {
     let mut insts: Vec<Inst> = Vec::new();
     let mut counter: FxHashMap<usize, u32> = FxHashMap::default();
     for (bi, b) in mem.blocks.iter().enumerate() {
@@ -395,19 +461,17 @@ pub fn compute(
         let k = counter.entry(p).or_insert(0);
         let name = format!("{}/act{}", step.nodes[p].name, k);
         *k += 1;
-        let c = rank(p);
+        let c = ranks.rank(p);
         let (mut fw_last, mut bw_first, mut bw_last) = (c, None::<u32>, None::<u32>);
-        let storage = ids
-            .as_ref()
-            .and_then(|i| i.storage_of_block.get(&bi).copied());
-        match ids.as_ref().and_then(|i| i.readers(step, mem, bi)) {
+        let storage = ids.and_then(|i| i.storage_of_block.get(&bi).copied());
+        match ids.and_then(|i| i.readers(step, mem, bi)) {
             Some(readers) => {
                 for ni in readers {
                     let n = &step.nodes[ni];
                     if ni == p {
                         continue;
                     }
-                    let r = rank(ni);
+                    let r = ranks.rank(ni);
                     match n.phase {
                         Phase::Forward => fw_last = fw_last.max(r),
                         Phase::Backward => {
@@ -426,11 +490,11 @@ pub fn compute(
                     .seq
                     .and_then(|s| bw_by_seq.get(&(it, s)))
                 {
-                    bw_first = Some(rank(bn));
+                    bw_first = Some(ranks.rank(bn));
                 }
             }
         }
-        if uses.is_some() && storage.is_some() && bw_first.is_none() {
+        if ids.is_some() && storage.is_some() && bw_first.is_none() {
             // Alive at backward but never read by it (the loss value, outputs a Python
             // variable still holds): not an activation backward needs.
             continue;
@@ -438,79 +502,82 @@ pub fn compute(
         let freer_bw = b
             .freer
             .filter(|&f| step.nodes[f].phase == Phase::Backward)
-            .map(rank);
-        let bw_first = bw_first.or(freer_bw).unwrap_or(fw_last + 1);
-        let bw_last = bw_last.or(freer_bw).unwrap_or(bw_first).max(bw_first);
-        let bw_first = bw_first.max(fw_last + 1);
-        let bw_last = bw_last.max(bw_first);
-        // Rebuild chain: the producer, and the producers of what it read that was freed before
-        // backward (not resident), transitively, within the iteration's forward.
-        let mut chain = vec![p];
-        if let Some(ids) = &ids {
-            let mut stack = vec![p];
-            let mut seen: FxHashSet<usize> = FxHashSet::from_iter([p]);
-            while let Some(n) = stack.pop() {
-                for s in &ids.uses.reads[n] {
-                    let Some(src) = ids.block_read(step, mem, n, *s) else {
-                        continue;
-                    };
-                    let sb = &mem.blocks[src];
-                    if sb.category == Category::Temporary {
-                        if let Some(q) = sb
-                            .producer
-                            .filter(|q| step.nodes[*q].phase == Phase::Forward)
-                        {
-                            if seen.insert(q) {
-                                chain.push(q);
-                                stack.push(q);
-                            }
-                        }
-                    }
-                }
-            }
-        }
+            .map(|f| ranks.rank(f));
         insts.push(Inst {
             name,
-            ranks: (c, fw_last, bw_first, bw_last),
+            ranks: use_window(c, fw_last, bw_first, bw_last, freer_bw),
             size: b.size,
-            chain,
+            chain: ids.map_or_else(|| vec![p], |ids| rebuild_chain(ids, step, mem, p)),
             storage: storage.unwrap_or(-1),
             producer: p,
         });
     }
+    insts
+}
 
-    let (m_htod, m_dtoh) = measured_bandwidth(t);
-    let bandwidth = match swap_override_gbps {
-        Some(b) => SwapBandwidth {
-            htod_gbps: b,
-            dtoh_gbps: b,
-            source: "override",
-        },
-        None => match (m_htod, m_dtoh) {
-            (Some(h), Some(d)) => SwapBandwidth {
-                htod_gbps: h,
-                dtoh_gbps: d,
-                source: "measured",
-            },
-            (Some(x), None) | (None, Some(x)) => SwapBandwidth {
-                htod_gbps: x,
-                dtoh_gbps: x,
-                source: "measured",
-            },
-            (None, None) => {
-                let d = default_bandwidth(t.device_name());
-                SwapBandwidth {
-                    htod_gbps: d,
-                    dtoh_gbps: d,
-                    source: "default",
+/// What recomputing the activations of node `p` runs: `p`, and the producers of what it read
+/// that was freed before backward (temporaries), transitively, within the iteration's forward.
+fn rebuild_chain(ids: &Identities, step: &Step, mem: &Memory, p: usize) -> Vec<usize> {
+    let mut chain = vec![p];
+    let mut stack = vec![p];
+    let mut seen: FxHashSet<usize> = FxHashSet::from_iter([p]);
+    while let Some(n) = stack.pop() {
+        for s in &ids.uses.reads[n] {
+            let Some(src) = ids.block_read(step, mem, n, *s) else {
+                continue;
+            };
+            let sb = &mem.blocks[src];
+            if sb.category == Category::Temporary {
+                if let Some(q) = sb
+                    .producer
+                    .filter(|q| step.nodes[*q].phase == Phase::Forward)
+                {
+                    if seen.insert(q) {
+                        chain.push(q);
+                        stack.push(q);
+                    }
                 }
             }
-        },
-    };
+        }
+    }
+    chain
+}
 
-    // Aggregate instances by name over iterations; ranks are those of the aligned step.
+/// The host↔device bandwidth swaps are priced at: the user's, else the trace's own large pinned
+/// copies (one direction standing for both when only one was seen), else the GPU's default.
+fn swap_bandwidth(t: &Trace, override_gbps: Option<f64>) -> SwapBandwidth {
+    let both = |gbps: f64, source| SwapBandwidth {
+        htod_gbps: gbps,
+        dtoh_gbps: gbps,
+        source,
+    };
+    if let Some(b) = override_gbps {
+        return both(b, "override");
+    }
+    match measured_bandwidth(t) {
+        (Some(h), Some(d)) => SwapBandwidth {
+            htod_gbps: h,
+            dtoh_gbps: d,
+            source: "measured",
+        },
+        (Some(x), None) | (None, Some(x)) => both(x, "measured"),
+        (None, None) => both(default_bandwidth(t.device_name()), "default"),
+    }
+}
+
+/// The instances aggregated by name over iterations (size: the median; ranks, chain and
+/// storage: the first iteration's, as ranks are those of the aligned step), with the MuTWO
+/// metrics, in order of creation.
+fn aggregate(
+    t: &Trace,
+    step: &Step,
+    stats: &[NodeStat],
+    ranks: &Ranks<'_>,
+    insts: &[Inst],
+    bandwidth: &SwapBandwidth,
+) -> Vec<ActivationStat> {
     let mut by_name: BTreeMap<&str, Vec<&Inst>> = BTreeMap::new();
-    for i in &insts {
+    for i in insts {
         by_name.entry(i.name.as_str()).or_default().push(i);
     }
     let time_between = |a: u32, b: u32| -> f64 {
@@ -527,11 +594,8 @@ pub fn compute(
             let mut sizes: Vec<i64> = v.iter().map(|i| i.size).collect();
             let size = median_low(&mut sizes).unwrap_or(0);
             let (c, f, b1, b2) = first.ranks;
-            let chain_stats: Vec<&NodeStat> = first
-                .chain
-                .iter()
-                .filter_map(|&n| rank_of.get(step.nodes[n].name.as_str()).copied())
-                .collect();
+            let chain_stats: Vec<&NodeStat> =
+                first.chain.iter().filter_map(|&n| ranks.stat(n)).collect();
             let recomp_time: f64 = chain_stats
                 .iter()
                 .map(|s| s.median_run_time_s)
@@ -570,17 +634,7 @@ pub fn compute(
             .cmp(&b.creation_rank)
             .then(a.activation_name.cmp(&b.activation_name))
     });
-
-    let graph = ids
-        .as_ref()
-        .map(|i| build_graph(t, step, mem, &i.uses, &i.storage_of_block));
-    Liveness {
-        source,
-        activations,
-        bandwidth,
-        graph,
-        identities: ids,
-    }
+    activations
 }
 
 fn build_graph(
@@ -673,6 +727,37 @@ mod tests {
         format!(
             r#"{{"ph":"X","cat":"gpu_memcpy","name":"{name}","pid":0,"tid":7,"ts":1,"dur":{dur_us},"args":{{"device":0,"stream":7,"correlation":1,"bytes":{bytes}}}}}"#
         )
+    }
+
+    // Issue 21: the use window's rule, apart from the readers that feed it.
+    #[test]
+    fn use_windows_put_backward_after_the_last_forward_use() {
+        // Read in forward up to rank 5, in backward at 9 and 12.
+        assert_eq!(use_window(2, 5, Some(9), Some(12), Some(14)), (2, 5, 9, 12));
+        // No backward reader seen: the backward node that frees it stands for both.
+        assert_eq!(use_window(2, 5, None, None, Some(14)), (2, 5, 14, 14));
+        // Nothing in backward at all: right after its last forward use.
+        assert_eq!(use_window(2, 5, None, None, None), (2, 5, 6, 6));
+        // A backward reader ranked before the last forward use (ranks of the aligned step
+        // differ between iterations): moved after it.
+        assert_eq!(use_window(2, 8, Some(7), Some(7), None), (2, 8, 9, 9));
+        // A first reader found but no last: the first.
+        assert_eq!(use_window(0, 1, Some(4), None, None), (0, 1, 4, 4));
+    }
+
+    #[test]
+    fn swap_bandwidth_is_the_users_else_measured_else_the_gpus() {
+        let mib = 1u64 << 20;
+        let t = trace(&copy("Memcpy DtoH (Device -> Pinned)", 2 * mib, 40.0));
+        let b = swap_bandwidth(&t, Some(7.5));
+        assert_eq!((b.htod_gbps, b.dtoh_gbps, b.source), (7.5, 7.5, "override"));
+        // One direction measured stands for both.
+        let b = swap_bandwidth(&t, None);
+        let d = (2 * mib) as f64 / 40e3;
+        assert_eq!((b.htod_gbps, b.dtoh_gbps, b.source), (d, d, "measured"));
+        // Nothing measured and no device named: the oldest link's rate.
+        let b = swap_bandwidth(&trace(""), None);
+        assert_eq!((b.htod_gbps, b.source), (12.0, "default"));
     }
 
     // Issue 20: a swap copies to and from pinned memory in large pieces; the trace's pageable
