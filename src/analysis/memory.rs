@@ -132,11 +132,26 @@ pub struct Memory {
     pub unexplained_before: i64,
     /// Whether pre-window blocks come from a snapshot.
     pub from_snapshot: bool,
-    /// For each allocator event of the trace (in order): the block it allocates or frees.
-    pub event_block: Vec<Option<usize>>,
-    /// For each allocator event: the node (index into `Step::nodes`) running on its thread at
-    /// its time, and the iteration holding that time.
-    pub event_place: Vec<(Option<usize>, Option<u32>)>,
+    /// For each allocator event of the trace, in order: its block, node and iteration.
+    pub events: Vec<EventPlace>,
+}
+
+/// Where one allocator event of the trace falls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventPlace {
+    /// The block (index into [`Memory::blocks`]) it allocates or frees.
+    pub block: Option<usize>,
+    /// The node (index into `Step::nodes`) running on its thread at its time.
+    pub node: Option<usize>,
+    /// The iteration holding its time.
+    pub iteration: Option<u32>,
+}
+
+impl Memory {
+    /// The block allocator event `ei` allocates or frees.
+    pub fn event_block(&self, ei: usize) -> Option<usize> {
+        self.events.get(ei).and_then(|e| e.block)
+    }
 }
 
 /// Finds the node (index into `step.nodes`) running on `thread` at `ts`.
@@ -522,8 +537,15 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
         blocks: pre,
         unexplained_before: unexplained,
         from_snapshot,
-        event_block,
-        event_place: place,
+        events: event_block
+            .into_iter()
+            .zip(place)
+            .map(|(block, (node, iteration))| EventPlace {
+                block,
+                node,
+                iteration,
+            })
+            .collect(),
     }
 }
 
@@ -715,25 +737,33 @@ pub fn timeline(t: &Trace, mem: &Memory) -> Vec<TimelineRow> {
     }
     t.memory
         .iter()
-        .zip(&mem.event_block)
-        .zip(&mem.event_place)
-        .map(|((m, &block), &(node, iteration))| {
-            if let Some(bi) = block {
-                let b = &mem.blocks[bi];
-                let c = b.category.index();
-                cur[c] += if m.bytes > 0 { b.size } else { -b.size };
-            }
-            let mut b = cur;
-            let known: i64 = b.iter().sum();
-            b[Category::Other.index()] += m.total_allocated - known;
-            TimelineRow {
-                ts: m.ts,
-                iteration,
-                node,
-                total: m.total_allocated,
-                breakdown: b,
-            }
-        })
+        .zip(&mem.events)
+        .map(
+            |(
+                m,
+                &EventPlace {
+                    block,
+                    node,
+                    iteration,
+                },
+            )| {
+                if let Some(bi) = block {
+                    let b = &mem.blocks[bi];
+                    let c = b.category.index();
+                    cur[c] += if m.bytes > 0 { b.size } else { -b.size };
+                }
+                let mut b = cur;
+                let known: i64 = b.iter().sum();
+                b[Category::Other.index()] += m.total_allocated - known;
+                TimelineRow {
+                    ts: m.ts,
+                    iteration,
+                    node,
+                    total: m.total_allocated,
+                    breakdown: b,
+                }
+            },
+        )
         .collect()
 }
 

@@ -287,7 +287,7 @@ pub(super) fn build_candidates(
                     *seq += 1;
                 };
                 for ei in lo..hi {
-                    let Some(bi) = mem.event_block.get(ei).copied().flatten() else {
+                    let Some(bi) = mem.event_block(ei) else {
                         continue;
                     };
                     let b = &mem.blocks[bi];

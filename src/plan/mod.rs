@@ -310,10 +310,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         for (ei, e) in t.memory[lo..hi].iter().enumerate() {
             m.events.push((e.ts, e.total_allocated));
             let cat = mem
-                .event_block
-                .get(lo + ei)
-                .copied()
-                .flatten()
+                .event_block(lo + ei)
                 .map_or(Category::Other, |b| mem.blocks[b].category);
             m.deltas.push((cat, e.bytes));
         }
