@@ -1,0 +1,231 @@
+//! The console summary (returned as text; the CLI prints it) and the readable units it and the
+//! other tables use.
+
+use super::*;
+
+/// Bytes in binary units, e.g. `283.1 MiB`.
+pub fn human_bytes(b: i64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v.abs() >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// Seconds in a readable unit.
+pub fn human_time(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.1} us", s * 1e6)
+    }
+}
+
+/// The console summary: the step, the peak, and the top nodes by GPU time and by memory.
+pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) -> String {
+    if t.kineto.ops.is_empty() {
+        return gpu_only_console(a, diag, top);
+    }
+    let s = &a.summary;
+    let mut o = String::new();
+    let dev = s.device.as_deref().unwrap_or("unknown GPU");
+    o += &format!(
+        "{}: {} iterations ({}), {} nodes per iteration, on {}\n",
+        s.trace,
+        s.iterations,
+        match s.iteration_detection {
+            crate::analysis::Detection::ProfilerStep => "ProfilerStep markers",
+            crate::analysis::Detection::BackwardCycle => "found from backward passes",
+            crate::analysis::Detection::WholeTrace => "no step structure found: whole trace",
+        },
+        s.nodes_per_iteration,
+        dev
+    );
+    if let Some(x) = s.profiler_overhead {
+        o += &format!(
+            "step time {} (median, the program's own: timed by capture with nothing recorded); {} under the profiler ({x:.1}x)\n",
+            human_time(s.step_time_s),
+            human_time(s.step_time_instrumented_s),
+        );
+    } else {
+        o += &format!(
+            "step time {} (median, under the profiler)\n",
+            human_time(s.step_time_s)
+        );
+    }
+    // GPU busy is measured inside the profiled iterations: its share is of those.
+    o += &format!(
+        "GPU busy {} ({:.0}% of the profiled step), GPU kernel time {}\n",
+        human_time(s.gpu_busy_s),
+        crate::analysis::percent(s.gpu_busy_s, s.step_time_instrumented_s).unwrap_or(0.0),
+        human_time(s.gpu_time_s)
+    );
+    match s.peak_allocated_bytes {
+        Some(p) => {
+            o += &format!(
+                "peak allocated {} at {} ({})\n",
+                human_bytes(p),
+                s.peak_node.as_deref().unwrap_or("no node"),
+                s.peak_iteration.as_deref().unwrap_or("")
+            )
+        }
+        None => {
+            o += "no memory data: the trace holds no allocator events (record with profile_memory=True)\n"
+        }
+    }
+    o += &format!(
+        "FLOPs per iteration {} (FlopCounterMode convention {}), {} moved\n",
+        flops::human_flops(s.flops_per_iteration as f64),
+        flops::human_flops(s.matmul_flops_per_iteration as f64),
+        human_bytes(s.bytes_per_iteration as i64)
+    );
+    if !s.peak_breakdown_bytes.is_empty() {
+        let parts: Vec<String> = s
+            .peak_breakdown_bytes
+            .iter()
+            .filter(|(_, b)| **b != 0)
+            .map(|(k, b)| format!("{k} {}", human_bytes(*b)))
+            .collect();
+        o += &format!("at the peak: {}\n", parts.join(", "));
+    }
+    o += &format!(
+        "{} activations (liveness from {})\n",
+        s.activations,
+        match s.liveness_source {
+            crate::analysis::liveness::Source::ExecutionTrace => "the Execution Trace",
+            crate::analysis::liveness::Source::MemoryEvents => "allocator events",
+        }
+    );
+    let total_gpu: f64 = a.node_stats.iter().map(|n| n.median_run_time_s).sum();
+    let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
+    by_time.sort_by(|x, y| {
+        y.median_run_time_s
+            .total_cmp(&x.median_run_time_s)
+            .then(x.rank.cmp(&y.rank))
+    });
+    o += &format!("\nTop {top} nodes by GPU time (median per iteration)\n");
+    o += &format!(
+        "{:>5}  {:<60} {:>10} {:>7} {:>8} {:>11}\n",
+        "rank", "node", "GPU time", "GPU %", "kernels", "CPU time"
+    );
+    for n in by_time.iter().take(top) {
+        o += &format!(
+            "{:>5}  {:<60} {:>10} {:>6.1}% {:>8} {:>11}\n",
+            n.rank,
+            truncate(&n.node_name, 60),
+            human_time(n.median_run_time_s),
+            if total_gpu > 0.0 {
+                100.0 * n.median_run_time_s / total_gpu
+            } else {
+                0.0
+            },
+            n.kernels,
+            human_time(n.median_cpu_time_s)
+        );
+    }
+    if s.peak_allocated_bytes.is_none() {
+        // No memory events: a table of zeros would read as "nothing allocated" (issue 17).
+        by_mem_table_skipped(&mut o);
+        return finish_console(o, diag);
+    }
+    let mut by_mem: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
+    by_mem.sort_by(|x, y| {
+        y.median_alloc_bytes
+            .cmp(&x.median_alloc_bytes)
+            .then(x.rank.cmp(&y.rank))
+    });
+    o += &format!("\nTop {top} nodes by memory allocated (median per iteration)\n");
+    o += &format!(
+        "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
+        "rank", "node", "allocated", "peak", "type"
+    );
+    for n in by_mem.iter().take(top) {
+        o += &format!(
+            "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
+            n.rank,
+            truncate(&n.node_name, 60),
+            human_bytes(n.median_alloc_bytes),
+            human_bytes(n.median_peak_mem_bytes),
+            n.node_type.as_str()
+        );
+    }
+    finish_console(o, diag)
+}
+
+/// The console summary of a trace with no CPU operators: the GPU timeline and its kernels.
+fn gpu_only_console(a: &Analysis, diag: &Diagnostics, top: usize) -> String {
+    let s = &a.summary;
+    let k = &a.kernels;
+    let mut o = format!(
+        "{}: no CPU operators (GPU-only trace): {} GPU activities on {} streams, on {}\n",
+        s.trace,
+        k.by_name.iter().map(|x| x.count).sum::<usize>(),
+        k.streams.len(),
+        s.device.as_deref().unwrap_or("unknown GPU")
+    );
+    o += &format!(
+        "GPU span {}, busy {} ({:.0}%), kernel time {}\n",
+        human_time(s.step_time_s),
+        human_time(s.gpu_busy_s),
+        crate::analysis::percent(s.gpu_busy_s, s.step_time_s).unwrap_or(0.0),
+        human_time(s.gpu_time_s)
+    );
+    o += &format!("\nTop {top} kernels by GPU time (whole trace)\n");
+    o += &format!(
+        "{:<60} {:>7} {:>8} {:>11} {:>11} {:>7}\n",
+        "kernel", "kind", "count", "total", "median", "share"
+    );
+    for x in k.by_name.iter().take(top) {
+        o += &format!(
+            "{:<60} {:>7} {:>8} {:>11} {:>11} {:>6.1}%\n",
+            truncate(&x.name, 60),
+            x.kind,
+            x.count,
+            human_time(x.total_ns as f64 * 1e-9),
+            human_time(x.median_ns as f64 * 1e-9),
+            x.share_pct
+        );
+    }
+    finish_console(o, diag)
+}
+
+fn by_mem_table_skipped(o: &mut String) {
+    *o += "\n(no table of nodes by memory: the trace holds no memory data)\n";
+}
+
+fn finish_console(mut o: String, diag: &Diagnostics) -> String {
+    let lines = diag.lines();
+    if !lines.is_empty() {
+        o += "\nwarnings:\n";
+        for l in lines {
+            o += &format!("  {l}\n");
+        }
+    }
+    o
+}
+
+/// `s` cut to its last `n` characters, an ellipsis first, where longer.
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        let keep: String = s
+            .chars()
+            .rev()
+            .take(n - 1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("…{keep}")
+    }
+}
