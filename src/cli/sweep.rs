@@ -31,23 +31,32 @@ fn analyze(dir: &Path) -> anyhow::Result<Analysis> {
 }
 
 /// Captures the program into `out` (with `plan` applied), saying so; a program that fails is
-/// reported and its run kept, as far as it got.
+/// reported and its run kept, as far as it got. `Some(code)`: the user stopped it (a SIGINT or
+/// SIGTERM forwarded to the program), and the sweep stops with that exit code instead of going
+/// on to the next capture.
 fn capture(
     args: &SweepArgs,
     what: &str,
     program: Vec<OsString>,
     out: &Path,
     plan: Option<PathBuf>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<u8>> {
     eprintln!("steptrace: sweep {what}: capturing into {}", out.display());
     let o = steptrace_capture::run(&args.capture_props(program, out.to_path_buf(), plan)?)?;
+    if let Some(sig) = o.exit.forwarded_signal {
+        eprintln!(
+            "steptrace: sweep {what}: stopped by signal {sig}; the runs so far are in {}",
+            args.out.display()
+        );
+        return Ok(Some(u8::try_from(o.exit.code).unwrap_or(1).max(1)));
+    }
     if o.exit.code != 0 {
         eprintln!(
             "steptrace: sweep {what}: the program exited with {}",
             o.exit.code
         );
     }
-    Ok(())
+    Ok(None)
 }
 
 fn values(args: SweepArgs) -> anyhow::Result<u8> {
@@ -83,7 +92,10 @@ fn values(args: SweepArgs) -> anyhow::Result<u8> {
                 .map(|a| a.to_string_lossy().replace("{value}", v.trim()).into())
                 .collect();
             let out = args.out.join(format!("{}_{}", args.name, v.trim()));
-            capture(&args, &format!("{}={v}", args.name), program, &out, None)?;
+            if let Some(code) = capture(&args, &format!("{}={v}", args.name), program, &out, None)?
+            {
+                return Ok(code);
+            }
             dirs.push(out);
         }
         dirs
@@ -166,7 +178,10 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
         Some(b) => b.clone(),
         None => {
             let out = args.out.join("base");
-            capture(&args, "without a plan", args.program.clone(), &out, None)?;
+            if let Some(code) = capture(&args, "without a plan", args.program.clone(), &out, None)?
+            {
+                return Ok(code);
+            }
             out
         }
     };
@@ -202,13 +217,15 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
             Some(run) => dirs.push(run.clone()),
             None => {
                 let out = args.out.join(format!("budget_{}", slug(label)));
-                capture(
+                if let Some(code) = capture(
                     &args,
                     &format!("budget {label}"),
                     args.program.clone(),
                     &out,
                     Some(plan_dir.join("plan.json")),
-                )?;
+                )? {
+                    return Ok(code);
+                }
                 dirs.push(out);
             }
         }

@@ -913,3 +913,24 @@ print(json.dumps({"phase": st["phase"], "after": st["after_window_ns"],
         "{v}"
     );
 }
+
+/// A sweep the user stops stops (issue 20): the signal sent to steptrace is forwarded to the
+/// program being captured, and the sweep ends with the program's status instead of going on to
+/// capture the next value (it went on, and then failed on the first run's missing trace).
+#[test]
+fn a_signal_stops_a_sweep_after_the_capture_it_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sweep");
+    let o = Command::new(bin())
+        .args(["sweep", "--values", "1,2", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "kill -TERM $PPID; sleep 1"])
+        .env("STEPTRACE_CACHE", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(128 + 15), "{err}");
+    assert!(err.contains("stopped by signal 15"), "{err}");
+    assert!(out.join("batch_size_1").is_dir());
+    assert!(!out.join("batch_size_2").exists(), "{err}");
+}
