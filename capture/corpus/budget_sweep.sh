@@ -28,10 +28,15 @@ sweep() {
   want $name || return 0
   local t0=$SECONDS
   # Its console output goes straight to $OUT, so that a run cut short still says how far it got.
-  (cd $dir && timeout ${SWEEP_TIMEOUT:-540} $ST sweep --out $W/$name "$@" >$OUT/$name.out 2>$OUT/$name.err)
+  # stderr lines stamped with the time they arrived, to see where a long sweep spends it.
+  (cd $dir && timeout ${SWEEP_TIMEOUT:-540} $ST sweep --out $W/$name "$@" \
+    > >(while IFS= read -r l; do printf '%(%H:%M:%S)T %s\n' -1 "$l"; done >$OUT/$name.out) \
+    2> >(while IFS= read -r l; do printf '%(%H:%M:%S)T %s\n' -1 "$l"; done >$OUT/$name.err))
+  sleep 1
   echo "sweep $name: exit $? in $((SECONDS - t0)) s"
   cat $OUT/$name.out
   grep "steptrace" $OUT/$name.err | tail -n 8
+  du -sh $W/$name/* 2>/dev/null
 }
 
 E=$ROOT/capture/examples
@@ -43,7 +48,7 @@ if want gpt_swap && [ -d $W/gpt/base ]; then
 fi
 sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 70
 # bench.py runs 30 steps in all: the default timing phase.
-sweep nanogpt $W/nanoGPT --budgets 90%,80%,smallest -- python3 bench.py --real_data=False --compile=False
+sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} -- python3 bench.py --real_data=False --compile=False
 
 # The small programs' run directories, to commit as samples; of nanoGPT's (GBs of memory
 # history), the sweep's results, plans, manifests and shim status only.
