@@ -28,6 +28,9 @@ pub const TIMING_MAX_STEPS: &str = "STEPTRACE_TIMING_MAX_STEPS";
 pub const TIMING_MAX_S: &str = "STEPTRACE_TIMING_MAX_S";
 /// Native programs with no step boundary: seconds after start before a time window opens.
 pub const FALLBACK_S: &str = "STEPTRACE_FALLBACK_S";
+/// Seconds a program may keep running after every shim reported its clean exit, before the
+/// launcher ends it (default 30; 0: never).
+pub const LINGER_S: &str = "STEPTRACE_LINGER_S";
 /// Native programs with no step boundary: how long that time window records, seconds.
 pub const FALLBACK_WINDOW_S: &str = "STEPTRACE_FALLBACK_WINDOW_S";
 /// Kineto keeps CUPTI subscribed after the profiler stops unless this is `1`: measured on an

@@ -585,7 +585,28 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
 
     let started_at = time::now_utc();
     nvtx::range_push!("steptrace.capture.child");
-    let exit = child::run(&props.program, &envs).map_err(|source| Error::Spawn {
+    // A program whose shims have all written their clean exit and that still runs 30 s later
+    // is ended: its files are complete, and a capture must not wait on it for ever.
+    let grace_s: u64 = std::env::var(env::LINGER_S)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(30);
+    let finished = || {
+        let statuses = finalize::read_statuses(&out);
+        let ranks = statuses
+            .iter()
+            .map(|(_, s)| s.world_size)
+            .max()
+            .unwrap_or(1);
+        !statuses.is_empty()
+            && statuses.len() as i64 >= ranks
+            && statuses.iter().all(|(_, s)| s.exited_cleanly)
+    };
+    let linger = (grace_s > 0).then(|| child::Linger {
+        finished: &finished,
+        grace: std::time::Duration::from_secs(grace_s),
+    });
+    let exit = child::run(&props.program, &envs, linger).map_err(|source| Error::Spawn {
         program: argv0.display().to_string(),
         source,
     })?;
@@ -622,7 +643,12 @@ fn finish(
     nvtx::range_push!("steptrace.capture.finalize");
     let statuses = finalize::read_statuses(out);
     let mut reasons = Vec::new();
-    if exit.code != 0 {
+    if let Some(s) = exit.ended_lingering_s {
+        notes.push(format!(
+            "every shim reported the program's clean exit, but the process was still running {s} s later: steptrace ended it ({} to keep it running longer); its files are complete",
+            env::LINGER_S
+        ));
+    } else if exit.code != 0 {
         reasons.push(match exit.signal {
             Some(s) => format!("the program was killed by signal {s}"),
             None => format!("the program exited with status {}", exit.code),
