@@ -101,6 +101,32 @@ pub(crate) struct CompareArgs {
     pub(crate) out: PathBuf,
 }
 
+/// The timing phase of a capture (capture and sweep).
+#[derive(Debug, Args)]
+pub(crate) struct TimingArgs {
+    /// Fewest steps timed before the window with nothing recorded: the program's own step
+    /// time, reported beside the instrumented one (0: no timing phase). Timing goes on until
+    /// the median settles (within +-2.5%), up to --timing-max-steps and --timing-max-s.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) timing_steps: u32,
+    /// Most steps timed while the median has not settled (0: no cap).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) timing_max_steps: u32,
+    /// Most seconds timed while the median has not settled (0: no cap).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) timing_max_s: u32,
+}
+
+impl TimingArgs {
+    pub(crate) fn phase(&self) -> steptrace_capture::TimingPhase {
+        steptrace_capture::TimingPhase {
+            steps: self.timing_steps,
+            max_steps: self.timing_max_steps,
+            max_s: self.timing_max_s,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
     /// Values to sweep, comma-separated; `{value}` in the program's arguments is replaced by each.
@@ -134,15 +160,8 @@ pub(crate) struct SweepArgs {
     /// torch.profiler schedule for the captures.
     #[arg(long, default_value = "skip_first=1,wait=1,warmup=1,active=3,repeat=1")]
     pub(crate) schedule: String,
-    /// Fewest steps of each capture's timing phase (the program's own step time).
-    #[arg(long, default_value_t = 10)]
-    pub(crate) timing_steps: u32,
-    /// Most steps of each timing phase while its median has not settled.
-    #[arg(long, default_value_t = 20)]
-    pub(crate) timing_max_steps: u32,
-    /// Most seconds of each timing phase while its median has not settled.
-    #[arg(long, default_value_t = 10)]
-    pub(crate) timing_max_s: u32,
+    #[command(flatten)]
+    pub(crate) timing: TimingArgs,
     /// The program and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -170,11 +189,7 @@ impl SweepArgs {
             python: None,
             max_entries: 1_000_000,
             cache: None,
-            timing: steptrace_capture::TimingPhase {
-                steps: self.timing_steps,
-                max_steps: self.timing_max_steps,
-                max_s: self.timing_max_s,
-            },
+            timing: self.timing.phase(),
             plan,
         })
     }
@@ -299,17 +314,8 @@ pub(crate) struct CaptureArgs {
     /// Allocator history entries kept (ring buffer).
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) max_entries: u64,
-    /// Fewest steps timed before the window with nothing recorded: the program's own step
-    /// time, reported beside the instrumented one (0: no timing phase). Timing goes on until
-    /// the median settles (within +-2.5%), up to --timing-max-steps and --timing-max-s.
-    #[arg(long, default_value_t = 10)]
-    pub(crate) timing_steps: u32,
-    /// Most steps timed while the median has not settled (0: no cap).
-    #[arg(long, default_value_t = 20)]
-    pub(crate) timing_max_steps: u32,
-    /// Most seconds timed while the median has not settled (0: no cap).
-    #[arg(long, default_value_t = 10)]
-    pub(crate) timing_max_s: u32,
+    #[command(flatten)]
+    pub(crate) timing: TimingArgs,
     /// Apply a plan written by `steptrace plan` (plan.json): its modules are recomputed or
     /// swapped, then the run is captured as usual (Python programs).
     #[arg(long, value_name = "PLAN.json")]
@@ -358,11 +364,7 @@ impl CaptureArgs {
             max_entries: self.max_entries,
             cache: None,
             plan: self.plan.clone(),
-            timing: steptrace_capture::TimingPhase {
-                steps: self.timing_steps,
-                max_steps: self.timing_max_steps,
-                max_s: self.timing_max_s,
-            },
+            timing: self.timing.phase(),
         })
     }
 }
