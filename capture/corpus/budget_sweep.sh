@@ -10,14 +10,10 @@
 # Programs: nanoGPT's bench.py (karpathy/nanoGPT, unchanged, from .corpus/src/nanoGPT), and
 # this project's train_gpt.py and train_cnn.py (torchvision ResNet-18).
 set -u
-ROOT=$(pwd)
-ST=$ROOT/target/release/steptrace
-W=/tmp/budgetsweep
-rm -rf $W && mkdir -p $W
-cp -r .corpus/src/nanoGPT $W/
+. capture/corpus/programs.sh
+corpus_init "$@"
+corpus_scratch /tmp/budgetsweep
 export PYTHONUNBUFFERED=1
-ONLY=" ${*:-} "
-want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
 # Longer timing phases than the default: each step time compared is the median of 20 to 40
 # steps with nothing recorded.
 TIMING=(--timing-steps 20 --timing-max-steps 40 --timing-max-s 20)

@@ -8,15 +8,11 @@
 #
 #   bash capture/corpus/exit_hang.sh [VARIANTS...]   # needs target/release/steptrace, .corpus/
 set -u
-ROOT=$(pwd)
-ST=$ROOT/target/release/steptrace
-W=/tmp/exithang
-rm -rf $W && mkdir -p $W
-cp -r .corpus/src/nanoGPT $W/
+. capture/corpus/programs.sh
+corpus_init "$@"
+corpus_scratch /tmp/exithang
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 HANG_S=${HANG_S:-60}
-ONLY=" ${*:-} "
-want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
 # The window (6 steps) cannot complete after 25 timed steps of a 30-step program.
 OPEN=(--timing-steps 25 --timing-max-steps 25)
 

@@ -9,6 +9,14 @@ corpus_init() {
   W=/tmp/corpus
   ONLY=" ${*:-} "
 }
+
+# corpus_scratch DIR: W=DIR, emptied, with a copy of nanoGPT in it (scripts that run nanoGPT
+# outside the corpus work directory: budget_sweep.sh, exit_hang.sh).
+corpus_scratch() {
+  W=$1
+  rm -rf "$W" && mkdir -p "$W"
+  cp -r "$ROOT/.corpus/src/nanoGPT" "$W/"
+}
 want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
 
 # The corpus programs, one line each:

@@ -21,13 +21,17 @@ pub(crate) fn run(args: SweepArgs) -> anyhow::Result<u8> {
     }
 }
 
-fn analyze(dir: &Path) -> anyhow::Result<Analysis> {
-    let props = steptrace::AnalyzeProps {
+/// What a sweep analyses a run with: the defaults.
+fn props(dir: &Path) -> steptrace::AnalyzeProps {
+    steptrace::AnalyzeProps {
         input: dir.to_path_buf(),
         top: 10,
         ..Default::default()
-    };
-    Ok(steptrace::run_analysis(&props)?.1)
+    }
+}
+
+fn analyze(dir: &Path) -> anyhow::Result<Analysis> {
+    Ok(steptrace::run_analysis(&props(dir))?.1)
 }
 
 /// Captures the program into `out` (with `plan` applied), saying so; a program that fails is
@@ -185,12 +189,7 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
             out
         }
     };
-    let props = steptrace::AnalyzeProps {
-        input: base.clone(),
-        top: 10,
-        ..Default::default()
-    };
-    let (trace, base_analysis, _) = steptrace::run_analysis(&props)?;
+    let (trace, base_analysis, _) = steptrace::run_analysis(&props(&base))?;
     let options = |budget: Option<Budget>| Options {
         budget,
         policy: match args.policy {

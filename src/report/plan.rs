@@ -12,6 +12,16 @@ use crate::plan::Plan;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// The unit of a plot's memory axis for a step whose peak is `peak_bytes`: GiB for large
+/// steps, MiB for small ones (the axis starts at 0 and spans at least 1).
+fn peak_unit(peak_bytes: i64) -> (f64, &'static str) {
+    if peak_bytes >= 2 << 30 {
+        (GIB, "GiB")
+    } else {
+        (GIB / 1024.0, "MiB")
+    }
+}
+
 /// The console table.
 pub fn table(p: &Plan) -> String {
     let mut o = String::new();
@@ -145,12 +155,7 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
             )?;
             files.extend(d.files);
         }
-        // GiB for large steps, MiB for small ones (the axis starts at 0 and spans at least 1).
-        let (unit, unit_name) = if p.measured_peak_bytes >= 2 << 30 {
-            (GIB, "GiB")
-        } else {
-            (GIB / 1024.0, "MiB")
-        };
+        let (unit, unit_name) = peak_unit(p.measured_peak_bytes);
         let greedy: Vec<(f64, f64)> = p
             .curve
             .iter()
@@ -403,12 +408,7 @@ pub fn write_budget_sweep(
         },
     )?;
     let mut files = vec![csv];
-    let unit = if curve.measured_peak_bytes >= 2 << 30 {
-        GIB
-    } else {
-        GIB / 1024.0
-    };
-    let unit_name = if unit == GIB { "GiB" } else { "MiB" };
+    let (unit, unit_name) = peak_unit(curve.measured_peak_bytes);
     let point = |peak: i64, step_s: f64| (peak as f64 / unit, step_s * 1e3);
     let predicted_curve: Vec<(f64, f64)> = curve
         .curve

@@ -29,12 +29,6 @@ macro_rules! key_table {
                 }
             }
 
-            /// One bit per field, for the readers' check that no field comes twice (serde's
-            /// derive refused a repeated field, aliases included; both readers still do).
-            #[inline]
-            pub(crate) const fn bit(self) -> u32 {
-                1 << self as u32
-            }
         }
 
         impl KeyTable for $name {
@@ -50,8 +44,9 @@ macro_rules! key_table {
                 $name::text(self)
             }
 
+            #[inline]
             fn bit(self) -> u32 {
-                $name::bit(self)
+                1 << self as u32
             }
         }
     };
@@ -62,6 +57,8 @@ pub(crate) trait KeyTable: Copy + Sized + 'static {
     /// The field `text` names, or `None` for a member steptrace does not read.
     fn parse(text: &str) -> Option<Self>;
     fn text(self) -> &'static str;
+    /// One bit per field, for the readers' check that no field comes twice (serde's derive
+    /// refused a repeated field, aliases included; both readers still do).
     fn bit(self) -> u32;
 }
 
