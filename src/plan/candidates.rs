@@ -3,6 +3,8 @@
 //! and the blocks it drops; the "every block" class users would checkpoint by hand.
 
 use super::*;
+use crate::analysis::memory::Memory;
+use crate::analysis::step::Step;
 
 /// A module that can be planned: its forward nodes and what acting on it changes, per
 /// iteration.
@@ -18,10 +20,27 @@ pub(super) struct Candidate {
     pub(super) dropped_bytes: i64,
     /// Blocks dropped, per iteration (for the never-twice check).
     pub(super) dropped_blocks: Vec<Vec<usize>>,
+    /// Per iteration: the tensors a recompute of it keeps alive longer (its forward's inputs).
+    pub(super) held: Vec<Vec<Held>>,
     /// Time each action adds, s.
     pub(super) time: BTreeMap<Action, f64>,
     /// Has modules below it.
     pub(super) composite: bool,
+}
+
+/// A block that checkpointing a module keeps alive past its measured free: non-reentrant
+/// `torch.utils.checkpoint` holds the module's forward arguments until the module's backward
+/// is done, so an input the rest of the model frees early (a LayerNorm's output that only a
+/// cast read) lives on until then. Two modules holding one block hold it until the later of
+/// their ends, never twice ([`Evaluator::added`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Held {
+    pub(super) block: usize,
+    /// Its measured free, ns.
+    pub(super) from: i64,
+    /// The module's last autograd node's end, ns.
+    pub(super) until: i64,
+    pub(super) bytes: i64,
 }
 
 pub(super) struct Iter {
@@ -135,6 +154,7 @@ pub(super) fn build_candidates(
             let mut added = vec![BTreeMap::new(); iters.len()];
             let mut dropped_per_iter: Vec<i64> = Vec::new();
             let mut dropped_blocks = vec![Vec::new(); iters.len()];
+            let mut held = vec![Vec::new(); iters.len()];
             let mut times: Vec<f64> = Vec::new();
             let mut swap_times: Vec<f64> = Vec::new();
             for it in &step.iterations {
@@ -241,6 +261,9 @@ pub(super) fn build_candidates(
                 if dropped.is_empty() {
                     continue;
                 }
+                if let Some(ids) = ids {
+                    held[k] = held_inputs(step, mem, ids, &fwd, (it.start, fs), &bw_spans);
+                }
                 let dropped_set: BTreeSet<usize> = dropped.iter().map(|d| d.0).collect();
                 let mut rec: Vec<Added> = Vec::new();
                 let mut swp: Vec<Added> = Vec::new();
@@ -286,6 +309,18 @@ pub(super) fn build_candidates(
                     });
                     *seq += 1;
                 };
+                // Non-reentrant checkpoint stops its recompute once every tensor the module's
+                // nodes saved is made again (torch's early stop, on by default): nothing after
+                // the last dropped block's allocation is replayed.
+                let hi = (lo..hi)
+                    .rev()
+                    .find(|&ei| {
+                        t.memory[ei].bytes > 0
+                            && mem
+                                .event_block(ei)
+                                .is_some_and(|bi| dropped_set.contains(&bi))
+                    })
+                    .map_or(lo, |ei| ei + 1);
                 for ei in lo..hi {
                     let Some(bi) = mem.event_block(ei) else {
                         continue;
@@ -339,12 +374,58 @@ pub(super) fn build_candidates(
                 added,
                 dropped_bytes: median(&mut dp).unwrap_or(0.0) as i64,
                 dropped_blocks,
+                held,
                 time,
                 composite: composite.contains(path.as_str()),
             })
         })
         .collect();
     cands.into_iter().flatten().collect()
+}
+
+/// What a recompute of the module whose forward nodes are `fwd` keeps alive longer: the
+/// blocks its forward reads that were made earlier in the iteration (`start`, before the
+/// module's forward began at `fs`) and freed before the module's backward (`bw_spans`, its
+/// autograd nodes as they ran) ends. Parameters, gradients, optimizer state and workspaces
+/// outlive the step anyway.
+fn held_inputs(
+    step: &Step,
+    mem: &Memory,
+    ids: &liveness::Identities,
+    fwd: &[usize],
+    (start, fs): (i64, i64),
+    bw_spans: &[(i64, i64)],
+) -> Vec<Held> {
+    let Some(until) = bw_spans.iter().map(|s| s.1).max() else {
+        return Vec::new();
+    };
+    let mut held: BTreeMap<usize, Held> = BTreeMap::new();
+    for &ni in fwd {
+        for &s in &ids.uses.reads[ni] {
+            let Some(bi) = ids.block_read(step, mem, ni, s) else {
+                continue;
+            };
+            let b = &mem.blocks[bi];
+            let kept = matches!(
+                b.category,
+                Category::Activation | Category::Temporary | Category::Input
+            );
+            match b.free {
+                Some(from)
+                    if kept && start <= b.alloc && b.alloc < fs && fs <= from && from < until =>
+                {
+                    held.entry(bi).or_insert(Held {
+                        block: bi,
+                        from,
+                        until,
+                        bytes: b.size,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    held.into_values().collect()
 }
 
 /// Blocks the decisions drop, per iteration: each at most once (a plan never counts a tensor

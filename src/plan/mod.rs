@@ -566,6 +566,7 @@ mod tests {
             added: vec![BTreeMap::new()],
             dropped_bytes: 0,
             dropped_blocks: vec![blocks],
+            held: vec![Vec::new()],
             time: BTreeMap::new(),
             composite: false,
         };

@@ -18,10 +18,41 @@ impl Evaluator<'_> {
     /// The events `chosen` adds to iteration `k`, in order.
     pub(super) fn added(&self, chosen: &[Choice], k: usize) -> Vec<Added> {
         let mut added: Vec<Added> = Vec::new();
+        // Blocks kept alive by checkpoints: each until the latest of the modules holding it.
+        let mut held: BTreeMap<usize, Held> = BTreeMap::new();
         for &(c, act) in chosen {
             if let Some(v) = self.cands[c].added[k].get(&act) {
                 added.extend_from_slice(v);
             }
+            if act == Action::Recompute {
+                for h in &self.cands[c].held[k] {
+                    held.entry(h.block)
+                        .and_modify(|e| e.until = e.until.max(h.until))
+                        .or_insert(*h);
+                }
+            }
+        }
+        for h in held.values() {
+            let seq = h.block as u32;
+            // Back on at its measured free (after it), off when the last holder is done.
+            added.push(Added {
+                key: Key {
+                    ts: h.from,
+                    tie: 2,
+                    seq,
+                },
+                bytes: h.bytes,
+                category: Category::Activation,
+            });
+            added.push(Added {
+                key: Key {
+                    ts: h.until,
+                    tie: 2,
+                    seq,
+                },
+                bytes: -h.bytes,
+                category: Category::Activation,
+            });
         }
         added.sort_by_key(|x| x.key);
         added
