@@ -190,6 +190,9 @@ impl SweepArgs {
             max_entries: 1_000_000,
             cache: None,
             timing: self.timing.phase(),
+            // The program ran without the plan in the sweep's base capture: the steps the
+            // timing phase runs without it fit in memory.
+            plan_ab: plan.is_some(),
             plan,
         })
     }
@@ -320,6 +323,10 @@ pub(crate) struct CaptureArgs {
     /// swapped, then the run is captured as usual (Python programs).
     #[arg(long, value_name = "PLAN.json")]
     pub(crate) plan: Option<PathBuf>,
+    /// With --plan: the timing phase alternates steps with and without the plan, so that what
+    /// it adds is measured in one process (the steps without it need the memory it saves).
+    #[arg(long, requires = "plan")]
+    pub(crate) plan_ab: bool,
     /// The program and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -364,6 +371,7 @@ impl CaptureArgs {
             max_entries: self.max_entries,
             cache: None,
             plan: self.plan.clone(),
+            plan_ab: self.plan_ab,
             timing: self.timing.phase(),
         })
     }

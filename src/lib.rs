@@ -189,6 +189,7 @@ fn apply_program_step_time(
             s.step_time_s = p.ns as f64 * 1e-9;
             s.step_time_source = p.source;
             s.profiler_overhead = Some(s.step_time_instrumented_s / s.step_time_s);
+            s.plan_timed_both_ways = p.plan_ab;
             if let Some((stop, steps)) = &p.unsettled {
                 let cap = if stop == "time_cap" { "time" } else { "step" };
                 diag.warn(

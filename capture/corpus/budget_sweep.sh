@@ -15,7 +15,9 @@ corpus_init "$@"
 corpus_scratch /tmp/budgetsweep
 export PYTHONUNBUFFERED=1
 # Longer timing phases than the default: each step time compared is the median of 20 to 40
-# steps with nothing recorded.
+# steps with nothing recorded. A planned capture's phase alternates steps with and without its
+# plan (20 to 40 each way, after 5 settling steps): the programs run 100 steps so that the
+# window (6 steps) still comes after the longest phase.
 TIMING=(--timing-steps 20 --timing-max-steps 40 --timing-max-s 20)
 
 # sweep NAME DIR [sweep options...] -- COMMAND...
@@ -36,15 +38,17 @@ sweep() {
 }
 
 E=$ROOT/capture/examples
-GPT=(python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --steps 70)
+GPT=(python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --steps 100)
 sweep gpt $E --budgets 90%,70%,smallest "${TIMING[@]}" -- "${GPT[@]}"
 # Swap plans, from the same capture without a plan.
 if want gpt_swap && [ -d $W/gpt/base ]; then
   sweep gpt_swap $E --budgets 90%,70% --policy swap --base $W/gpt/base "${TIMING[@]}" -- "${GPT[@]}"
 fi
-sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 70
-# bench.py runs 30 steps in all: the default timing phase.
-sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} -- python3 bench.py --real_data=False --compile=False
+sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 100
+# bench.py runs 30 steps in all: 4 to 6 steps each way after the 5 settling ones leave the
+# window (6 steps) inside them.
+sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} --timing-steps 4 --timing-max-steps 6 \
+  -- python3 bench.py --real_data=False --compile=False
 
 # The small programs' run directories, to commit as samples; of nanoGPT's (GBs of memory
 # history), the sweep's results, plans, manifests and shim status only.

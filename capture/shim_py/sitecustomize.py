@@ -61,6 +61,10 @@ class _State:
         self.timing_max_steps = int(os.environ.get("STEPTRACE_TIMING_MAX_STEPS", "20") or 0)
         self.timing_max_s = float(os.environ.get("STEPTRACE_TIMING_MAX_S", "10") or 0)
         self.reference = os.environ.get("STEPTRACE_REFERENCE") == "1"
+        # A plan (issue 20) is on in every step but, with STEPTRACE_PLAN_AB, in every other
+        # step of the timing phase: what the plan adds, measured in this one process.
+        self.plan_on = True
+        self.plan_ab = False
         self.reference_flops = self.reference and os.environ.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
@@ -405,8 +409,15 @@ def _timing_mark():
     if not st["timing_ns"]:
         st["timing_first_step"] = st["steps"] - st.get("boundaries_before_optimizer", 0)
     st["timing_ns"].append(time.perf_counter_ns())
-    stop = _timing_stop(st["timing_ns"], _S.timing_settle, _S.timing_steps, _S.timing_max_steps, _S.timing_max_s,
-                        _S.world > 1)
+    if _S.plan_ab:
+        # The step that starts here runs with the plan if the one before ran without it.
+        _S.plan_on = not st.setdefault("timing_plan_on", []) or not st["timing_plan_on"][-1]
+        st["timing_plan_on"].append(_S.plan_on)
+        stop = _timing_stop_ab(st["timing_ns"], st["timing_plan_on"], _S.timing_settle, _S.timing_steps,
+                               _S.timing_max_steps, _S.timing_max_s)
+    else:
+        stop = _timing_stop(st["timing_ns"], _S.timing_settle, _S.timing_steps, _S.timing_max_steps,
+                            _S.timing_max_s, _S.world > 1)
     if stop is not None:
         st["timing_stop"], st["timing_settle"] = stop
         _after_timing()
@@ -439,14 +450,8 @@ def _timing_stop(ns, settle, steps, max_steps, max_s, lockstep=False):
     left_out = settle + n - len(later)
     if lockstep:
         return ("lockstep", left_out) if n >= (max_steps if max_steps > 0 else max(1, steps)) else None
-    m = _median(later)
-    if n >= 2:
-        earlier = timed[: n - len(later)]
-        q = sorted(later)
-        k = len(q)
-        iqr = q[(3 * k) // 4] - q[k // 4]
-        if m > 0 and abs(_median(earlier) - m) <= 0.025 * m and 1.58 * iqr / k ** 0.5 <= 0.025 * m:
-            return ("settled", left_out)
+    if n >= 2 and _settled(timed[: n - len(later)], later):
+        return ("settled", left_out)
     if max_steps > 0 and n >= max_steps:
         return ("step_cap", left_out)
     if max_s > 0 and (ns[-1] - ns[0]) * 1e-9 >= max_s:
@@ -456,8 +461,47 @@ def _timing_stop(ns, settle, steps, max_steps, max_s, lockstep=False):
     return None
 
 
+def _settled(earlier, later):
+    """Whether the median of `later` is settled: `earlier`'s median within 2.5% of it, and its
+    95% confidence interval (the box-plot notch, 1.58 IQR / sqrt(n)) within +-2.5%."""
+    if not earlier or not later:
+        return False
+    m = _median(later)
+    q = sorted(later)
+    k = len(q)
+    iqr = q[(3 * k) // 4] - q[k // 4]
+    return m > 0 and abs(_median(earlier) - m) <= 0.025 * m and 1.58 * iqr / k ** 0.5 <= 0.025 * m
+
+
+def _timing_stop_ab(ns, plan_on, settle, steps, max_steps, max_s):
+    """`_timing_stop` for a plan timed both ways (steps alternate with and without it): at
+    least `steps` intervals each way after the `settle` first ones, until both medians are
+    settled (the later half of the intervals, an even number of them so that both ways keep
+    as many), or `max_steps` each way, or twice `max_s` seconds."""
+    timed = [((b - a) * 1e-9, on) for a, b, on in zip(ns[settle:], ns[settle + 1:], plan_on[settle:])]
+    n = len(timed)
+    each = min(sum(1 for _, on in timed if on), sum(1 for _, on in timed if not on))
+    if each < max(1, steps):
+        return None
+    keep = (n // 2) // 2 * 2
+    left_out = settle + n - keep
+
+    def way(part, on):
+        return [d for d, o in part if o == on]
+
+    earlier, later = timed[: n - keep], timed[n - keep:]
+    if keep >= 2 and all(_settled(way(earlier, on), way(later, on)) for on in (True, False)):
+        return ("settled", left_out)
+    if max_steps > 0 and each >= max_steps:
+        return ("step_cap", left_out)
+    if max_s > 0 and (ns[-1] - ns[0]) * 1e-9 >= 2 * max_s:
+        return ("time_cap", left_out)
+    return None
+
+
 def _after_timing():
     st = _S.status
+    _S.plan_on = True
     _timing_cuda()
     st["phase"] = "before_window"
     if st.get("memory_history_paused"):
@@ -835,6 +879,10 @@ def _apply_plan(torch, path):
     st["plan"] = {"file": os.path.basename(path), "wanted": sorted(want), "applied": [], "missing": []}
     if not want:
         return
+    # A distributed run's ranks time a fixed number of steps in lockstep (_timing_stop).
+    _S.plan_ab = os.environ.get("STEPTRACE_PLAN_AB") == "1" and _S.world == 1
+    if _S.plan_ab:
+        st["plan"]["timed_both_ways"] = True
     from torch.utils.checkpoint import checkpoint
 
     counters = {}
@@ -865,12 +913,12 @@ def _apply_plan(torch, path):
 
         if action == "recompute":
             def forward(*args, **kwargs):
-                if not torch.is_grad_enabled():
+                if not _S.plan_on or not torch.is_grad_enabled():
                     return orig(*args, **kwargs)
                 return checkpoint(orig, *args, use_reentrant=False, **kwargs)
         else:
             def forward(*args, **kwargs):
-                if not torch.is_grad_enabled():
+                if not _S.plan_on or not torch.is_grad_enabled():
                     return orig(*args, **kwargs)
                 with swap_hooks(module, args, kwargs):
                     return orig(*args, **kwargs)

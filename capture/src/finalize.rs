@@ -129,6 +129,10 @@ pub struct ShimStatus {
     /// CUDA-event intervals (ms) between the same boundaries.
     #[serde(default)]
     pub timing_cuda_ms: Vec<f64>,
+    /// With a plan timed both ways (`STEPTRACE_PLAN_AB`): whether the plan was on in each
+    /// interval's step.
+    #[serde(default)]
+    pub timing_plan_on: Vec<bool>,
     /// Where the shim was when it last wrote: before_window, window, timing, reference,
     /// finished.
     #[serde(default)]
@@ -267,9 +271,26 @@ pub struct PhaseTiming {
     pub step_time_cuda_s: Option<f64>,
     /// Every interval, seconds, in order.
     pub intervals_s: Vec<f64>,
+    /// A plan timed both ways: the steps alternate with and without it, and `step_time_s`,
+    /// `step_time_cuda_s` and `steps` are the steps with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unplanned: Option<Unplanned>,
     /// The program's step (from 0) that the first interval covers, when the shim knows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_step: Option<i64>,
+}
+
+/// The steps of a timing phase that ran without the plan, between steps that ran with it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Unplanned {
+    /// Steps timed without the plan (in the median).
+    pub steps: usize,
+    /// Median host-clock interval, seconds.
+    pub step_time_s: f64,
+    /// Median CUDA-event interval, seconds.
+    pub step_time_cuda_s: Option<f64>,
+    /// Whether the plan was on in each interval of `intervals_s`.
+    pub plan_on: Vec<bool>,
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -294,6 +315,7 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
         &st.timing_cuda_ms,
         st.timing_settle,
         st.timing_stop.clone(),
+        &st.timing_plan_on,
     )
     .map(|t| PhaseTiming {
         first_step: st.timing_first_step,
@@ -392,29 +414,55 @@ fn after_window(
 
 /// Timing from boundary clock readings (ns) and CUDA-event intervals (ms). The first `settle`
 /// intervals (warm-up: autotuning, allocator growth) are left out while any remain after them.
-/// `None` with fewer than two readings.
+/// `plan_on`, when the shim timed a plan both ways, says for each interval whether its step ran
+/// with the plan: the figures are then the steps with it, and [`Unplanned`] the others.
+/// `None` with fewer than two readings (or no step with the plan).
 pub fn timing_phase(
     boundaries_ns: &[i64],
     cuda_ms: &[f64],
     settle: usize,
     stop: Option<String>,
+    plan_on: &[bool],
 ) -> Option<PhaseTiming> {
     let intervals: Vec<f64> = boundaries_ns
         .windows(2)
         .map(|w| (w[1] - w[0]) as f64 * 1e-9)
         .collect();
     let skip = if intervals.len() > settle { settle } else { 0 };
-    let step_time_s = median(&intervals[skip..])?;
     let cuda: Vec<f64> = cuda_ms.iter().map(|m| m * 1e-3).collect();
     let cuda_skip = if cuda.len() > settle { settle } else { 0 };
+    // The intervals after the settling ones whose step ran with the plan (`want`), or all.
+    let ab = plan_on.len() >= intervals.len() && !intervals.is_empty();
+    let pick = |v: &[f64], skip: usize, want: bool| -> Vec<f64> {
+        v.iter()
+            .enumerate()
+            .skip(skip)
+            .filter(|&(i, _)| !ab || plan_on.get(i) == Some(&want))
+            .map(|(_, &x)| x)
+            .collect()
+    };
+    let timed = pick(&intervals, skip, true);
+    let step_time_s = median(&timed)?;
+    let unplanned = ab
+        .then(|| {
+            let off = pick(&intervals, skip, false);
+            Some(Unplanned {
+                steps: off.len(),
+                step_time_s: median(&off)?,
+                step_time_cuda_s: median(&pick(&cuda, cuda_skip, false)),
+                plan_on: plan_on[..intervals.len()].to_vec(),
+            })
+        })
+        .flatten();
     Some(PhaseTiming {
-        steps: intervals.len() - skip,
+        steps: timed.len(),
         settle: skip,
         stop,
         step_time_s,
-        step_time_cuda_s: median(&cuda[cuda_skip.min(cuda.len())..]),
+        step_time_cuda_s: median(&pick(&cuda, cuda_skip, true)),
         intervals_s: intervals,
         first_step: None,
+        unplanned,
     })
 }
 
@@ -463,7 +511,14 @@ mod tests {
     fn timing_leaves_out_the_first_interval_and_takes_the_median() {
         // Issue 17: the program's own step time from the timing phase.
         let ns = [0, 50_000_000, 60_000_000, 71_000_000, 80_000_000];
-        let t = timing_phase(&ns, &[50.0, 10.0, 11.0, 9.0], 1, Some("settled".into())).unwrap();
+        let t = timing_phase(
+            &ns,
+            &[50.0, 10.0, 11.0, 9.0],
+            1,
+            Some("settled".into()),
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             (t.steps, t.settle, t.stop.as_deref()),
             (3, 1, Some("settled"))
@@ -472,10 +527,35 @@ mod tests {
         assert!((t.step_time_cuda_s.unwrap() - 0.010).abs() < 1e-12);
         assert_eq!(t.intervals_s.len(), 4);
         // Two readings: one interval, kept.
-        let t = timing_phase(&[0, 20_000_000], &[], 5, None).unwrap();
+        let t = timing_phase(&[0, 20_000_000], &[], 5, None, &[]).unwrap();
         assert!((t.step_time_s - 0.02).abs() < 1e-12);
         assert_eq!(t.step_time_cuda_s, None);
-        assert!(timing_phase(&[5], &[], 0, None).is_none());
+        assert!(timing_phase(&[5], &[], 0, None, &[]).is_none());
+    }
+
+    #[test]
+    fn issue20_a_plan_timed_both_ways_gives_each_its_own_median() {
+        // Steps alternate with (10 ms) and without (8 ms) the plan after a settling interval;
+        // the plan's figure is only the steps with it, the unplanned only those without.
+        let ms = 1_000_000i64;
+        let steps = [50, 10, 8, 11, 8, 10, 9, 10, 8];
+        let mut ns = vec![0i64];
+        for d in steps {
+            ns.push(ns.last().unwrap() + d * ms);
+        }
+        let on: Vec<bool> = (0..=steps.len()).map(|i| i % 2 == 1).collect();
+        let cuda: Vec<f64> = steps.iter().map(|&d| d as f64).collect();
+        let t = timing_phase(&ns, &cuda, 1, Some("settled".into()), &on).unwrap();
+        assert_eq!(t.steps, 4);
+        assert!((t.step_time_s - 0.010).abs() < 1e-9, "{t:?}");
+        assert_eq!(t.step_time_cuda_s, Some(0.010));
+        let u = t.unplanned.unwrap();
+        assert_eq!(u.steps, 4);
+        assert!((u.step_time_s - 0.008).abs() < 1e-9, "{u:?}");
+        assert_eq!(u.plan_on.len(), steps.len());
+        // Timed one way only: every interval counts, and there is no unplanned figure.
+        let t = timing_phase(&ns, &cuda, 1, None, &[]).unwrap();
+        assert_eq!((t.steps, t.unplanned), (8, None));
     }
 
     /// A status whose timing phase took `phase_ms` steps and whose run went on after the

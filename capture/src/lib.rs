@@ -209,6 +209,10 @@ pub struct CaptureProps {
     /// A plan from `steptrace plan` to apply to the program (issue 20): its modules are
     /// recomputed or swapped from their second call on.
     pub plan: Option<PathBuf>,
+    /// With `plan`: the timing phase alternates steps with and without it, each its own median
+    /// (`step_time_unplanned_s`), so that what the plan adds is measured in one process, free
+    /// of the drift between two runs. The steps without the plan need its memory.
+    pub plan_ab: bool,
 }
 
 /// The timing phase: steps run before the window with nothing recorded but the boundary
@@ -549,6 +553,9 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
         let dst = out.join("plan.json");
         std::fs::write(&dst, text).map_err(io_err(&dst))?;
         envs.push((env::PLAN.into(), dst.to_string_lossy().into_owned()));
+        if props.plan_ab {
+            envs.push((env::PLAN_AB.into(), "1".into()));
+        }
         notes.push(format!(
             "plan applied: {n} module decision(s) from {}",
             props.plan.as_deref().unwrap_or(Path::new("")).display()

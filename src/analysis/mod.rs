@@ -100,6 +100,9 @@ pub struct Summary {
     pub step_time_source: &'static str,
     /// `step_time_instrumented_s / step_time_s`, when the program's own time is known.
     pub profiler_overhead: Option<f64>,
+    /// A planned capture's timing phase with steps alternating with and without the plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_timed_both_ways: Option<crate::ingest::PlanTimedBothWays>,
     /// Where the GPU's time goes over the whole trace (HolisticTraceAnalysis's temporal
     /// breakdown and communication/computation overlap), ns.
     pub gpu_breakdown: kernels::Temporal,
@@ -347,6 +350,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         step_time_instrumented_s: step_time_s,
         step_time_source: "instrumented",
         profiler_overhead: None,
+        plan_timed_both_ways: None,
         gpu_breakdown: kernels::Temporal::default(),
         step_times_s: step_times,
         gpu_busy_s: ns_to_s(median(&mut busy).unwrap_or(0.0)),

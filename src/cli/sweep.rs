@@ -129,7 +129,9 @@ fn values(args: SweepArgs) -> anyhow::Result<u8> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Wanted {
     Budget(Budget),
-    /// The least the plan reaches, from the plan without a budget.
+    /// The smallest whole percent of the peak measured without a plan that the search reaches
+    /// (from the plan without a budget). The least predicted peak itself would leave a
+    /// measurement no room at all: ResNet-18's came 0.1% (0.5 MiB) over it.
     Smallest,
 }
 
@@ -137,6 +139,19 @@ fn wanted(text: &str) -> Result<Wanted, steptrace::plan::Error> {
     match text.trim() {
         "smallest" => Ok(Wanted::Smallest),
         t => t.parse().map(Wanted::Budget),
+    }
+}
+
+/// `smallest`: the least predicted peak rounded up to a whole percent of the measured one.
+fn smallest_budget(least: i64, peak: i64) -> Budget {
+    if peak <= 0 {
+        return Budget::Bytes(least);
+    }
+    let pct = (100.0 * least as f64 / peak as f64).ceil();
+    if pct >= 100.0 {
+        Budget::Bytes(least)
+    } else {
+        Budget::Fraction(pct / 100.0)
     }
 }
 
@@ -207,7 +222,9 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
     for (i, (label, w)) in labels.iter().zip(&wanted).enumerate() {
         let budget = match *w {
             Wanted::Budget(b) => b,
-            Wanted::Smallest => Budget::Bytes(curve.smallest_feasible_bytes),
+            Wanted::Smallest => {
+                smallest_budget(curve.smallest_feasible_bytes, curve.measured_peak_bytes)
+            }
         };
         let p = steptrace::plan::plan(&trace, &base_analysis, &options(Some(budget)))?;
         let plan_dir = args.out.join(format!("plan_{}", slug(label)));
@@ -276,5 +293,21 @@ mod tests {
         assert_eq!(slug("90%"), "90pct");
         assert_eq!(slug("9.5GiB"), "9.5GiB");
         assert_eq!(slug("../x"), ".._x");
+    }
+
+    #[test]
+    fn issue20_smallest_is_the_least_reachable_peak_rounded_up_to_a_whole_percent() {
+        // ResNet-18: 524.8 MiB reachable of 678.3 MiB measured (77.4%): 78%.
+        let b = smallest_budget(550_326_272, 711_285_760);
+        assert!(
+            matches!(b, Budget::Fraction(f) if (f - 0.78).abs() < 1e-12),
+            "{b:?}"
+        );
+        // Exactly a whole percent stays it; nothing to save, or no peak: the bytes themselves.
+        assert!(
+            matches!(smallest_budget(80, 100), Budget::Fraction(f) if (f - 0.80).abs() < 1e-12)
+        );
+        assert!(matches!(smallest_budget(100, 100), Budget::Bytes(100)));
+        assert!(matches!(smallest_budget(5, 0), Budget::Bytes(5)));
     }
 }

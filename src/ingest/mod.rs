@@ -40,7 +40,7 @@ pub enum Error {
 }
 
 /// The files of one analysis.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Inputs {
     /// Kineto Chrome trace.
     pub trace: PathBuf,
@@ -59,7 +59,7 @@ pub struct Inputs {
 }
 
 /// The program's own step time from a capture's manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProgramStepTime {
     /// Step time, ns: the mean over the steps after the window (outliers left out), or the
     /// timing phase's median (`source`).
@@ -70,6 +70,29 @@ pub struct ProgramStepTime {
     /// Why a timing phase the figure comes from ended before its median settled (`step_cap`,
     /// `time_cap`), with the steps in the median: the figure is then a rough one.
     pub unsettled: Option<(String, usize)>,
+    /// A plan timed both ways in the timing phase (`capture --plan-ab`, `sweep --budgets`).
+    pub plan_ab: Option<PlanTimedBothWays>,
+}
+
+/// The timing phase of a planned capture whose steps alternated with and without the plan
+/// (issue 20): what the plan adds, measured in one process.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PlanTimedBothWays {
+    /// Median step with the plan, s.
+    pub step_time_with_s: f64,
+    /// Median step without it, s.
+    pub step_time_without_s: f64,
+    /// Which clock: `cuda_events` (events recorded on the stream at each boundary) where the
+    /// shim had them, else `host`. The host clock reads a boundary when the CPU reaches it; a
+    /// program that waits for the GPU after its boundary (`loss.item()` after the optimizer
+    /// step) then counts each step's GPU time in the next step's interval, which with
+    /// alternating steps moves the plan's cost into the steps without it (nanoGPT's bench.py:
+    /// 49.7 and 30.7 ms on the host clock, 42.8 and 36.6 ms on the stream).
+    pub clock: &'static str,
+    /// Steps timed with it.
+    pub steps_with: usize,
+    /// Steps timed without it.
+    pub steps_without: usize,
 }
 
 impl Inputs {
@@ -163,12 +186,42 @@ struct ManifestPhase {
     /// Why the timing phase ended (absent before the settling rule).
     #[serde(default)]
     stop: Option<String>,
+    /// The phase's median (steps with the plan, when it was timed both ways).
+    #[serde(default)]
+    step_time_s: Option<f64>,
+    /// The same on the stream's clock (CUDA events).
+    #[serde(default)]
+    step_time_cuda_s: Option<f64>,
+    /// The steps without the plan, when it was timed both ways.
+    #[serde(default)]
+    unplanned: Option<ManifestUnplanned>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ManifestUnplanned {
+    steps: usize,
+    step_time_s: f64,
+    #[serde(default)]
+    step_time_cuda_s: Option<f64>,
 }
 
 impl ManifestTiming {
     fn program_step_time(&self) -> Option<ProgramStepTime> {
         let after = self.source.as_deref() == Some("after_window");
         let phase = self.timing_phase.as_ref().unwrap_or(&self.flat);
+        let plan_ab = phase.unplanned.as_ref().and_then(|u| {
+            let (with, without, clock) = match (phase.step_time_cuda_s, u.step_time_cuda_s) {
+                (Some(w), Some(wo)) if w > 0.0 && wo > 0.0 => (w, wo, "cuda_events"),
+                _ => (phase.step_time_s?, u.step_time_s, "host"),
+            };
+            (with > 0.0 && without > 0.0).then_some(PlanTimedBothWays {
+                step_time_with_s: with,
+                step_time_without_s: without,
+                clock,
+                steps_with: phase.steps,
+                steps_without: u.steps,
+            })
+        });
         let unsettled = match phase.stop.as_deref() {
             Some(s @ ("step_cap" | "time_cap")) if !after => Some((s.to_owned(), phase.steps)),
             _ => None,
@@ -181,6 +234,7 @@ impl ManifestTiming {
                 "timing_phase"
             },
             unsettled,
+            plan_ab,
         })
     }
 }
@@ -279,6 +333,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                             ns,
                             source: "timing_phase",
                             unsettled: None,
+                            plan_ab: None,
                         }),
                 };
                 (m.files, t)
@@ -693,6 +748,43 @@ mod tests {
                 "timing_phase",
                 Some(("step_cap".to_owned(), 20))
             )
+        );
+    }
+
+    #[test]
+    fn issue20_a_plan_timed_both_ways_is_read_on_the_streams_clock_where_there_is_one() {
+        let phase = |cuda: &str| {
+            format!(
+                r#"{{"step_time_s": 0.0497, "source": "timing_phase", "timing_phase": {{"steps": 8, "stop": "settled", "step_time_s": 0.0497{cuda},
+                     "unplanned": {{"steps": 8, "step_time_s": 0.0307{cuda_off}, "plan_on": [true, false]}}}}}}"#,
+                cuda_off = cuda.replace("0.0428", "0.0366")
+            )
+        };
+        let read = |timing: &str| {
+            let dir = run_dir(timing);
+            discover(dir.path(), None, None, None)
+                .unwrap()
+                .program_step_time
+                .unwrap()
+                .plan_ab
+        };
+        let ab = read(&phase(r#", "step_time_cuda_s": 0.0428"#)).unwrap();
+        assert_eq!(
+            (ab.clock, ab.step_time_with_s, ab.step_time_without_s),
+            ("cuda_events", 0.0428, 0.0366)
+        );
+        assert_eq!((ab.steps_with, ab.steps_without), (8, 8));
+        let ab = read(&phase("")).unwrap();
+        assert_eq!(
+            (ab.clock, ab.step_time_with_s, ab.step_time_without_s),
+            ("host", 0.0497, 0.0307)
+        );
+        // Timed one way only: none.
+        assert_eq!(
+            read(
+                r#"{"step_time_s": 0.012, "source": "timing_phase", "timing_phase": {"steps": 20, "step_time_s": 0.012}}"#
+            ),
+            None
         );
     }
 }

@@ -214,6 +214,8 @@ pub struct PlannedRun<'a> {
     pub predicted_peak_bytes: i64,
     /// The plan's predicted step time, s.
     pub predicted_step_time_s: f64,
+    /// The step time the plan started from (the run without a plan), s.
+    pub base_step_time_s: Option<f64>,
     /// The planned run's analysis.
     pub measured: &'a Analysis,
 }
@@ -230,6 +232,7 @@ impl<'a> PlannedRun<'a> {
             feasible: v["feasible"].as_bool().unwrap_or(false),
             predicted_peak_bytes: v["predicted_peak_bytes"].as_i64()?,
             predicted_step_time_s: v["predicted_step_time_s"].as_f64()?,
+            base_step_time_s: v["measured_step_time_s"].as_f64(),
             measured,
         })
     }
@@ -252,6 +255,34 @@ impl<'a> PlannedRun<'a> {
         error_pct(
             self.predicted_step_time_s,
             self.measured.summary.step_time_s,
+        )
+    }
+
+    /// The time the plan predicts it adds to a step, s.
+    pub fn predicted_added_s(&self) -> Option<f64> {
+        Some(self.predicted_step_time_s - self.base_step_time_s?)
+    }
+
+    /// The planned run's timing phase with steps alternating with and without the plan.
+    pub fn timed_both_ways(&self) -> Option<&crate::ingest::PlanTimedBothWays> {
+        self.measured.summary.plan_timed_both_ways.as_ref()
+    }
+
+    /// The time the plan added to a step in the planned run itself (its steps with the plan
+    /// against its steps without), s.
+    pub fn measured_added_s(&self) -> Option<f64> {
+        let ab = self.timed_both_ways()?;
+        Some(ab.step_time_with_s - ab.step_time_without_s)
+    }
+
+    /// The prediction set on the planned run's own steps without the plan (the program's step
+    /// in that process plus what the plan predicts it adds) against its steps with it,
+    /// percent: the planner's error free of the drift between two runs of the program.
+    pub fn same_run_step_error_pct(&self) -> Option<f64> {
+        let ab = self.timed_both_ways()?;
+        error_pct(
+            ab.step_time_without_s + self.predicted_added_s()?,
+            ab.step_time_with_s,
         )
     }
 
@@ -278,8 +309,8 @@ pub fn predicted_vs_measured(
 ) -> Option<String> {
     let r = PlannedRun::from_plan_json(label, plan_json, a)?;
     let s = &a.summary;
-    Some(format!(
-        "{label}: plan of {} decision(s): peak predicted {} measured {} ({}); step predicted {} measured {} [{}] ({})\n",
+    let mut line = format!(
+        "{label}: plan of {} decision(s): peak predicted {} measured {} ({}); step predicted {} measured {} [{}] ({})",
         r.decisions,
         human_bytes(r.predicted_peak_bytes),
         human_bytes(r.measured_peak_bytes()?),
@@ -288,7 +319,18 @@ pub fn predicted_vs_measured(
         human_time(s.step_time_s),
         s.step_time_source,
         pct_text(r.step_error_pct())
-    ))
+    );
+    if let (Some(m), Some(p)) = (r.measured_added_s(), r.predicted_added_s()) {
+        let _ = write!(
+            line,
+            "; in one process the plan added {} per step, predicted {} ({})",
+            human_time(m),
+            human_time(p),
+            pct_text(r.same_run_step_error_pct())
+        );
+    }
+    line.push('\n');
+    Some(line)
 }
 
 /// `sweep --budgets`' console table: the run without a plan, then one row per budget.
@@ -296,7 +338,7 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7}",
+        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7} {:>11} {:>11} {:>7}",
         "budget",
         "bytes",
         "plan",
@@ -306,12 +348,15 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
         "fits",
         "pred. step",
         "meas. step",
+        "error",
+        "pred. added",
+        "meas. added",
         "error"
     );
     let b = &base.summary;
     let _ = writeln!(
         o,
-        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7}",
+        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7} {:>11} {:>11} {:>7}",
         "none",
         "-",
         0,
@@ -322,12 +367,15 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
         "-",
         "-",
         human_time(b.step_time_s),
+        "-",
+        "-",
+        "-",
         "-"
     );
     for r in runs {
         let _ = writeln!(
             o,
-            "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7}",
+            "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7} {:>11} {:>11} {:>7}",
             r.label,
             r.budget_bytes.map_or_else(|| "-".into(), human_bytes),
             r.decisions,
@@ -342,12 +390,16 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
             },
             human_time(r.predicted_step_time_s),
             human_time(r.measured.summary.step_time_s),
-            pct_text(r.step_error_pct())
+            pct_text(r.step_error_pct()),
+            r.predicted_added_s().map_or_else(|| "-".into(), human_time),
+            r.measured_added_s().map_or_else(|| "-".into(), human_time),
+            pct_text(r.same_run_step_error_pct())
         );
     }
     let _ = writeln!(
         o,
-        "step times: [{}] (pred.: the plan's, from the run without a plan)",
+        "step times: [{}] (pred.: the plan's, from the run without a plan); added: what the plan adds to a step, \
+         measured in the planned run's timing phase against its own steps without the plan (last error: the prediction set on those steps)",
         b.step_time_source
     );
     o
@@ -365,6 +417,7 @@ pub fn write_budget_sweep(
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let csv = dir.join("sweep_budgets.csv");
     let opt_f = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
+    let opt_s = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.9}"));
     super::write_table(
         &csv,
         &[
@@ -380,6 +433,10 @@ pub fn write_budget_sweep(
             "measured_step_time_s",
             "step_time_source",
             "step_error_pct",
+            "measured_step_time_without_plan_s",
+            "predicted_added_s",
+            "measured_added_s",
+            "same_run_step_error_pct",
         ],
         runs,
         |w, r| {
@@ -404,6 +461,10 @@ pub fn write_budget_sweep(
                 .text(&format!("{:.9}", r.measured.summary.step_time_s))
                 .text(r.measured.summary.step_time_source)
                 .text(&opt_f(r.step_error_pct()))
+                .text(&opt_s(r.timed_both_ways().map(|a| a.step_time_without_s)))
+                .text(&opt_s(r.predicted_added_s()))
+                .text(&opt_s(r.measured_added_s()))
+                .text(&opt_f(r.same_run_step_error_pct()))
                 .end();
         },
     )?;

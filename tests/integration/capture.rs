@@ -730,6 +730,83 @@ m._S.torch = object()
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// Issue 20: a plan timed both ways (`STEPTRACE_PLAN_AB`, set by `sweep --budgets`). The
+/// wrapped forwards run as written while the plan is off; the timing phase alternates steps
+/// with and without it, records which was which, ends with at least `steps` each way, and
+/// leaves the plan on for the window and the rest of the run. Driven through the shim's own
+/// functions with stand-ins for torch and its checkpoint (no GPU, no torch needed).
+#[test]
+fn issue20_a_plan_timed_both_ways_alternates_and_ends_on() {
+    let v = drive_python_shim(
+        r#"
+import os, types, tempfile
+calls = []
+ck = types.ModuleType("torch.utils.checkpoint")
+def checkpoint(fn, *a, use_reentrant=True, **k):
+    calls.append("checkpoint")
+    return fn(*a, **k)
+ck.checkpoint = checkpoint
+sys.modules["torch.utils.checkpoint"] = ck
+hooks = []
+class Handle:
+    def remove(self):
+        hooks.clear()
+def register(h):
+    hooks.append(h)
+    return Handle()
+mod = types.SimpleNamespace(register_module_forward_pre_hook=register)
+torch = types.SimpleNamespace(is_grad_enabled=lambda: True,
+                              nn=types.SimpleNamespace(modules=types.SimpleNamespace(module=mod)))
+class Block:
+    def forward(self, x):
+        calls.append("forward")
+        return x
+path = os.path.join(tempfile.mkdtemp(), "plan.json")
+with open(path, "w") as f:
+    json.dump({"decisions": [{"instance": "Block_0", "action": "recompute"}]}, f)
+os.environ["STEPTRACE_PLAN_AB"] = "1"
+m._apply_plan(torch, path)
+b = Block()
+hooks[0](b, ())                      # its first call: wrapped, the global hook gone
+ran = {}
+for on in (True, False):
+    calls.clear(); m._S.plan_on = on
+    b.forward(1)
+    ran[str(on)] = list(calls)
+m._S.plan_on = True
+m._S.timing_steps, m._S.timing_settle, m._S.timing_max_steps, m._S.timing_max_s = 3, 1, 4, 0
+m._S.optimizer_seen = True
+st = m._S.status
+seen = []
+for _ in range(20):
+    m._boundary("optimizer_step")
+    seen.append(m._S.plan_on)
+print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": st["phase"],
+                  "on": st.get("timing_plan_on"), "stop": st.get("timing_stop"),
+                  "readings": len(st["timing_ns"]), "seen": seen}))
+"#,
+    );
+    assert_eq!(
+        v["ran"]["True"],
+        serde_json::json!(["checkpoint", "forward"]),
+        "{v}"
+    );
+    assert_eq!(v["ran"]["False"], serde_json::json!(["forward"]), "{v}");
+    assert_eq!(v["hooks"], 0, "{v}");
+    assert_eq!(v["plan"]["timed_both_ways"], true, "{v}");
+    assert_ne!(v["phase"], "timing", "{v}");
+    let on: Vec<bool> = serde_json::from_value(v["on"].clone()).unwrap();
+    let intervals = v["readings"].as_u64().unwrap() as usize - 1;
+    assert!(on.len() >= intervals && intervals > 0, "{v}");
+    assert!(on.windows(2).all(|w| w[0] != w[1]), "alternates: {v}");
+    // Past the settling interval, at least `steps` (3) each way.
+    let each = |want: bool| on[1..intervals].iter().filter(|&&x| x == want).count();
+    assert!(each(true) >= 3 && each(false) >= 3, "{v}");
+    // The window and the rest of the run: the plan on.
+    let seen: Vec<bool> = serde_json::from_value(v["seen"].clone()).unwrap();
+    assert!(seen[intervals + 1..].iter().all(|&x| x), "{v}");
+}
+
 /// Gradient accumulation (issue 17, nanoGPT's train.py): the backward passes of the first
 /// iteration come before any optimizer step and look like steps of a program with no
 /// optimizer. Once the optimizer shows, it names the rule, the timing phase starts again at

@@ -272,6 +272,19 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
         // And on the GPU the two agree to 0.1%.
         let err: f64 = row[c("peak_error_pct")].parse().unwrap();
         assert!(err.abs() < 0.1, "{run}: {err}%");
+        // The run timed its steps both ways: the steps without the plan are its own timing
+        // phase's (on the stream's clock), and the plan made its steps slower.
+        let m = json(&dir.join(run).join("manifest.json"));
+        let phase = &m["ranks"][0]["timing"]["timing_phase"];
+        let without: f64 = row[c("measured_step_time_without_plan_s")].parse().unwrap();
+        let want = phase["unplanned"]["step_time_cuda_s"].as_f64().unwrap();
+        assert!((without - want).abs() < 1e-9, "{run}: {without} vs {want}");
+        let added: f64 = row[c("measured_added_s")].parse().unwrap();
+        assert!(
+            (added - (phase["step_time_cuda_s"].as_f64().unwrap() - want)).abs() < 1e-9,
+            "{run}: {added}"
+        );
+        assert!(added > 0.0, "{run}: {added}");
     }
     // A plan's decisions really were applied: the planned runs' peaks are below the base's.
     let base = steptrace::run_analysis(&props(dir.join("base"))).unwrap().1;
