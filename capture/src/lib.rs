@@ -15,13 +15,16 @@
 pub mod child;
 pub mod env;
 pub mod finalize;
+mod host;
+mod manifest;
+mod props;
 pub mod shim;
 mod time;
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+pub use manifest::{Manifest, Outcome, RankFiles};
+pub use props::{CaptureProps, Mode, Record, Schedule, TimingPhase};
 
-use serde::Serialize;
+use std::path::{Path, PathBuf};
 
 /// Why a capture could not be run (the child's own failure is not an error: see
 /// [`Outcome::exit`]).
@@ -61,270 +64,6 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
-}
-
-/// torch.profiler's schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Schedule {
-    /// Steps ignored at the start.
-    pub skip_first: u32,
-    /// Steps waited.
-    pub wait: u32,
-    /// Steps recorded and discarded.
-    pub warmup: u32,
-    /// Steps recorded.
-    pub active: u32,
-    /// Cycles.
-    pub repeat: u32,
-}
-
-impl Default for Schedule {
-    fn default() -> Self {
-        Schedule {
-            skip_first: 1,
-            wait: 1,
-            warmup: 1,
-            active: 3,
-            repeat: 1,
-        }
-    }
-}
-
-impl std::str::FromStr for Schedule {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        let mut out = Schedule::default();
-        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| Error::Schedule(s.into()))?;
-            let v: u32 = v.trim().parse().map_err(|_| Error::Schedule(s.into()))?;
-            match k.trim() {
-                "skip_first" => out.skip_first = v,
-                "wait" => out.wait = v,
-                "warmup" => out.warmup = v,
-                "active" => out.active = v,
-                "repeat" => out.repeat = v,
-                _ => return Err(Error::Schedule(s.into())),
-            }
-        }
-        if out.active == 0 {
-            return Err(Error::Schedule(s.into()));
-        }
-        Ok(out)
-    }
-}
-
-impl Schedule {
-    /// Step boundaries a program must reach for the (last) active window to close.
-    pub fn steps_to_window_end(&self) -> u32 {
-        self.skip_first + (self.wait + self.warmup + self.active) * self.repeat.max(1)
-    }
-}
-
-impl std::fmt::Display for Schedule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "skip_first={},wait={},warmup={},active={},repeat={}",
-            self.skip_first, self.wait, self.warmup, self.active, self.repeat
-        )
-    }
-}
-
-/// What to record (all on by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Record {
-    /// Kineto trace.
-    pub trace: bool,
-    /// CUDA memory history and snapshots.
-    pub memory: bool,
-    /// Execution Trace.
-    pub exec_trace: bool,
-    /// NVTX ranges.
-    pub nvtx: bool,
-}
-
-impl Default for Record {
-    fn default() -> Self {
-        Record {
-            trace: true,
-            memory: true,
-            exec_trace: true,
-            nvtx: true,
-        }
-    }
-}
-
-impl Record {
-    fn env_value(&self) -> String {
-        let mut v = Vec::new();
-        for (on, name) in [
-            (self.trace, "trace"),
-            (self.memory, "memory"),
-            (self.exec_trace, "et"),
-            (self.nvtx, "nvtx"),
-        ] {
-            if on {
-                v.push(name);
-            }
-        }
-        v.join(",")
-    }
-}
-
-/// How the program is instrumented.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Python (or torchrun, or a script that starts Python): the sitecustomize shim.
-    Python,
-    /// A native libtorch binary: the C++ shim through LD_PRELOAD.
-    Native,
-}
-
-/// Everything `capture` needs.
-#[derive(Debug, Clone)]
-pub struct CaptureProps {
-    /// The program and its arguments.
-    pub program: Vec<OsString>,
-    /// Run directory.
-    pub out: PathBuf,
-    /// Write into a non-empty directory.
-    pub force: bool,
-    /// Profiler schedule.
-    pub schedule: Schedule,
-    /// What to record.
-    pub record: Record,
-    /// Force a mode instead of detecting it.
-    pub mode: Option<Mode>,
-    /// Interpreter used to find torch (default: the program if it is Python, else `python3`).
-    pub python: Option<PathBuf>,
-    /// Allocator history entries kept.
-    pub max_entries: u64,
-    /// Shim cache directory (default [`shim::cache_root`]).
-    pub cache: Option<PathBuf>,
-    /// The timing phase before the window (the program's own step time).
-    pub timing: TimingPhase,
-    /// A plan from `steptrace plan` to apply to the program (issue 20): its modules are
-    /// recomputed or swapped from their second call on.
-    pub plan: Option<PathBuf>,
-    /// With `plan`: the timing phase alternates steps with and without it, each its own median
-    /// (`step_time_unplanned_s`), so that what the plan adds is measured in one process, free
-    /// of the drift between two runs. The steps without the plan need its memory.
-    pub plan_ab: bool,
-}
-
-/// The timing phase: steps run before the window with nothing recorded but the boundary
-/// hooks. It times at least `steps` steps and goes on until the median of the later half is
-/// settled (the rule in both shims, docs/capture.md), up to `max_steps` or `max_s` seconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimingPhase {
-    /// Fewest steps timed (0: no timing phase).
-    pub steps: u32,
-    /// Most steps timed while the median has not settled (0: no cap).
-    pub max_steps: u32,
-    /// Most seconds timed while the median has not settled (0: no cap).
-    pub max_s: u32,
-}
-
-impl Default for TimingPhase {
-    fn default() -> Self {
-        TimingPhase {
-            steps: 10,
-            max_steps: 20,
-            max_s: 10,
-        }
-    }
-}
-
-/// `manifest.json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Manifest {
-    /// steptrace version.
-    pub steptrace_version: &'static str,
-    /// The command line run.
-    pub command: Vec<String>,
-    /// Working directory.
-    pub cwd: String,
-    /// How the program was instrumented.
-    pub mode: Mode,
-    /// How it ended.
-    pub exit: child::Exit,
-    /// UTC start.
-    pub started_at: String,
-    /// UTC end.
-    pub ended_at: String,
-    /// Host name.
-    pub host: String,
-    /// torch version (from the shim, else the probe).
-    pub torch: Option<String>,
-    /// CUDA version torch was built with.
-    pub cuda: Option<String>,
-    /// NVIDIA driver version.
-    pub driver: Option<String>,
-    /// GPU name.
-    pub gpu: Option<String>,
-    /// GPU memory, bytes.
-    pub gpu_memory_bytes: Option<i64>,
-    /// Schedule.
-    pub schedule: Schedule,
-    /// What was asked for.
-    pub record: Record,
-    /// Rank of the files in `files`.
-    pub rank: i64,
-    /// World size.
-    pub world_size: i64,
-    /// Whether the program exited 0 and every rank recorded its whole window.
-    pub completed: bool,
-    /// Why not, when not.
-    pub incomplete_reasons: Vec<String>,
-    /// The program's own median step time, seconds (rank 0, or the lowest rank), timed before
-    /// the window with nothing recorded; `analyze` reports it beside the instrumented one.
-    pub step_time_s: Option<f64>,
-    /// Files for analyze (rank 0, or the lowest rank), relative to the run directory.
-    pub files: std::collections::BTreeMap<String, String>,
-    /// Every rank's files and shim status.
-    pub ranks: Vec<RankFiles>,
-    /// Notes: shim build, NVTX, missing torch.
-    pub notes: Vec<String>,
-}
-
-/// One rank's files.
-#[derive(Debug, Clone, Serialize)]
-pub struct RankFiles {
-    /// Rank.
-    pub rank: i64,
-    /// Files by role, relative paths.
-    pub files: std::collections::BTreeMap<String, String>,
-    /// Step boundaries the shim saw.
-    pub steps: i64,
-    /// How they were found.
-    pub boundary: Option<String>,
-    /// Shim errors.
-    pub errors: Vec<String>,
-    /// The program's own step time: over the steps after the window, and in the timing phase
-    /// before it.
-    pub timing: Option<finalize::Timing>,
-    /// Validation references the shim measured (STEPTRACE_REFERENCE=1).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reference: Option<serde_json::Value>,
-    /// What capture's own work cost, ms by piece: the shim's (inside the program's run) and
-    /// `compress` (the launcher's, after it).
-    pub costs_ms: std::collections::BTreeMap<String, f64>,
-}
-
-/// What a capture produced.
-#[derive(Debug)]
-pub struct Outcome {
-    /// How the child ended; the CLI exits with `exit.code`.
-    pub exit: child::Exit,
-    /// The manifest written.
-    pub manifest: Manifest,
-    /// Where.
-    pub out: PathBuf,
-    /// Why manifest.json could not be written (a full disk), if it could not.
-    pub manifest_error: Option<String>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -406,31 +145,6 @@ fn session_dir() -> std::io::Result<SessionDir> {
     let d = std::env::temp_dir().join(format!("steptrace-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(d.join("py"))?;
     Ok(SessionDir(d))
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// The NVIDIA driver's version, from the kernel module's own file (instant), else nvidia-smi
-/// (a process start, 0.1-0.3 s of every capture).
-fn driver_version() -> Option<String> {
-    if let Ok(text) = std::fs::read_to_string("/proc/driver/nvidia/version") {
-        if let Some(v) = driver_from_proc(&text) {
-            return Some(v);
-        }
-    }
-    let out = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=driver_version", "--format=csv,noheader"])
-        .output()
-        .ok()?;
-    let s = String::from_utf8_lossy(&out.stdout);
-    s.lines()
-        .next()
-        .map(|l| l.trim().to_owned())
-        .filter(|l| !l.is_empty())
 }
 
 /// Reads a plan file: JSON whose `decisions` each name an `instance` (`Block_3`) and an
@@ -780,7 +494,7 @@ fn finish(
         exit,
         started_at,
         ended_at,
-        host: host_name(),
+        host: host::host_name(),
         torch: first
             .torch
             .clone()
@@ -789,7 +503,7 @@ fn finish(
             .cuda
             .clone()
             .or_else(|| torch.as_ref().and_then(|t| t.cuda.clone())),
-        driver: driver_version(),
+        driver: host::driver_version(),
         gpu: first.gpu.clone(),
         gpu_memory_bytes: first.gpu_memory_bytes,
         schedule: props.schedule,
@@ -812,46 +526,9 @@ fn finish(
     })
 }
 
-/// The version in `/proc/driver/nvidia/version`'s first line ("NVRM version: NVIDIA UNIX
-/// Open Kernel Module for x86_64  580.95.05  Release Build ...").
-fn driver_from_proc(text: &str) -> Option<String> {
-    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
-    line.split_whitespace()
-        .find(|w| {
-            w.split('.').count() >= 2
-                && w.split('.')
-                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(str::to_owned)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn driver_version_is_read_from_the_kernel_modules_file() {
-        let text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U22)  Tue Sep 23 2025\nGCC version:  gcc version 12.3.0\n";
-        assert_eq!(driver_from_proc(text).as_deref(), Some("580.95.05"));
-        assert_eq!(driver_from_proc("GCC version: 12.3.0\n"), None);
-    }
-
-    #[test]
-    fn schedule_parses_and_prints() {
-        let s: Schedule = "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
-            .parse()
-            .unwrap();
-        assert_eq!(s.skip_first, 2);
-        assert_eq!(s.active, 5);
-        assert_eq!(
-            s.to_string(),
-            "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
-        );
-        assert!("active=0".parse::<Schedule>().is_err());
-        assert!("bogus=1".parse::<Schedule>().is_err());
-        assert!("wait".parse::<Schedule>().is_err());
-        assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
-    }
 
     #[test]
     fn modes() {

@@ -20,11 +20,23 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use super::step::{Phase, Step};
+use super::step::Step;
 use crate::diagnostics::Diagnostics;
 use crate::ingest::kineto::ThreadId;
-use crate::ingest::snapshot::{Action, Snapshot};
+use crate::ingest::snapshot::Action;
 use crate::model::Trace;
+
+mod naming;
+mod replay;
+#[cfg(test)]
+mod tests;
+mod timeline;
+
+use naming::{
+    category_from_frames, in_window_category, kept_category, name_stackless, workspace_sized,
+};
+pub use replay::{replay, replay_input, Replay};
+pub use timeline::{timeline, TimelineRow};
 
 /// What an allocation holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -186,136 +198,6 @@ impl NodeIndex {
 /// Bytes the caching allocator hands out for a request: whole 512-byte units.
 pub fn round_block(bytes: i64) -> i64 {
     ((bytes.max(1) + 511) / 512) * 512
-}
-
-/// The sizes of cuBLAS's per-handle workspace PyTorch allocates unless
-/// `CUBLAS_WORKSPACE_CONFIG` says otherwise: `:4096:8` (32 MiB) on Hopper and later,
-/// `:4096:2:16:8` before (aten/src/ATen/cuda/CublasHandlePool.cpp). cuBLASLt shares it.
-const CUBLAS_WORKSPACE_SIZES: [i64; 2] = [32 << 20, (8 << 20) + (128 << 10)];
-
-/// Whether a block that lives through the whole window, and that nothing else names, has a
-/// cuBLAS workspace's size. Python stacks stop at the matmul's caller and the autograd
-/// threads record none, so the size is the evidence left (a gradient of that size is named
-/// GRAD first, by its parameter's size).
-fn workspace_sized(size: i64) -> bool {
-    CUBLAS_WORKSPACE_SIZES.contains(&size)
-}
-
-/// Matmul-family ops: the ones that fetch a cuBLAS/cuBLASLt handle and its workspace.
-fn calls_cublas(op: &str) -> bool {
-    let op = op.strip_prefix("aten::").unwrap_or(op);
-    matches!(
-        op,
-        "mm" | "addmm"
-            | "bmm"
-            | "baddbmm"
-            | "matmul"
-            | "linear"
-            | "addmv"
-            | "mv"
-            | "dot"
-            | "_scaled_mm"
-            | "addbmm"
-            | "_addmm_activation"
-            | "einsum"
-            | "tensordot"
-    ) || op.starts_with("Torch-Compiled Region")
-        || op.starts_with("CompiledFunction")
-}
-
-/// What a block made before the window and alive through it is, when its stack says so and
-/// no other rule named it: made inside an LSTM/GRU's forward and kept, cuDNN's RNN state
-/// (its dropout state and weight buffer, cached for the process) → WORKSPACE; made by the
-/// program's own code with no frame in torch (a dataset put on the device whole, fixed noise,
-/// masks) → INPUT, as torch's classifier names such tensors when the forward reads them.
-fn kept_category(s: &Snapshot, frames: &[crate::ingest::snapshot::FrameId]) -> Option<Category> {
-    let file = |f: &crate::ingest::snapshot::FrameId| s.str(s.frames[f.0 as usize].filename);
-    let innermost = frames.first().map(file)?;
-    if innermost.ends_with("nn/modules/rnn.py") {
-        return Some(Category::Workspace);
-    }
-    let in_torch =
-        |f: &str| f.contains("/torch/") || f.starts_with("torch/") || f.contains("site-packages");
-    (!frames.iter().map(file).any(in_torch) && !innermost.is_empty() && !innermost.starts_with('?'))
-        .then_some(Category::Input)
-}
-
-/// Category of a block made before the window, from its allocation stack.
-fn category_from_frames(s: &Snapshot, frames: &[crate::ingest::snapshot::FrameId]) -> Category {
-    // C++ stacks (libtorch, or `stacks="all"`) name the workspace's own allocation.
-    if frames.iter().any(|f| {
-        let name = s.str(s.frames[f.0 as usize].name);
-        name.contains("setWorkspaceForHandle")
-            || name.contains("getCUDABlasLtWorkspace")
-            || name.contains("getNewWorkspace")
-    }) {
-        return Category::Workspace;
-    }
-    if frames.is_empty() {
-        // Allocated off the Python thread: the autograd engine's device threads. What survives
-        // to the window from there is last step's gradients.
-        return Category::Grad;
-    }
-    for f in frames {
-        let fr = &s.frames[f.0 as usize];
-        let (name, file) = (s.str(fr.name), s.str(fr.filename));
-        if file.contains("/optim/") || name.contains("torch::optim::") {
-            return Category::OptState;
-        }
-        if (file.ends_with("nn/modules/module.py")
-            && matches!(name, "_apply" | "cuda" | "to" | "<lambda>"))
-            || name.contains("torch::nn::Module::to")
-            || (file.contains("/nn/modules/") && name == "__init__")
-        {
-            return Category::Param;
-        }
-        if name.contains("torch::autograd::Engine")
-            || (file.contains("autograd/") && name == "backward")
-        {
-            return Category::Grad;
-        }
-    }
-    Category::Other
-}
-
-/// The allocator's events replayed in order: which block each event makes or frees. It needs
-/// nothing of the step, so [`crate::analysis::run`] makes it beside the step's reconstruction.
-#[derive(Debug, Default)]
-pub struct Replay {
-    /// Blocks made in the window, in allocation order: (allocating event, freeing event).
-    blocks: Vec<(usize, Option<usize>)>,
-    /// For each event: the block (index into `blocks`) it makes or frees. [`compute`] puts
-    /// the blocks made before the window first and shifts these indices by their number.
-    event_block: Vec<Option<usize>>,
-    /// Frees of blocks made before the window, as event indices.
-    early_frees: Vec<usize>,
-}
-
-/// Replays allocator events given as (address, signed bytes), in time order.
-pub fn replay(events: &[(u64, i64)]) -> Replay {
-    let mut r = Replay {
-        event_block: vec![None; events.len()],
-        ..Replay::default()
-    };
-    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
-    for (ei, &(addr, bytes)) in events.iter().enumerate() {
-        if bytes > 0 {
-            open.insert(addr, r.blocks.len());
-            r.event_block[ei] = Some(r.blocks.len());
-            r.blocks.push((ei, None));
-        } else if let Some(b) = open.remove(&addr) {
-            r.blocks[b].1 = Some(ei);
-            r.event_block[ei] = Some(b);
-        } else {
-            r.early_frees.push(ei);
-        }
-    }
-    r
-}
-
-/// The (address, signed bytes) of each allocator event, for [`replay`].
-pub fn replay_input(t: &Trace) -> Vec<(u64, i64)> {
-    t.memory.iter().map(|m| (m.addr, m.bytes)).collect()
 }
 
 /// Builds the blocks and their categories from the events' [`replay`].
@@ -549,129 +431,6 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
     }
 }
 
-/// Names the blocks made before the window whose allocation recorded no stack, from the
-/// parameters' sizes. Gradients mirror the parameters one for one (the autograd threads,
-/// which record no Python stack, make them), so a block sized like a parameter without one is
-/// a gradient. Blocks also come without a stack when the history was off as they were made
-/// (capture pauses it while it times steps): optimizer moments made at the first step are
-/// then stackless too, alive through the window, at most two per parameter (Adam's; SGD's
-/// momentum is one), after those whose stack named the optimizer. The rest (the autograd threads' cuBLAS workspaces) stays
-/// for the workspace rule.
-fn name_stackless(pre: &mut [Block], stackless: &[(bool, i64)]) {
-    let request = |i: usize| stackless[i].1;
-    let mut param_sizes: FxHashMap<i64, usize> = FxHashMap::default();
-    for i in (0..pre.len()).filter(|&i| pre[i].category == Category::Param) {
-        *param_sizes.entry(request(i)).or_default() += 1;
-    }
-    let mut moments: FxHashMap<i64, usize> =
-        param_sizes.iter().map(|(&k, &n)| (k, 2 * n)).collect();
-    for i in (0..pre.len()).filter(|&i| pre[i].category == Category::OptState) {
-        if let Some(n) = moments.get_mut(&request(i)) {
-            *n = n.saturating_sub(1);
-        }
-    }
-    // Parameter-sized is not enough: buffers (BatchNorm's running statistics) are made with
-    // the parameters and have no gradient. When the window frees gradients (`zero_grad` sets
-    // them to None), every gradient dies in it and the blocks that live on are not gradients;
-    // moments never die.
-    let grads_die = pre
-        .iter()
-        .any(|b| b.category == Category::Grad && b.free.is_some());
-    for (b, &(_, request)) in pre.iter_mut().zip(stackless) {
-        if b.category != Category::Grad {
-            continue;
-        }
-        if grads_die && b.free.is_none() {
-            b.category = Category::Other;
-            continue;
-        }
-        match param_sizes.get_mut(&request) {
-            Some(n) if *n > 0 => *n -= 1,
-            _ => b.category = Category::Other,
-        }
-    }
-    for (b, &(none, request)) in pre.iter_mut().zip(stackless) {
-        if !(none && b.category == Category::Other && b.free.is_none()) {
-            continue;
-        }
-        if let Some(n) = moments.get_mut(&request).filter(|n| **n > 0) {
-            *n -= 1;
-            b.category = Category::OptState;
-        }
-    }
-}
-
-fn in_window_category(t: &Trace, step: &Step, b: &Block) -> Category {
-    let Some(it) = b.iteration.map(|i| &step.iterations[i as usize]) else {
-        return Category::Other;
-    };
-    let freed_in = |end: i64| b.free.is_some_and(|f| f <= end);
-    let producer = b.producer.map(|p| &step.nodes[p]);
-    // A thread's first matmul on a stream makes its workspace, which is never freed. Outside
-    // the backward nothing else a matmul makes outlives the window (activations are freed by
-    // their iteration's backward); inside it, a never-freed block is a gradient.
-    if b.free.is_none()
-        && workspace_sized(b.size)
-        && producer.is_some_and(|n| n.phase != Phase::Backward && calls_cublas(t.op_name(n.op)))
-    {
-        return Category::Workspace;
-    }
-    let phase = match producer {
-        Some(n) => n.phase,
-        // No node on the allocating thread: the autograd engine's threads between nodes (a
-        // compiled backward writes its gradients there). The time says the phase.
-        None if it
-            .backward
-            .is_some_and(|(bs, be)| b.alloc >= bs && b.alloc <= be) =>
-        {
-            Phase::Backward
-        }
-        None => {
-            return if freed_in(it.end) {
-                Category::Temporary
-            } else {
-                Category::Other
-            };
-        }
-    };
-    match phase {
-        Phase::Forward => match it.backward {
-            Some((bs, _)) if freed_in(bs) => Category::Temporary,
-            None if freed_in(it.end) => Category::Temporary,
-            _ => Category::Activation,
-        },
-        Phase::Backward => match it.backward {
-            Some((_, be)) if freed_in(be) => Category::Temporary,
-            _ => Category::Grad,
-        },
-        Phase::Optimizer => {
-            if freed_in(it.end) {
-                Category::Temporary
-            } else {
-                Category::OptState
-            }
-        }
-        Phase::Other if it.backward.is_none_or(|(bs, _)| b.alloc < bs) && !freed_in(b.alloc) => {
-            if freed_in(it.end)
-                && it
-                    .backward
-                    .is_some_and(|(bs, _)| b.free.is_some_and(|f| f < bs))
-            {
-                Category::Temporary
-            } else {
-                Category::Input
-            }
-        }
-        _ => {
-            if freed_in(it.end) {
-                Category::Temporary
-            } else {
-                Category::Other
-            }
-        }
-    }
-}
-
 impl Memory {
     /// Bytes by category alive at `ts` (trace ns), given the allocator's total then: what the
     /// blocks do not explain is OTHER, so the parts always add up to `total`.
@@ -709,144 +468,5 @@ impl Memory {
                 best.map_or(Category::Other, |(_, c)| c)
             })
             .collect()
-    }
-}
-
-/// One row of `memory_timeline.csv`: the state after one allocator event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TimelineRow {
-    /// Trace ns.
-    pub ts: i64,
-    /// Iteration label, when inside one.
-    pub iteration: Option<u32>,
-    /// Rank of the node running on the event's thread, when one is.
-    pub node: Option<usize>,
-    /// `Total Allocated`.
-    pub total: i64,
-    /// By category.
-    pub breakdown: Breakdown,
-}
-
-/// The breakdown after every allocator event, computed incrementally in event order: each
-/// event moves its block's bytes in or out of the block's category; what no block explains is
-/// OTHER, so every row adds up to `Total Allocated`.
-pub fn timeline(t: &Trace, mem: &Memory) -> Vec<TimelineRow> {
-    let mut cur = [0i64; CATEGORY_COUNT];
-    for b in mem.blocks.iter().filter(|b| b.alloc == i64::MIN) {
-        cur[b.category.index()] += b.size;
-    }
-    t.memory
-        .iter()
-        .zip(&mem.events)
-        .map(
-            |(
-                m,
-                &EventPlace {
-                    block,
-                    node,
-                    iteration,
-                },
-            )| {
-                if let Some(bi) = block {
-                    let b = &mem.blocks[bi];
-                    let c = b.category.index();
-                    cur[c] += if m.bytes > 0 { b.size } else { -b.size };
-                }
-                let mut b = cur;
-                let known: i64 = b.iter().sum();
-                b[Category::Other.index()] += m.total_allocated - known;
-                TimelineRow {
-                    ts: m.ts,
-                    iteration,
-                    node,
-                    total: m.total_allocated,
-                    breakdown: b,
-                }
-            },
-        )
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pre_block(size: i64, category: Category, free: Option<i64>) -> Block {
-        Block {
-            addr: 0,
-            size,
-            alloc: i64::MIN,
-            free,
-            category,
-            producer: None,
-            freer: None,
-            iteration: None,
-        }
-    }
-
-    // Issue 21: blocks made while the history was paused have no stack; gradients and
-    // optimizer moments among them are named by their parameters' requested sizes.
-    #[test]
-    fn stackless_blocks_are_gradients_then_moments_by_their_parameters_requested_sizes() {
-        use Category::*;
-        let mut pre = vec![
-            pre_block(2048, Param, None),
-            pre_block(1024, Param, None), // a buffer: no gradient, no moments
-            pre_block(1024, Param, None),
-            pre_block(2048, Grad, Some(5)), // freed by zero_grad: a gradient
-            pre_block(1024, Grad, Some(6)),
-            pre_block(1024, Grad, None), // lives on while gradients die: not one
-            pre_block(1024, Grad, None),
-            pre_block(3072, Grad, None), // asked for 2048, got a larger block
-            pre_block(2048, Grad, None),
-            pre_block(1024, Grad, None), // a third moment for 1024... still allowed (2 params)
-            pre_block(32 << 20, Grad, None), // no parameter this size: left for the workspace rule
-        ];
-        let requested = [
-            2048,
-            1024,
-            1024,
-            2048,
-            1024,
-            1024,
-            1024,
-            2048,
-            2048,
-            1024,
-            32 << 20,
-        ];
-        let stackless: Vec<(bool, i64)> = requested
-            .iter()
-            .enumerate()
-            .map(|(i, &r)| (i >= 3, r))
-            .collect();
-        name_stackless(&mut pre, &stackless);
-        let got: Vec<Category> = pre.iter().map(|b| b.category).collect();
-        assert_eq!(
-            got,
-            [
-                Param, Param, Param, Grad, Grad, OptState, OptState, OptState, OptState, OptState,
-                Other
-            ]
-        );
-    }
-
-    #[test]
-    fn replay_pairs_frees_with_the_latest_allocation_at_their_address() {
-        let events = [
-            (0x10, 512),  // 0: block 0
-            (0x20, -512), // 1: made before the window
-            (0x10, 1024), // 2: block 1 at the same address; block 0 is never freed
-            (0x10, -1024),
-            (0x10, 0), // 4: nothing open at 0x10 any more: an early free
-            (0x30, 512),
-        ];
-        let r = replay(&events);
-        assert_eq!(r.blocks, [(0, None), (2, Some(3)), (5, None)]);
-        assert_eq!(
-            r.event_block,
-            [Some(0), None, Some(1), Some(1), None, Some(2)]
-        );
-        assert_eq!(r.early_frees, [1, 4]);
     }
 }

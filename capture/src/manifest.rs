@@ -1,0 +1,96 @@
+//! `manifest.json` and what a capture returns.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::{child, finalize, Mode, Record, Schedule};
+
+/// `manifest.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Manifest {
+    /// steptrace version.
+    pub steptrace_version: &'static str,
+    /// The command line run.
+    pub command: Vec<String>,
+    /// Working directory.
+    pub cwd: String,
+    /// How the program was instrumented.
+    pub mode: Mode,
+    /// How it ended.
+    pub exit: child::Exit,
+    /// UTC start.
+    pub started_at: String,
+    /// UTC end.
+    pub ended_at: String,
+    /// Host name.
+    pub host: String,
+    /// torch version (from the shim, else the probe).
+    pub torch: Option<String>,
+    /// CUDA version torch was built with.
+    pub cuda: Option<String>,
+    /// NVIDIA driver version.
+    pub driver: Option<String>,
+    /// GPU name.
+    pub gpu: Option<String>,
+    /// GPU memory, bytes.
+    pub gpu_memory_bytes: Option<i64>,
+    /// Schedule.
+    pub schedule: Schedule,
+    /// What was asked for.
+    pub record: Record,
+    /// Rank of the files in `files`.
+    pub rank: i64,
+    /// World size.
+    pub world_size: i64,
+    /// Whether the program exited 0 and every rank recorded its whole window.
+    pub completed: bool,
+    /// Why not, when not.
+    pub incomplete_reasons: Vec<String>,
+    /// The program's own median step time, seconds (rank 0, or the lowest rank), timed before
+    /// the window with nothing recorded; `analyze` reports it beside the instrumented one.
+    pub step_time_s: Option<f64>,
+    /// Files for analyze (rank 0, or the lowest rank), relative to the run directory.
+    pub files: std::collections::BTreeMap<String, String>,
+    /// Every rank's files and shim status.
+    pub ranks: Vec<RankFiles>,
+    /// Notes: shim build, NVTX, missing torch.
+    pub notes: Vec<String>,
+}
+
+/// One rank's files.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankFiles {
+    /// Rank.
+    pub rank: i64,
+    /// Files by role, relative paths.
+    pub files: std::collections::BTreeMap<String, String>,
+    /// Step boundaries the shim saw.
+    pub steps: i64,
+    /// How they were found.
+    pub boundary: Option<String>,
+    /// Shim errors.
+    pub errors: Vec<String>,
+    /// The program's own step time: over the steps after the window, and in the timing phase
+    /// before it.
+    pub timing: Option<finalize::Timing>,
+    /// Validation references the shim measured (STEPTRACE_REFERENCE=1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<serde_json::Value>,
+    /// What capture's own work cost, ms by piece: the shim's (inside the program's run) and
+    /// `compress` (the launcher's, after it).
+    pub costs_ms: std::collections::BTreeMap<String, f64>,
+}
+
+/// What a capture produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// How the child ended; the CLI exits with `exit.code`.
+    pub exit: child::Exit,
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// Where.
+    pub out: PathBuf,
+    /// Why manifest.json could not be written (a full disk), if it could not.
+    pub manifest_error: Option<String>,
+}

@@ -1,0 +1,206 @@
+//! What a capture is asked for: the program, the schedule, what to record, the timing phase
+//! and the plan to apply.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::Error;
+
+/// torch.profiler's schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Schedule {
+    /// Steps ignored at the start.
+    pub skip_first: u32,
+    /// Steps waited.
+    pub wait: u32,
+    /// Steps recorded and discarded.
+    pub warmup: u32,
+    /// Steps recorded.
+    pub active: u32,
+    /// Cycles.
+    pub repeat: u32,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            skip_first: 1,
+            wait: 1,
+            warmup: 1,
+            active: 3,
+            repeat: 1,
+        }
+    }
+}
+
+impl std::str::FromStr for Schedule {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let mut out = Schedule::default();
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| Error::Schedule(s.into()))?;
+            let v: u32 = v.trim().parse().map_err(|_| Error::Schedule(s.into()))?;
+            match k.trim() {
+                "skip_first" => out.skip_first = v,
+                "wait" => out.wait = v,
+                "warmup" => out.warmup = v,
+                "active" => out.active = v,
+                "repeat" => out.repeat = v,
+                _ => return Err(Error::Schedule(s.into())),
+            }
+        }
+        if out.active == 0 {
+            return Err(Error::Schedule(s.into()));
+        }
+        Ok(out)
+    }
+}
+
+impl Schedule {
+    /// Step boundaries a program must reach for the (last) active window to close.
+    pub fn steps_to_window_end(&self) -> u32 {
+        self.skip_first + (self.wait + self.warmup + self.active) * self.repeat.max(1)
+    }
+}
+
+impl std::fmt::Display for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "skip_first={},wait={},warmup={},active={},repeat={}",
+            self.skip_first, self.wait, self.warmup, self.active, self.repeat
+        )
+    }
+}
+
+/// What to record (all on by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Record {
+    /// Kineto trace.
+    pub trace: bool,
+    /// CUDA memory history and snapshots.
+    pub memory: bool,
+    /// Execution Trace.
+    pub exec_trace: bool,
+    /// NVTX ranges.
+    pub nvtx: bool,
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Record {
+            trace: true,
+            memory: true,
+            exec_trace: true,
+            nvtx: true,
+        }
+    }
+}
+
+impl Record {
+    pub(crate) fn env_value(&self) -> String {
+        let mut v = Vec::new();
+        for (on, name) in [
+            (self.trace, "trace"),
+            (self.memory, "memory"),
+            (self.exec_trace, "et"),
+            (self.nvtx, "nvtx"),
+        ] {
+            if on {
+                v.push(name);
+            }
+        }
+        v.join(",")
+    }
+}
+
+/// How the program is instrumented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Python (or torchrun, or a script that starts Python): the sitecustomize shim.
+    Python,
+    /// A native libtorch binary: the C++ shim through LD_PRELOAD.
+    Native,
+}
+
+/// Everything `capture` needs.
+#[derive(Debug, Clone)]
+pub struct CaptureProps {
+    /// The program and its arguments.
+    pub program: Vec<OsString>,
+    /// Run directory.
+    pub out: PathBuf,
+    /// Write into a non-empty directory.
+    pub force: bool,
+    /// Profiler schedule.
+    pub schedule: Schedule,
+    /// What to record.
+    pub record: Record,
+    /// Force a mode instead of detecting it.
+    pub mode: Option<Mode>,
+    /// Interpreter used to find torch (default: the program if it is Python, else `python3`).
+    pub python: Option<PathBuf>,
+    /// Allocator history entries kept.
+    pub max_entries: u64,
+    /// Shim cache directory (default [`shim::cache_root`]).
+    pub cache: Option<PathBuf>,
+    /// The timing phase before the window (the program's own step time).
+    pub timing: TimingPhase,
+    /// A plan from `steptrace plan` to apply to the program (issue 20): its modules are
+    /// recomputed or swapped from their second call on.
+    pub plan: Option<PathBuf>,
+    /// With `plan`: the timing phase alternates steps with and without it, each its own median
+    /// (`step_time_unplanned_s`), so that what the plan adds is measured in one process, free
+    /// of the drift between two runs. The steps without the plan need its memory.
+    pub plan_ab: bool,
+}
+
+/// The timing phase: steps run before the window with nothing recorded but the boundary
+/// hooks. It times at least `steps` steps and goes on until the median of the later half is
+/// settled (the rule in both shims, docs/capture.md), up to `max_steps` or `max_s` seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimingPhase {
+    /// Fewest steps timed (0: no timing phase).
+    pub steps: u32,
+    /// Most steps timed while the median has not settled (0: no cap).
+    pub max_steps: u32,
+    /// Most seconds timed while the median has not settled (0: no cap).
+    pub max_s: u32,
+}
+
+impl Default for TimingPhase {
+    fn default() -> Self {
+        TimingPhase {
+            steps: 10,
+            max_steps: 20,
+            max_s: 10,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_parses_and_prints() {
+        let s: Schedule = "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
+            .parse()
+            .unwrap();
+        assert_eq!(s.skip_first, 2);
+        assert_eq!(s.active, 5);
+        assert_eq!(
+            s.to_string(),
+            "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
+        );
+        assert!("active=0".parse::<Schedule>().is_err());
+        assert!("bogus=1".parse::<Schedule>().is_err());
+        assert!("wait".parse::<Schedule>().is_err());
+        assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
+    }
+}
