@@ -18,6 +18,30 @@ fn plan(dir: &str, opts: &Options) -> Result<steptrace::plan::Plan, steptrace::E
     steptrace::plan_run(&props(root().join(dir)), opts).map(|(p, _)| p)
 }
 
+/// One line of `sample_traces/plan/measured.jsonl` re-predicted from its committed capture:
+/// the record, the plan with its modules, and the predicted peak's error against the
+/// measured one.
+fn repredict(line: &str) -> (serde_json::Value, steptrace::plan::Plan, f64) {
+    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+    let decisions: Vec<String> = r["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    let p = plan(
+        r["sample"].as_str().unwrap(),
+        &Options {
+            modules: Some(decisions),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let measured = r["measured_peak_bytes"].as_i64().unwrap();
+    let err = p.predicted_peak_bytes as f64 / measured as f64 - 1.0;
+    (r, p, err)
+}
+
 /// `sample_traces/plan/measured.jsonl`: each line a plan `steptrace capture --plan` applied to
 /// the program of `sample` on the H100, and torch's `max_memory_allocated` over the window's
 /// steps with it (capture/corpus/plan_proof.sh). The simulator, given the same modules, predicts
@@ -27,31 +51,16 @@ fn issue20_predicted_peaks_match_the_peaks_measured_with_each_plan_applied() {
     let text = std::fs::read_to_string(root().join("sample_traces/plan/measured.jsonl")).unwrap();
     let mut checked = 0;
     for line in text.lines() {
-        let r: serde_json::Value = serde_json::from_str(line).unwrap();
-        let decisions: Vec<String> = r["decisions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_str().unwrap().to_owned())
-            .collect();
+        let (r, p, err) = repredict(line);
         // Every module the plan named was found and wrapped in the program.
         assert_eq!(r["missing"].as_array().map(Vec::len), Some(0), "{line}");
-        let p = plan(
-            r["sample"].as_str().unwrap(),
-            &Options {
-                modules: Some(decisions),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let measured = r["measured_peak_bytes"].as_i64().unwrap();
-        let err = p.predicted_peak_bytes as f64 / measured as f64 - 1.0;
         assert!(
             err.abs() < 0.02,
-            "{} {}: predicted {} measured {measured} ({:+.2}%)",
+            "{} {}: predicted {} measured {} ({:+.2}%)",
             r["program"],
             r["plan"],
             p.predicted_peak_bytes,
+            r["measured_peak_bytes"],
             100.0 * err
         );
         // And the capture without a plan is the measured peak itself.
@@ -72,32 +81,21 @@ fn issue20_predicted_peaks_match_the_peaks_measured_with_each_plan_applied() {
 #[test]
 fn issue20_a_checkpoint_keeps_its_modules_inputs_until_its_backward() {
     let text = std::fs::read_to_string(root().join("sample_traces/plan/measured.jsonl")).unwrap();
-    let r: serde_json::Value = text
+    let line = text
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|r| r["program"] == "gpt" && r["plan"] == "min")
+        .find(|l| l.contains(r#""program": "gpt", "plan": "min""#))
         .unwrap();
-    let decisions: Vec<String> = r["decisions"]
+    let (r, p, err) = repredict(line);
+    assert!(r["decisions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| d.as_str().unwrap().to_owned())
-        .collect();
-    assert!(decisions.iter().any(|d| d == "Linear_28"));
-    let p = plan(
-        "sample_traces/plan/gpt",
-        &Options {
-            modules: Some(decisions),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let measured = r["measured_peak_bytes"].as_i64().unwrap();
-    let err = p.predicted_peak_bytes as f64 / measured as f64 - 1.0;
+        .any(|d| d == "Linear_28"));
     assert!(
         err.abs() < 0.002,
-        "predicted {} measured {measured} ({:+.2}%)",
+        "predicted {} measured {} ({:+.2}%)",
         p.predicted_peak_bytes,
+        r["measured_peak_bytes"],
         100.0 * err
     );
 }
