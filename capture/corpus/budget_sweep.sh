@@ -50,11 +50,13 @@ sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py 
 sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} --timing-steps 4 --timing-max-steps 6 \
   -- python3 bench.py --real_data=False --compile=False
 
-# The small programs' run directories, to commit as samples; of nanoGPT's (GBs of memory
-# history), the sweep's results, plans, manifests and shim status only.
+# The small programs' run directories, to commit as samples; of nanoGPT's, the capture without
+# a plan whole (a few MB: the sample its measured peaks are re-predicted from) and of the planned
+# runs their results, plans, manifests and shim status only.
 cd $W
 for n in gpt gpt_swap resnet18; do
   [ -d $n ] && tar czf $OUT/${n}_runs.tar.gz --exclude='*.png' --exclude='*.svg' $n
 done
-[ -d nanogpt ] && tar czf $OUT/nanogpt_sweep.tar.gz --exclude='*.pickle*' --exclude='*trace*.json*' nanogpt
+[ -d nanogpt ] && tar czf $OUT/nanogpt_sweep.tar.gz --exclude='*.png' --exclude='*.svg' \
+  --exclude='budget_*/*.pickle*' --exclude='budget_*/*trace*.json*' --exclude='plan_*' nanogpt
 ls -la $OUT

@@ -309,18 +309,6 @@ pub(super) fn build_candidates(
                     });
                     *seq += 1;
                 };
-                // Non-reentrant checkpoint stops its recompute once every tensor the module's
-                // nodes saved is made again (torch's early stop, on by default): nothing after
-                // the last dropped block's allocation is replayed.
-                let hi = (lo..hi)
-                    .rev()
-                    .find(|&ei| {
-                        t.memory[ei].bytes > 0
-                            && mem
-                                .event_block(ei)
-                                .is_some_and(|bi| dropped_set.contains(&bi))
-                    })
-                    .map_or(lo, |ei| ei + 1);
                 for ei in lo..hi {
                     let Some(bi) = mem.event_block(ei) else {
                         continue;
