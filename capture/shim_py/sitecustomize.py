@@ -411,8 +411,9 @@ def _timing_mark():
     st["timing_ns"].append(time.perf_counter_ns())
     if _S.plan_ab:
         # The step that starts here runs with the plan if the one before ran without it.
-        _S.plan_on = not st.setdefault("timing_plan_on", []) or not st["timing_plan_on"][-1]
-        st["timing_plan_on"].append(_S.plan_on)
+        ways = st.setdefault("timing_plan_on", [])
+        _S.plan_on = not ways or not ways[-1]
+        ways.append(_S.plan_on)
         stop = _timing_stop_ab(st["timing_ns"], st["timing_plan_on"], _S.timing_settle, _S.timing_steps,
                                _S.timing_max_steps, _S.timing_max_s)
     else:
@@ -631,6 +632,7 @@ def _optimizer_found():
                 "backward passes (gradient accumulation)" % st["steps"])
         if st["phase"] == "timing":
             st["timing_ns"] = []
+            st.pop("timing_plan_on", None)  # one label per reading, as the readings start again
             _S.cuda_events = []
             note += ", and the timing phase started again at it"
         elif st["phase"] in ("window", "finished"):

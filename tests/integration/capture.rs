@@ -807,6 +807,34 @@ print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": 
     assert!(seen[intervals + 1..].iter().all(|&x| x), "{v}");
 }
 
+/// Issue 20: a timing phase that starts again at the first optimizer step (gradient
+/// accumulation) starts its plan labels again with its readings, one label per reading, so
+/// that each interval keeps the way its step ran.
+#[test]
+fn issue20_a_restarted_timing_phase_restarts_its_plan_labels() {
+    let v = drive_python_shim(
+        r#"
+m._S.timing_steps, m._S.timing_settle, m._S.timing_max_steps = 3, 1, 20
+m._S.plan_ab = True
+st = m._S.status
+for micro in range(4):          # micro-batches' backward passes: the timing phase starts on them
+    m._S.backward_since_step = True
+    if micro:
+        m._boundary("backward_pass")
+m._optimizer_found()             # the optimizer shows: the phase starts again
+m._boundary("optimizer_step")
+for it in range(3):
+    m._S.backward_since_step = True
+    m._boundary("optimizer_step")
+print(json.dumps({"readings": len(st["timing_ns"]), "on": st.get("timing_plan_on")}))
+"#,
+    );
+    let on: Vec<bool> = serde_json::from_value(v["on"].clone()).unwrap();
+    assert_eq!(on.len() as u64, v["readings"].as_u64().unwrap(), "{v}");
+    assert_eq!(on.first(), Some(&true), "{v}");
+    assert!(on.windows(2).all(|w| w[0] != w[1]), "{v}");
+}
+
 /// Gradient accumulation (issue 17, nanoGPT's train.py): the backward passes of the first
 /// iteration come before any optimizer step and look like steps of a program with no
 /// optimizer. Once the optimizer shows, it names the rule, the timing phase starts again at
