@@ -335,10 +335,20 @@ pub fn predicted_vs_measured(
 
 /// `sweep --budgets`' console table: the run without a plan, then one row per budget.
 pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
+    // Column widths; the first column is left-aligned.
+    const W: [usize; 13] = [10, 10, 5, 11, 11, 7, 6, 11, 11, 7, 11, 11, 7];
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7} {:>11} {:>11} {:>7}",
+    let mut row = |cells: [String; 13]| {
+        for (i, (c, w)) in cells.iter().zip(W).enumerate() {
+            let _ = match i {
+                0 => write!(o, "{c:<w$}"),
+                _ => write!(o, " {c:>w$}"),
+            };
+        }
+        o.push('\n');
+    };
+    let dash = || "-".to_owned();
+    row([
         "budget",
         "bytes",
         "plan",
@@ -351,50 +361,46 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
         "error",
         "pred. added",
         "meas. added",
-        "error"
-    );
+        "error",
+    ]
+    .map(str::to_owned));
     let b = &base.summary;
-    let _ = writeln!(
-        o,
-        "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7} {:>11} {:>11} {:>7}",
-        "none",
-        "-",
-        0,
-        "-",
-        b.peak_allocated_bytes
-            .map_or_else(|| "-".into(), human_bytes),
-        "-",
-        "-",
-        "-",
+    row([
+        "none".into(),
+        dash(),
+        "0".into(),
+        dash(),
+        b.peak_allocated_bytes.map_or_else(dash, human_bytes),
+        dash(),
+        dash(),
+        dash(),
         human_time(b.step_time_s),
-        "-",
-        "-",
-        "-",
-        "-"
-    );
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+    ]);
     for r in runs {
-        let _ = writeln!(
-            o,
-            "{:<10} {:>10} {:>5} {:>11} {:>11} {:>7} {:>6} {:>11} {:>11} {:>7} {:>11} {:>11} {:>7}",
-            r.label,
-            r.budget_bytes.map_or_else(|| "-".into(), human_bytes),
-            r.decisions,
+        row([
+            r.label.clone(),
+            r.budget_bytes.map_or_else(dash, human_bytes),
+            r.decisions.to_string(),
             human_bytes(r.predicted_peak_bytes),
-            r.measured_peak_bytes()
-                .map_or_else(|| "-".into(), human_bytes),
+            r.measured_peak_bytes().map_or_else(dash, human_bytes),
             pct_text(r.peak_error_pct()),
             match r.within_budget() {
                 Some(true) => "yes",
                 Some(false) => "NO",
                 None => "-",
-            },
+            }
+            .into(),
             human_time(r.predicted_step_time_s),
             human_time(r.measured.summary.step_time_s),
             pct_text(r.step_error_pct()),
-            r.predicted_added_s().map_or_else(|| "-".into(), human_time),
-            r.measured_added_s().map_or_else(|| "-".into(), human_time),
-            pct_text(r.same_run_step_error_pct())
-        );
+            r.predicted_added_s().map_or_else(dash, human_time),
+            r.measured_added_s().map_or_else(dash, human_time),
+            pct_text(r.same_run_step_error_pct()),
+        ]);
     }
     let _ = writeln!(
         o,

@@ -327,6 +327,16 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
             "{run}: {added}"
         );
         assert!(added > 0.0, "{run}: {added}");
+        // What the plan predicts it adds is its step over the step it planned from, and the
+        // same-run error sets that on the run's own steps without the plan.
+        let predicted_added: f64 = row[c("predicted_added_s")].parse().unwrap();
+        let want = plan["predicted_step_time_s"].as_f64().unwrap()
+            - plan["measured_step_time_s"].as_f64().unwrap();
+        assert!((predicted_added - want).abs() < 1e-9, "{run}: {predicted_added}");
+        let same: f64 = row[c("same_run_step_error_pct")].parse().unwrap();
+        let with = phase["step_time_cuda_s"].as_f64().unwrap();
+        let want = 100.0 * ((without + predicted_added) / with - 1.0);
+        assert!((same - want).abs() < 1e-3, "{run}: {same} vs {want}");
     }
     // A plan's decisions really were applied: the planned runs' peaks are below the base's.
     let base = steptrace::run_analysis(&props(dir.join("base"))).unwrap().1;
