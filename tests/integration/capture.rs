@@ -228,21 +228,26 @@ fn unwritable_output_and_bad_schedule_exit_2() {
 fn issue20_capture_plan_is_checked_kept_with_the_run_and_handed_to_the_shim() {
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
-    let run = |plan: &Path, out: &Path| {
+    let run_with = |plan: &Path, out: &Path, extra: &[&str]| {
         Command::new(bin())
             .args(["capture", "--no-nvtx", "--plan"])
             .arg(plan)
+            .args(extra)
             .arg("--out")
             .arg(out)
             .args([
                 "--",
                 "sh",
                 "-c",
-                &format!("echo \"$STEPTRACE_PLAN\" > {}", ran.display()),
+                &format!(
+                    "echo \"$STEPTRACE_PLAN ${{STEPTRACE_PLAN_AB:-}}\" > {}",
+                    ran.display()
+                ),
             ])
             .output()
             .unwrap()
     };
+    let run = |plan: &Path, out: &Path| run_with(plan, out, &[]);
     for (i, (text, says)) in [
         ("{not json", "not JSON"),
         (r#"{"decisions": [{"instance": "Block_0"}]}"#, "`action`"),
@@ -282,6 +287,21 @@ fn issue20_capture_plan_is_checked_kept_with_the_run_and_handed_to_the_shim() {
     assert!(manifest(&out)["notes"]
         .to_string()
         .contains("plan applied: 2 module decision(s)"));
+    // `--plan-ab` asks the shim to time the steps both ways; it needs a plan.
+    let out = dir.path().join("run_ab");
+    let o = run_with(&good, &out, &["--plan-ab"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let handed = std::fs::read_to_string(&ran).unwrap();
+    assert_eq!(
+        handed.trim(),
+        format!("{} 1", out.join("plan.json").display())
+    );
+    let o = Command::new(bin())
+        .args(["capture", "--plan-ab", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--plan"));
 }
 
 fn python_has(module: &str) -> bool {
