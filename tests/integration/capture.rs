@@ -827,6 +827,41 @@ print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": 
     assert!(seen[intervals + 1..].iter().all(|&x| x), "{v}");
 }
 
+/// Issue 20: the rule that ends a timing phase timed both ways. Steady steps each way (10 ms
+/// with the plan, 8 ms without) settle as soon as both ways have `steps` intervals after the
+/// settling one, leaving out the earlier half (an even number, so both ways keep as many);
+/// steps whose times swing run to the cap each way; and a phase settled one way only goes on.
+#[test]
+fn issue20_a_plan_timed_both_ways_ends_when_both_medians_settle() {
+    let v = drive_python_shim(
+        r#"
+def phase(with_ms, without_ms, n, settle=1, steps=4, max_steps=8):
+    ns, on = [0], []
+    for i in range(n):
+        way = i % 2 == 0
+        on.append(way)
+        d = (with_ms if way else without_ms)[i // 2 % len(with_ms if way else without_ms)]
+        ns.append(ns[-1] + int(d * 1e6))
+    on.append(not on[-1])
+    for k in range(2, len(ns) + 1):
+        r = m._timing_stop_ab(ns[:k], on[:k], settle, steps, max_steps, 0)
+        if r is not None:
+            return [k, r[0], r[1]]
+    return None
+print(json.dumps({
+    "steady": phase([10.0], [8.0], 40),
+    "swinging": phase([10.0, 14.0, 9.0, 16.0], [8.0, 12.0, 7.0, 13.0], 40),
+    "one_way": phase([10.0], [8.0, 12.0, 7.0, 13.0], 40),
+}))
+"#,
+    );
+    // 10 readings: the settling interval and 8 timed, 4 each way; the later 4 kept.
+    assert_eq!(v["steady"], serde_json::json!([10, "settled", 5]), "{v}");
+    // 8 each way after the settling interval: 18 readings.
+    assert_eq!(v["swinging"], serde_json::json!([18, "step_cap", 9]), "{v}");
+    assert_eq!(v["one_way"], serde_json::json!([18, "step_cap", 9]), "{v}");
+}
+
 /// Issue 20: a timing phase that starts again at the first optimizer step (gradient
 /// accumulation) starts its plan labels again with its readings, one label per reading, so
 /// that each interval keeps the way its step ran.

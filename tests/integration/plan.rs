@@ -332,7 +332,10 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
         let predicted_added: f64 = row[c("predicted_added_s")].parse().unwrap();
         let want = plan["predicted_step_time_s"].as_f64().unwrap()
             - plan["measured_step_time_s"].as_f64().unwrap();
-        assert!((predicted_added - want).abs() < 1e-9, "{run}: {predicted_added}");
+        assert!(
+            (predicted_added - want).abs() < 1e-9,
+            "{run}: {predicted_added}"
+        );
         let same: f64 = row[c("same_run_step_error_pct")].parse().unwrap();
         let with = phase["step_time_cuda_s"].as_f64().unwrap();
         let want = 100.0 * ((without + predicted_added) / with - 1.0);
