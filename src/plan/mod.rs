@@ -279,7 +279,8 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let mut notes = Vec::new();
     if ids.is_none() {
         notes.push(
-            "no Execution Trace: an activation is taken as freed when its module's forward ends, and as saved by the module whose backward node frees it"
+            "no Execution Trace: an activation is taken as freed when its module's forward ends, and as saved by the module whose backward node frees it; \
+             the inputs a checkpoint keeps until the module's backward are not known, so a recompute's peak may come out low"
                 .to_string(),
         );
     }

@@ -144,6 +144,48 @@ fn issue20_nanogpt_peaks_measured_with_each_plan_are_predicted_from_its_capture_
     }
 }
 
+/// Without an Execution Trace the planner cannot see which blocks a module's forward reads, so
+/// the inputs its checkpoint would keep are not modelled: the GPT sample's smallest plan,
+/// planned from its trace and snapshot alone, comes out lower than with its Execution Trace,
+/// and plan.json says why (issue 20).
+#[test]
+fn issue20_without_an_execution_trace_the_plan_says_held_inputs_are_not_known() {
+    let dir = root().join("sample_traces/plan/gpt");
+    let text = std::fs::read_to_string(root().join("sample_traces/plan/measured.jsonl")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains(r#""program": "gpt", "plan": "min""#))
+        .unwrap();
+    let (r, with_et, _) = repredict(line);
+    let modules: Vec<String> = r["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    let (p, _) = steptrace::plan_run(
+        &steptrace::AnalyzeProps {
+            input: dir.join("trace.json.gz"),
+            snapshot: Some(dir.join("snapshot.pickle.gz")),
+            ..Default::default()
+        },
+        &Options {
+            modules: Some(modules),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(p.liveness_source, "memory_events", "{:?}", p.notes);
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("inputs a checkpoint keeps")),
+        "{:?}",
+        p.notes
+    );
+    assert!(p.predicted_peak_bytes < with_et.predicted_peak_bytes);
+}
+
 /// The committed GPT sample and its twin captured with every block checkpointed by the program
 /// itself (`train_gpt.py --ckpt`): the every-block plan predicts the twin's measured peak.
 #[test]
