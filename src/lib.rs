@@ -165,6 +165,7 @@ fn run_analysis_with(
     stage("analysing");
     let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
     analysis.summary.name = run_name(&props.input);
+    analysis.summary.plan_probe = inputs.plan_probe;
     if !trace.kineto.ops.is_empty() {
         // A GPU-only trace's "step time" is the GPU span: nothing to compare.
         apply_program_step_time(
@@ -190,6 +191,7 @@ fn apply_program_step_time(
             s.step_time_source = p.source;
             s.profiler_overhead = Some(s.step_time_instrumented_s / s.step_time_s);
             s.plan_timed_both_ways = p.plan_ab;
+            s.host_lead_s = p.host_lead_s;
             if let Some((stop, steps)) = &p.unsettled {
                 let cap = if stop == "time_cap" { "time" } else { "step" };
                 diag.warn(

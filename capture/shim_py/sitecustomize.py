@@ -503,17 +503,24 @@ def _timing_stop_ab(ns, plan_on, settle, steps, max_steps, max_s):
 def _after_timing():
     st = _S.status
     _S.plan_on = True
-    _timing_cuda()
+    _timing_cuda(at_boundary=True)
     st["phase"] = "before_window"
     if st.get("memory_history_paused"):
         _start_memory_history()
     _write_status()
 
 
-def _timing_cuda():
+def _timing_cuda(at_boundary=False):
     if len(_S.cuda_events) > 1:
         try:
             _S.cuda_events[-1].synchronize()
+            if at_boundary:
+                # Called at the phase's last boundary: the host waited here until the GPU got
+                # there too, so this is when the GPU reached it, on the host's clock (or a few
+                # microseconds after, when it already had). With the events' intervals it gives
+                # how far the host ran ahead of the GPU at each boundary: the host time a plan
+                # can add before the GPU waits for it (`steptrace plan`).
+                _S.status["timing_cuda_last_done_ns"] = time.perf_counter_ns()
             _S.status["timing_cuda_ms"] = [
                 a.elapsed_time(b) for a, b in zip(_S.cuda_events, _S.cuda_events[1:])
             ]
@@ -885,47 +892,12 @@ def _apply_plan(torch, path):
     _S.plan_ab = os.environ.get("STEPTRACE_PLAN_AB") == "1" and _S.world == 1
     if _S.plan_ab:
         st["plan"]["timed_both_ways"] = True
-    from torch.utils.checkpoint import checkpoint
 
     counters = {}
     seen = {}  # id(module) -> name; modules live as long as the program's model
 
-    def swap_hooks(module, args, kwargs):
-        keep = {p.untyped_storage().data_ptr() for p in module.parameters()}
-        for a in list(args) + list(kwargs.values()):
-            if isinstance(a, torch.Tensor):
-                keep.add(a.untyped_storage().data_ptr())
-
-        def pack(t):
-            if t.device.type != "cuda" or t.untyped_storage().data_ptr() in keep:
-                return t
-            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
-            host.copy_(t, non_blocking=True)
-            return (t.device, host)
-
-        def unpack(p):
-            if isinstance(p, tuple):
-                return p[1].to(p[0], non_blocking=True)
-            return p
-
-        return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
-
     def wrap(module, action):
-        orig = module.forward
-
-        if action == "recompute":
-            def forward(*args, **kwargs):
-                if not _S.plan_on or not torch.is_grad_enabled():
-                    return orig(*args, **kwargs)
-                return checkpoint(orig, *args, use_reentrant=False, **kwargs)
-        else:
-            def forward(*args, **kwargs):
-                if not _S.plan_on or not torch.is_grad_enabled():
-                    return orig(*args, **kwargs)
-                with swap_hooks(module, args, kwargs):
-                    return orig(*args, **kwargs)
-
-        module.forward = forward
+        module.forward = _planned_forward(torch, module.forward, action, lambda: module.parameters())
 
     handle = None
 
@@ -947,6 +919,159 @@ def _apply_plan(torch, path):
         return None
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
+
+
+def _swap_hooks(torch, params, args, kwargs):
+    """Saved-tensor hooks that keep what a module's forward saves in pinned host memory, copied
+    there without blocking and back on first use; its parameters and inputs stay where they
+    are (they are alive anyway)."""
+    keep = {p.untyped_storage().data_ptr() for p in params()}
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            keep.add(a.untyped_storage().data_ptr())
+
+    def pack(t):
+        if t.device.type != "cuda" or t.untyped_storage().data_ptr() in keep:
+            return t
+        host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
+        host.copy_(t, non_blocking=True)
+        return (t.device, host)
+
+    def unpack(p):
+        if isinstance(p, tuple):
+            return p[1].to(p[0], non_blocking=True)
+        return p
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def _planned_forward(torch, orig, action, params):
+    """`orig` under the plan's action while the plan is on (and grad is): non-reentrant
+    checkpoint (recompute) or the swap hooks. One function for the program's modules and for
+    the cost probe (_plan_probe), so that what the probe times is what a plan runs."""
+    from torch.utils.checkpoint import checkpoint
+
+    if action == "recompute":
+        def forward(*args, **kwargs):
+            if not _S.plan_on or not torch.is_grad_enabled():
+                return orig(*args, **kwargs)
+            return checkpoint(orig, *args, use_reentrant=False, **kwargs)
+    else:
+        def forward(*args, **kwargs):
+            if not _S.plan_on or not torch.is_grad_enabled():
+                return orig(*args, **kwargs)
+            with _swap_hooks(torch, params, args, kwargs):
+                return orig(*args, **kwargs)
+
+    return forward
+
+
+def _plan_probe(torch):
+    """What the plan's wrappers cost on this machine, with this torch and Python (issue 20),
+    for `steptrace plan`'s step-time prediction; None without CUDA in use.
+
+    A checkpoint or a swap adds host work that the trace cannot show at its real size (the
+    profiler's Python tracing inflates Python-heavy code far more than the ops): the
+    checkpoint's own set-up and RNG-state capture per call, and its saved-tensor hooks per op
+    in the forward and again in the recompute. Timed here on a chain of tiny ops (linear, gelu)
+    that the GPU runs faster than the host launches them, so every figure is host time: steps
+    of the chain as written, under `_planned_forward` (the very wrapper a plan runs) and its
+    forward alone (what a recompute replays), with 1 and 12 linear+gelu pairs, interleaved round
+    by round so that drift hits all alike, medians of the rounds. Also the pinned-copy bandwidth
+    each way, 64 MiB timed on the stream, which is what a swap moves."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    F = torch.nn.functional
+    dev = torch.device("cuda", torch.cuda.current_device())
+    gen = torch.Generator(device=dev).manual_seed(0)
+    d = 64
+    w_in = torch.randn(d, d, device=dev, generator=gen).mul_(0.1).requires_grad_()
+    ws = [torch.randn(d, d, device=dev, generator=gen).mul_(0.1).requires_grad_() for _ in range(12)]
+    x0 = torch.randn(8, d, device=dev, generator=gen)
+    lengths = (1, 12)
+
+    def chain(n):
+        def f(x):
+            for w in ws[:n]:
+                x = F.gelu(F.linear(x, w))
+            return x
+        return f
+
+    params = lambda: iter(ws)  # noqa: E731 - what a module's parameters() would give
+    fns = {}
+    for n in lengths:
+        f = chain(n)
+        fns[("plain", n)] = f
+        fns[("recompute", n)] = _planned_forward(torch, f, "recompute", params)
+        fns[("swap", n)] = _planned_forward(torch, f, "swap", params)
+
+    def step(f):
+        y = f(F.linear(x0, w_in))
+        torch.autograd.backward(y.sum())
+
+    def forward_only(f):
+        x = F.linear(x0, w_in)
+        y = f(x)
+        del y
+
+    bodies = [(k, step, f) for k, f in sorted(fns.items())]
+    bodies += [(("forward", n), forward_only, fns[("plain", n)]) for n in lengths]
+    reps, rounds = 8, 7
+    times = {k: [] for k, _, _ in bodies}
+    was_on = _S.plan_on
+    _S.plan_on = True
+    try:
+        for r in range(rounds):
+            for k, body, f in bodies:
+                torch.cuda.synchronize(dev)
+                t0 = time.perf_counter_ns()
+                for _ in range(reps):
+                    body(f)
+                torch.cuda.synchronize(dev)
+                if r > 0:  # the first round warms up
+                    times[k].append((time.perf_counter_ns() - t0) * 1e-9 / reps)
+    finally:
+        _S.plan_on = was_on
+        for w in [w_in] + ws:
+            w.grad = None
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    ops = {n: 2 * n for n in lengths}
+    lo, hi = lengths
+
+    def fit(extra):
+        # extra(n) = per_call + per_op * ops(n), from the two lengths.
+        per_op = max(0.0, (extra[hi] - extra[lo]) / (ops[hi] - ops[lo]))
+        return max(0.0, extra[lo] - per_op * ops[lo]), per_op
+
+    rec_call, rec_op = fit({n: med[("recompute", n)] - med[("plain", n)] - med[("forward", n)] for n in lengths})
+    swap_call, swap_op = fit({n: med[("swap", n)] - med[("plain", n)] for n in lengths})
+
+    def bandwidth(to_host):
+        nbytes = 64 << 20
+        dev_buf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        src, dst = (dev_buf, host) if to_host else (host, dev_buf)
+        got = []
+        for _ in range(4):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            dst.copy_(src, non_blocking=True)
+            b.record()
+            b.synchronize()
+            got.append(nbytes / (a.elapsed_time(b) * 1e-3) / 1e9)
+        return sorted(got[1:])[1]
+
+    return {
+        "recompute_call_s": rec_call,
+        "recompute_per_op_s": rec_op,
+        "swap_call_s": swap_call,
+        "swap_per_op_s": swap_op,
+        "dtoh_gbps": bandwidth(True),
+        "htod_gbps": bandwidth(False),
+        "medians_s": {"%s_%d" % k: v for k, v in sorted(med.items())},
+        "rounds": rounds - 1,
+        "reps": reps,
+    }
 
 
 def _at_exit():
@@ -1000,6 +1125,13 @@ def _at_exit_work():
         except Exception as exc:
             _S.error("exit snapshot", exc)
     _timing_readings()
+    # After the readings are kept: the probe's own backward passes are not the program's.
+    if os.environ.get("STEPTRACE_PLAN_PROBE", "1") != "0" and not _S.sigterm:
+        try:
+            with _Cost("plan_probe"):
+                st["plan_probe"] = _plan_probe(torch)
+        except Exception as exc:
+            _S.error("plan probe", exc)
     st["exited_cleanly"] = True
     _write_status()
 

@@ -448,6 +448,7 @@ fn finish(
             errors: st.errors.clone(),
             timing,
             reference: st.reference.clone(),
+            plan_probe: st.plan_probe.clone(),
             costs_ms: st.costs_ms.clone(),
         });
     }

@@ -77,6 +77,10 @@ pub struct RankFiles {
     /// Validation references the shim measured (STEPTRACE_REFERENCE=1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference: Option<serde_json::Value>,
+    /// What checkpointing and swapping cost on this machine, host time per call and per op,
+    /// and the pinned-copy bandwidth each way: `steptrace plan`'s step-time prediction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_probe: Option<serde_json::Value>,
     /// What capture's own work cost, ms by piece: the shim's (inside the program's run) and
     /// `compress` (the launcher's, after it).
     pub costs_ms: std::collections::BTreeMap<String, f64>,

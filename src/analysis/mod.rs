@@ -103,6 +103,13 @@ pub struct Summary {
     /// A planned capture's timing phase with steps alternating with and without the plan.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_timed_both_ways: Option<crate::ingest::PlanTimedBothWays>,
+    /// How far the host ran ahead of the GPU at the end of the program's own steps, s (capture's
+    /// timing phase): host time a step can gain before the GPU waits for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_lead_s: Option<f64>,
+    /// What checkpointing and swapping cost on the capture's machine (its manifest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_probe: Option<crate::ingest::PlanProbe>,
     /// Where the GPU's time goes over the whole trace (HolisticTraceAnalysis's temporal
     /// breakdown and communication/computation overlap), ns.
     pub gpu_breakdown: kernels::Temporal,
@@ -351,6 +358,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         step_time_source: "instrumented",
         profiler_overhead: None,
         plan_timed_both_ways: None,
+        host_lead_s: None,
+        plan_probe: None,
         gpu_breakdown: kernels::Temporal::default(),
         step_times_s: step_times,
         gpu_busy_s: ns_to_s(median(&mut busy).unwrap_or(0.0)),

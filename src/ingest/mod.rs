@@ -56,6 +56,29 @@ pub struct Inputs {
     /// The program's own step time, timed by capture with nothing recorded (from the
     /// manifest).
     pub program_step_time: Option<ProgramStepTime>,
+    /// What a plan's checkpoints and swaps cost on the capture's machine (from the manifest).
+    pub plan_probe: Option<PlanProbe>,
+}
+
+/// What checkpointing and swapping a module cost on the machine a run was captured on,
+/// measured by the capture shim at the program's exit on a chain of tiny ops (issue 20): host
+/// time that a trace cannot show at its real size, since the profiler's Python tracing inflates
+/// Python-heavy code far more than ops.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct PlanProbe {
+    /// A non-reentrant checkpoint's own host time per call (set-up, RNG state), s.
+    pub recompute_call_s: f64,
+    /// Its host time per op of the module, beyond the op's replay (saved-tensor hooks in the
+    /// forward and the recompute), s.
+    pub recompute_per_op_s: f64,
+    /// The swap hooks' host time per call, s.
+    pub swap_call_s: f64,
+    /// Their host time per op (pack and unpack, the copies' launches), s.
+    pub swap_per_op_s: f64,
+    /// Pinned device→host bandwidth, GB/s.
+    pub dtoh_gbps: f64,
+    /// Pinned host→device bandwidth, GB/s.
+    pub htod_gbps: f64,
 }
 
 /// The program's own step time from a capture's manifest.
@@ -72,6 +95,9 @@ pub struct ProgramStepTime {
     pub unsettled: Option<(String, usize)>,
     /// A plan timed both ways in the timing phase (`capture --plan-ab`, `sweep --budgets`).
     pub plan_ab: Option<PlanTimedBothWays>,
+    /// How far the host ran ahead of the GPU at the end of a step in the timing phase, s
+    /// (median): host time a step can gain before the GPU waits for it.
+    pub host_lead_s: Option<f64>,
 }
 
 /// The timing phase of a planned capture whose steps alternated with and without the plan
@@ -105,6 +131,7 @@ impl Inputs {
             manifest: None,
             side_files_optional: false,
             program_step_time: None,
+            plan_probe: None,
         }
     }
 }
@@ -163,6 +190,9 @@ struct ManifestRank {
     files: ManifestFiles,
     #[serde(default)]
     timing: Option<ManifestTiming>,
+    /// Absent in captures before the probe, and where it could not run (no CUDA).
+    #[serde(default)]
+    plan_probe: Option<PlanProbe>,
 }
 
 /// A rank's `timing` in the manifest: `step_time_s` with its `source` and the timing phase
@@ -195,6 +225,9 @@ struct ManifestPhase {
     /// The steps without the plan, when it was timed both ways.
     #[serde(default)]
     unplanned: Option<ManifestUnplanned>,
+    /// How far the host ran ahead of the GPU (absent before capture measured it).
+    #[serde(default)]
+    host_lead_s: Option<f64>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -235,6 +268,7 @@ impl ManifestTiming {
             },
             unsettled,
             plan_ab,
+            host_lead_s: phase.host_lead_s.filter(|l| l.is_finite() && *l >= 0.0),
         })
     }
 }
@@ -305,14 +339,14 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),
         })?;
-        let (files, step_time) = match rank {
+        let (files, step_time, plan_probe) = match rank {
             Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
                 Some(x) => {
                     let t = x
                         .timing
                         .as_ref()
                         .and_then(ManifestTiming::program_step_time);
-                    (x.files, t)
+                    (x.files, t, x.plan_probe)
                 }
                 None => {
                     return Err(Error::Discovery {
@@ -334,9 +368,10 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                             source: "timing_phase",
                             unsettled: None,
                             plan_ab: None,
+                            host_lead_s: None,
                         }),
                 };
-                (m.files, t)
+                (m.files, t, m.ranks.first().and_then(|r| r.plan_probe))
             }
         };
         if let Some(trace) = files.trace {
@@ -348,6 +383,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 manifest: Some(manifest_path),
                 side_files_optional: false, // decided by `discover`
                 program_step_time: step_time,
+                plan_probe,
             });
         }
     }
@@ -607,6 +643,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         manifest: None,
         side_files_optional: false, // decided by `discover`
         program_step_time: None,
+        plan_probe: None,
     })
 }
 

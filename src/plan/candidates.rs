@@ -22,8 +22,8 @@ pub(super) struct Candidate {
     pub(super) dropped_blocks: Vec<Vec<usize>>,
     /// Per iteration: the tensors a recompute of it keeps alive longer (its forward's inputs).
     pub(super) held: Vec<Vec<Held>>,
-    /// Time each action adds, s.
-    pub(super) time: BTreeMap<Action, f64>,
+    /// Host and GPU time each action adds, s.
+    pub(super) cost: BTreeMap<Action, Cost>,
     /// Has modules below it.
     pub(super) composite: bool,
 }
@@ -95,9 +95,14 @@ pub(super) fn build_candidates(
     ids: Option<&liveness::Identities>,
     iters: &[Iter],
     iter_index: &BTreeMap<u32, usize>,
-    cpu_scale: f64,
-    (htod, dtoh): (f64, f64),
+    rates: &Rates,
 ) -> Vec<Candidate> {
+    let Rates {
+        cpu_scale,
+        htod_gbps: htod,
+        dtoh_gbps: dtoh,
+        overheads: ov,
+    } = *rates;
     let step = &a.step;
     let mem = &a.memory;
     // Module paths (and every prefix) of forward nodes.
@@ -155,8 +160,8 @@ pub(super) fn build_candidates(
             let mut dropped_per_iter: Vec<i64> = Vec::new();
             let mut dropped_blocks = vec![Vec::new(); iters.len()];
             let mut held = vec![Vec::new(); iters.len()];
-            let mut times: Vec<f64> = Vec::new();
-            let mut swap_times: Vec<f64> = Vec::new();
+            let mut rec_costs: Vec<Cost> = Vec::new();
+            let mut swap_costs: Vec<Cost> = Vec::new();
             for it in &step.iterations {
                 let Some(&k) = iter_index.get(&it.index) else {
                     continue;
@@ -336,24 +341,35 @@ pub(super) fn build_candidates(
                 let bytes: i64 = dropped.iter().map(|d| mem.blocks[d.0].size).sum();
                 dropped_per_iter.push(bytes);
                 dropped_blocks[k] = dropped.iter().map(|d| d.0).collect();
-                let t_rec: f64 = fwd
+                // Its forward again (the ops' host time, scaled to the program's own speed, and
+                // their GPU time) and the checkpoint's own host work per call and per op; a
+                // swap's hooks on the host, and its copies each way on the stream.
+                let ops = fwd.len() as f64;
+                let replay_host: f64 = fwd
                     .iter()
-                    .map(|&ni| {
-                        let n = &step.nodes[ni];
-                        (n.gpu_time as f64).max(n.cpu_time as f64 * cpu_scale) * 1e-9
-                    })
+                    .map(|&ni| step.nodes[ni].cpu_time as f64 * cpu_scale * 1e-9)
                     .sum();
-                times.push(t_rec);
-                swap_times.push(bytes as f64 / (dtoh * 1e9) + bytes as f64 / (htod * 1e9));
+                let replay_gpu: f64 = fwd
+                    .iter()
+                    .map(|&ni| step.nodes[ni].gpu_time as f64 * 1e-9)
+                    .sum();
+                rec_costs.push(Cost {
+                    host_s: ov.recompute_call_s + ov.recompute_per_op_s * ops + replay_host,
+                    gpu_s: replay_gpu,
+                });
+                swap_costs.push(Cost {
+                    host_s: ov.swap_call_s + ov.swap_per_op_s * ops,
+                    gpu_s: bytes as f64 / (dtoh * 1e9) + bytes as f64 / (htod * 1e9),
+                });
             }
             if dropped_per_iter.is_empty() {
                 return None;
             }
             let mut dp: Vec<f64> = dropped_per_iter.iter().map(|&b| b as f64).collect();
             let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
-            let mut time = BTreeMap::new();
-            time.insert(Action::Recompute, median(&mut times).unwrap_or(0.0));
-            time.insert(Action::Swap, median(&mut swap_times).unwrap_or(0.0));
+            let mut cost = BTreeMap::new();
+            cost.insert(Action::Recompute, Cost::median(&rec_costs));
+            cost.insert(Action::Swap, Cost::median(&swap_costs));
             Some(Candidate {
                 class: class_of(&instance).to_owned(),
                 instance,
@@ -363,7 +379,7 @@ pub(super) fn build_candidates(
                 dropped_bytes: median(&mut dp).unwrap_or(0.0) as i64,
                 dropped_blocks,
                 held,
-                time,
+                cost,
                 composite: composite.contains(path.as_str()),
             })
         })

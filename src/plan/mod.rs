@@ -13,11 +13,13 @@
 //! reader in backward is one of its own autograd nodes (with an Execution Trace; without one,
 //! whose freeing node is). They die after their last forward reader (without an Execution
 //! Trace: when the module's forward ends) and come back when the module's first backward node
-//! starts, with the module's forward temporaries replayed at that point. Added time: the
-//! module's forward nodes again, each at the larger of its GPU time and its CPU time (the
-//! latter scaled by the run's uninstrumented-to-instrumented step time ratio). Swapping frees
-//! the same activations, brings each back at its first backward reader, and adds
-//! bytes / bandwidth each way on the compute stream.
+//! starts, with the module's forward temporaries replayed at that point. Added time, on
+//! the host and on the GPU apart: the module's forward nodes again (their CPU time scaled by
+//! the run's uninstrumented-to-instrumented step time ratio, and their GPU time) and the
+//! checkpoint's own host work per call and per op, as the capture's probe measured it.
+//! Swapping frees the same activations, brings each back at its first backward reader, and
+//! adds the hooks' host work and bytes / bandwidth each way on the compute stream. The step
+//! is as long as the busier of host and GPU ([`search::Evaluator::step`]).
 //!
 //! Here: the plan's types and [`plan`], the driver. `candidates`: what each module's actions
 //! change; `search`: the evaluator and the greedy search; `sim`: one iteration's memory with a
@@ -151,6 +153,85 @@ impl std::str::FromStr for Budget {
     }
 }
 
+/// Host and GPU time an action adds to a step, s.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Cost {
+    /// On the host: launches, Python, the checkpoint's own work.
+    pub host_s: f64,
+    /// On the GPU: kernels and copies on the compute stream.
+    pub gpu_s: f64,
+}
+
+impl std::ops::Add for Cost {
+    type Output = Cost;
+    fn add(self, o: Cost) -> Cost {
+        Cost {
+            host_s: self.host_s + o.host_s,
+            gpu_s: self.gpu_s + o.gpu_s,
+        }
+    }
+}
+
+impl Cost {
+    /// Each part's median over the iterations.
+    fn median(v: &[Cost]) -> Cost {
+        let mut h: Vec<f64> = v.iter().map(|c| c.host_s).collect();
+        let mut g: Vec<f64> = v.iter().map(|c| c.gpu_s).collect();
+        Cost {
+            host_s: median(&mut h).unwrap_or(0.0),
+            gpu_s: median(&mut g).unwrap_or(0.0),
+        }
+    }
+}
+
+/// The host work a checkpoint or a swap adds beyond its module's own ops, s: the capture
+/// shim's probe on the capture's machine ([`crate::ingest::PlanProbe`]), or none where the run
+/// has no probe (the prediction then leaves it out, and says so).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Overheads {
+    /// A checkpoint's own host time per call.
+    pub recompute_call_s: f64,
+    /// Per op of the module, beyond the op's replay.
+    pub recompute_per_op_s: f64,
+    /// The swap hooks' host time per call.
+    pub swap_call_s: f64,
+    /// Per op of the module.
+    pub swap_per_op_s: f64,
+    /// `capture_probe` or `none`.
+    pub source: &'static str,
+}
+
+impl Overheads {
+    fn of(probe: Option<&crate::ingest::PlanProbe>) -> Overheads {
+        match probe {
+            Some(p) => Overheads {
+                recompute_call_s: p.recompute_call_s,
+                recompute_per_op_s: p.recompute_per_op_s,
+                swap_call_s: p.swap_call_s,
+                swap_per_op_s: p.swap_per_op_s,
+                source: "capture_probe",
+            },
+            None => Overheads {
+                source: "none",
+                ..Overheads::default()
+            },
+        }
+    }
+}
+
+/// What turns a module's measured ops and bytes into time ([`candidates::build_candidates`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rates {
+    /// The program's own step time over the instrumented one: profiled CPU time to real.
+    pub cpu_scale: f64,
+    /// Host→device bandwidth for swaps, GB/s.
+    pub htod_gbps: f64,
+    /// Device→host bandwidth for swaps, GB/s.
+    pub dtoh_gbps: f64,
+    /// The wrappers' own host work.
+    pub overheads: Overheads,
+}
+
 /// What the planner is asked.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -212,8 +293,16 @@ pub struct Plan {
     pub budget_bytes: Option<i64>,
     /// `recompute`, `swap` or `both`.
     pub policy: &'static str,
-    /// Host→device and device→host bandwidth used for swaps, GB/s, and where it came from.
+    /// Host→device and device→host bandwidth used for swaps, GB/s, and where it came from
+    /// (`override`, `capture_probe`, the trace's copies, or the GPU model's default).
     pub bandwidth_gbps: (f64, f64, &'static str),
+    /// The checkpoint's and the swap hooks' own host work used for step times.
+    pub overheads: Overheads,
+    /// GPU busy time per step, s: what the GPU does of the step, the rest it waits for the host.
+    pub gpu_busy_s: f64,
+    /// How far the host ran ahead of the GPU at the end of a step, s (capture's timing phase;
+    /// 0 where not measured): host work a plan adds up to it costs no time.
+    pub host_lead_s: f64,
     /// The measured peak (the allocator's, over the profiled iterations).
     pub measured_peak_bytes: i64,
     /// The step time the prediction starts from, s, and which one it is.
@@ -336,13 +425,31 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     } else {
         1.0
     };
+    // The swap's own copies are pinned ones, which the probe timed on the capture's machine.
     let bw = &a.liveness.bandwidth;
-    let (htod, dtoh, bw_source) = match opts.bandwidth_gbps {
-        Some(b) => (b, b, "override"),
-        None => (bw.htod_gbps, bw.dtoh_gbps, bw.source),
+    let probe = s.plan_probe.as_ref();
+    let (htod, dtoh, bw_source) = match (opts.bandwidth_gbps, probe) {
+        (Some(b), _) => (b, b, "override"),
+        (None, Some(p)) if p.htod_gbps > 0.0 && p.dtoh_gbps > 0.0 => {
+            (p.htod_gbps, p.dtoh_gbps, "capture_probe")
+        }
+        _ => (bw.htod_gbps, bw.dtoh_gbps, bw.source),
     };
+    let overheads = Overheads::of(probe);
+    if probe.is_none() {
+        notes.push(
+            "the run has no measure of what a checkpoint or a swap costs on the host (capture's probe: a capture by an older steptrace, or without CUDA): the predicted step times count the recomputed ops and the copies only, and come out low where the host sets the pace"
+                .into(),
+        );
+    }
 
-    let candidates = build_candidates(t, a, ids, &iters, &iter_index, cpu_scale, (htod, dtoh));
+    let rates = Rates {
+        cpu_scale,
+        htod_gbps: htod,
+        dtoh_gbps: dtoh,
+        overheads,
+    };
+    let candidates = build_candidates(t, a, ids, &iters, &iter_index, &rates);
     if candidates.is_empty() {
         return Err(Error::NothingToPlan(
             "no module's forward made activations that only its own backward reads: record with with_modules (steptrace capture does) to plan"
@@ -372,10 +479,17 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         }
     }
 
+    let gpu_busy = s.gpu_busy_s;
+    let host_lead = match s.host_lead_s {
+        Some(l) if s.step_time_source != "instrumented" => l,
+        _ => 0.0,
+    };
     let ev = Evaluator {
         cands: &candidates,
         iters: &iters,
         base_step,
+        gpu_busy,
+        host_lead,
     };
 
     // Either the given modules, each a round, or the greedy rounds to the end.
@@ -434,6 +548,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         let (c, act) = chosen[k];
         let cand = &candidates[c];
         let peak = ev.peak(&chosen[..=k]).0.bytes;
+
         decisions.push(Decision {
             module: cand.path.clone(),
             instance: cand.instance.clone(),
@@ -441,7 +556,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
             action: act,
             activation_bytes: cand.dropped_bytes,
             peak_saved_bytes: prev_peak - peak,
-            time_added_s: cand.time[&act],
+            time_added_s: ev.step(&chosen[..=k]) - ev.step(&chosen[..k]),
             predicted_peak_bytes: peak,
             predicted_step_time_s: ev.step(&chosen[..=k]),
         });
@@ -503,6 +618,9 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
             Policy::Both => "both",
         },
         bandwidth_gbps: (htod, dtoh, bw_source),
+        overheads,
+        gpu_busy_s: gpu_busy,
+        host_lead_s: host_lead,
         measured_peak_bytes: measured_peak,
         measured_step_time_s: base_step,
         step_time_source: s.step_time_source,
@@ -558,6 +676,55 @@ mod tests {
     }
 
     #[test]
+    fn issue20_a_plans_host_time_counts_past_the_hosts_lead_and_its_gpu_time_past_the_gpus_idle_time(
+    ) {
+        let cand = |host_s: f64, gpu_s: f64| Candidate {
+            path: "M".into(),
+            instance: "M".into(),
+            class: "M".into(),
+            depth: 0,
+            added: Vec::new(),
+            dropped_bytes: 0,
+            dropped_blocks: Vec::new(),
+            held: Vec::new(),
+            cost: BTreeMap::from([(Action::Recompute, Cost { host_s, gpu_s })]),
+            composite: false,
+        };
+        let cands = [cand(0.002, 0.001), cand(0.001, 0.0015), cand(0.010, 0.001)];
+        let ev = |base_step, gpu_busy, host_lead| Evaluator {
+            cands: &cands,
+            iters: &[],
+            base_step,
+            gpu_busy,
+            host_lead,
+        };
+        let both = [(0, Action::Recompute), (1, Action::Recompute)];
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        // The host sets the pace (GPU busy 8 of 20 ms, no lead): host time in full, the GPU's
+        // 2.5 ms fits its 12 ms idle.
+        assert!(close(ev(0.020, 0.008, 0.0).step(&both), 0.023));
+        // The GPU sets it (38 of 40 ms) and the host is 2 ms ahead: 3 ms of host time cost
+        // 1 ms, 2.5 ms of GPU time 0.5 ms past its idle 2: the larger.
+        assert!(close(ev(0.040, 0.038, 0.002).step(&both), 0.041));
+        // Host time the lead absorbs, GPU time the idle time absorbs: nothing added.
+        assert!(close(
+            ev(0.040, 0.038, 0.005).step(&[(0, Action::Recompute)]),
+            0.040
+        ));
+        // Past the lead on the host side: 10 ms of host work over a 5 ms lead.
+        assert!(close(
+            ev(0.040, 0.038, 0.005).step(&[(2, Action::Recompute)]),
+            0.045
+        ));
+        // GPU busy over the step (profiling noise) leaves no idle time, never a negative one.
+        assert!(close(
+            ev(0.040, 0.041, 0.005).step(&[(1, Action::Recompute)]),
+            0.0415
+        ));
+        assert!(close(ev(0.040, 0.038, 0.0).step(&[]), 0.040));
+    }
+
+    #[test]
     fn issue20_never_twice_sees_a_shared_block() {
         let c = |path: &str, blocks: Vec<usize>| Candidate {
             path: path.into(),
@@ -568,7 +735,7 @@ mod tests {
             dropped_bytes: 0,
             dropped_blocks: vec![blocks],
             held: vec![Vec::new()],
-            time: BTreeMap::new(),
+            cost: BTreeMap::new(),
             composite: false,
         };
         let cands = [c("A", vec![1, 2]), c("B", vec![3]), c("C", vec![2])];

@@ -11,7 +11,12 @@ pub(super) type Choice = (usize, Action);
 pub(super) struct Evaluator<'a> {
     pub(super) cands: &'a [Candidate],
     pub(super) iters: &'a [Iter],
+    /// The program's step time, s.
     pub(super) base_step: f64,
+    /// GPU busy time per step, s (kernels and copies, the profiled iterations' median).
+    pub(super) gpu_busy: f64,
+    /// How far the host runs ahead of the GPU at the step's end, s.
+    pub(super) host_lead: f64,
 }
 
 impl Evaluator<'_> {
@@ -70,13 +75,19 @@ impl Evaluator<'_> {
         worst.expect("at least one iteration")
     }
 
-    /// The predicted step time, s.
+    /// The predicted step time, s: the step is as long as the busier of the host and the GPU.
+    /// What a plan adds on the host delays the step past the host's lead over the GPU at the
+    /// step's end (0 when the GPU waits for launches), and what it adds on the GPU past the
+    /// GPU's idle time in the step (0 when the GPU sets the pace).
     pub(super) fn step(&self, chosen: &[Choice]) -> f64 {
+        let added = chosen.iter().fold(Cost::default(), |acc, &(c, act)| {
+            acc + self.cands[c].cost[&act]
+        });
+        let gpu_idle = self.base_step - self.gpu_busy.min(self.base_step);
         self.base_step
-            + chosen
-                .iter()
-                .map(|&(c, act)| self.cands[c].time[&act])
-                .sum::<f64>()
+            + (added.host_s - self.host_lead)
+                .max(added.gpu_s - gpu_idle)
+                .max(0.0)
     }
 }
 

@@ -136,6 +136,9 @@ pub struct ShimStatus {
     /// CUDA-event intervals (ms) between the same boundaries.
     #[serde(default)]
     pub timing_cuda_ms: Vec<f64>,
+    /// When the GPU reached the timing phase's last boundary, on the clock of `timing_ns`.
+    #[serde(default)]
+    pub timing_cuda_last_done_ns: Option<i64>,
     /// With a plan timed both ways (`STEPTRACE_PLAN_AB`): whether the plan was on in each
     /// interval's step.
     #[serde(default)]
@@ -150,6 +153,10 @@ pub struct ShimStatus {
     /// Validation references (STEPTRACE_REFERENCE=1), passed through to the manifest.
     #[serde(default)]
     pub reference: Option<serde_json::Value>,
+    /// What a plan's wrappers cost on this machine (the shim's probe at exit, issue 20),
+    /// passed through to the manifest for `steptrace plan`.
+    #[serde(default)]
+    pub plan_probe: Option<serde_json::Value>,
     /// Step boundaries after the window, found by the rule's own step hooks (Python: the
     /// optimizer or GradScaler hook), on the clock of `timing_ns`.
     #[serde(default)]

@@ -85,6 +85,11 @@ pub struct PhaseTiming {
     /// The program's step (from 0) that the first interval covers, when the shim knows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_step: Option<i64>,
+    /// How far the host ran ahead of the GPU at the end of a step, seconds (median over the
+    /// timed steps; 0 where the GPU waits for the host): host time a step can gain before the
+    /// GPU waits for it. Python programs with CUDA, phases without a plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_lead_s: Option<f64>,
 }
 
 /// The steps of a timing phase that ran without the plan, between steps that ran with it.
@@ -126,6 +131,12 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
     )
     .map(|t| PhaseTiming {
         first_step: st.timing_first_step,
+        host_lead_s: if st.timing_plan_on.is_empty() {
+            st.timing_cuda_last_done_ns
+                .and_then(|done| host_lead(&st.timing_ns, &st.timing_cuda_ms, done, t.settle))
+        } else {
+            None
+        },
         ..t
     });
     let after = st.after_window_start_ns.and_then(|start| {
@@ -153,6 +164,41 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
         timing_phase: phase,
         after_window: after,
     })
+}
+
+/// How far the host was ahead of the GPU at each boundary after the `settle` first intervals,
+/// median, seconds: at the last boundary, when the GPU reached it (`last_done_ns`, read after
+/// waiting for its event) less when the host did; at each earlier one, that less what the
+/// GPU's intervals since took beyond the host's (the events' intervals, `cuda_ms`, are the
+/// GPU's clock between the same boundaries). A host behind the GPU is 0 ahead. `None` unless
+/// every interval has its event.
+pub fn host_lead(
+    boundaries_ns: &[i64],
+    cuda_ms: &[f64],
+    last_done_ns: i64,
+    settle: usize,
+) -> Option<f64> {
+    let n = boundaries_ns.len();
+    if n < 2 || cuda_ms.len() != n - 1 {
+        return None;
+    }
+    let mut lead = (last_done_ns - boundaries_ns[n - 1]) as f64 * 1e-9;
+    let mut leads = vec![lead.max(0.0)];
+    for i in (1..n - 1).rev() {
+        // Boundary i, from boundary i + 1: the GPU took cuda_ms[i] between them, the host
+        // the difference of its readings.
+        let host = (boundaries_ns[i + 1] - boundaries_ns[i]) as f64 * 1e-9;
+        lead -= cuda_ms[i] * 1e-3 - host;
+        leads.push(lead.max(0.0));
+    }
+    // leads[k] is boundary n - 1 - k; keep the boundaries that end a timed interval.
+    let timed: Vec<f64> = leads
+        .into_iter()
+        .enumerate()
+        .filter(|&(k, _)| n - 1 - k > settle)
+        .map(|(_, l)| l)
+        .collect();
+    median(&timed)
 }
 
 /// Backward passes per step: the number of passes that start (or end) between consecutive
@@ -269,6 +315,7 @@ pub fn timing_phase(
         step_time_cuda_s: median(&pick(&cuda, cuda_skip, true)),
         intervals_s: intervals,
         first_step: None,
+        host_lead_s: None,
         unplanned,
     })
 }
@@ -301,6 +348,29 @@ mod tests {
         assert!((t.step_time_s - 0.02).abs() < 1e-12);
         assert_eq!(t.step_time_cuda_s, None);
         assert!(timing_phase(&[5], &[], 0, None, &[]).is_none());
+    }
+
+    #[test]
+    fn issue20_the_host_lead_is_how_far_the_host_was_ahead_at_each_timed_boundary() {
+        // A GPU-bound program whose host gets further ahead each step: the host reaches a
+        // boundary every 10 ms, the GPU 1, 3, 6, 10 and 15 ms after it (its steps take 11 to
+        // 15 ms); the first interval settles. Timed boundaries 2 to 5: median of 3, 6, 10, 15.
+        let ms = 1_000_000i64;
+        let ns: Vec<i64> = (0..6).map(|i| i * 10 * ms).collect();
+        let cuda = [11.0, 12.0, 13.0, 14.0, 15.0];
+        let done = ns[5] + 15 * ms;
+        let lead = host_lead(&ns, &cuda, done, 1).unwrap();
+        assert!((lead - 0.008).abs() < 1e-9, "{lead}");
+        // A host-bound program: the GPU finishes each step before the host's boundary, so
+        // its interval is the host's and the last event is done at once.
+        let lead = host_lead(&ns, &[10.0; 5], ns[5] + 5_000, 1).unwrap();
+        assert!(lead < 1e-4, "{lead}");
+        // One boundary whose GPU interval ran longer (it fell behind by 3 ms, then caught
+        // up): the median of the timed boundaries is unmoved, and none is below 0.
+        let lead = host_lead(&ns, &[10.0, 10.0, 13.0, 7.0, 10.0], ns[5], 1).unwrap();
+        assert!(lead.abs() < 1e-9, "{lead}");
+        // Without an event per interval there is nothing to say.
+        assert_eq!(host_lead(&ns, &[10.0; 4], done, 1), None);
     }
 
     #[test]
