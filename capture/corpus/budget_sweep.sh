@@ -15,9 +15,9 @@ corpus_init "$@"
 corpus_scratch /tmp/budgetsweep
 export PYTHONUNBUFFERED=1
 # Longer timing phases than the default: each step time compared is the median of 20 to 40
-# steps with nothing recorded. A planned capture's phase alternates steps with and without its
-# plan (20 to 40 each way, after 5 settling steps): the programs run 100 steps so that the
-# window (6 steps) still comes after the longest phase.
+# steps with nothing recorded. A planned capture's phase runs steps in pairs with and without
+# its plan, timing the second of each pair (20 to 40 each way: 80 to 160 steps after 5 settling
+# ones): the programs run 200 steps so that the window (6 steps) still comes after the longest.
 TIMING=(--timing-steps 20 --timing-max-steps 40 --timing-max-s 20)
 
 # sweep NAME DIR [sweep options...] -- COMMAND...
@@ -38,16 +38,16 @@ sweep() {
 }
 
 E=$ROOT/capture/examples
-GPT=(python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --steps 100)
+GPT=(python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --steps 200)
 sweep gpt $E --budgets 90%,70%,smallest "${TIMING[@]}" -- "${GPT[@]}"
 # Swap plans, from the same capture without a plan.
 if want gpt_swap && [ -d $W/gpt/base ]; then
   sweep gpt_swap $E --budgets 90%,70% --policy swap --base $W/gpt/base "${TIMING[@]}" -- "${GPT[@]}"
 fi
-sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 100
-# bench.py runs 30 steps in all: 4 to 6 steps each way after the 5 settling ones leave the
-# window (6 steps) inside them.
-sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} --timing-steps 4 --timing-max-steps 6 \
+sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 200
+# bench.py runs 30 steps in all: 4 steps each way (16 in pairs) after the 5 settling ones leave
+# the window (6 steps) inside them.
+sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} --timing-steps 4 --timing-max-steps 4 \
   -- python3 bench.py --real_data=False --compile=False
 
 # The small programs' run directories, to commit as samples; of nanoGPT's, the capture without

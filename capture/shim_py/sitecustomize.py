@@ -411,8 +411,11 @@ def _timing_mark():
     st["timing_ns"].append(time.perf_counter_ns())
     if _S.plan_ab:
         # The step that starts here runs with the plan if the one before ran without it.
+        # In pairs, on, on, off, off, ...: the first step of a pair starts with what the step
+        # before left queued (a plan that keeps the GPU busy lets the host run ahead of it, and
+        # the next step gains), so only the second of each pair is timed (_paired).
         ways = st.setdefault("timing_plan_on", [])
-        _S.plan_on = not ways or not ways[-1]
+        _S.plan_on = (len(ways) // 2) % 2 == 0
         ways.append(_S.plan_on)
         stop = _timing_stop_ab(st["timing_ns"], st["timing_plan_on"], _S.timing_settle, _S.timing_steps,
                                _S.timing_max_steps, _S.timing_max_s)
@@ -474,18 +477,28 @@ def _settled(earlier, later):
     return m > 0 and abs(_median(earlier) - m) <= 0.025 * m and 1.58 * iqr / k ** 0.5 <= 0.025 * m
 
 
+def _paired(ns, plan_on, settle):
+    """The timed intervals of a plan timed both ways: (seconds, plan on, interval index) of each
+    interval after the `settle` first ones whose step ran the same way as the step before it."""
+    return [((b - a) * 1e-9, on, i)
+            for i, (a, b, on) in enumerate(zip(ns, ns[1:], plan_on))
+            if i >= max(settle, 1) and plan_on[i - 1] == on]
+
+
 def _timing_stop_ab(ns, plan_on, settle, steps, max_steps, max_s):
-    """`_timing_stop` for a plan timed both ways (steps alternate with and without it): at
-    least `steps` intervals each way after the `settle` first ones, until both medians are
-    settled (the later half of the intervals, an even number of them so that both ways keep
-    as many), or `max_steps` each way, or twice `max_s` seconds."""
-    timed = [((b - a) * 1e-9, on) for a, b, on in zip(ns[settle:], ns[settle + 1:], plan_on[settle:])]
+    """`_timing_stop` for a plan timed both ways (steps in pairs with and without it, the
+    second of each pair timed): at least `steps` intervals each way after the `settle` first
+    ones, until both medians are settled (the later half of the intervals, an even number of
+    them so that both ways keep as many), or `max_steps` each way, or twice `max_s` seconds.
+    The intervals left out are those before the first one kept."""
+    paired = _paired(ns, plan_on, settle)
+    timed = [(d, on) for d, on, _ in paired]
     n = len(timed)
     each = min(sum(1 for _, on in timed if on), sum(1 for _, on in timed if not on))
     if each < max(1, steps):
         return None
     keep = (n // 2) // 2 * 2
-    left_out = settle + n - keep
+    left_out = paired[n - keep][2] if keep > 0 else settle
 
     def way(part, on):
         return [d for d, o in part if o == on]

@@ -818,18 +818,29 @@ print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": 
     let on: Vec<bool> = serde_json::from_value(v["on"].clone()).unwrap();
     let intervals = v["readings"].as_u64().unwrap() as usize - 1;
     assert!(on.len() >= intervals && intervals > 0, "{v}");
-    assert!(on.windows(2).all(|w| w[0] != w[1]), "alternates: {v}");
-    // Past the settling interval, at least `steps` (3) each way.
-    let each = |want: bool| on[1..intervals].iter().filter(|&&x| x == want).count();
+    // In pairs: on, on, off, off, ...
+    assert!(
+        on.iter().enumerate().all(|(i, &x)| x == ((i / 2) % 2 == 0)),
+        "alternates in pairs: {v}"
+    );
+    // Past the settling interval, at least `steps` (3) each way, counting the second step of
+    // each pair only (the first carries what the step before the other way left queued).
+    let each = |want: bool| {
+        (1..intervals)
+            .filter(|&i| on[i] == want && on[i - 1] == want)
+            .count()
+    };
     assert!(each(true) >= 3 && each(false) >= 3, "{v}");
     // The window and the rest of the run: the plan on.
     let seen: Vec<bool> = serde_json::from_value(v["seen"].clone()).unwrap();
     assert!(seen[intervals + 1..].iter().all(|&x| x), "{v}");
 }
 
-/// Issue 20: the rule that ends a timing phase timed both ways. Steady steps each way (10 ms
-/// with the plan, 8 ms without) settle as soon as both ways have `steps` intervals after the
-/// settling one, leaving out the earlier half (an even number, so both ways keep as many);
+/// Issue 20: the rule that ends a timing phase timed both ways, in pairs of steps whose first
+/// is never timed (here 50 ms: counted, it would keep the medians from settling). Steady steps
+/// each way (10 ms with the plan, 8 ms without) settle as soon as both ways have `steps` timed
+/// intervals after the settling one, leaving out the earlier half (an even number, so both
+/// ways keep as many);
 /// steps whose times swing run to the cap each way; and a phase settled one way only goes on.
 #[test]
 fn issue20_a_plan_timed_both_ways_ends_when_both_medians_settle() {
@@ -838,11 +849,15 @@ fn issue20_a_plan_timed_both_ways_ends_when_both_medians_settle() {
 def phase(with_ms, without_ms, n, settle=1, steps=4, max_steps=8):
     ns, on = [0], []
     for i in range(n):
-        way = i % 2 == 0
+        way = (i // 2) % 2 == 0
         on.append(way)
-        d = (with_ms if way else without_ms)[i // 2 % len(with_ms if way else without_ms)]
+        if i % 2 == 0:
+            d = 50.0  # the first of a pair: what the step before left queued; never timed
+        else:
+            seq = with_ms if way else without_ms
+            d = seq[i // 4 % len(seq)]
         ns.append(ns[-1] + int(d * 1e6))
-    on.append(not on[-1])
+    on.append((n // 2) % 2 == 0)
     for k in range(2, len(ns) + 1):
         r = m._timing_stop_ab(ns[:k], on[:k], settle, steps, max_steps, 0)
         if r is not None:
@@ -855,11 +870,16 @@ print(json.dumps({
 }))
 "#,
     );
-    // 10 readings: the settling interval and 8 timed, 4 each way; the later 4 kept.
-    assert_eq!(v["steady"], serde_json::json!([10, "settled", 5]), "{v}");
-    // 8 each way after the settling interval: 18 readings.
-    assert_eq!(v["swinging"], serde_json::json!([18, "step_cap", 9]), "{v}");
-    assert_eq!(v["one_way"], serde_json::json!([18, "step_cap", 9]), "{v}");
+    // 17 readings: 16 intervals in pairs, the second of each timed (intervals 1, 3, ..., 15),
+    // 4 each way; the later 4 kept, from interval 9 on.
+    assert_eq!(v["steady"], serde_json::json!([17, "settled", 9]), "{v}");
+    // 8 timed each way: 32 intervals, 33 readings; the later 8 kept, from interval 17 on.
+    assert_eq!(
+        v["swinging"],
+        serde_json::json!([33, "step_cap", 17]),
+        "{v}"
+    );
+    assert_eq!(v["one_way"], serde_json::json!([33, "step_cap", 17]), "{v}");
 }
 
 /// Issue 20: a timing phase that starts again at the first optimizer step (gradient
@@ -887,7 +907,10 @@ print(json.dumps({"readings": len(st["timing_ns"]), "on": st.get("timing_plan_on
     let on: Vec<bool> = serde_json::from_value(v["on"].clone()).unwrap();
     assert_eq!(on.len() as u64, v["readings"].as_u64().unwrap(), "{v}");
     assert_eq!(on.first(), Some(&true), "{v}");
-    assert!(on.windows(2).all(|w| w[0] != w[1]), "{v}");
+    assert!(
+        on.iter().enumerate().all(|(i, &x)| x == ((i / 2) % 2 == 0)),
+        "{v}"
+    );
 }
 
 /// Gradient accumulation (issue 17, nanoGPT's train.py): the backward passes of the first

@@ -284,13 +284,19 @@ pub fn timing_phase(
     let skip = if intervals.len() > settle { settle } else { 0 };
     let cuda: Vec<f64> = cuda_ms.iter().map(|m| m * 1e-3).collect();
     let cuda_skip = if cuda.len() > settle { settle } else { 0 };
-    // The intervals after the settling ones whose step ran with the plan (`want`), or all.
+    // The intervals after the settling ones whose step ran with the plan (`want`), or all. The
+    // shim runs a plan timed both ways in pairs of steps and times the second of each: the
+    // first starts with what the step before the other way left queued.
     let ab = plan_on.len() >= intervals.len() && !intervals.is_empty();
+    let paired = plan_on.windows(2).any(|w| w[0] == w[1]);
     let pick = |v: &[f64], skip: usize, want: bool| -> Vec<f64> {
         v.iter()
             .enumerate()
             .skip(skip)
-            .filter(|&(i, _)| !ab || plan_on.get(i) == Some(&want))
+            .filter(|&(i, _)| {
+                !ab || (plan_on.get(i) == Some(&want)
+                    && (!paired || (i >= 1 && plan_on.get(i - 1) == Some(&want))))
+            })
             .map(|(_, &x)| x)
             .collect()
     };
@@ -396,6 +402,22 @@ mod tests {
         // Timed one way only: every interval counts, and there is no unplanned figure.
         let t = timing_phase(&ns, &cuda, 1, None, &[]).unwrap();
         assert_eq!((t.steps, t.unplanned), (8, None));
+
+        // As the shim runs it: in pairs (on, on, off, off, ...), the first of each pair carrying
+        // what the step before left queued (13 ms after a step without the plan, 5 after one
+        // with it); only the second of each pair counts: 10 with, 8 without.
+        let steps = [50, 10, 5, 8, 13, 10, 5, 8, 13, 10, 5, 8];
+        let mut ns = vec![0i64];
+        for d in steps {
+            ns.push(ns.last().unwrap() + d * ms);
+        }
+        let on: Vec<bool> = (0..=steps.len()).map(|i| (i / 2) % 2 == 0).collect();
+        let cuda: Vec<f64> = steps.iter().map(|&d| d as f64).collect();
+        let t = timing_phase(&ns, &cuda, 1, Some("settled".into()), &on).unwrap();
+        assert_eq!(t.steps, 3, "{t:?}");
+        assert_eq!(t.step_time_cuda_s, Some(0.010));
+        let u = t.unplanned.unwrap();
+        assert_eq!((u.steps, u.step_time_cuda_s), (3, Some(0.008)), "{u:?}");
     }
 
     /// A status whose timing phase took `phase_ms` steps and whose run went on after the
