@@ -44,7 +44,7 @@ sweep gpt $E --budgets 90%,70%,smallest "${TIMING[@]}" -- "${GPT[@]}"
 if want gpt_swap && [ -d $W/gpt/base ]; then
   sweep gpt_swap $E --budgets 90%,70% --policy swap --base $W/gpt/base "${TIMING[@]}" -- "${GPT[@]}"
 fi
-sweep resnet18 $E --budgets 90%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 200
+sweep resnet18 $E --budgets 90%,80%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 200
 # bench.py runs 30 steps in all: 4 steps each way (16 in pairs) after the 5 settling ones leave
 # the window (6 steps) inside them.
 sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} --timing-steps 4 --timing-max-steps 4 \

@@ -122,24 +122,43 @@ pub(super) fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) ->
             t.push((i, act));
             t
         };
-        let scored: Vec<(i64, f64, usize, Action)> = moves
+        // And each chosen module split into its own candidate children, the same action: a
+        // whole layer's recompute can itself set the peak (its replay), which only its parts
+        // can lower (ResNet-18's `layer1`).
+        let mut trials: Vec<Vec<Choice>> = moves.iter().map(|&m| trial_of(m)).collect();
+        for &(c, act) in &chosen {
+            let children: Vec<Choice> = (0..cands.len())
+                .filter(|&j| {
+                    cands[j]
+                        .path
+                        .rsplit_once('/')
+                        .is_some_and(|(parent, _)| parent == cands[c].path)
+                })
+                .map(|j| (j, act))
+                .collect();
+            if !children.is_empty() {
+                let mut t: Vec<Choice> = chosen.iter().copied().filter(|&x| x.0 != c).collect();
+                t.extend(children);
+                trials.push(t);
+            }
+        }
+        let scored: Vec<(i64, f64, usize)> = trials
             .par_iter()
-            .map(|&(i, act)| {
-                let trial = trial_of((i, act));
-                let saved = cur - ev.peak(&trial).0.bytes;
-                let dt = (ev.step(&trial) - cur_time).max(1e-9);
-                (saved, saved as f64 / dt, i, act)
+            .enumerate()
+            .map(|(k, trial)| {
+                let saved = cur - ev.peak(trial).0.bytes;
+                let dt = (ev.step(trial) - cur_time).max(1e-9);
+                (saved, saved as f64 / dt, k)
             })
             .collect();
-        // Highest ratio; ties: more saved, then the earlier module (deterministic).
-        let best = scored.into_iter().filter(|s| s.0 > 0).max_by(|x, y| {
-            x.1.total_cmp(&y.1)
-                .then(x.0.cmp(&y.0))
-                .then(y.2.cmp(&x.2))
-                .then(y.3.cmp(&x.3))
-        });
-        let Some((_, _, i, act)) = best else { break };
-        chosen = trial_of((i, act));
+        // Highest ratio; ties: more saved, then the earlier trial (modules in order, then
+        // splits: deterministic).
+        let best = scored
+            .into_iter()
+            .filter(|s| s.0 > 0)
+            .max_by(|x, y| x.1.total_cmp(&y.1).then(x.0.cmp(&y.0)).then(y.2.cmp(&x.2)));
+        let Some((_, _, k)) = best else { break };
+        chosen = trials.swap_remove(k);
         cur = ev.peak(&chosen).0.bytes;
         cur_time = ev.step(&chosen);
         rounds.push(chosen.clone());
