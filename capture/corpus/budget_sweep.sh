@@ -8,7 +8,8 @@
 #   bash capture/corpus/budget_sweep.sh [NAMES...]   # needs target/release/steptrace, .corpus/
 #
 # Programs: nanoGPT's bench.py (karpathy/nanoGPT, unchanged, from .corpus/src/nanoGPT), and
-# this project's train_gpt.py and train_cnn.py (torchvision ResNet-18).
+# this project's train_gpt.py and train_cnn.py (torchvision ResNet-18). Each recompute sweep
+# also captures every block checkpointed (`every-block`), the plan its budgets are set against.
 set -u
 . capture/corpus/programs.sh
 corpus_init "$@"
@@ -39,15 +40,15 @@ sweep() {
 
 E=$ROOT/capture/examples
 GPT=(python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --steps 200)
-sweep gpt $E --budgets 90%,70%,smallest "${TIMING[@]}" -- "${GPT[@]}"
+sweep gpt $E --budgets 90%,70%,smallest,every-block "${TIMING[@]}" -- "${GPT[@]}"
 # Swap plans, from the same capture without a plan.
 if want gpt_swap && [ -d $W/gpt/base ]; then
   sweep gpt_swap $E --budgets 90%,70% --policy swap --base $W/gpt/base "${TIMING[@]}" -- "${GPT[@]}"
 fi
-sweep resnet18 $E --budgets 90%,80%,smallest "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 200
+sweep resnet18 $E --budgets 90%,80%,smallest,every-block "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 200
 # bench.py runs 30 steps in all: 4 steps each way (16 in pairs) after the 5 settling ones leave
 # the window (6 steps) inside them.
-sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest} --timing-steps 4 --timing-max-steps 4 \
+sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest,every-block} --timing-steps 4 --timing-max-steps 4 \
   -- python3 bench.py --real_data=False --compile=False
 
 # The small programs' run directories, to commit as samples; of nanoGPT's, the capture without

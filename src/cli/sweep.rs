@@ -133,11 +133,15 @@ enum Wanted {
     /// (from the plan without a budget). The least predicted peak itself would leave a
     /// measurement no room at all: ResNet-18's came 0.1% (0.5 MiB) over it.
     Smallest,
+    /// No budget: every instance of the repeated block class checkpointed, the plan users
+    /// would otherwise write by hand; the budgets' plans are set against it.
+    EveryBlock,
 }
 
 fn wanted(text: &str) -> Result<Wanted, steptrace::plan::Error> {
     match text.trim() {
         "smallest" => Ok(Wanted::Smallest),
+        steptrace::plan::EVERY_BLOCK => Ok(Wanted::EveryBlock),
         t => t.parse().map(Wanted::Budget),
     }
 }
@@ -205,7 +209,7 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
         }
     };
     let (trace, base_analysis, _) = steptrace::run_analysis(&props(&base))?;
-    let options = |budget: Option<Budget>| Options {
+    let options = |budget: Option<Budget>, modules: Option<Vec<String>>| Options {
         budget,
         policy: match args.policy {
             PolicyArg::Recompute => Policy::Recompute,
@@ -213,20 +217,25 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
             PolicyArg::Both => Policy::Both,
         },
         bandwidth_gbps: args.bandwidth,
-        modules: None,
+        modules,
     };
-    let curve = steptrace::plan::plan(&trace, &base_analysis, &options(None))?;
+    let curve = steptrace::plan::plan(&trace, &base_analysis, &options(None, None))?;
     steptrace::report::plan::write(&args.out.join("plan_curve"), &curve, true)
         .map_err(steptrace::Error::Output)?;
     let mut dirs = Vec::new();
     for (i, (label, w)) in labels.iter().zip(&wanted).enumerate() {
-        let budget = match *w {
-            Wanted::Budget(b) => b,
-            Wanted::Smallest => {
-                smallest_budget(curve.smallest_feasible_bytes, curve.measured_peak_bytes)
-            }
+        let opts = match *w {
+            Wanted::Budget(b) => options(Some(b), None),
+            Wanted::Smallest => options(
+                Some(smallest_budget(
+                    curve.smallest_feasible_bytes,
+                    curve.measured_peak_bytes,
+                )),
+                None,
+            ),
+            Wanted::EveryBlock => options(None, Some(vec![steptrace::plan::EVERY_BLOCK.into()])),
         };
-        let p = steptrace::plan::plan(&trace, &base_analysis, &options(Some(budget)))?;
+        let p = steptrace::plan::plan(&trace, &base_analysis, &opts)?;
         let plan_dir = args.out.join(format!("plan_{}", slug(label)));
         steptrace::report::plan::write(&plan_dir, &p, true).map_err(steptrace::Error::Output)?;
         match args.runs.get(i) {
@@ -288,6 +297,7 @@ mod tests {
     #[test]
     fn budgets_are_read_before_anything_runs() {
         assert!(matches!(wanted(" smallest "), Ok(Wanted::Smallest)));
+        assert!(matches!(wanted("every-block"), Ok(Wanted::EveryBlock)));
         assert!(matches!(wanted("90%"), Ok(Wanted::Budget(Budget::Fraction(f))) if f == 0.9));
         assert!(wanted("ninety").is_err());
         assert_eq!(slug("90%"), "90pct");

@@ -232,7 +232,11 @@ pub(super) struct Rates {
     pub overheads: Overheads,
 }
 
+/// The name that stands, in a list of modules, for every instance of the repeated block class.
+pub const EVERY_BLOCK: &str = "every-block";
+
 /// What the planner is asked.
+
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// The budget; `None`: only the budget curve and the reference points.

@@ -173,7 +173,7 @@ pub(super) fn explicit(
 ) -> Result<Vec<Choice>, Error> {
     let mut out: Vec<Choice> = Vec::new();
     for n in names {
-        if n == "every-block" {
+        if n == super::EVERY_BLOCK {
             let class = every_block.ok_or_else(|| Error::UnknownModule {
                 name: n.clone(),
                 known: "no class repeats as a block".into(),

@@ -290,6 +290,45 @@ impl<'a> PlannedRun<'a> {
     pub fn within_budget(&self) -> Option<bool> {
         Some(self.measured_peak_bytes()? <= self.budget_bytes?)
     }
+
+    /// Whether this run is the sweep's every-block reference (`--budgets ...,every-block`).
+    pub fn is_every_block(&self) -> bool {
+        self.label == crate::plan::EVERY_BLOCK
+    }
+}
+
+/// A budget's plan set against every block checkpointed, both measured in their own runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AgainstEveryBlock {
+    /// Whether every block's measured peak is at or under this plan's budget.
+    pub every_block_within_budget: bool,
+    /// By how much every block's measured peak is under the budget, bytes (negative: over).
+    pub every_block_room_bytes: i64,
+    /// The plan's predicted added time less every block's, s (negative: the plan is cheaper).
+    pub predicted_added_s: Option<f64>,
+    /// The same, measured: each run's steps with its plan against its own steps without, s.
+    pub measured_added_s: Option<f64>,
+}
+
+/// `run` against the every-block run among `runs`; `None` for the every-block run itself, a
+/// run without a budget, or a sweep without an every-block run.
+pub fn against_every_block(
+    run: &PlannedRun<'_>,
+    runs: &[PlannedRun<'_>],
+) -> Option<AgainstEveryBlock> {
+    if run.is_every_block() {
+        return None;
+    }
+    let every = runs.iter().find(|r| r.is_every_block())?;
+    let budget = run.budget_bytes?;
+    let every_peak = every.measured_peak_bytes()?;
+    let diff = |a: Option<f64>, b: Option<f64>| Some(a? - b?);
+    Some(AgainstEveryBlock {
+        every_block_within_budget: every_peak <= budget,
+        every_block_room_bytes: budget - every_peak,
+        predicted_added_s: diff(run.predicted_added_s(), every.predicted_added_s()),
+        measured_added_s: diff(run.measured_added_s(), every.measured_added_s()),
+    })
 }
 
 fn error_pct(predicted: f64, measured: f64) -> Option<f64> {
@@ -336,7 +375,7 @@ pub fn predicted_vs_measured(
 /// `sweep --budgets`' console table: the run without a plan, then one row per budget.
 pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
     // Column widths; the first column is left-aligned.
-    const W: [usize; 13] = [10, 10, 5, 11, 11, 7, 6, 11, 11, 7, 11, 11, 7];
+    const W: [usize; 13] = [11, 10, 5, 11, 11, 7, 6, 11, 11, 7, 11, 11, 7];
     let mut o = String::new();
     let mut row = |cells: [String; 13]| {
         for (i, (c, w)) in cells.iter().zip(W).enumerate() {
@@ -408,6 +447,25 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
          measured in the planned run's timing phase against its own steps without the plan (last error: the prediction set on those steps)",
         b.step_time_source
     );
+    for r in runs {
+        let Some(e) = against_every_block(r, runs) else {
+            continue;
+        };
+        let signed = |v: Option<f64>| {
+            v.map_or_else(dash, |v| {
+                format!("{}{}", if v < 0.0 { "-" } else { "+" }, human_time(v.abs()))
+            })
+        };
+        let _ = writeln!(
+            o,
+            "{} against every block: added {} measured, {} predicted; every block {} the budget by {}",
+            r.label,
+            signed(e.measured_added_s),
+            signed(e.predicted_added_s),
+            if e.every_block_within_budget { "is under" } else { "is over" },
+            human_bytes(e.every_block_room_bytes.abs())
+        );
+    }
     o
 }
 
@@ -443,9 +501,14 @@ pub fn write_budget_sweep(
             "predicted_added_s",
             "measured_added_s",
             "same_run_step_error_pct",
+            "every_block_within_budget",
+            "every_block_room_bytes",
+            "predicted_added_vs_every_block_s",
+            "measured_added_vs_every_block_s",
         ],
         runs,
         |w, r| {
+            let e = against_every_block(r, runs);
             w.text(&r.label);
             match r.budget_bytes {
                 Some(b) => w.num(b),
@@ -471,6 +534,19 @@ pub fn write_budget_sweep(
                 .text(&opt_s(r.predicted_added_s()))
                 .text(&opt_s(r.measured_added_s()))
                 .text(&opt_f(r.same_run_step_error_pct()))
+                .text(e.map_or("", |e| {
+                    if e.every_block_within_budget {
+                        "true"
+                    } else {
+                        "false"
+                    }
+                }));
+            match e {
+                Some(e) => w.num(e.every_block_room_bytes),
+                None => w.text(""),
+            };
+            w.text(&opt_s(e.and_then(|e| e.predicted_added_s)))
+                .text(&opt_s(e.and_then(|e| e.measured_added_s)))
                 .end();
         },
     )?;
