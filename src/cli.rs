@@ -133,9 +133,10 @@ pub(crate) struct SweepArgs {
     #[arg(long, value_delimiter = ',', required_unless_present = "budgets")]
     pub(crate) values: Vec<String>,
     /// Memory budgets instead of values, comma-separated (10GiB, 80% of the peak without a
-    /// plan, or `smallest`: the least the plan can reach): each is planned from a capture of
-    /// the program without a plan, applied to it with `capture --plan`, and measured, and the
-    /// measured budget curve is drawn against the predicted one.
+    /// plan, `smallest`: the least the plan can reach, or `every-block`: every instance of the
+    /// repeated block checkpointed, which the budgets' plans are set against): each is planned
+    /// from a capture of the program without a plan, applied to it with `capture --plan`, and
+    /// measured, and the measured budget curve is drawn against the predicted one.
     #[arg(long, value_delimiter = ',', conflicts_with = "values")]
     pub(crate) budgets: Vec<String>,
     /// With --budgets: what a plan may do to a module.

@@ -708,11 +708,14 @@ mod tests {
         // 2.5 ms fits its 12 ms idle.
         assert!(close(ev(0.020, 0.008, 0.0).step(&both), 0.023));
         // The GPU sets it (38 of 40 ms) and the host is 2 ms ahead: 3 ms of host time cost
-        // 1 ms, 2.5 ms of GPU time 0.5 ms past its idle 2: the larger.
-        assert!(close(ev(0.040, 0.038, 0.002).step(&both), 0.041));
+        // 1 ms; the GPU's 2 ms idle is the wait for the next step's first launches after the
+        // host waited for it, which work cannot fill: 2.5 ms of GPU time in full, the larger.
+        assert!(close(ev(0.040, 0.038, 0.002).step(&both), 0.0425));
+        // Idle beyond the lead lies between kernels: 1 ms of it fills with GPU work.
+        assert!(close(ev(0.040, 0.037, 0.002).step(&both), 0.0415));
         // Host time the lead absorbs, GPU time the idle time absorbs: nothing added.
         assert!(close(
-            ev(0.040, 0.038, 0.005).step(&[(0, Action::Recompute)]),
+            ev(0.040, 0.030, 0.005).step(&[(0, Action::Recompute)]),
             0.040
         ));
         // Past the lead on the host side: 10 ms of host work over a 5 ms lead.

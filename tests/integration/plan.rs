@@ -110,11 +110,13 @@ fn issue20_nanogpt_peaks_measured_with_each_plan_are_predicted_from_its_capture_
     let dir = root().join("sample_traces/plan/nanogpt_bench");
     let (h, rows) = crate::common::csv(&dir.join("sweep_budgets.csv"));
     let c = |name: &str| crate::common::col(&h, name);
-    assert_eq!(rows.len(), 3);
-    for (row, run) in rows
-        .iter()
-        .zip(["budget_90pct", "budget_80pct", "budget_smallest"])
-    {
+    assert_eq!(rows.len(), 4);
+    for (row, run) in rows.iter().zip([
+        "budget_90pct",
+        "budget_80pct",
+        "budget_smallest",
+        "budget_every_block",
+    ]) {
         let applied = json(&dir.join(run).join("shim.json"));
         let modules: Vec<String> = applied["plan"]["applied"]
             .as_array()
@@ -132,7 +134,6 @@ fn issue20_nanogpt_peaks_measured_with_each_plan_are_predicted_from_its_capture_
         )
         .unwrap();
         let measured: i64 = row[c("measured_peak_bytes")].parse().unwrap();
-        let budget: i64 = row[c("budget_bytes")].parse().unwrap();
         let err = p.predicted_peak_bytes as f64 / measured as f64 - 1.0;
         assert!(
             err.abs() < 0.001,
@@ -140,7 +141,10 @@ fn issue20_nanogpt_peaks_measured_with_each_plan_are_predicted_from_its_capture_
             p.predicted_peak_bytes,
             100.0 * err
         );
-        assert!(measured <= budget, "{run}: {measured} over {budget}");
+        // Every block has no budget: it is the reference the budgets' plans are set against.
+        if let Ok(budget) = row[c("budget_bytes")].parse::<i64>() {
+            assert!(measured <= budget, "{run}: {measured} over {budget}");
+        }
     }
 }
 
@@ -311,7 +315,15 @@ fn issue20_a_trace_without_memory_events_has_nothing_to_plan() {
     assert!(e.to_string().contains("no memory events"), "{e}");
 }
 
-/// `sample_traces/plan/sweep_resnet18`: `steptrace sweep --budgets 90%,smallest` on the H100
+/// The runs of the committed sweeps (ResNet-18's and nanoGPT's), one per budget.
+const SWEEP_RUNS: [&str; 4] = [
+    "budget_90pct",
+    "budget_80pct",
+    "budget_smallest",
+    "budget_every_block",
+];
+
+/// `sample_traces/plan/sweep_resnet18`: `steptrace sweep --budgets 90%,80%,smallest,every-block` on the H100
 /// (capture/corpus/budget_sweep.sh): ResNet-18 captured without a plan (`base`), then with the
 /// plan for each budget applied (`budget_*`, each holding the plan.json it applied), and the
 /// sweep's own table from that run. Re-run here from the committed captures, the sweep reads
@@ -323,11 +335,10 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
     let st = assert_cmd::Command::cargo_bin("steptrace")
         .unwrap()
         .arg("sweep")
-        .args(["--budgets", "90%,smallest", "--base"])
+        .args(["--budgets", "90%,80%,smallest,every-block", "--base"])
         .arg(dir.join("base"))
         .arg("--runs")
-        .arg(dir.join("budget_90pct"))
-        .arg(dir.join("budget_smallest"))
+        .args(SWEEP_RUNS.map(|r| dir.join(r)))
         .arg("--out")
         .arg(out.path())
         .output()
@@ -341,7 +352,7 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
     let (gpu_header, gpu_rows) = crate::common::csv(&dir.join("sweep_budgets.csv"));
     assert_eq!((&header, &rows), (&gpu_header, &gpu_rows));
     let c = |name: &str| crate::common::col(&header, name);
-    for (row, run) in rows.iter().zip(["budget_90pct", "budget_smallest"]) {
+    for (row, run) in rows.iter().zip(SWEEP_RUNS) {
         // The prediction is the plan the run applied; the measurement, the run's own peak.
         let plan = json(&dir.join(run).join("plan.json"));
         assert_eq!(
@@ -383,6 +394,32 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
         let want = 100.0 * ((without + predicted_added) / with - 1.0);
         assert!((same - want).abs() < 1e-3, "{run}: {same} vs {want}");
     }
+    // Each budget's plan against every block checkpointed, both as measured in their runs:
+    // whether every block fits the budget, by how much, and the time added beside its.
+    let every = rows
+        .iter()
+        .find(|r| r[c("budget")] == "every-block")
+        .unwrap();
+    let every_peak: i64 = every[c("measured_peak_bytes")].parse().unwrap();
+    let every_added: f64 = every[c("measured_added_s")].parse().unwrap();
+    for row in rows.iter().filter(|r| r[c("budget")] != "every-block") {
+        let budget: i64 = row[c("budget_bytes")].parse().unwrap();
+        assert_eq!(
+            row[c("every_block_within_budget")],
+            (every_peak <= budget).to_string()
+        );
+        assert_eq!(
+            row[c("every_block_room_bytes")],
+            (budget - every_peak).to_string()
+        );
+        let added: f64 = row[c("measured_added_s")].parse().unwrap();
+        let vs: f64 = row[c("measured_added_vs_every_block_s")].parse().unwrap();
+        assert!((vs - (added - every_added)).abs() < 2e-9, "{vs}");
+        // Measured on the H100: each budget's plan added less time than every block, which
+        // at 80% and smallest does not even fit the budget.
+        assert!(vs < 0.0, "{}: {vs}", row[c("budget")]);
+    }
+    assert_eq!(every[c("every_block_within_budget")], "");
     // A plan's decisions really were applied: the planned runs' peaks are below the base's.
     let base = steptrace::run_analysis(&props(dir.join("base"))).unwrap().1;
     for row in &rows {
@@ -394,26 +431,18 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
 
 /// The sweeps of ResNet-18 and nanoGPT's bench.py: planned again from the capture without a
 /// plan, each run's plan predicts the step time that run measured with it (its steps with the
-/// plan, against its own steps without it, on the stream's clock). ResNet-18 at batch 256 is
-/// launch-bound (GPU busy 8.5 of 13 ms, the host under 0.1 ms ahead): what a checkpoint adds
-/// is host work, most of it the checkpoint's own (capture's probe) rather than the recomputed
-/// ops; counting only the ops predicted -18% and -30%. nanoGPT is GPU-bound, its host 9 to
-/// 15 ms ahead of the GPU: the same host work mostly hides.
+/// plan, against its own steps without it, on the stream's clock), within the issue's 10%.
+/// ResNet-18 at batch 256 is launch-bound (GPU busy 8 of 16 ms, the host under 0.1 ms ahead):
+/// what a checkpoint adds is host work, most of it the checkpoint's own (capture's probe)
+/// rather than the recomputed ops (counting only the ops predicted -18% and -30%). nanoGPT is
+/// GPU-bound, its host 16 ms ahead: the host work hides, and the GPU's 2.9 ms of idle time is
+/// the wait for each step's first launches, which recomputed kernels cannot fill (counting it
+/// predicted nothing added at 90%, against 5.5 ms measured).
 #[test]
 fn issue20_step_times_with_each_plan_are_predicted_from_the_capture_without_one() {
     for (sample, runs, bound, lead) in [
-        (
-            "sweep_resnet18",
-            &["budget_90pct", "budget_smallest"][..],
-            0.05,
-            (0.0, 0.001),
-        ),
-        (
-            "nanogpt_bench",
-            &["budget_90pct", "budget_80pct", "budget_smallest"][..],
-            0.10,
-            (0.005, 0.05),
-        ),
+        ("sweep_resnet18", &SWEEP_RUNS[..], 0.10, (0.0, 0.001)),
+        ("nanogpt_bench", &SWEEP_RUNS[..], 0.10, (0.005, 0.05)),
     ] {
         let dir = root().join("sample_traces/plan").join(sample);
         for run in runs {
