@@ -11,18 +11,22 @@
 //! storage. Without one, the first backward use is the autograd node with the producer's
 //! sequence number and the last is the node that frees the block (`liveness_source` says which).
 
+mod bandwidth;
+mod identities;
+
+use bandwidth::swap_bandwidth;
+pub(crate) use identities::{identities, EtUses, Identities};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
+use super::median_low;
 use super::memory::{Category, Memory};
 use super::node_stats::NodeStat;
 use super::step::{Phase, Step};
-use super::{median, median_low};
-use crate::ingest::exec_trace::ExecNode;
-use crate::ingest::kineto::GpuKind;
-use crate::model::{OpId, Trace, EVALUATE_FUNCTION};
+use crate::model::{Trace, EVALUATE_FUNCTION};
 
 /// Where liveness comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -134,207 +138,6 @@ pub struct Liveness {
     pub graph: Option<Graph>,
     /// The tensor identities the uses came from (the planner reads them too).
     pub(crate) identities: Option<Identities>,
-}
-
-/// Storages each node instance reads and writes, from the Execution Trace.
-#[derive(Debug, Clone)]
-pub(crate) struct EtUses {
-    pub(crate) reads: Vec<FxHashSet<i64>>,
-    pub(crate) writes: Vec<Vec<(i64, i64)>>, // (storage, bytes) in order
-}
-
-fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
-    let et = t.exec_trace.as_ref()?;
-    let by_rf: FxHashMap<i64, &ExecNode> = et
-        .nodes
-        .iter()
-        .filter_map(|n| Some((n.rf_id?, n)))
-        .collect();
-    let mut node_of_op: FxHashMap<OpId, usize> = FxHashMap::default();
-    for (i, n) in step.nodes.iter().enumerate() {
-        node_of_op.insert(n.op, i);
-    }
-    let mut reads = vec![FxHashSet::default(); step.nodes.len()];
-    let mut writes: Vec<Vec<(i64, i64)>> = vec![Vec::new(); step.nodes.len()];
-    let mut joined = 0usize;
-    for (oi, op) in t.kineto.ops.iter().enumerate() {
-        let Some(e) = op.rf_id.and_then(|r| by_rf.get(&r)) else {
-            continue;
-        };
-        joined += 1;
-        let o = OpId(oi as u32);
-        let Some(&ni) = std::iter::once(o)
-            .chain(t.ancestors(o))
-            .find_map(|a| node_of_op.get(&a))
-        else {
-            continue;
-        };
-        for x in &e.inputs {
-            reads[ni].insert(x.storage_id);
-        }
-        if o == step.nodes[ni].op {
-            for x in &e.outputs {
-                let b = x.numel.max(0) * x.itemsize.max(0);
-                if !writes[ni].iter().any(|(s, _)| *s == x.storage_id) {
-                    writes[ni].push((x.storage_id, b));
-                }
-            }
-        }
-    }
-    // An Execution Trace that joins no op (from another run) says nothing about these
-    // tensors: liveness then comes from the allocator events, as without one (issue 22: it
-    // claimed `execution_trace` with 0 of 474 ops joined).
-    (joined > 0).then_some(EtUses { reads, writes })
-}
-
-use super::memory::round_block;
-
-/// Tensor identities joined to the allocator's blocks: what each node read and wrote (from
-/// the Execution Trace) and the storage each in-window block holds (matched to its producer's
-/// outputs by size). Storage ids name memory, which the caching allocator hands out again: one
-/// id can stand for several tensors in one iteration, so a use is a block's only while the block
-/// holds that memory ([`Identities::readers`], [`Identities::block_read`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Identities {
-    pub(crate) uses: EtUses,
-    pub(crate) storage_of_block: FxHashMap<usize, i64>,
-    /// Blocks that held each storage id, per iteration, in allocation order.
-    blocks_of_storage: FxHashMap<(u32, i64), Vec<usize>>,
-    /// Nodes that read each storage id, per iteration, in node order.
-    readers_of_storage: FxHashMap<(u32, i64), Vec<usize>>,
-    /// Start of each node's op, ns.
-    node_start: Vec<i64>,
-}
-
-impl Identities {
-    /// Nodes that read block `bi` while it held its storage (its producer included when it
-    /// reads it); `None` when the block was not matched to a storage.
-    pub(crate) fn readers<'a>(
-        &'a self,
-        step: &Step,
-        mem: &'a Memory,
-        bi: usize,
-    ) -> Option<impl Iterator<Item = usize> + 'a> {
-        let s = *self.storage_of_block.get(&bi)?;
-        let b = &mem.blocks[bi];
-        let it = b.producer.map(|p| step.nodes[p].iteration)?;
-        let rs = self
-            .readers_of_storage
-            .get(&(it, s))
-            .map_or(&[][..], Vec::as_slice);
-        Some(rs.iter().copied().filter(move |&ni| {
-            let st = self.node_start[ni];
-            st >= b.alloc && b.free.is_none_or(|f| st <= f)
-        }))
-    }
-
-    /// The block that held storage `s` when node `ni` ran (the latest made before it).
-    pub(crate) fn block_read(&self, step: &Step, mem: &Memory, ni: usize, s: i64) -> Option<usize> {
-        let st = self.node_start[ni];
-        self.blocks_of_storage
-            .get(&(step.nodes[ni].iteration, s))?
-            .iter()
-            .rev()
-            .copied()
-            .find(|&bi| mem.blocks[bi].alloc <= st)
-    }
-}
-
-pub(crate) fn identities(t: &Trace, step: &Step, mem: &Memory) -> Option<Identities> {
-    let u = et_uses(t, step)?;
-    let mut storage_of_block: FxHashMap<usize, i64> = FxHashMap::default();
-    let mut blocks_of_storage: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
-    let mut by_producer: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (bi, b) in mem.blocks.iter().enumerate() {
-        if let Some(p) = b.producer {
-            by_producer.entry(p).or_default().push(bi);
-        }
-    }
-    for (p, bis) in by_producer {
-        let mut taken = vec![false; u.writes[p].len()];
-        for bi in bis {
-            let size = mem.blocks[bi].size;
-            if let Some(k) =
-                (0..u.writes[p].len()).find(|&k| !taken[k] && round_block(u.writes[p][k].1) == size)
-            {
-                taken[k] = true;
-                let s = u.writes[p][k].0;
-                storage_of_block.insert(bi, s);
-                blocks_of_storage
-                    .entry((step.nodes[p].iteration, s))
-                    .or_default()
-                    .push(bi);
-            }
-        }
-    }
-    // Blocks are in allocation order within a producer, not across producers.
-    for v in blocks_of_storage.values_mut() {
-        v.sort_by_key(|&bi| (mem.blocks[bi].alloc, bi));
-    }
-    let mut readers_of_storage: FxHashMap<(u32, i64), Vec<usize>> = FxHashMap::default();
-    for (ni, r) in u.reads.iter().enumerate() {
-        for s in r {
-            readers_of_storage
-                .entry((step.nodes[ni].iteration, *s))
-                .or_default()
-                .push(ni);
-        }
-    }
-    let node_start = step.nodes.iter().map(|n| t.op(n.op).start).collect();
-    Some(Identities {
-        uses: u,
-        storage_of_block,
-        blocks_of_storage,
-        readers_of_storage,
-        node_start,
-    })
-}
-
-/// Host↔device bandwidth of the trace's own copies, as a swap would see it: pinned copies of
-/// 1 MiB or more. A swap copies to and from pinned memory; pageable copies and small ones run
-/// far below the link's rate (on the H100, a GPT step's 64 KiB pageable input copies went at
-/// 11 GB/s where the swaps' pinned copies of 1 MiB and more went at 51-54 GB/s, which made the
-/// planner predict a swap plan's step at 2.3-3.4 times what it measured; issue 20).
-fn measured_bandwidth(t: &Trace) -> (Option<f64>, Option<f64>) {
-    let mut htod = Vec::new();
-    let mut dtoh = Vec::new();
-    for g in &t.kineto.gpu {
-        if g.kind != GpuKind::Memcpy || g.dur <= 0 {
-            continue;
-        }
-        let Some(b) = g.bytes.filter(|&b| b >= 1 << 20) else {
-            continue;
-        };
-        let gbps = b as f64 / g.dur as f64; // bytes per ns = GB/s
-        let name = t.kineto.str(g.name);
-        if name.contains("Pageable") {
-            continue;
-        }
-        if name.contains("HtoD") {
-            htod.push(gbps);
-        } else if name.contains("DtoH") {
-            dtoh.push(gbps);
-        }
-    }
-    (median(&mut htod), median(&mut dtoh))
-}
-
-/// Host↔device bandwidth when the trace has no large copies: PCIe Gen5 x16 for Hopper,
-/// Gen4 for Ampere and Ada, Gen3 otherwise, at about 80% of the link rate.
-fn default_bandwidth(device: Option<&str>) -> f64 {
-    match device {
-        Some(d) if d.contains("H100") || d.contains("H200") => 50.0,
-        Some(d)
-            if d.contains("A100")
-                || d.contains("L40")
-                || d.contains("L4")
-                || d.contains("A10")
-                || d.contains("4090") =>
-        {
-            25.0
-        }
-        _ => 12.0,
-    }
 }
 
 /// Computes activation liveness, MuTWO metrics and the data-flow graph, in passes: the
@@ -543,28 +346,6 @@ fn rebuild_chain(ids: &Identities, step: &Step, mem: &Memory, p: usize) -> Vec<u
     chain
 }
 
-/// The host↔device bandwidth swaps are priced at: the user's, else the trace's own large pinned
-/// copies (one direction standing for both when only one was seen), else the GPU's default.
-fn swap_bandwidth(t: &Trace, override_gbps: Option<f64>) -> SwapBandwidth {
-    let both = |gbps: f64, source| SwapBandwidth {
-        htod_gbps: gbps,
-        dtoh_gbps: gbps,
-        source,
-    };
-    if let Some(b) = override_gbps {
-        return both(b, "override");
-    }
-    match measured_bandwidth(t) {
-        (Some(h), Some(d)) => SwapBandwidth {
-            htod_gbps: h,
-            dtoh_gbps: d,
-            source: "measured",
-        },
-        (Some(x), None) | (None, Some(x)) => both(x, "measured"),
-        (None, None) => both(default_bandwidth(t.device_name()), "default"),
-    }
-}
-
 /// The instances aggregated by name over iterations (size: the median; ranks, chain and
 /// storage: the first iteration's, as ranks are those of the aligned step), with the MuTWO
 /// metrics, in order of creation.
@@ -719,16 +500,6 @@ fn build_graph(
 mod tests {
     use super::*;
 
-    fn trace(events: &str) -> Trace {
-        crate::model::from_events(events)
-    }
-
-    fn copy(name: &str, bytes: u64, dur_us: f64) -> String {
-        format!(
-            r#"{{"ph":"X","cat":"gpu_memcpy","name":"{name}","pid":0,"tid":7,"ts":1,"dur":{dur_us},"args":{{"device":0,"stream":7,"correlation":1,"bytes":{bytes}}}}}"#
-        )
-    }
-
     // Issue 21: the use window's rule, apart from the readers that feed it.
     #[test]
     fn use_windows_put_backward_after_the_last_forward_use() {
@@ -743,45 +514,5 @@ mod tests {
         assert_eq!(use_window(2, 8, Some(7), Some(7), None), (2, 8, 9, 9));
         // A first reader found but no last: the first.
         assert_eq!(use_window(0, 1, Some(4), None, None), (0, 1, 4, 4));
-    }
-
-    #[test]
-    fn swap_bandwidth_is_the_users_else_measured_else_the_gpus() {
-        let mib = 1u64 << 20;
-        let t = trace(&copy("Memcpy DtoH (Device -> Pinned)", 2 * mib, 40.0));
-        let b = swap_bandwidth(&t, Some(7.5));
-        assert_eq!((b.htod_gbps, b.dtoh_gbps, b.source), (7.5, 7.5, "override"));
-        // One direction measured stands for both.
-        let b = swap_bandwidth(&t, None);
-        let d = (2 * mib) as f64 / 40e3;
-        assert_eq!((b.htod_gbps, b.dtoh_gbps, b.source), (d, d, "measured"));
-        // Nothing measured and no device named: the oldest link's rate.
-        let b = swap_bandwidth(&trace(""), None);
-        assert_eq!((b.htod_gbps, b.source), (12.0, "default"));
-    }
-
-    // Issue 20: a swap copies to and from pinned memory in large pieces; the trace's pageable
-    // or small copies are not its bandwidth.
-    #[test]
-    fn issue20_swap_bandwidth_comes_from_large_pinned_copies_only() {
-        let mib = 1u64 << 20;
-        let t = trace(
-            &[
-                // 64 KiB pageable input copies at about 11 GB/s, as a GPT step's.
-                copy("Memcpy HtoD (Pageable -> Device)", 64 << 10, 6.0),
-                copy("Memcpy HtoD (Pageable -> Device)", 8 * mib, 800.0),
-                copy("Memcpy HtoD (Pinned -> Device)", 512 << 10, 100.0),
-                copy("Memcpy HtoD (Pinned -> Device)", 4 * mib, 80.0),
-                copy("Memcpy DtoH (Device -> Pinned)", 2 * mib, 40.0),
-            ]
-            .join(","),
-        );
-        let (htod, dtoh) = measured_bandwidth(&t);
-        let gbps = |b: u64, us: f64| b as f64 / (us * 1e3);
-        assert_eq!(htod, Some(gbps(4 * mib, 80.0)));
-        assert_eq!(dtoh, Some(gbps(2 * mib, 40.0)));
-        // With pageable and small copies only, nothing is measured: the default applies.
-        let t = trace(&copy("Memcpy HtoD (Pageable -> Device)", 8 * mib, 800.0));
-        assert_eq!(measured_bandwidth(&t), (None, None));
     }
 }

@@ -1,0 +1,247 @@
+//! One iteration's nodes: each node's phase, module, GPU work and memory, from what every
+//! iteration's build shares ([`Ctx`]).
+
+use rustc_hash::FxHashMap;
+
+use super::{has_htod, BackwardSpans, GpuOwners, Iteration, Node, OpFacts, Phase, Window};
+use crate::ingest::kineto::{GpuKind, ThreadId};
+use crate::intern::StrId;
+use crate::model::{GpuId, OpId, Trace, EVALUATE_FUNCTION};
+
+/// What every iteration's build reads.
+pub(super) struct Ctx<'a> {
+    pub(super) t: &'a Trace,
+    pub(super) node_ops: &'a [OpId],
+    pub(super) facts: &'a OpFacts,
+    pub(super) autograd_thread: &'a [bool],
+    pub(super) gpu: &'a GpuOwners,
+    pub(super) module_by_seq: &'a FxHashMap<i64, StrId>,
+    pub(super) launches: &'a [(i64, usize)],
+    pub(super) main: Option<ThreadId>,
+    /// Whether the program marks its optimizer (`Optimizer.step#` ranges).
+    pub(super) has_opt_annotations: bool,
+}
+
+impl Ctx<'_> {
+    /// The phase of node `ni` of an iteration whose backward passes are `bw`. `seen_compute`:
+    /// whether a forward node of the iteration launched GPU work before this one (updated).
+    pub(super) fn phase(&self, ni: usize, bw: &BackwardSpans, seen_compute: &mut bool) -> Phase {
+        let (t, o) = (self.t, self.node_ops[ni]);
+        let op = t.op(o);
+        let gpus = &self.gpu.of_node[ni];
+        if self.facts.in_zero_grad[o.0 as usize] {
+            Phase::ZeroGrad
+        } else if self.facts.in_optimizer[o.0 as usize] {
+            Phase::Optimizer
+        } else if self.facts.is_bw(o)
+            || (Some(op.thread) != self.main && self.autograd_thread[op.thread.0 as usize])
+        {
+            Phase::Backward
+        } else if Some(op.thread) != self.main {
+            Phase::Other
+        } else {
+            match bw.extent {
+                Some((bs, be)) if op.start >= bs && op.start < be && bw.contains(op.start) => {
+                    Phase::Backward
+                }
+                Some((_, be)) if op.start >= be => {
+                    if self.has_opt_annotations || is_dtoh_read(t, gpus) {
+                        Phase::Other
+                    } else {
+                        Phase::Optimizer
+                    }
+                }
+                _ => {
+                    // A loss read for logging (`.item()`) and the input copies before the
+                    // first compute op are not forward work. Compute is what runs on the GPU:
+                    // a DataLoader's CPU-side ops (`empty`, `set_` of a received batch) come
+                    // before the copies too.
+                    if is_dtoh_read(t, gpus) || (!*seen_compute && has_htod(t, gpus)) {
+                        Phase::Other
+                    } else {
+                        *seen_compute |= !gpus.is_empty();
+                        Phase::Forward
+                    }
+                }
+            }
+        }
+    }
+
+    /// A node's module: its own, or for a backward node the module of the forward op with its
+    /// autograd node's sequence number.
+    pub(super) fn module(&self, o: OpId, phase: Phase) -> Option<StrId> {
+        let t = self.t;
+        t.module[o.0 as usize].or_else(|| {
+            if phase != Phase::Backward {
+                return None;
+            }
+            t.ancestors(o)
+                .find(|a| t.kineto.str(t.op(*a).name).starts_with(EVALUATE_FUNCTION))
+                .and_then(|a| t.op(a).seq)
+                .and_then(|s| self.module_by_seq.get(&s).copied())
+        })
+    }
+
+    /// Iteration `ii` over `window`, from its nodes `idx` (node indices).
+    pub(super) fn build_iteration(
+        &self,
+        ii: usize,
+        window: &Window,
+        mut idx: Vec<usize>,
+    ) -> (Vec<Node>, Iteration) {
+        let (t, main) = (self.t, self.main);
+        let (ws, we, label) = window;
+        idx.sort_by_key(|&ni| {
+            let o = t.op(self.node_ops[ni]);
+            (o.start, Some(o.thread) != main, o.thread, self.node_ops[ni])
+        });
+        let bw_ops: Vec<OpId> = idx
+            .iter()
+            .map(|&ni| self.node_ops[ni])
+            .filter(|&o| self.facts.is_bw(o))
+            .collect();
+        let bw = BackwardSpans::new(t, &bw_ops);
+        let mut nodes = Vec::with_capacity(idx.len());
+        let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
+        let mut seen_compute = false;
+        for (rank, &ni) in idx.iter().enumerate() {
+            let o = self.node_ops[ni];
+            let op = t.op(o);
+            let phase = self.phase(ni, &bw, &mut seen_compute);
+            let module = self.module(o, phase);
+            // Forward ops inside backward recompute checkpointed activations: they run under
+            // an autograd node but are not the node's own backward formula.
+            let recompute = phase == Phase::Backward && t.module[o.0 as usize].is_some();
+            let k = counters.entry((phase, module, op.name)).or_insert(0);
+            let name = match module {
+                Some(m) => format!(
+                    "{}:{}/{}#{}",
+                    phase.as_str(),
+                    t.kineto.str(m),
+                    t.kineto.str(op.name),
+                    k
+                ),
+                None => format!("{}:{}#{}", phase.as_str(), t.kineto.str(op.name), k),
+            };
+            *k += 1;
+            let (gpu_time, gpu_span, kernels) = gpu_totals(t, &self.gpu.of_node[ni]);
+            let mem = node_memory(t, op.thread, op.start, op.end());
+            nodes.push(Node {
+                op: o,
+                iteration: ii as u32,
+                rank: rank as u32,
+                name,
+                phase,
+                autograd_fn: self.facts.autograd_fn[o.0 as usize],
+                module,
+                recompute,
+                gpu_time,
+                gpu_span,
+                kernels,
+                cpu_time: op.dur,
+                active_before: mem.0,
+                peak: mem.1,
+                alloc_bytes: mem.2,
+                free_bytes: mem.3,
+            });
+        }
+        // Iteration totals over everything launched in its window.
+        let mut acts: Vec<(i64, i64)> = Vec::new();
+        let mut gpu_time = 0;
+        let lo = self.launches.partition_point(|l| l.0 < *ws);
+        for &(_, gi) in self.launches[lo..].iter().take_while(|l| l.0 < *we) {
+            let g = &t.kineto.gpu[gi];
+            gpu_time += g.dur;
+            acts.push((g.start, g.start + g.dur));
+        }
+        let gpu_unattributed: i64 = self
+            .gpu
+            .unattributed
+            .iter()
+            .filter(|(_, ts)| *ts >= *ws && *ts < *we)
+            .map(|(g, _)| t.kineto.gpu[g.0 as usize].dur)
+            .sum();
+        let mlo = t.memory.partition_point(|m| m.ts < *ws);
+        let peak_allocated = t.memory[mlo..]
+            .iter()
+            .take_while(|m| m.ts <= *we)
+            .map(|m| m.total_allocated)
+            .max();
+        let iteration = Iteration {
+            index: ii as u32,
+            label: label.clone(),
+            start: *ws,
+            end: *we,
+            nodes: 0..nodes.len(),
+            gpu_time,
+            gpu_busy: crate::analysis::intervals::union_len(acts),
+            gpu_unattributed,
+            peak_allocated,
+            backward: bw.extent,
+        };
+        (nodes, iteration)
+    }
+}
+
+/// Whether a node's GPU work is a device→host read (`.item()`, printing a loss).
+fn is_dtoh_read(t: &Trace, gpus: &[GpuId]) -> bool {
+    !gpus.is_empty()
+        && gpus.iter().all(|g| {
+            let a = &t.kineto.gpu[g.0 as usize];
+            a.kind == GpuKind::Memcpy && t.kineto.str(a.name).contains("DtoH")
+        })
+}
+
+fn gpu_totals(t: &Trace, gpus: &[GpuId]) -> (i64, i64, u32) {
+    if gpus.is_empty() {
+        return (0, 0, 0);
+    }
+    let mut sum = 0;
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    for g in gpus {
+        let a = &t.kineto.gpu[g.0 as usize];
+        sum += a.dur;
+        lo = lo.min(a.start);
+        hi = hi.max(a.start + a.dur);
+    }
+    (sum, hi - lo, gpus.len() as u32)
+}
+
+/// (active before, peak, allocated, freed) for a node running on `thread` over `[s, e]`.
+fn node_memory(t: &Trace, thread: ThreadId, s: i64, e: i64) -> (i64, i64, i64, i64) {
+    let mem = &t.memory;
+    if mem.is_empty() {
+        return (0, 0, 0, 0);
+    }
+    let i = mem.partition_point(|m| m.ts < s);
+    let before = if i > 0 {
+        mem[i - 1].total_allocated
+    } else {
+        // Nothing earlier: the state before the first event is its total minus its own size.
+        mem[0].total_allocated - mem[0].bytes
+    };
+    let (mut peak, mut alloc, mut free) = (before, 0, 0);
+    for m in mem[i..].iter().take_while(|m| m.ts <= e) {
+        peak = peak.max(m.total_allocated);
+        if m.thread == thread {
+            if m.bytes > 0 {
+                alloc += m.bytes;
+            } else {
+                free -= m.bytes;
+            }
+        }
+    }
+    (before, peak, alloc, free)
+}
+
+/// Merges sorted (start, end) spans that overlap or touch into their union, in order.
+pub(super) fn merge_spans(spans: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(spans.len());
+    for (s, e) in spans {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}

@@ -1,0 +1,178 @@
+//! Which ranks a directory holds and which trace is each one's: from the capture manifest, the
+//! traces' names (`_rankN`) or their headers' `distributedInfo` (issue 18).
+
+use std::path::{Path, PathBuf};
+
+use super::{classify, source, Kind, Manifest};
+
+/// A directory's ranks, found in one pass over its traces (each trace's header read once).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RankLayout {
+    /// The ranks, ascending: from the capture manifest where there is one, else from the
+    /// traces (`_rankN` in the name, else the header's `distributedInfo.rank`).
+    pub ranks: Vec<i64>,
+    /// Traces known by the rank in their header alone (torch.profiler's
+    /// `tensorboard_trace_handler` names them `<worker>.<ts>.pt.trace.json[.gz]`): the first
+    /// by name of each rank. They are analysed as files.
+    pub by_header: std::collections::BTreeMap<i64, PathBuf>,
+    /// What is off (issue 18): a rank with several traces (the first by name is analysed), or
+    /// a `world_size` in the traces that disagrees with the ranks found.
+    pub warnings: Vec<String>,
+}
+
+/// One trace of a directory with its rank.
+pub(super) struct RankTrace {
+    pub(super) rank: i64,
+    pub(super) path: PathBuf,
+    /// Whether the rank came from `_rankN` in the name (else from the header).
+    pub(super) named: bool,
+    /// The header's `distributedInfo.world_size`.
+    pub(super) world_size: Option<i64>,
+}
+
+/// Every trace in `dir` that has a rank, sorted by rank then name.
+pub(super) fn rank_traces(dir: &Path) -> Vec<RankTrace> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<RankTrace> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| classify(&e.file_name().to_string_lossy()) == Kind::Trace)
+        .filter_map(|e| {
+            let path = e.path();
+            let named = rank_from_name(&e.file_name().to_string_lossy());
+            let (header_rank, world_size) = distributed_info(&path).unwrap_or((None, None));
+            Some(RankTrace {
+                rank: named.or(header_rank)?,
+                named: named.is_some(),
+                world_size,
+                path,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| (a.rank, &a.path).cmp(&(b.rank, &b.path)));
+    v
+}
+
+/// The ranks `dir` holds and how to find each one's trace (see [`RankLayout`]).
+pub fn rank_layout(dir: &Path) -> RankLayout {
+    let traces = rank_traces(dir);
+    let mut ranks: Vec<i64> = match std::fs::read(dir.join("manifest.json"))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Manifest>(&t).ok())
+    {
+        Some(m) => m
+            .ranks
+            .iter()
+            .filter(|x| x.files.trace.is_some())
+            .map(|x| x.rank)
+            .collect(),
+        None => traces.iter().map(|t| t.rank).collect(),
+    };
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mut by_header = std::collections::BTreeMap::new();
+    for t in traces.iter().filter(|t| !t.named) {
+        by_header.entry(t.rank).or_insert_with(|| t.path.clone());
+    }
+    RankLayout {
+        warnings: rank_warnings(&traces),
+        ranks,
+        by_header,
+    }
+}
+
+/// The rank of one trace file: `_rankN` in its name, else its header's `distributedInfo.rank`.
+pub fn rank_of_trace(path: &Path) -> Option<i64> {
+    path.file_name()
+        .and_then(|n| rank_from_name(&n.to_string_lossy()))
+        .or_else(|| distributed_info(path)?.0)
+}
+
+/// N of `_rankN.` in a file name.
+fn rank_from_name(name: &str) -> Option<i64> {
+    let at = name.rfind("_rank")? + "_rank".len();
+    let digits: String = name[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    if digits.is_empty() || !name[at + digits.len()..].starts_with('.') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `distributedInfo`'s `rank` and `world_size` from the first 1 MiB of a trace (Kineto writes
+/// it before the events).
+fn distributed_info(path: &Path) -> Option<(Option<i64>, Option<i64>)> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(1 << 20);
+    let stream = source::open_stream(path).ok()?;
+    stream.take(1 << 20).read_to_end(&mut head).ok()?;
+    let text = String::from_utf8_lossy(&head);
+    let info = &text[text.find("\"distributedInfo\"")?..];
+    // Up to the first nested object's end: rank and world_size come before `pg_config`.
+    let info = &info[..info.find('}').unwrap_or(info.len())];
+    let int = |key: &str| -> Option<i64> {
+        let at = info.find(key)? + key.len();
+        let rest = info[at..].trim_start().strip_prefix(':')?.trim_start();
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    Some((int("\"rank\""), int("\"world_size\"")))
+}
+
+/// A rank with several traces, and a `world_size` the traces do not fill.
+fn rank_warnings(traces: &[RankTrace]) -> Vec<String> {
+    let name = |t: &RankTrace| {
+        t.path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut out = Vec::new();
+    for same in traces.chunk_by(|a, b| a.rank == b.rank) {
+        if same.len() > 1 {
+            out.push(format!(
+                "rank {} has {} traces ({}); the first is analysed",
+                same[0].rank,
+                same.len(),
+                same.iter().map(name).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    let mut ranks: Vec<i64> = traces.iter().map(|t| t.rank).collect();
+    ranks.dedup();
+    let mut worlds: Vec<i64> = traces.iter().filter_map(|t| t.world_size).collect();
+    worlds.sort_unstable();
+    worlds.dedup();
+    match worlds.as_slice() {
+        [] => {}
+        [w] if *w == ranks.len() as i64 => {}
+        [w] => {
+            let missing: Vec<String> = (0..*w)
+                .filter(|r| !ranks.contains(r))
+                .map(|r| r.to_string())
+                .collect();
+            out.push(format!(
+                "the traces say world_size {w} but hold {} ranks{}",
+                ranks.len(),
+                if missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (missing: {})", missing.join(", "))
+                }
+            ));
+        }
+        ws => out.push(format!(
+            "the traces disagree on world_size ({})",
+            ws.iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+    out
+}
