@@ -1,6 +1,6 @@
 //! Times the annotated trace's parallel gzip at several zlib levels on one file:
 //! `cargo run --release --example gzip_levels -- FILE [LEVEL...]` (default levels 1 3 6).
-//! Decides `GZ_LEVEL` in `src/report/annotated.rs` (docs/performance.md has the figures).
+//! Decides `GZ_LEVEL` in `src/report/gzip.rs` (docs/performance.md has the figures).
 
 use std::time::Instant;
 
@@ -26,7 +26,7 @@ fn main() {
         for _ in 0..3 {
             let mut out = Vec::with_capacity(text.len() / 4);
             let t = Instant::now();
-            steptrace::report::annotated::gzip_parallel_level(&text[..], &mut out, level)
+            steptrace::report::gzip::gzip_parallel_level(&text[..], &mut out, level)
                 .expect("in-memory gzip");
             best = best.min(t.elapsed().as_secs_f64());
             out_len = out.len();

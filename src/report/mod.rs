@@ -14,6 +14,7 @@ mod csv_rows;
 pub mod flops;
 #[cfg(feature = "parquet")]
 pub mod frames;
+pub mod gzip;
 mod html;
 mod memory;
 pub mod out_dir;
