@@ -979,6 +979,22 @@ def _planned_forward(torch, orig, action, params):
     return forward
 
 
+def _probe_fit(med, lengths):
+    """Per call and per op, ((recompute), (swap)), from the probe's medians (`med[(variant, n)]`,
+    s per step) at two chain lengths of n linear+gelu pairs (2n ops): what a checkpoint adds
+    beyond the chain as written and its replayed forward, what the swap hooks add beyond the
+    chain, each fitted as per_call + per_op * ops through the two lengths, never below 0."""
+    lo, hi = lengths
+
+    def fit(extra):
+        per_op = max(0.0, (extra[hi] - extra[lo]) / (2 * hi - 2 * lo))
+        return max(0.0, extra[lo] - per_op * 2 * lo), per_op
+
+    rec = fit({n: med[("recompute", n)] - med[("plain", n)] - med[("forward", n)] for n in lengths})
+    swap = fit({n: med[("swap", n)] - med[("plain", n)] for n in lengths})
+    return rec, swap
+
+
 def _plan_probe(torch):
     """What the plan's wrappers cost on this machine, with this torch and Python (issue 20),
     for `steptrace plan`'s step-time prediction; None without CUDA in use.
@@ -1047,17 +1063,8 @@ def _plan_probe(torch):
         _S.plan_on = was_on
         for w in [w_in] + ws:
             w.grad = None
-    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-    ops = {n: 2 * n for n in lengths}
-    lo, hi = lengths
-
-    def fit(extra):
-        # extra(n) = per_call + per_op * ops(n), from the two lengths.
-        per_op = max(0.0, (extra[hi] - extra[lo]) / (ops[hi] - ops[lo]))
-        return max(0.0, extra[lo] - per_op * ops[lo]), per_op
-
-    rec_call, rec_op = fit({n: med[("recompute", n)] - med[("plain", n)] - med[("forward", n)] for n in lengths})
-    swap_call, swap_op = fit({n: med[("swap", n)] - med[("plain", n)] for n in lengths})
+    med = {k: _median(v) for k, v in times.items()}
+    (rec_call, rec_op), (swap_call, swap_op) = _probe_fit(med, lengths)
 
     def bandwidth(to_host):
         nbytes = 64 << 20
@@ -1072,7 +1079,7 @@ def _plan_probe(torch):
             b.record()
             b.synchronize()
             got.append(nbytes / (a.elapsed_time(b) * 1e-3) / 1e9)
-        return sorted(got[1:])[1]
+        return _median(got[1:])
 
     return {
         "recompute_call_s": rec_call,

@@ -160,7 +160,6 @@ impl std::str::FromStr for Budget {
 pub const EVERY_BLOCK: &str = "every-block";
 
 /// What the planner is asked.
-
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// The budget; `None`: only the budget curve and the reference points.
@@ -471,12 +470,12 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     };
     // Its decisions in the order they were taken, each with the prediction up to it.
     let mut decisions = Vec::new();
-    let mut prev_peak = measured_peak;
+    let (mut prev_peak, mut prev_step) = (measured_peak, ev.step(&[]));
     for k in 0..chosen.len() {
         let (c, act) = chosen[k];
         let cand = &candidates[c];
         let peak = ev.peak(&chosen[..=k]).0.bytes;
-
+        let step = ev.step(&chosen[..=k]);
         decisions.push(Decision {
             module: cand.path.clone(),
             instance: cand.instance.clone(),
@@ -484,11 +483,11 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
             action: act,
             activation_bytes: cand.dropped_bytes,
             peak_saved_bytes: prev_peak - peak,
-            time_added_s: ev.step(&chosen[..=k]) - ev.step(&chosen[..k]),
+            time_added_s: step - prev_step,
             predicted_peak_bytes: peak,
-            predicted_step_time_s: ev.step(&chosen[..=k]),
+            predicted_step_time_s: step,
         });
-        prev_peak = peak;
+        (prev_peak, prev_step) = (peak, step);
     }
     let chosen = &chosen[..];
     debug_assert!(!dropped_twice(&candidates, chosen), "a block dropped twice");

@@ -133,13 +133,9 @@ pub(super) fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) ->
         // can lower (ResNet-18's `layer1`).
         let mut trials: Vec<Vec<Choice>> = moves.iter().map(|&m| trial_of(m)).collect();
         for &(c, act) in &chosen {
+            let (path, depth) = (&cands[c].path, depth_of(&cands[c].path));
             let children: Vec<Choice> = (0..cands.len())
-                .filter(|&j| {
-                    cands[j]
-                        .path
-                        .rsplit_once('/')
-                        .is_some_and(|(parent, _)| parent == cands[c].path)
-                })
+                .filter(|&j| under(&cands[j].path, path) && depth_of(&cands[j].path) == depth + 1)
                 .map(|j| (j, act))
                 .collect();
             if !children.is_empty() {

@@ -300,9 +300,8 @@ impl<'a> PlannedRun<'a> {
 /// A budget's plan set against every block checkpointed, both measured in their own runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AgainstEveryBlock {
-    /// Whether every block's measured peak is at or under this plan's budget.
-    pub every_block_within_budget: bool,
-    /// By how much every block's measured peak is under the budget, bytes (negative: over).
+    /// By how much every block's measured peak is under this plan's budget, bytes (negative:
+    /// over).
     pub every_block_room_bytes: i64,
     /// The plan's predicted added time less every block's, s (negative: the plan is cheaper).
     pub predicted_added_s: Option<f64>,
@@ -324,11 +323,17 @@ pub fn against_every_block(
     let every_peak = every.measured_peak_bytes()?;
     let diff = |a: Option<f64>, b: Option<f64>| Some(a? - b?);
     Some(AgainstEveryBlock {
-        every_block_within_budget: every_peak <= budget,
         every_block_room_bytes: budget - every_peak,
         predicted_added_s: diff(run.predicted_added_s(), every.predicted_added_s()),
         measured_added_s: diff(run.measured_added_s(), every.measured_added_s()),
     })
+}
+
+impl AgainstEveryBlock {
+    /// Whether every block's measured peak is at or under this plan's budget.
+    pub fn every_block_within_budget(&self) -> bool {
+        self.every_block_room_bytes >= 0
+    }
 }
 
 fn error_pct(predicted: f64, measured: f64) -> Option<f64> {
@@ -462,7 +467,7 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
             r.label,
             signed(e.measured_added_s),
             signed(e.predicted_added_s),
-            if e.every_block_within_budget { "is under" } else { "is over" },
+            if e.every_block_within_budget() { "is under" } else { "is over" },
             human_bytes(e.every_block_room_bytes.abs())
         );
     }
@@ -509,23 +514,20 @@ pub fn write_budget_sweep(
         runs,
         |w, r| {
             let e = against_every_block(r, runs);
-            w.text(&r.label);
-            match r.budget_bytes {
-                Some(b) => w.num(b),
-                None => w.text(""),
+            let flag = |b: Option<bool>| match b {
+                Some(true) => "true",
+                Some(false) => "false",
+                None => "",
             };
-            w.num(r.decisions)
-                .text(if r.feasible { "true" } else { "false" })
-                .num(r.predicted_peak_bytes);
-            match r.measured_peak_bytes() {
-                Some(b) => w.num(b),
-                None => w.text(""),
-            };
-            w.text(&opt_f(r.peak_error_pct()))
-                .text(
-                    r.within_budget()
-                        .map_or("", |b| if b { "true" } else { "false" }),
-                )
+            let opt_i = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
+            w.text(&r.label)
+                .text(&opt_i(r.budget_bytes))
+                .num(r.decisions)
+                .text(flag(Some(r.feasible)))
+                .num(r.predicted_peak_bytes)
+                .text(&opt_i(r.measured_peak_bytes()))
+                .text(&opt_f(r.peak_error_pct()))
+                .text(flag(r.within_budget()))
                 .text(&format!("{:.9}", r.predicted_step_time_s))
                 .text(&format!("{:.9}", r.measured.summary.step_time_s))
                 .text(r.measured.summary.step_time_source)
@@ -534,18 +536,9 @@ pub fn write_budget_sweep(
                 .text(&opt_s(r.predicted_added_s()))
                 .text(&opt_s(r.measured_added_s()))
                 .text(&opt_f(r.same_run_step_error_pct()))
-                .text(e.map_or("", |e| {
-                    if e.every_block_within_budget {
-                        "true"
-                    } else {
-                        "false"
-                    }
-                }));
-            match e {
-                Some(e) => w.num(e.every_block_room_bytes),
-                None => w.text(""),
-            };
-            w.text(&opt_s(e.and_then(|e| e.predicted_added_s)))
+                .text(flag(e.map(|e| e.every_block_within_budget())))
+                .text(&opt_i(e.map(|e| e.every_block_room_bytes)))
+                .text(&opt_s(e.and_then(|e| e.predicted_added_s)))
                 .text(&opt_s(e.and_then(|e| e.measured_added_s)))
                 .end();
         },

@@ -836,6 +836,36 @@ print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": 
     assert!(seen[intervals + 1..].iter().all(|&x| x), "{v}");
 }
 
+/// Issue 20: the plan probe's fit. Medians made from known costs (a checkpoint 0.8 ms a call
+/// and 30 us an op beyond the chain and its replayed forward, the swap hooks 0.2 ms and 50 us;
+/// the chain 40 us an op, its forward alone 15 us an op) at 1 and 12 linear+gelu pairs give
+/// those costs back; a variant no dearer than the chain gives 0, never a negative cost.
+#[test]
+fn issue20_the_plan_probe_fits_per_call_and_per_op_costs_through_two_lengths() {
+    let v = drive_python_shim(
+        r#"
+med = {}
+for n in (1, 12):
+    ops = 2 * n
+    med[("plain", n)] = 0.5e-3 + 40e-6 * ops
+    med[("forward", n)] = 0.1e-3 + 15e-6 * ops
+    med[("recompute", n)] = med[("plain", n)] + med[("forward", n)] + 0.8e-3 + 30e-6 * ops
+    med[("swap", n)] = med[("plain", n)] + 0.2e-3 + 50e-6 * ops
+rec, swap = m._probe_fit(med, (1, 12))
+for n in (1, 12):
+    med[("swap", n)] = med[("plain", n)] - 1e-6
+_, cheaper = m._probe_fit(med, (1, 12))
+print(json.dumps({"rec": rec, "swap": swap, "cheaper": cheaper}))
+"#,
+    );
+    let pair = |k: &str| -> (f64, f64) { serde_json::from_value(v[k].clone()).unwrap() };
+    let close =
+        |(a, b): (f64, f64), (x, y): (f64, f64)| (a - x).abs() < 1e-12 && (b - y).abs() < 1e-12;
+    assert!(close(pair("rec"), (0.8e-3, 30e-6)), "{v}");
+    assert!(close(pair("swap"), (0.2e-3, 50e-6)), "{v}");
+    assert!(close(pair("cheaper"), (0.0, 0.0)), "{v}");
+}
+
 /// Issue 20: the rule that ends a timing phase timed both ways, in pairs of steps whose first
 /// is never timed (here 50 ms: counted, it would keep the medians from settling). Steady steps
 /// each way (10 ms with the plan, 8 ms without) settle as soon as both ways have `steps` timed

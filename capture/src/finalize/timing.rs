@@ -299,14 +299,12 @@ pub fn timing_phase(
     // shim runs a plan timed both ways in pairs of steps and times the second of each: the
     // first starts with what the step before the other way left queued.
     let ab = plan_on.len() >= intervals.len() && !intervals.is_empty();
-    let paired = plan_on.windows(2).any(|w| w[0] == w[1]);
     let pick = |v: &[f64], skip: usize, want: bool| -> Vec<f64> {
         v.iter()
             .enumerate()
             .skip(skip)
             .filter(|&(i, _)| {
-                !ab || (plan_on.get(i) == Some(&want)
-                    && (!paired || (i >= 1 && plan_on.get(i - 1) == Some(&want))))
+                !ab || (i >= 1 && plan_on.get(i) == Some(&want) && plan_on[i - 1] == want)
             })
             .map(|(_, &x)| x)
             .collect()
@@ -392,31 +390,12 @@ mod tests {
 
     #[test]
     fn issue20_a_plan_timed_both_ways_gives_each_its_own_median() {
-        // Steps alternate with (10 ms) and without (8 ms) the plan after a settling interval;
-        // the plan's figure is only the steps with it, the unplanned only those without.
+        // As the shim runs it: after a settling interval, steps in pairs with (10 ms) and
+        // without (8 ms) the plan (on, on, off, off, ...), the first of each pair carrying what
+        // the step before left queued (13 ms after a step without the plan, 5 after one with
+        // it). Only the second of each pair counts: the plan's figure is only the steps with
+        // it, the unplanned only those without.
         let ms = 1_000_000i64;
-        let steps = [50, 10, 8, 11, 8, 10, 9, 10, 8];
-        let mut ns = vec![0i64];
-        for d in steps {
-            ns.push(ns.last().unwrap() + d * ms);
-        }
-        let on: Vec<bool> = (0..=steps.len()).map(|i| i % 2 == 1).collect();
-        let cuda: Vec<f64> = steps.iter().map(|&d| d as f64).collect();
-        let t = timing_phase(&ns, &cuda, 1, Some("settled".into()), &on).unwrap();
-        assert_eq!(t.steps, 4);
-        assert!((t.step_time_s - 0.010).abs() < 1e-9, "{t:?}");
-        assert_eq!(t.step_time_cuda_s, Some(0.010));
-        let u = t.unplanned.unwrap();
-        assert_eq!(u.steps, 4);
-        assert!((u.step_time_s - 0.008).abs() < 1e-9, "{u:?}");
-        assert_eq!(u.plan_on.len(), steps.len());
-        // Timed one way only: every interval counts, and there is no unplanned figure.
-        let t = timing_phase(&ns, &cuda, 1, None, &[]).unwrap();
-        assert_eq!((t.steps, t.unplanned), (8, None));
-
-        // As the shim runs it: in pairs (on, on, off, off, ...), the first of each pair carrying
-        // what the step before left queued (13 ms after a step without the plan, 5 after one
-        // with it); only the second of each pair counts: 10 with, 8 without.
         let steps = [50, 10, 5, 8, 13, 10, 5, 8, 13, 10, 5, 8];
         let mut ns = vec![0i64];
         for d in steps {
@@ -426,9 +405,15 @@ mod tests {
         let cuda: Vec<f64> = steps.iter().map(|&d| d as f64).collect();
         let t = timing_phase(&ns, &cuda, 1, Some("settled".into()), &on).unwrap();
         assert_eq!(t.steps, 3, "{t:?}");
+        assert!((t.step_time_s - 0.010).abs() < 1e-9, "{t:?}");
         assert_eq!(t.step_time_cuda_s, Some(0.010));
         let u = t.unplanned.unwrap();
         assert_eq!((u.steps, u.step_time_cuda_s), (3, Some(0.008)), "{u:?}");
+        assert!((u.step_time_s - 0.008).abs() < 1e-9, "{u:?}");
+        assert_eq!(u.plan_on.len(), steps.len());
+        // Timed one way only: every interval counts, and there is no unplanned figure.
+        let t = timing_phase(&ns, &cuda, 1, None, &[]).unwrap();
+        assert_eq!((t.steps, t.unplanned), (11, None));
     }
 
     /// A status whose timing phase took `phase_ms` steps and whose run went on after the
