@@ -496,12 +496,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let feasible = budget.is_none_or(|b| peak.bytes <= b);
 
     let every = every_block.as_ref().map(|class| {
-        let all: Vec<Choice> = candidates
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| &c.class == class)
-            .map(|(i, _)| (i, Action::Recompute))
-            .collect();
+        let all = every_block_choices(&candidates, class);
         let n = all.len();
         CurvePoint {
             label: format!("every {class} ({n})"),

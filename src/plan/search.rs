@@ -168,6 +168,14 @@ pub(super) fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) ->
     rounds
 }
 
+/// Every instance of the block class `class`, recomputed: the plan users write by hand.
+pub(super) fn every_block_choices(cands: &[Candidate], class: &str) -> Vec<Choice> {
+    (0..cands.len())
+        .filter(|&i| cands[i].class == class)
+        .map(|i| (i, Action::Recompute))
+        .collect()
+}
+
 pub(super) fn explicit(
     cands: &[Candidate],
     names: &[String],
@@ -180,9 +188,9 @@ pub(super) fn explicit(
                 name: n.clone(),
                 known: "no class repeats as a block".into(),
             })?;
-            for (i, c) in cands.iter().enumerate() {
-                if c.class == class && !out.iter().any(|o| o.0 == i) {
-                    out.push((i, Action::Recompute));
+            for m in every_block_choices(cands, class) {
+                if !out.iter().any(|o| o.0 == m.0) {
+                    out.push(m);
                 }
             }
             continue;
