@@ -158,8 +158,9 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
         // A phase that ended at a cap before its median settled is a figure over its last few
         // steps only: fewer than ran after the window, those win (nanoGPT's bench.py, 4 steps
         // capped: two steps at 80 and 62 ms made its 37 ms step 71 ms; the 12 after: 38 ms).
+        // A distributed run's fixed `lockstep` phase is not such a figure.
         (Some(a), Some(p))
-            if p.stop.as_deref() != Some("settled")
+            if matches!(p.stop.as_deref(), Some("step_cap" | "time_cap"))
                 && p.unplanned.is_none()
                 && a.steps > p.steps =>
         {
@@ -470,6 +471,10 @@ mod tests {
         let t = program_timing(&st).unwrap();
         assert!(t.after_window.unwrap().steps < t.timing_phase.unwrap().steps);
         assert_eq!(t.source, "timing_phase");
+        // A distributed run's phase is a fixed number of steps on every rank: kept.
+        let mut st = status(10, 13, 30, 1);
+        st.timing_stop = Some("lockstep".into());
+        assert_eq!(program_timing(&st).unwrap().source, "timing_phase");
         // The step hooks' own boundaries win over backward passes where the shim has them.
         let mut st = status(10, 13, 100, 1);
         st.after_window_ns = (0..80).map(|i| 1_001_000_000 + i * 7_000_000).collect();
