@@ -21,10 +21,12 @@
 //! adds the hooks' host work and bytes / bandwidth each way on the compute stream. The step
 //! is as long as the busier of host and GPU ([`search::Evaluator::step`]).
 //!
-//! Here: the plan's types and [`plan`], the driver. `candidates`: what each module's actions
+//! Here: the plan's types and [`plan`], the driver. `build`: the passes it runs in order;
+//! `candidates`: what each module's actions
 //! change; `search`: the evaluator and the greedy search; `sim`: one iteration's memory with a
 //! plan's events added.
 
+mod build;
 mod candidates;
 mod cost;
 mod search;
@@ -276,10 +278,10 @@ pub struct Timeline {
     pub planned: Vec<(f64, f64)>,
 }
 
-/// Makes the plan.
+/// Makes the plan: the run's measured iterations and rates, the candidates, the rounds (the
+/// given modules, or the greedy search), and the prediction for the plan they end in.
 pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let step = &a.step;
-    let mem = &a.memory;
     if t.memory.is_empty() {
         return Err(Error::NothingToPlan(
             "the trace holds no memory events: capture with profile_memory (steptrace capture does) to plan"
@@ -292,90 +294,11 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         ));
     }
     let ids = a.liveness.identities.as_ref();
-    let mut notes = Vec::new();
-    if ids.is_none() {
-        notes.push(
-            "no Execution Trace: an activation is taken as freed when its module's forward ends, and as saved by the module whose backward node frees it; \
-             the inputs a checkpoint keeps until the module's backward are not known, so a recompute's peak may come out low"
-                .to_string(),
-        );
-    }
-    if step.nodes.iter().any(|n| n.recompute) {
-        notes.push(
-            "the run already recomputes some forward ops in backward (it checkpoints): the plan adds to what it does"
-                .to_string(),
-        );
-    }
-
-    // The measured events of each iteration (those with allocator events), and where each
-    // profiled iteration's are.
-    let mut iters: Vec<Iter> = Vec::new();
-    let mut iter_index: BTreeMap<u32, usize> = BTreeMap::new();
-    for it in &step.iterations {
-        let lo = t.memory.partition_point(|m| m.ts < it.start);
-        let hi = t.memory.partition_point(|m| m.ts <= it.end);
-        if lo >= hi {
-            continue;
-        }
-        let first = &t.memory[lo];
-        let before = first.total_allocated - first.bytes;
-        let mut m = Measured {
-            before,
-            before_by_category: mem.breakdown_at(first.ts - 1, before),
-            ..Measured::default()
-        };
-        for (ei, e) in t.memory[lo..hi].iter().enumerate() {
-            m.events.push((e.ts, e.total_allocated));
-            let cat = mem
-                .event_block(lo + ei)
-                .map_or(Category::Other, |b| mem.blocks[b].category);
-            m.deltas.push((cat, e.bytes));
-        }
-        iter_index.insert(it.index, iters.len());
-        iters.push(Iter {
-            label: it.label.clone(),
-            start: it.start,
-            measured: m,
-        });
-    }
-    if iters.is_empty() {
-        return Err(Error::NothingToPlan(
-            "no allocator event falls inside an iteration".into(),
-        ));
-    }
-
-    // Step time the prediction starts from, and the CPU-time scale.
+    let mut notes = build::first_notes(a);
+    let (iters, iter_index) = build::measured_iterations(t, a)?;
     let s = &a.summary;
     let base_step = s.step_time_s;
-    let cpu_scale = if s.step_time_source != "instrumented" && s.step_time_instrumented_s > 0.0 {
-        (s.step_time_s / s.step_time_instrumented_s).min(1.0)
-    } else {
-        1.0
-    };
-    // The swap's own copies are pinned ones, which the probe timed on the capture's machine.
-    let bw = &a.liveness.bandwidth;
-    let probe = s.plan_probe.as_ref();
-    let (htod, dtoh, bw_source) = match (opts.bandwidth_gbps, probe) {
-        (Some(b), _) => (b, b, "override"),
-        (None, Some(p)) if p.htod_gbps > 0.0 && p.dtoh_gbps > 0.0 => {
-            (p.htod_gbps, p.dtoh_gbps, "capture_probe")
-        }
-        _ => (bw.htod_gbps, bw.dtoh_gbps, bw.source),
-    };
-    let overheads = Overheads::of(probe);
-    if probe.is_none() {
-        notes.push(
-            "the run has no measure of what a checkpoint or a swap costs on the host (capture's probe: a capture by an older steptrace, or without CUDA): the predicted step times count the recomputed ops and the copies only, and come out low where the host sets the pace"
-                .into(),
-        );
-    }
-
-    let rates = Rates {
-        cpu_scale,
-        htod_gbps: htod,
-        dtoh_gbps: dtoh,
-        overheads,
-    };
+    let (rates, bw_source) = build::rates(a, opts, &mut notes);
     let candidates = build_candidates(t, a, ids, &iters, &iter_index, &rates);
     if candidates.is_empty() {
         return Err(Error::NothingToPlan(
@@ -428,28 +351,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         }
         None => greedy(&ev, opts.policy, budget),
     };
-    let mut curve = vec![CurvePoint {
-        label: "none".into(),
-        decisions: 0,
-        peak_bytes: measured_peak,
-        step_time_s: base_step,
-    }];
-    for (k, r) in rounds.iter().enumerate() {
-        curve.push(CurvePoint {
-            label: format!(
-                "{} {}",
-                if opts.modules.is_some() {
-                    "given"
-                } else {
-                    "round"
-                },
-                k + 1
-            ),
-            decisions: r.len(),
-            peak_bytes: ev.peak(r).0.bytes,
-            step_time_s: ev.step(r),
-        });
-    }
+    let curve = build::curve(&ev, &rounds, measured_peak, opts.modules.is_some());
     let smallest = curve
         .iter()
         .map(|p| p.peak_bytes)
@@ -463,33 +365,8 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
             .unwrap_or(curve.len() - 1),
         _ => rounds.len(),
     };
-    let chosen: Vec<Choice> = if take == 0 {
-        Vec::new()
-    } else {
-        rounds[take - 1].clone()
-    };
-    // Its decisions in the order they were taken, each with the prediction up to it.
-    let mut decisions = Vec::new();
-    let (mut prev_peak, mut prev_step) = (measured_peak, ev.step(&[]));
-    for k in 0..chosen.len() {
-        let (c, act) = chosen[k];
-        let cand = &candidates[c];
-        let peak = ev.peak(&chosen[..=k]).0.bytes;
-        let step = ev.step(&chosen[..=k]);
-        decisions.push(Decision {
-            module: cand.path.clone(),
-            instance: cand.instance.clone(),
-            class: cand.class.clone(),
-            action: act,
-            activation_bytes: cand.dropped_bytes,
-            peak_saved_bytes: prev_peak - peak,
-            time_added_s: step - prev_step,
-            predicted_peak_bytes: peak,
-            predicted_step_time_s: step,
-        });
-        (prev_peak, prev_step) = (peak, step);
-    }
-    let chosen = &chosen[..];
+    let chosen: &[Choice] = if take == 0 { &[] } else { &rounds[take - 1] };
+    let decisions = build::decisions(&ev, chosen, measured_peak);
     debug_assert!(!dropped_twice(&candidates, chosen), "a block dropped twice");
     let (peak, worst_iter) = ev.peak(chosen);
     let predicted_step = ev.step(chosen);
@@ -505,25 +382,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
             step_time_s: ev.step(&all),
         }
     });
-
-    // Timeline of the iteration that sets the predicted peak, before and after.
-    let timeline = {
-        let it = &iters[worst_iter];
-        let added = ev.added(chosen, worst_iter);
-        let (mut before, mut after) = (Vec::new(), Vec::new());
-        sim::simulate(&it.measured, &[], Some(&mut before));
-        sim::simulate(&it.measured, &added, Some(&mut after));
-        let f = |v: Vec<(i64, i64)>| -> Vec<(f64, f64)> {
-            v.into_iter()
-                .map(|(ts, b)| ((ts - it.start) as f64 * 1e-6, b as f64 / (1 << 20) as f64))
-                .collect()
-        };
-        Some(Timeline {
-            iteration: it.label.clone(),
-            measured: f(before),
-            planned: f(after),
-        })
-    };
+    let timeline = Some(build::timeline(&ev, chosen, worst_iter));
 
     let by_category: BTreeMap<&'static str, i64> = CATEGORIES
         .iter()
@@ -539,8 +398,8 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
             Policy::Swap => "swap",
             Policy::Both => "both",
         },
-        bandwidth_gbps: (htod, dtoh, bw_source),
-        overheads,
+        bandwidth_gbps: (rates.htod_gbps, rates.dtoh_gbps, bw_source),
+        overheads: rates.overheads,
         gpu_busy_s: gpu_busy,
         host_lead_s: host_lead,
         measured_peak_bytes: measured_peak,

@@ -1,0 +1,178 @@
+//! The passes [`super::plan`] runs, in order: the notes on what the run lacks, each profiled
+//! iteration's measured allocator events, the rates that turn ops and bytes into time, the
+//! budget curve of the rounds, and the chosen plan's decisions and timeline.
+
+use super::*;
+
+/// What the run lacks that the prediction would use, said before anything is planned.
+pub(super) fn first_notes(a: &Analysis) -> Vec<String> {
+    let mut notes = Vec::new();
+    if a.liveness.identities.is_none() {
+        notes.push(
+            "no Execution Trace: an activation is taken as freed when its module's forward ends, and as saved by the module whose backward node frees it; \
+             the inputs a checkpoint keeps until the module's backward are not known, so a recompute's peak may come out low"
+                .to_string(),
+        );
+    }
+    if a.step.nodes.iter().any(|n| n.recompute) {
+        notes.push(
+            "the run already recomputes some forward ops in backward (it checkpoints): the plan adds to what it does"
+                .to_string(),
+        );
+    }
+    notes
+}
+
+/// The measured events of each iteration that has allocator events, and where each profiled
+/// iteration's are (by the iteration's index).
+pub(super) fn measured_iterations(
+    t: &Trace,
+    a: &Analysis,
+) -> Result<(Vec<Iter>, BTreeMap<u32, usize>), Error> {
+    let mem = &a.memory;
+    let mut iters: Vec<Iter> = Vec::new();
+    let mut iter_index: BTreeMap<u32, usize> = BTreeMap::new();
+    for it in &a.step.iterations {
+        let lo = t.memory.partition_point(|m| m.ts < it.start);
+        let hi = t.memory.partition_point(|m| m.ts <= it.end);
+        if lo >= hi {
+            continue;
+        }
+        let first = &t.memory[lo];
+        let before = first.total_allocated - first.bytes;
+        let mut m = Measured {
+            before,
+            before_by_category: mem.breakdown_at(first.ts - 1, before),
+            ..Measured::default()
+        };
+        for (ei, e) in t.memory[lo..hi].iter().enumerate() {
+            m.events.push((e.ts, e.total_allocated));
+            let cat = mem
+                .event_block(lo + ei)
+                .map_or(Category::Other, |b| mem.blocks[b].category);
+            m.deltas.push((cat, e.bytes));
+        }
+        iter_index.insert(it.index, iters.len());
+        iters.push(Iter {
+            label: it.label.clone(),
+            start: it.start,
+            measured: m,
+        });
+    }
+    if iters.is_empty() {
+        return Err(Error::NothingToPlan(
+            "no allocator event falls inside an iteration".into(),
+        ));
+    }
+    Ok((iters, iter_index))
+}
+
+/// The CPU-time scale, the swap bandwidth each way (and where it came from) and the wrappers'
+/// own host work; a note when the run has no probe of the latter.
+pub(super) fn rates(
+    a: &Analysis,
+    opts: &Options,
+    notes: &mut Vec<String>,
+) -> (Rates, &'static str) {
+    let s = &a.summary;
+    let cpu_scale = if s.step_time_source != "instrumented" && s.step_time_instrumented_s > 0.0 {
+        (s.step_time_s / s.step_time_instrumented_s).min(1.0)
+    } else {
+        1.0
+    };
+    // The swap's own copies are pinned ones, which the probe timed on the capture's machine.
+    let bw = &a.liveness.bandwidth;
+    let probe = s.plan_probe.as_ref();
+    let (htod, dtoh, bw_source) = match (opts.bandwidth_gbps, probe) {
+        (Some(b), _) => (b, b, "override"),
+        (None, Some(p)) if p.htod_gbps > 0.0 && p.dtoh_gbps > 0.0 => {
+            (p.htod_gbps, p.dtoh_gbps, "capture_probe")
+        }
+        _ => (bw.htod_gbps, bw.dtoh_gbps, bw.source),
+    };
+    if probe.is_none() {
+        notes.push(
+            "the run has no measure of what a checkpoint or a swap costs on the host (capture's probe: a capture by an older steptrace, or without CUDA): the predicted step times count the recomputed ops and the copies only, and come out low where the host sets the pace"
+                .into(),
+        );
+    }
+    let rates = Rates {
+        cpu_scale,
+        htod_gbps: htod,
+        dtoh_gbps: dtoh,
+        overheads: Overheads::of(probe),
+    };
+    (rates, bw_source)
+}
+
+/// The budget curve: no plan, then the prediction after each round.
+pub(super) fn curve(
+    ev: &Evaluator<'_>,
+    rounds: &[Vec<Choice>],
+    measured_peak: i64,
+    given: bool,
+) -> Vec<CurvePoint> {
+    let mut curve = vec![CurvePoint {
+        label: "none".into(),
+        decisions: 0,
+        peak_bytes: measured_peak,
+        step_time_s: ev.base_step,
+    }];
+    for (k, r) in rounds.iter().enumerate() {
+        curve.push(CurvePoint {
+            label: format!("{} {}", if given { "given" } else { "round" }, k + 1),
+            decisions: r.len(),
+            peak_bytes: ev.peak(r).0.bytes,
+            step_time_s: ev.step(r),
+        });
+    }
+    curve
+}
+
+/// The plan's decisions in the order they were taken, each with the prediction up to it.
+pub(super) fn decisions(
+    ev: &Evaluator<'_>,
+    chosen: &[Choice],
+    measured_peak: i64,
+) -> Vec<Decision> {
+    let mut decisions = Vec::new();
+    let (mut prev_peak, mut prev_step) = (measured_peak, ev.step(&[]));
+    for k in 0..chosen.len() {
+        let (c, act) = chosen[k];
+        let cand = &ev.cands[c];
+        let peak = ev.peak(&chosen[..=k]).0.bytes;
+        let step = ev.step(&chosen[..=k]);
+        decisions.push(Decision {
+            module: cand.path.clone(),
+            instance: cand.instance.clone(),
+            class: cand.class.clone(),
+            action: act,
+            activation_bytes: cand.dropped_bytes,
+            peak_saved_bytes: prev_peak - peak,
+            time_added_s: step - prev_step,
+            predicted_peak_bytes: peak,
+            predicted_step_time_s: step,
+        });
+        (prev_peak, prev_step) = (peak, step);
+    }
+    decisions
+}
+
+/// Timeline of iteration `worst` (the one that sets the predicted peak), before and after.
+pub(super) fn timeline(ev: &Evaluator<'_>, chosen: &[Choice], worst: usize) -> Timeline {
+    let it = &ev.iters[worst];
+    let added = ev.added(chosen, worst);
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    sim::simulate(&it.measured, &[], Some(&mut before));
+    sim::simulate(&it.measured, &added, Some(&mut after));
+    let f = |v: Vec<(i64, i64)>| -> Vec<(f64, f64)> {
+        v.into_iter()
+            .map(|(ts, b)| ((ts - it.start) as f64 * 1e-6, b as f64 / (1 << 20) as f64))
+            .collect()
+    };
+    Timeline {
+        iteration: it.label.clone(),
+        measured: f(before),
+        planned: f(after),
+    }
+}
