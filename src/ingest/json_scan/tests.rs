@@ -1,4 +1,7 @@
-//! The scanner's tests: the block skip against the byte skip, strings that look like structure, keys after nested members, chunks (parallel against sequential), padding and cut objects.
+//! The scanner's tests: the block skip against the byte skip, strings that look like
+//! structure, keys after nested members, chunks (parallel against sequential), padding and cut
+//! objects.
+
 use super::*;
 
 #[test]
