@@ -2,7 +2,7 @@
 time per phase of this project's GPT example, for the plans the budget sweep applies, steps
 interleaved (A B A B ...) so that drift hits all alike; and one Block's forward and backward
 alone, host time to issue and wall time, as written, under checkpoint and under the swap
-hooks (the same hooks as the capture shim's).
+hooks (the capture shim's own, loaded from its file).
 
     python3 capture/corpus/step_phases.py [--steps 30] [--no-gc] > step_phases.jsonl
 
@@ -25,24 +25,26 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT  # noqa: E402
 
 
+def _shim():
+    """The capture shim's own module, loaded from its file, so that the swap hooks timed here
+    are the ones a plan runs (`_swap_hooks`). Without steptrace's environment it installs
+    nothing."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "shim_py", "sitecustomize.py")
+    spec = importlib.util.spec_from_file_location("steptrace_shim", path)
+    m = importlib.util.module_from_spec(spec)
+    sys.modules["steptrace_shim"] = m
+    spec.loader.exec_module(m)
+    return m
+
+
+SHIM = _shim()
+
+
 def swap_hooks(params, args):
     """The capture shim's swap hooks (capture/shim_py/sitecustomize.py `_swap_hooks`)."""
-    keep = {p.untyped_storage().data_ptr() for p in params}
-    keep |= {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
-
-    def pack(t):
-        if t.device.type != "cuda" or t.untyped_storage().data_ptr() in keep:
-            return t
-        host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
-        host.copy_(t, non_blocking=True)
-        return (t.device, host)
-
-    def unpack(p):
-        if isinstance(p, tuple):
-            return p[1].to(p[0], non_blocking=True)
-        return p
-
-    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+    return SHIM._swap_hooks(torch, lambda: iter(params), args, {})
 
 
 def med(v):
