@@ -3,7 +3,8 @@
 
 use rustc_hash::FxHashMap;
 
-use super::raw::{self, time_ns, BadTime, IdOrName, RawEvent};
+use super::raw::{self, IdOrName, RawEvent};
+use super::time::{time_ns, BadTime};
 use super::types::*;
 use crate::intern::Interner;
 

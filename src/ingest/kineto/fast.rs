@@ -9,7 +9,8 @@
 use std::borrow::Cow;
 
 use super::keys::{ArgKey, EventKey, KeyTable};
-use super::raw::{IdOrName, Lenient, LenientStr, RawArgs, RawEvent, RawTime};
+use super::raw::{IdOrName, Lenient, LenientStr, RawArgs, RawEvent};
+use super::time::RawTime;
 
 /// This event is not in the plain form: let serde_json read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

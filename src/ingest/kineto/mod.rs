@@ -9,6 +9,7 @@ mod fast;
 mod keys;
 mod merge;
 pub(crate) mod raw;
+mod time;
 mod types;
 
 use self::classify::Partial;
