@@ -22,8 +22,8 @@ pub(super) struct Candidate {
     pub(super) dropped_blocks: Vec<Vec<usize>>,
     /// Per iteration: the tensors a recompute of it keeps alive longer (its forward's inputs).
     pub(super) held: Vec<Vec<Held>>,
-    /// Host and GPU time each action adds, s.
-    pub(super) cost: BTreeMap<Action, Cost>,
+    /// Per iteration: the host and GPU work each action adds, where it runs.
+    pub(super) work: Vec<BTreeMap<Action, Vec<Work>>>,
     /// Has modules below it.
     pub(super) composite: bool,
 }
@@ -47,6 +47,8 @@ pub(super) struct Iter {
     pub(super) label: String,
     pub(super) start: i64,
     pub(super) measured: Measured,
+    /// Its launches, for the step model.
+    pub(super) lane: Lane,
 }
 
 pub(super) fn depth_of(path: &str) -> usize {
@@ -160,8 +162,7 @@ pub(super) fn build_candidates(
             let mut dropped_per_iter: Vec<i64> = Vec::new();
             let mut dropped_blocks = vec![Vec::new(); iters.len()];
             let mut held = vec![Vec::new(); iters.len()];
-            let mut rec_costs: Vec<Cost> = Vec::new();
-            let mut swap_costs: Vec<Cost> = Vec::new();
+            let mut work = vec![BTreeMap::new(); iters.len()];
             for it in &step.iterations {
                 let Some(&k) = iter_index.get(&it.index) else {
                     continue;
@@ -342,8 +343,11 @@ pub(super) fn build_candidates(
                 dropped_per_iter.push(bytes);
                 dropped_blocks[k] = dropped.iter().map(|d| d.0).collect();
                 // Its forward again (the ops' host time, scaled to the program's own speed, and
-                // their GPU time) and the checkpoint's own host work per call and per op; a
-                // swap's hooks on the host, and its copies each way on the stream.
+                // their GPU time) when its backward begins, and the checkpoint's own host work
+                // per call and per op, half in the forward and half in the backward (about what
+                // `capture/corpus/step_phases.py` measured on the GPT example's Blocks); the swap
+                // hooks' host work split the same way, each block's copy out queued as its
+                // producer ends and its copy back at its first backward reader.
                 let ops = fwd.len() as f64;
                 let replay_host: f64 = fwd
                     .iter()
@@ -353,23 +357,46 @@ pub(super) fn build_candidates(
                     .iter()
                     .map(|&ni| step.nodes[ni].gpu_time as f64 * 1e-9)
                     .sum();
-                rec_costs.push(Cost {
-                    host_s: ov.recompute_call_s + ov.recompute_per_op_s * ops + replay_host,
-                    gpu_s: replay_gpu,
-                });
-                swap_costs.push(Cost {
-                    host_s: ov.swap_call_s + ov.swap_per_op_s * ops,
-                    gpu_s: bytes as f64 / (dtoh * 1e9) + bytes as f64 / (htod * 1e9),
-                });
+                let host = |ts: i64, host_s: f64| Work {
+                    ts,
+                    host_s,
+                    gpu_s: 0.0,
+                };
+                let own = ov.recompute_call_s + ov.recompute_per_op_s * ops;
+                let mut rw = vec![
+                    host(fs, own / 2.0),
+                    Work {
+                        ts: t0,
+                        host_s: own / 2.0 + replay_host,
+                        gpu_s: replay_gpu,
+                    },
+                ];
+                let hooks = ov.swap_call_s + ov.swap_per_op_s * ops;
+                let mut sw = vec![host(fs, hooks / 2.0), host(t0, hooks / 2.0)];
+                for &(bi, _, bw_first) in &dropped {
+                    let b = &mem.blocks[bi];
+                    let made = b.producer.map_or(b.alloc, |p| op(p).end());
+                    sw.push(Work {
+                        ts: made,
+                        host_s: 0.0,
+                        gpu_s: b.size as f64 / (dtoh * 1e9),
+                    });
+                    sw.push(Work {
+                        ts: bw_first,
+                        host_s: 0.0,
+                        gpu_s: b.size as f64 / (htod * 1e9),
+                    });
+                }
+                rw.sort_by_key(|x| x.ts);
+                sw.sort_by_key(|x| x.ts);
+                work[k].insert(Action::Recompute, rw);
+                work[k].insert(Action::Swap, sw);
             }
             if dropped_per_iter.is_empty() {
                 return None;
             }
             let mut dp: Vec<f64> = dropped_per_iter.iter().map(|&b| b as f64).collect();
             let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
-            let mut cost = BTreeMap::new();
-            cost.insert(Action::Recompute, Cost::median(&rec_costs));
-            cost.insert(Action::Swap, Cost::median(&swap_costs));
             Some(Candidate {
                 class: class_of(&instance).to_owned(),
                 instance,
@@ -379,7 +406,7 @@ pub(super) fn build_candidates(
                 dropped_bytes: median(&mut dp).unwrap_or(0.0) as i64,
                 dropped_blocks,
                 held,
-                cost,
+                work,
                 composite: composite.contains(path.as_str()),
             })
         })

@@ -1,41 +1,8 @@
-//! What a plan's actions cost: host and GPU time apart ([`Cost`]), the wrappers' own host work
-//! measured by the capture's probe ([`Overheads`]), and the rates that turn a module's ops and
-//! bytes into time ([`Rates`]). How they add up to a step is [`super::search::Evaluator::step`].
+//! What a plan's actions cost: the wrappers' own host work measured by the capture's probe
+//! ([`Overheads`]), and the rates that turn a module's ops and bytes into time ([`Rates`]).
+//! Where that work runs and how it adds up to a step is [`super::queue`].
 
 use serde::Serialize;
-
-use crate::analysis::median;
-
-/// Host and GPU time an action adds to a step, s.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Cost {
-    /// On the host: launches, Python, the checkpoint's own work.
-    pub host_s: f64,
-    /// On the GPU: kernels and copies on the compute stream.
-    pub gpu_s: f64,
-}
-
-impl std::ops::Add for Cost {
-    type Output = Cost;
-    fn add(self, o: Cost) -> Cost {
-        Cost {
-            host_s: self.host_s + o.host_s,
-            gpu_s: self.gpu_s + o.gpu_s,
-        }
-    }
-}
-
-impl Cost {
-    /// Each part's median over the iterations.
-    pub(super) fn median(v: &[Cost]) -> Cost {
-        let mut h: Vec<f64> = v.iter().map(|c| c.host_s).collect();
-        let mut g: Vec<f64> = v.iter().map(|c| c.gpu_s).collect();
-        Cost {
-            host_s: median(&mut h).unwrap_or(0.0),
-            gpu_s: median(&mut g).unwrap_or(0.0),
-        }
-    }
-}
 
 /// The host work a checkpoint or a swap adds beyond its module's own ops, s: the capture
 /// shim's probe on the capture's machine ([`crate::ingest::PlanProbe`]), or none where the run

@@ -13,10 +13,6 @@ pub(super) struct Evaluator<'a> {
     pub(super) iters: &'a [Iter],
     /// The program's step time, s.
     pub(super) base_step: f64,
-    /// GPU busy time per step, s (kernels and copies, the profiled iterations' median).
-    pub(super) gpu_busy: f64,
-    /// How far the host runs ahead of the GPU at the step's end, s.
-    pub(super) host_lead: f64,
 }
 
 impl Evaluator<'_> {
@@ -75,25 +71,25 @@ impl Evaluator<'_> {
         worst.expect("at least one iteration")
     }
 
-    /// The predicted step time, s: the step is as long as the busier of the host and the GPU.
-    /// What a plan adds on the host delays the step past the host's lead over the GPU at the
-    /// step's end (0 when the GPU waits for launches), and what it adds on the GPU past the
-    /// GPU's idle time in the step that work can fill (0 when the GPU sets the pace).
+    /// The predicted step time, s: the program's step and what the plan's work adds to each
+    /// profiled iteration replayed on the GPU queue ([`queue::Lane`]), the median over them.
     pub(super) fn step(&self, chosen: &[Choice]) -> f64 {
-        let added = chosen.iter().fold(Cost::default(), |acc, &(c, act)| {
-            acc + self.cands[c].cost[&act]
-        });
-        // While the host is ahead, the GPU's queue is not empty: a host `lead` ahead at the
-        // step's end waits that long for the GPU there (`loss.item()`), and the GPU idles
-        // only while the next step's first launches come, which no added work can fill.
-        // Only the idle time beyond the lead lies between kernels (nanoGPT's bench.py: 2.9
-        // ms idle, 16 ms lead; counting that idle made a 4-Block plan's 5.5 ms come out 0).
-        let gpu_idle =
-            (self.base_step - self.gpu_busy.min(self.base_step) - self.host_lead).max(0.0);
-        self.base_step
-            + (added.host_s - self.host_lead)
-                .max(added.gpu_s - gpu_idle)
-                .max(0.0)
+        let mut added: Vec<f64> = self
+            .iters
+            .iter()
+            .enumerate()
+            .map(|(k, it)| {
+                let mut work: Vec<Work> = chosen
+                    .iter()
+                    .filter_map(|&(c, act)| self.cands[c].work.get(k)?.get(&act))
+                    .flatten()
+                    .copied()
+                    .collect();
+                work.sort_by_key(|w| w.ts);
+                it.lane.added(&work)
+            })
+            .collect();
+        self.base_step + median(&mut added).unwrap_or(0.0)
     }
 }
 

@@ -453,18 +453,38 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
 /// predicted nothing added at 90%, against 5.5 ms measured).
 #[test]
 fn issue20_step_times_with_each_plan_are_predicted_from_the_capture_without_one() {
-    for (sample, lead) in [
-        ("sweep_resnet18", (0.0, 0.001)),
-        ("nanogpt_bench", (0.005, 0.05)),
+    // The GPT's runs: its recompute at 70% and its swap at 90% come 12.4% and 12.5% low in the
+    // run they were measured in (the host cost of a checkpoint and of the swap hooks moves
+    // between processes and is under-counted for small modules: docs/planner.md), so its bound
+    // is 15%; the one-budget model it replaced had its swap at 70% 25.6% low.
+    const GPT_RUNS: [&str; 6] = [
+        "budget_90pct",
+        "budget_70pct",
+        "budget_smallest",
+        "budget_every_block",
+        "swap_90pct",
+        "swap_70pct",
+    ];
+    for (sample, lead, runs, bound) in [
+        ("sweep_resnet18", (0.0, 0.001), &SWEEP_RUNS[..], 0.10),
+        ("nanogpt_bench", (0.005, 0.05), &SWEEP_RUNS[..], 0.10),
+        ("sweep_gpt", (0.0, 0.001), &GPT_RUNS[..], 0.15),
     ] {
         let dir = root().join("sample_traces/plan").join(sample);
-        for run in SWEEP_RUNS {
+        for run in runs {
             let applied = json(&dir.join(run).join("plan.json"));
+            // `Name:swap` for swapped modules, as `--modules` takes them.
             let modules: Vec<String> = applied["decisions"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|d| d["instance"].as_str().unwrap().to_owned())
+                .map(|d| {
+                    let m = d["instance"].as_str().unwrap();
+                    match d["action"].as_str().unwrap() {
+                        "swap" => format!("{m}:swap"),
+                        _ => m.to_owned(),
+                    }
+                })
                 .collect();
             let p = steptrace::plan_run(
                 &props(dir.join("base")),
@@ -483,7 +503,7 @@ fn issue20_step_times_with_each_plan_are_predicted_from_the_capture_without_one(
             let added = p.predicted_step_time_s - p.measured_step_time_s;
             let err = (without + added) / with - 1.0;
             assert!(
-                err.abs() < 0.10,
+                err.abs() < bound,
                 "{sample} {run}: predicted +{:.2} ms, measured +{:.2} ms ({:+.1}%)",
                 added * 1e3,
                 (with - without) * 1e3,
