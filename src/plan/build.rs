@@ -81,11 +81,14 @@ pub(super) fn rates(
     notes: &mut Vec<String>,
 ) -> (Rates, &'static str) {
     let s = &a.summary;
+    let host_lead_s = match s.host_lead_s {
+        Some(l) if s.step_time_source != "instrumented" => l.max(0.0),
+        _ => 0.0,
+    };
     // The program's own host time: its step less the time the host waits for the GPU at the
     // step's end (nanoGPT's bench.py: 37.6 ms, 16.4 ms of it waiting), over the profiled step.
     let cpu_scale = if s.step_time_source != "instrumented" && s.step_time_instrumented_s > 0.0 {
-        let host = s.step_time_s - s.host_lead_s.unwrap_or(0.0).max(0.0);
-        (host / s.step_time_instrumented_s).clamp(0.0, 1.0)
+        ((s.step_time_s - host_lead_s) / s.step_time_instrumented_s).clamp(0.0, 1.0)
     } else {
         1.0
     };
@@ -107,6 +110,7 @@ pub(super) fn rates(
     }
     let rates = Rates {
         cpu_scale,
+        host_lead_s,
         htod_gbps: htod,
         dtoh_gbps: dtoh,
         overheads: Overheads::of(probe),

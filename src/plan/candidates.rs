@@ -104,6 +104,7 @@ pub(super) fn build_candidates(
         htod_gbps: htod,
         dtoh_gbps: dtoh,
         overheads: ov,
+        ..
     } = *rates;
     let step = &a.step;
     let mem = &a.memory;

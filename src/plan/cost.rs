@@ -42,8 +42,12 @@ impl Overheads {
 /// What turns a module's measured ops and bytes into time ([`candidates::build_candidates`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rates {
-    /// The program's own step time over the instrumented one: profiled CPU time to real.
+    /// The program's own host time per step (its step less the host's lead) over the
+    /// instrumented step: profiled host time to real.
     pub cpu_scale: f64,
+    /// How far the host ran ahead of the GPU at the end of a step, s (capture's timing phase;
+    /// 0 where not measured or the step time is the instrumented one).
+    pub host_lead_s: f64,
     /// Host→device bandwidth for swaps, GB/s.
     pub htod_gbps: f64,
     /// Device→host bandwidth for swaps, GB/s.

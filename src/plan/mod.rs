@@ -397,10 +397,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         bandwidth_gbps: (rates.htod_gbps, rates.dtoh_gbps, bw_source),
         overheads: rates.overheads,
         gpu_busy_s: s.gpu_busy_s,
-        host_lead_s: match s.host_lead_s {
-            Some(l) if s.step_time_source != "instrumented" => l,
-            _ => 0.0,
-        },
+        host_lead_s: rates.host_lead_s,
         measured_peak_bytes: measured_peak,
         measured_step_time_s: base_step,
         step_time_source: s.step_time_source,

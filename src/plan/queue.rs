@@ -19,17 +19,17 @@ pub(super) struct Work {
 }
 
 /// One profiled iteration as the GPU queue sees it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct Lane {
     /// The iteration's host span on the trace's clock, ns.
-    pub start: i64,
-    pub end: i64,
+    start: i64,
+    end: i64,
     /// Trace host time to the program's own: the profiler slows the host, not the GPU.
-    pub scale: f64,
+    scale: f64,
     /// Each node's launch (its start, ns) and its GPU time, s, by start.
-    pub slots: Vec<(i64, f64)>,
+    slots: Vec<(i64, f64)>,
     /// [`Lane::finish`] with nothing added.
-    pub base: f64,
+    base: f64,
 }
 
 impl Lane {
@@ -89,6 +89,14 @@ mod tests {
         (a - b).abs() < 1e-9
     }
 
+    /// Ten kernels of `kernel_ms`, one launched every `every_ms`, in a host span of `end_ms`.
+    fn lane(every_ms: i64, kernel_ms: f64, end_ms: i64, scale: f64) -> Lane {
+        let slots = (0..10)
+            .map(|i| (i * every_ms * MS, kernel_ms * 1e-3))
+            .collect();
+        Lane::new(0, end_ms * MS, scale, slots)
+    }
+
     fn w(ms: i64, host_ms: f64, gpu_ms: f64) -> Work {
         Work {
             ts: ms * MS,
@@ -101,8 +109,7 @@ mod tests {
     #[test]
     fn issue20_launch_bound_lanes_pay_host_time_and_hide_gpu_time_in_their_gaps() {
         // 20 ms of host, a 1 ms kernel launched every 2 ms: the host sets the pace.
-        let slots = (0..10).map(|i| (i * 2 * MS, 1e-3)).collect();
-        let l = Lane::new(0, 20 * MS, 1.0, slots);
+        let l = lane(2, 1.0, 20, 1.0);
         assert!(close(l.base, 0.020));
         // 3 ms of host work in the middle: everything after comes 3 ms later.
         assert!(close(l.added(&[w(9, 3.0, 0.0)]), 0.003));
@@ -123,8 +130,7 @@ mod tests {
     #[test]
     fn issue20_gpu_bound_lanes_hide_host_time_up_to_the_queue() {
         // 10 ms of host launching 30 ms of kernels (3 ms each, one per ms).
-        let slots = (0..10).map(|i| (i * MS, 3e-3)).collect();
-        let l = Lane::new(0, 10 * MS, 1.0, slots);
+        let l = lane(1, 3.0, 10, 1.0);
         assert!(close(l.base, 0.030));
         // Host work while the queue is long: absorbed.
         assert!(close(l.added(&[w(5, 4.0, 0.0)]), 0.0));
@@ -138,8 +144,7 @@ mod tests {
     #[test]
     fn issue20_the_lane_scales_the_hosts_clock_not_the_gpus() {
         // Under the profiler the host took 40 ms; the program's own host is half as slow.
-        let slots = (0..10).map(|i| (i * 4 * MS, 1e-3)).collect();
-        let l = Lane::new(0, 40 * MS, 0.5, slots);
+        let l = lane(4, 1.0, 40, 0.5);
         assert!(close(l.base, 0.020));
         // 1.5 ms of GPU work after the last kernel (done at 19 ms) ends 0.5 ms past the host.
         assert!(close(l.added(&[w(37, 0.0, 1.5)]), 0.0005));
