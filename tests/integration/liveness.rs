@@ -212,11 +212,43 @@ fn issue21_unnamed_memory_is_under_5_percent_of_the_peak_and_workspaces_are_the_
     assert!(checked >= 15, "{checked}");
 }
 
+/// `Total Allocated` of the analysed device's allocator events in time order, read with
+/// serde_json apart from steptrace's reader: the CUDA device with the most events.
+fn allocator_totals(trace: &std::path::Path) -> Vec<i64> {
+    let v = json(trace);
+    let mut per_device: std::collections::BTreeMap<i64, Vec<(f64, i64)>> = Default::default();
+    for e in v["traceEvents"].as_array().unwrap() {
+        let a = &e["args"];
+        if e["name"] == "[memory]" && a["Device Type"] == 1 {
+            per_device
+                .entry(a["Device Id"].as_i64().unwrap())
+                .or_default()
+                .push((
+                    e["ts"].as_f64().unwrap(),
+                    a["Total Allocated"].as_i64().unwrap(),
+                ));
+        }
+    }
+    let mut events = per_device
+        .into_values()
+        .max_by_key(|v| v.len())
+        .unwrap_or_default();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0));
+    events.into_iter().map(|(_, t)| t).collect()
+}
+
+// Issue 21: the rows' parts add up to the row's total by construction (OTHER is the rest), so
+// the total itself is checked against the trace's own allocator events, one row per event.
 #[test]
 fn memory_timeline_rows_add_up_to_the_allocator_total() {
     for s in samples() {
         let (_d, out) = analyze(&s);
         let (h, rows) = csv(&out.out_dir.join("memory_timeline.csv"));
+        let totals: Vec<i64> = rows
+            .iter()
+            .map(|r| r[col(&h, "total_allocated_bytes")].parse().unwrap())
+            .collect();
+        assert_eq!(totals, allocator_totals(&trace_path(&s)), "{s:?}");
         let cats = [
             "param",
             "grad",

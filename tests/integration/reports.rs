@@ -189,6 +189,72 @@ fn annotated_trace_keeps_every_event_and_its_counters_add_up() {
     }
 }
 
+/// Issue 21: the analysed device is the CUDA device with the most allocator events; the
+/// host's allocations and the other CUDA device's stay out of the timeline and the counter
+/// track. (The samples hold one device's events only, so the check above cannot see the
+/// filter: this trace has all three, the host's the most numerous.)
+#[test]
+fn issue21_only_the_busiest_cuda_devices_allocator_events_are_analysed() {
+    // (device type, device id, address, bytes): host 6 events, cuda:1 2, cuda:0 4.
+    let events = [
+        (0, 0, 1, 100),
+        (1, 0, 1, 512),
+        (0, 0, 2, 100),
+        (1, 1, 1, 4096),
+        (0, 0, 3, 100),
+        (1, 0, 2, 1024),
+        (0, 0, 1, -100),
+        (1, 1, 1, -4096),
+        (1, 0, 1, -512),
+        (0, 0, 2, -100),
+        (1, 0, 2, -1024),
+        (0, 0, 3, -100),
+    ];
+    let mut totals: HashMap<(i64, i64), i64> = HashMap::new();
+    let mut s = String::from(
+        r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":0,"dur":100}"#,
+    );
+    let mut cuda0 = Vec::new();
+    for (i, (ty, id, addr, bytes)) in events.iter().enumerate() {
+        let t = totals.entry((*ty, *id)).or_default();
+        *t += bytes;
+        if (*ty, *id) == (1, 0) {
+            cuda0.push(*t);
+        }
+        s += &format!(
+            r#",{{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":{},"args":{{"Addr":{},"Bytes":{bytes},"Total Allocated":{t},"Total Reserved":0,"Device Type":{ty},"Device Id":{id}}}}}"#,
+            i + 1,
+            4096 * (addr + 16 * id + 64 * ty),
+        );
+    }
+    s += "]}";
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("trace.json");
+    std::fs::write(&input, s).unwrap();
+    let mut props = steptrace::AnalyzeProps {
+        input,
+        out: Some(dir.path().join("o")),
+        top: 1,
+        ..Default::default()
+    };
+    props.report.annotated_trace = true;
+    let out = steptrace::analyze(&props).unwrap();
+    let totals: Vec<i64> = out.analysis.timeline.iter().map(|r| r.total).collect();
+    assert_eq!(totals, cuda0);
+    // A plain trace in, a plain annotated trace out.
+    let v = json(
+        &out.out_dir
+            .join(steptrace::report::annotated::file_name_for(false)),
+    );
+    let counters = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "memory by category")
+        .count();
+    assert_eq!(counters, cuda0.len());
+}
+
 #[test]
 fn compact_annotated_trace_drops_python_events() {
     let s = root().join("sample_traces/resnet18");
