@@ -48,8 +48,14 @@ fi
 sweep resnet18 $E --budgets 90%,80%,smallest,every-block "${TIMING[@]}" -- python3 train_cnn.py --batch 256 --steps 200
 # bench.py runs 30 steps in all: 4 steps each way (16 in pairs) after the 5 settling ones leave
 # the window (6 steps) inside them.
+NANOGPT=(python3 bench.py --real_data=False --compile=False)
 sweep nanogpt $W/nanoGPT --budgets ${NANOGPT_BUDGETS:-90%,80%,smallest,every-block} --timing-steps 4 --timing-max-steps 4 \
-  -- python3 bench.py --real_data=False --compile=False
+  -- "${NANOGPT[@]}"
+# Swap plans of the public program, from the same capture without a plan.
+if want nanogpt_swap && [ -d $W/nanogpt/base ]; then
+  sweep nanogpt_swap $W/nanoGPT --budgets 90%,80% --policy swap --base $W/nanogpt/base \
+    --timing-steps 4 --timing-max-steps 4 -- "${NANOGPT[@]}"
+fi
 
 # The small programs' run directories, to commit as samples; of nanoGPT's, the capture without
 # a plan whole (a few MB: the sample its measured peaks are re-predicted from) and of the planned
@@ -58,6 +64,8 @@ cd $W
 for n in gpt gpt_swap resnet18; do
   [ -d $n ] && tar czf $OUT/${n}_runs.tar.gz --exclude='*.png' --exclude='*.svg' $n
 done
-[ -d nanogpt ] && tar czf $OUT/nanogpt_sweep.tar.gz --exclude='*.png' --exclude='*.svg' \
-  --exclude='budget_*/*.pickle*' --exclude='budget_*/*trace*.json*' --exclude='plan_*' nanogpt
+for n in nanogpt nanogpt_swap; do
+  [ -d $n ] && tar czf $OUT/${n}_sweep.tar.gz --exclude='*.png' --exclude='*.svg' \
+    --exclude='budget_*/*.pickle*' --exclude='budget_*/*trace*.json*' --exclude='plan_*' $n
+done
 ls -la $OUT
