@@ -239,10 +239,17 @@ fn skippable(buf: &[u8]) -> bool {
     static CAT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"cat\""));
     static MODULE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"nn.Module: "));
     // Kineto's layout of a complete event, checked first: searching for `"cat"` in every
-    // event was a tenth of the parse.
-    const COMPLETE: &[u8] = b"{\"ph\": \"X\", \"cat\": ";
+    // event was a tenth of the parse. Kineto opens each event on a line of its own (`{`, a
+    // newline and an indent before `"ph"`), so the members are matched after that space.
+    const COMPLETE: &[u8] = b"\"ph\": \"X\", \"cat\": ";
     const PYTHON_NAME: &[u8] = b"\"python_function\", \"name\": \"";
-    if let Some(rest) = buf.strip_prefix(COMPLETE) {
+    let members = buf.strip_prefix(b"{").unwrap_or_default();
+    let members = &members[members
+        .iter()
+        .take(16)
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(0)..];
+    if let Some(rest) = members.strip_prefix(COMPLETE) {
         if let Some(name) = rest.strip_prefix(PYTHON_NAME) {
             return !name.starts_with(b"nn.Module: ");
         }
@@ -441,6 +448,21 @@ mod tests {
         assert!(!skippable(
             br#"{"name": "x\"cat\": \"ac2g\"", "ph": "X", "cat": "cpu_op"}"#
         ));
+    }
+
+    // Issue 19: Kineto opens each event on a line of its own, and the check of its layout
+    // (`"ph": "X", "cat": ` first) must see through that space: it was written for a layout
+    // without it and never matched a real trace, so every event went to the search for
+    // `"cat"`. Told apart here by a Python event named by its frame whose later text holds
+    // `nn.Module: `: the layout check reads the name and skips it; the search keeps it.
+    #[test]
+    fn kineto_layout_is_classified_from_its_first_members() {
+        let ev = b"{\n    \"ph\": \"X\", \"cat\": \"python_function\", \"name\": \"f.py(3): g\", \"pid\": 1, \"tid\": 1,\n    \"ts\": 1, \"dur\": 1,\n    \"args\": {\"note\": \"nn.Module: Linear_0\"}\n  }";
+        assert!(skippable(ev));
+        let module = b"{\n    \"ph\": \"X\", \"cat\": \"python_function\", \"name\": \"nn.Module: Linear_0\", \"pid\": 1}";
+        assert!(!skippable(module));
+        let op = b"{\n    \"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1}";
+        assert!(!skippable(op));
     }
 
     #[test]
