@@ -90,19 +90,30 @@ pub fn analyze(sample: &Path) -> (tempfile::TempDir, steptrace::Outcome) {
 }
 
 /// Runs `analyze` on an in-memory trace (written to `trace.json` in a fresh directory), with
-/// results under `out/`; returns (tempdir, outcome).
+/// results (the annotated trace among them, as [`analyze`]) under `out/`; returns (tempdir,
+/// outcome).
 pub fn analyze_text(text: &str) -> (tempfile::TempDir, steptrace::Outcome) {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("trace.json");
     std::fs::write(&p, text).unwrap();
-    let props = steptrace::AnalyzeProps {
+    let mut props = steptrace::AnalyzeProps {
         input: p,
         out: Some(dir.path().join("out")),
         top: 5,
         ..Default::default()
     };
+    props.report.annotated_trace = true;
     let outcome = steptrace::analyze(&props).unwrap();
     (dir, outcome)
+}
+
+/// One allocator event (`[memory]`) of device `(device type, device id)` as Kineto writes it,
+/// for hand-built traces.
+pub fn memory_event(ts: u64, addr: u64, bytes: i64, total: i64, device: (i64, i64)) -> String {
+    format!(
+        r#"{{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":{ts},"args":{{"Addr":{addr},"Bytes":{bytes},"Total Allocated":{total},"Total Reserved":0,"Device Type":{},"Device Id":{}}}}}"#,
+        device.0, device.1
+    )
 }
 
 /// Reads a CSV file into (header, rows).

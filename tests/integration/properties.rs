@@ -2,6 +2,7 @@
 
 use proptest::prelude::*;
 
+use crate::common::{analyze_text, memory_event};
 use crate::synthetic::training_trace;
 
 fn json_events(n: usize, names: &[String]) -> String {
@@ -191,17 +192,11 @@ fn breakdown_names_every_byte_when_every_block_is_in_the_trace() {
                 };
                 total += bytes;
                 totals.push(total);
-                s += &format!(
-                    r#",{{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":{},"args":{{"Addr":{addr},"Bytes":{bytes},"Total Allocated":{total},"Total Reserved":0,"Device Type":1,"Device Id":0}}}}"#,
-                    i + 1
-                );
+                s += ",";
+                s += &memory_event(i as u64 + 1, addr, bytes, total, (1, 0));
             }
             s += "]}";
-            let dir = tempfile::tempdir().unwrap();
-            let p = dir.path().join("trace.json");
-            std::fs::write(&p, s).unwrap();
-            let props = steptrace::AnalyzeProps { input: p, out: Some(dir.path().join("o")), top: 1, ..Default::default() };
-            let out = steptrace::analyze(&props).unwrap();
+            let (_dir, out) = analyze_text(&s);
             let other = steptrace::analysis::memory::CATEGORIES
                 .iter()
                 .position(|c| *c == steptrace::analysis::memory::Category::Other)

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::common::{analyze, col, csv, json, root, samples, trace_path};
+use crate::common::{
+    analyze, analyze_text, col, csv, json, memory_event, root, samples, trace_path,
+};
 
 fn png_size(bytes: &[u8]) -> (u32, u32) {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
@@ -221,24 +223,17 @@ fn issue21_only_the_busiest_cuda_devices_allocator_events_are_analysed() {
         if (*ty, *id) == (1, 0) {
             cuda0.push(*t);
         }
-        s += &format!(
-            r#",{{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":{},"args":{{"Addr":{},"Bytes":{bytes},"Total Allocated":{t},"Total Reserved":0,"Device Type":{ty},"Device Id":{id}}}}}"#,
-            i + 1,
-            4096 * (addr + 16 * id + 64 * ty),
+        s += ",";
+        s += &memory_event(
+            i as u64 + 1,
+            4096 * (addr + 16 * id + 64 * ty) as u64,
+            *bytes,
+            *t,
+            (*ty, *id),
         );
     }
     s += "]}";
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("trace.json");
-    std::fs::write(&input, s).unwrap();
-    let mut props = steptrace::AnalyzeProps {
-        input,
-        out: Some(dir.path().join("o")),
-        top: 1,
-        ..Default::default()
-    };
-    props.report.annotated_trace = true;
-    let out = steptrace::analyze(&props).unwrap();
+    let (_dir, out) = analyze_text(&s);
     let totals: Vec<i64> = out.analysis.timeline.iter().map(|r| r.total).collect();
     assert_eq!(totals, cuda0);
     // A plain trace in, a plain annotated trace out.
