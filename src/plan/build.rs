@@ -81,17 +81,11 @@ pub(super) fn rates(
     notes: &mut Vec<String>,
 ) -> (Rates, &'static str) {
     let s = &a.summary;
-    let host_lead_s = match s.host_lead_s {
-        Some(l) if s.step_time_source != "instrumented" => l.max(0.0),
-        _ => 0.0,
-    };
-    // The program's own host time: its step less the time the host waits for the GPU at the
-    // step's end (nanoGPT's bench.py: 37.6 ms, 16.4 ms of it waiting), over the profiled step.
-    let cpu_scale = if s.step_time_source != "instrumented" && s.step_time_instrumented_s > 0.0 {
-        ((s.step_time_s - host_lead_s) / s.step_time_instrumented_s).clamp(0.0, 1.0)
-    } else {
-        1.0
-    };
+    let (host_lead_s, cpu_scale) = host_clock(
+        (s.step_time_source != "instrumented").then_some(s.step_time_s),
+        s.step_time_instrumented_s,
+        s.host_lead_s,
+    );
     // The swap's own copies are pinned ones, which the probe timed on the capture's machine.
     let bw = &a.liveness.bandwidth;
     let probe = s.plan_probe.as_ref();
@@ -116,6 +110,25 @@ pub(super) fn rates(
         overheads: Overheads::of(probe),
     };
     (rates, bw_source)
+}
+
+/// The host's lead over the GPU at a step's end, s, and the scale from profiled host time to the
+/// program's own: its host time per step (the step less the lead: nanoGPT's bench.py, 37.6 ms,
+/// 16.4 ms of it waiting for the GPU) over the profiled step. `step_s` is the step measured
+/// without the profiler (`None` where only the profiled step is known: then nothing is scaled
+/// and no lead is counted). A lead past the step (corrupt data) scales host time to 0, never
+/// below.
+fn host_clock(step_s: Option<f64>, instrumented_s: f64, lead_s: Option<f64>) -> (f64, f64) {
+    let Some(step) = step_s else {
+        return (0.0, 1.0);
+    };
+    let lead = lead_s.unwrap_or(0.0).max(0.0);
+    let scale = if instrumented_s > 0.0 {
+        ((step - lead) / instrumented_s).clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    (lead, scale)
 }
 
 /// The budget curve: no plan, then the prediction after each round.
@@ -187,5 +200,38 @@ pub(super) fn timeline(ev: &Evaluator<'_>, chosen: &[Choice], worst: usize) -> T
         iteration: it.label.clone(),
         measured: f(before),
         planned: f(after),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_clock;
+
+    fn close(a: (f64, f64), b: (f64, f64)) -> bool {
+        (a.0 - b.0).abs() < 1e-12 && (a.1 - b.1).abs() < 1e-12
+    }
+
+    // Issue 20: the host's clock of the step model, including the cases no capture drives.
+    #[test]
+    fn issue20_host_clock_is_the_step_less_the_lead_over_the_profiled_step() {
+        // nanoGPT's bench.py: 37.6 ms, 16.4 ms of it waiting, 42.4 ms profiled.
+        assert!(close(
+            host_clock(Some(0.0376), 0.0424, Some(0.0164)),
+            (0.0164, 0.0212 / 0.0424)
+        ));
+        // No lead measured: the whole step.
+        assert!(close(host_clock(Some(0.02), 0.04, None), (0.0, 0.5)));
+        // Only the profiled step known: nothing scaled, no lead, whatever the summary holds.
+        assert!(close(host_clock(None, 0.04, Some(0.01)), (0.0, 1.0)));
+        // Faster under the profiler than without it (noise): never scaled up.
+        assert!(close(host_clock(Some(0.05), 0.04, Some(0.0)), (0.0, 1.0)));
+        // A lead past the step or below 0 (corrupt data): 0, never negative.
+        assert!(close(host_clock(Some(0.02), 0.04, Some(0.03)), (0.03, 0.0)));
+        assert!(close(host_clock(Some(0.02), 0.04, Some(-0.01)), (0.0, 0.5)));
+        // No profiled step: nothing to scale by.
+        assert!(close(
+            host_clock(Some(0.02), 0.0, Some(0.001)),
+            (0.001, 1.0)
+        ));
     }
 }
