@@ -396,6 +396,15 @@ pub(crate) fn walk_elements(
     }
 }
 
+impl Stop {
+    /// Where the walk stopped.
+    pub(crate) fn at(self) -> usize {
+        match self {
+            Stop::Next(i) | Stop::End(i) | Stop::Cut(i) | Stop::Bad(i) => i,
+        }
+    }
+}
+
 /// How a whole array walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct ArrayEnd {
