@@ -32,7 +32,7 @@ impl Bytes {
     /// the calling thread, rather than all at once when the mapping is dropped. The parse
     /// releases each piece it has read, so the page-table work runs on every parse thread and
     /// the mapping stops counting in the resident size as the parse goes (peak RSS on the
-    /// 255 MB benchmark trace: 304 → 165 MB). Unmapping it in one call after the parse held
+    /// 255 MB benchmark trace: 304 → 163 MB). Unmapping it in one call after the parse held
     /// the address space's lock while the merge that followed allocated (one core idle for
     /// some 10 ms). Only whole pages inside `range` are released; reading them again faults
     /// them back in from the page cache, so no byte read changes. Owned bytes are left alone:
