@@ -34,8 +34,9 @@ impl Bytes {
     /// the mapping stops counting in the resident size as the parse goes: peak RSS on the
     /// 255 MB benchmark trace 304 → 163 MB, none on nanoGPT's 28 MB trace (its peak comes
     /// later, in the outputs). Unmapped in one call after the parse, the teardown ran beside
-    /// the merge, and a perf timeline showed one core idle for some 10 ms there (the merge:
-    /// 0.053 s then, 0.031 s now, medians of 6 on a busy machine). Only whole pages inside
+    /// the merge, and a perf timeline showed one core idle for some 10 ms there (the merge,
+    /// timed by a timer put around it for the measurement: 0.053 s then, 0.031 s now, medians
+    /// of 6 on a busy machine; the whole parse moved within the noise). Only whole pages inside
     /// `range` are released; reading them again faults them back in from the page cache, so
     /// no byte read changes. Owned bytes are left alone: released heap memory would read as
     /// zeros.
