@@ -1,17 +1,20 @@
 """Benchmark: steptrace against Python's json.load and HolisticTraceAnalysis on the same files.
 
     python3 benches/bench.py [--sizes 250] [--runs 3] [--hta] [--big 2000] [--snapshot 1000]
+                             [--hta-runs 3] [--perfetto trace_processor_shell]
                              [--work /tmp/steptrace-bench]
 
 Makes traces of the given sizes (MB) from sample_traces/resnet18 with benches/gen_trace.py,
 builds steptrace in release mode, and prints one table: wall time (median of --runs) and peak
 RSS of `steptrace analyze` as users type it (every output: plots, report, Parquet, annotated
 trace) at 1 and 2 threads, plain and `.pt.trace.json.gz`, the same with plots and the annotated
-trace off, `json.load`, and, with --hta,
-HolisticTraceAnalysis's TraceAnalysis load (installed from PyPI into a venv under --work).
+trace off, `json.load`, and, with --hta, HolisticTraceAnalysis's TraceAnalysis load (installed
+from PyPI into a venv under --work; median of --hta-runs, as its time moves as much as ours).
 --big N adds one `steptrace analyze` of an N MB trace (time and peak RSS against the file
 size); --snapshot N adds the ingest of an N MB snapshot pickle made by
-benches/gen_snapshot.py (timed inside the process by the `stages` example).
+benches/gen_snapshot.py (timed inside the process by the `stages` example). --perfetto PATH
+loads both annotated traces in Perfetto's trace processor (benches/perfetto_check.py; build
+one with benches/build_trace_processor.sh) and checks them against the input.
 """
 import argparse
 import gzip
@@ -59,9 +62,11 @@ def main():
     ap.add_argument("--sizes", default="250")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--hta", action="store_true")
+    ap.add_argument("--hta-runs", type=int, default=3, help="HolisticTraceAnalysis loads (median)")
     ap.add_argument("--work", default="/tmp/steptrace-bench")
     ap.add_argument("--big", type=int, default=0)
     ap.add_argument("--snapshot", type=int, default=0)
+    ap.add_argument("--perfetto", help="a trace_processor_shell binary")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
@@ -117,6 +122,13 @@ def main():
             n_out = count_events(os.path.join(o, name))
             checks.append(f"{name}: loads in Python, {n_out} events ({n_out - n_in} added to {n_in})")
             assert n_out > n_in, name
+            if a.perfetto:
+                sys.path.insert(0, os.path.join(ROOT, "benches"))
+                import perfetto_check
+
+                ok, lines, _ = perfetto_check.check(a.perfetto, path, os.path.join(o, name))
+                checks.append(f"{name} in Perfetto's trace processor: " + ("loads, every check passed" if ok else "FAILED"))
+                checks.extend("  " + line for line in lines)
         if hta_py:
             hdir = os.path.join(a.work, f"hta_{mb}")
             os.makedirs(hdir, exist_ok=True)
@@ -124,7 +136,7 @@ def main():
             if not os.path.exists(link):
                 os.symlink(path, link)
             code = f"from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir='{hdir}')"
-            r["HolisticTraceAnalysis load"] = median_of(1, [hta_py, "-c", code])
+            r["HolisticTraceAnalysis load"] = median_of(a.hta_runs, [hta_py, "-c", code])
             # HTA reads the annotated trace too (its own parser, over the added tracks).
             adir = os.path.join(a.work, f"hta_annotated_{mb}")
             os.makedirs(adir, exist_ok=True)
