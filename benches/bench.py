@@ -18,7 +18,6 @@ one with benches/build_trace_processor.sh) and checks them against the input.
 """
 import argparse
 import gzip
-import json
 import os
 import shutil
 import statistics
@@ -27,6 +26,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benches"))
+import perfetto_check  # noqa: E402 (beside this script)
 
 
 def timed(cmd, env=None):
@@ -116,19 +117,20 @@ def main():
             r[k] = (statistics.median(x[0] for x in rs), max(x[1] for x in rs))
         r["gzip -dc (decompression alone)"] = median_of(a.runs, ["sh", "-c", f"gzip -dc {gz} > /dev/null"])
         r["python json.load"] = median_of(a.runs, [sys.executable, "-c", f"import json; json.load(open('{path}'))"])
-        # The annotated traces load in Python (gzip + json) with every original event.
-        n_in = count_events(path)
+        # The annotated traces load in Python (gzip + json) with every original event, and
+        # with --perfetto in Perfetto's trace processor (the input queried there once).
+        n_in = len(perfetto_check.json_events(path))
+        tp_in = perfetto_check.load(a.perfetto, path) if a.perfetto else None
         for o, name in ((out, "annotated.pt.trace.json"), (out_gz, "annotated.pt.trace.json.gz")):
-            n_out = count_events(os.path.join(o, name))
+            evs = perfetto_check.json_events(os.path.join(o, name))
+            n_out = len(evs)
             checks.append(f"{name}: loads in Python, {n_out} events ({n_out - n_in} added to {n_in})")
             assert n_out > n_in, name
             if a.perfetto:
-                sys.path.insert(0, os.path.join(ROOT, "benches"))
-                import perfetto_check
-
-                ok, lines, _ = perfetto_check.check(a.perfetto, path, os.path.join(o, name))
+                ok, lines, _ = perfetto_check.check(a.perfetto, tp_in, os.path.join(o, name), evs)
                 checks.append(f"{name} in Perfetto's trace processor: " + ("loads, every check passed" if ok else "FAILED"))
                 checks.extend("  " + line for line in lines)
+            del evs
         if hta_py:
             hdir = os.path.join(a.work, f"hta_{mb}")
             os.makedirs(hdir, exist_ok=True)
@@ -201,13 +203,6 @@ def main():
         print(f"{t:>8}  {k:<44} {w:>8.3f} {rss:>12.0f} {ratio:>16.2f} {rr:>9.2f}")
     for c in checks:
         print(c)
-
-
-def count_events(path):
-    """Events in a trace, read the way a Python user would (gzip by name, then json)."""
-    op = gzip.open if path.endswith(".gz") else open
-    with op(path, "rt") as f:
-        return len(json.load(f)["traceEvents"])
 
 
 if __name__ == "__main__":

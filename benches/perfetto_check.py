@@ -16,7 +16,6 @@ steptrace:
 Prints one line per check and exits 1 if any fails. Used by benches/bench.py --perfetto.
 """
 import argparse
-import collections
 import csv
 import gzip
 import io
@@ -53,15 +52,17 @@ def load(tp, trace):
 
 
 def json_events(path):
+    """A trace's events, read the way a Python user would (gzip by name, then json)."""
     op = gzip.open if path.endswith(".gz") else open
     with op(path, "rt") as f:
         return json.load(f)["traceEvents"]
 
 
-def check(tp, original, annotated):
-    """(all passed, lines): the checks named in the module's doc."""
-    a_in, a_out = load(tp, original), load(tp, annotated)
-    evs = json_events(annotated)
+def check(tp, a_in, annotated, evs):
+    """(all passed, lines, record): the checks named in the module's doc, given the input's
+    query results (`load`, taken once for several annotated traces of one input) and the
+    annotated trace's events (`json_events`, which a caller may already hold)."""
+    a_out = load(tp, annotated)
     lines = []
     ok = True
 
@@ -101,7 +102,7 @@ def main():
     ap.add_argument("annotated")
     ap.add_argument("--json", help="write the query results of both files here")
     a = ap.parse_args()
-    ok, lines, res = check(a.trace_processor, a.input, a.annotated)
+    ok, lines, res = check(a.trace_processor, load(a.trace_processor, a.input), a.annotated, json_events(a.annotated))
     print("\n".join(lines))
     if a.json:
         with open(a.json, "w") as f:
