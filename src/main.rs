@@ -115,6 +115,18 @@ fn huge_pages_for_the_heap() {
     }
 }
 
+/// Which pages the heap is on, for `--timings`: this process's own `GLIBC_TUNABLES` shows
+/// whether [`huge_pages_for_the_heap`] ran it again.
+fn heap_pages() -> &'static str {
+    let on = std::env::var_os("GLIBC_TUNABLES")
+        .is_some_and(|v| v.to_string_lossy().contains(HUGE_PAGE_TUNABLES));
+    if on {
+        "transparent huge pages (GLIBC_TUNABLES)"
+    } else {
+        "the allocator's default pages"
+    }
+}
+
 /// The error and its causes on one line, each cause once: the library's errors already end
 /// with the OS error they wrap, which is also their `source` ("x: File exists: File exists").
 fn message(err: &anyhow::Error) -> String {
@@ -268,6 +280,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             props.report = args.report()?;
             props.rank_output = args.rank_output.clone();
             if args.timings {
+                eprintln!("steptrace: heap: {}", heap_pages());
                 props.progress = Some(timing);
             } else if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 props.progress = Some(progress);

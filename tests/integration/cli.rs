@@ -56,7 +56,7 @@ fn issue7_timings_name_every_stage_in_order() {
     }
     let stages: Vec<&str> = err
         .lines()
-        .filter(|l| !l.starts_with("steptrace:   "))
+        .filter(|l| !l.starts_with("steptrace:   ") && !l.starts_with("steptrace: heap: "))
         .map(|l| {
             // steptrace: STAGE: WALL s (CPU s CPU, CORES cores)
             let l = l.strip_prefix("steptrace: ").expect(l);
@@ -80,6 +80,62 @@ fn issue7_timings_name_every_stage_in_order() {
             "writing results"
         ]
     );
+}
+
+/// Issue 19: `analyze` runs itself again with glibc's heap on transparent huge pages (where the
+/// kernel has them and glibc is the C library), a `GLIBC_TUNABLES` naming `malloc.hugetlb`
+/// opts out, and `capture` leaves the user's program the environment it was given.
+#[test]
+fn issue19_trace_commands_put_the_heap_on_huge_pages_and_capture_does_not() {
+    let heap = |env: Option<&str>| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = steptrace();
+        c.args([
+            "analyze",
+            "-q",
+            "--no-plots",
+            "--no-annotated-trace",
+            "--timings",
+            "--out",
+        ])
+        .arg(dir.path())
+        .arg(root().join("sample_traces/resnet18"))
+        .env_remove("GLIBC_TUNABLES");
+        if let Some(v) = env {
+            c.env("GLIBC_TUNABLES", v);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        err.lines()
+            .find_map(|l| l.strip_prefix("steptrace: heap: "))
+            .expect("a heap line")
+            .to_owned()
+    };
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|m| !m.contains("[never]"));
+    if cfg!(all(target_os = "linux", target_env = "gnu")) && thp {
+        assert_eq!(heap(None), "transparent huge pages (GLIBC_TUNABLES)");
+    }
+    assert_eq!(
+        heap(Some("glibc.malloc.hugetlb=0")),
+        "the allocator's default pages"
+    );
+
+    // The child of `capture` sees no tunables it was not given.
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("tunables");
+    let script = format!("printf '%s' \"$GLIBC_TUNABLES\" > '{}'", seen.display());
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("steptrace"))
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(dir.path().join("run"))
+        .args(["--", "sh", "-c", &script])
+        .env_remove("GLIBC_TUNABLES")
+        .env("STEPTRACE_CACHE", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(seen.exists(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "");
 }
 
 #[test]
