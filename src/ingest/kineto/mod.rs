@@ -322,12 +322,13 @@ pub fn serde_event_end(buf: &[u8]) -> Option<usize> {
 /// Parses the events of one piece of `traceEvents`: from `from` until an element starts at or
 /// past `limit`.
 fn parse_piece(buf: &[u8], from: usize, limit: usize) -> (Partial, json_scan::Stop) {
-    let mut p = Partial::default();
+    let mut p = Partial::for_text(limit.min(buf.len()).saturating_sub(from));
     let stop = json_scan::walk_elements(buf, from, limit, |pos| {
         let end = parse_element(&mut p, buf, pos);
         p.elements += usize::from(end.is_some());
         end
     });
+    p.shrink();
     (p, stop)
 }
 
