@@ -74,8 +74,8 @@ const HUGE_PAGE_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67
 /// huge pages. glibc reads `GLIBC_TUNABLES` only as a process starts, and setting the same
 /// from inside (advising the heap from a global allocator) needs a single arena, which on 16
 /// cores doubled the analysis stage on lock contention. On the 255 MB benchmark trace, default
-/// command, 10 alternating runs on the 2-core machine: page faults 41k → 4.8k, wall 0.690 →
-/// 0.615 s (median), peak RSS 159 → 181 MB (the heap's last huge page is whole).
+/// command, 20 alternating runs on the 2-core machine: page faults 41k → 5k, wall 0.680 →
+/// 0.615 s (median), peak RSS 163 → 183 MB (huge pages are backed whole).
 ///
 /// Nothing happens where the user's `GLIBC_TUNABLES` names `glibc.malloc.hugetlb` already (set
 /// `glibc.malloc.hugetlb=0` to opt out; it also keeps this from looping), where the kernel has
