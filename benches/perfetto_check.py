@@ -17,6 +17,7 @@ Prints one line per check and exits 1 if any fails. Used by benches/bench.py --p
 """
 import argparse
 import csv
+import functools
 import gzip
 import io
 import json
@@ -49,6 +50,12 @@ def load(tp, trace):
         k: [{c: int(v) if c in ints else v for c, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
         for k, text in zip(QUERIES, sets)
     }
+
+
+@functools.cache
+def version(tp):
+    """The tool's version line, asked once per binary."""
+    return subprocess.run([tp, "--version"], capture_output=True, text=True).stdout.strip()
 
 
 def json_events(path):
@@ -91,8 +98,7 @@ def check(tp, a_in, annotated, evs):
     st_out = {(r["name"], r["idx"]): r["value"] for r in a_out["stats"]}
     new = {k: v for k, v in st_out.items() if v > st_in.get(k, 0)}
     say(not new, f"import errors or losses the input does not have (or has fewer of): {new or 'none'} (the input's own: {st_in or 'none'})")
-    version = subprocess.run([tp, "--version"], capture_output=True, text=True).stdout.strip()
-    return ok, lines, {"trace_processor": version, "input": a_in, "annotated": a_out, "checks": lines}
+    return ok, lines, {"trace_processor": version(tp), "input": a_in, "annotated": a_out, "checks": lines}
 
 
 def main():

@@ -115,15 +115,26 @@ fn huge_pages_for_the_heap() {
     }
 }
 
-/// Which pages the heap is on, for `--timings`: this process's own `GLIBC_TUNABLES` shows
-/// whether [`huge_pages_for_the_heap`] ran it again.
-fn heap_pages() -> &'static str {
+/// Which pages the heap is on, for `--timings`: whether [`huge_pages_for_the_heap`] ran this
+/// process again (its own `GLIBC_TUNABLES`), and what the kernel says it maps in huge pages
+/// now (`AnonHugePages` of `/proc/self/smaps_rollup`), so the setting is seen to take.
+fn heap_pages() -> String {
     let on = std::env::var_os("GLIBC_TUNABLES")
         .is_some_and(|v| v.to_string_lossy().contains(HUGE_PAGE_TUNABLES));
-    if on {
-        "transparent huge pages (GLIBC_TUNABLES)"
+    let asked = if on {
+        "transparent huge pages asked for (GLIBC_TUNABLES)"
     } else {
         "the allocator's default pages"
+    };
+    let mapped = std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("AnonHugePages:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        });
+    match mapped {
+        Some(kib) => format!("{asked}; huge pages mapped: {kib} KiB"),
+        None => format!("{asked}; huge pages mapped: unknown"),
     }
 }
 
@@ -280,7 +291,6 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             props.report = args.report()?;
             props.rank_output = args.rank_output.clone();
             if args.timings {
-                eprintln!("steptrace: heap: {}", heap_pages());
                 props.progress = Some(timing);
             } else if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 props.progress = Some(progress);
@@ -302,6 +312,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<u8> {
                 for (name, at) in &output_times {
                     eprintln!("steptrace:   {name}: done at +{at:.3} s");
                 }
+                eprintln!("steptrace: heap: {}", heap_pages());
             }
             if !args.quiet {
                 print_result(&console, &out_dir)?;

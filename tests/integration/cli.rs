@@ -83,11 +83,13 @@ fn issue7_timings_name_every_stage_in_order() {
 }
 
 /// Issue 19: `analyze` runs itself again with glibc's heap on transparent huge pages (where the
-/// kernel has them and glibc is the C library), a `GLIBC_TUNABLES` naming `malloc.hugetlb`
-/// opts out, and `capture` leaves the user's program the environment it was given.
+/// kernel has them and glibc is the C library) and the kernel then maps huge pages for it; a
+/// `GLIBC_TUNABLES` naming `malloc.hugetlb` opts out (no huge pages where the kernel gives
+/// them only on request); `capture` leaves the user's program the environment it was given.
 #[test]
 fn issue19_trace_commands_put_the_heap_on_huge_pages_and_capture_does_not() {
-    let heap = |env: Option<&str>| {
+    // (what was asked for, KiB of huge pages the kernel maps at the end)
+    let heap = |env: Option<&str>| -> (String, Option<u64>) {
         let dir = tempfile::tempdir().unwrap();
         let mut c = steptrace();
         c.args([
@@ -107,26 +109,33 @@ fn issue19_trace_commands_put_the_heap_on_huge_pages_and_capture_does_not() {
         let out = c.output().unwrap();
         assert!(out.status.success());
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        err.lines()
+        let line = err
+            .lines()
             .find_map(|l| l.strip_prefix("steptrace: heap: "))
-            .expect("a heap line")
-            .to_owned()
+            .expect("a heap line");
+        let (asked, mapped) = line.split_once("; huge pages mapped: ").expect(line);
+        let kib = mapped.strip_suffix(" KiB").map(|n| n.parse().expect(line));
+        (asked.to_owned(), kib)
     };
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .is_ok_and(|m| !m.contains("[never]"));
-    if cfg!(all(target_os = "linux", target_env = "gnu")) && thp {
-        assert_eq!(heap(None), "transparent huge pages (GLIBC_TUNABLES)");
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    let mode = mode.as_deref().unwrap_or("");
+    let glibc_linux = cfg!(all(target_os = "linux", target_env = "gnu"));
+    if glibc_linux && !mode.is_empty() && !mode.contains("[never]") {
+        let (asked, kib) = heap(None);
+        assert_eq!(asked, "transparent huge pages asked for (GLIBC_TUNABLES)");
+        assert!(kib.is_some_and(|k| k > 0), "no huge pages mapped: {kib:?}");
     }
-    assert_eq!(
-        heap(Some("glibc.malloc.hugetlb=0")),
-        "the allocator's default pages"
-    );
+    let (asked, kib) = heap(Some("glibc.malloc.hugetlb=0"));
+    assert_eq!(asked, "the allocator's default pages");
+    if glibc_linux && mode.contains("[madvise]") {
+        assert_eq!(kib, Some(0), "huge pages without asking");
+    }
 
     // The child of `capture` sees no tunables it was not given.
     let dir = tempfile::tempdir().unwrap();
     let seen = dir.path().join("tunables");
     let script = format!("printf '%s' \"$GLIBC_TUNABLES\" > '{}'", seen.display());
-    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("steptrace"))
+    let out = steptrace()
         .args(["capture", "--no-nvtx", "--out"])
         .arg(dir.path().join("run"))
         .args(["--", "sh", "-c", &script])

@@ -191,18 +191,18 @@ fn annotated_trace_keeps_every_event_and_its_counters_add_up() {
     }
 }
 
-/// Perfetto's count per slice category in one file's recorded import.
-fn perfetto_slices(r: &Value) -> HashMap<String, u64> {
-    r["slices"]
+/// One table of a file's recorded Perfetto import (`perfetto_import.json`) as counts by key.
+fn perfetto_counts(
+    r: &Value,
+    table: &str,
+    key: impl Fn(&Value) -> String,
+    count: &str,
+) -> HashMap<String, u64> {
+    r[table]
         .as_array()
         .unwrap()
         .iter()
-        .map(|x| {
-            (
-                x["cat"].as_str().unwrap().to_owned(),
-                x["n"].as_u64().unwrap(),
-            )
-        })
+        .map(|x| (key(x), x[count].as_u64().unwrap()))
         .collect()
 }
 
@@ -230,7 +230,8 @@ fn issue19_the_annotated_trace_imports_in_perfetto_as_recorded() {
         let evs = v["traceEvents"].as_array().unwrap();
         let count = |f: &dyn Fn(&Value) -> bool| evs.iter().filter(|e| f(e)).count() as u64;
 
-        let (s_in, s_out) = (perfetto_slices(input), perfetto_slices(annotated));
+        let slices = |r| perfetto_counts(r, "slices", |x| x["cat"].as_str().unwrap().into(), "n");
+        let (s_in, s_out) = (slices(input), slices(annotated));
         assert!(!s_in.is_empty(), "{name}: {input}");
         for (cat, n) in &s_in {
             assert_eq!(s_out.get(cat), Some(n), "{name}: Perfetto's {cat:?} slices");
@@ -261,18 +262,13 @@ fn issue19_the_annotated_trace_imports_in_perfetto_as_recorded() {
             assert_eq!(t["n"].as_u64(), Some(mem), "{name}: {t}");
         }
         assert_eq!(annotated["process"].as_array().unwrap().len(), 1, "{name}");
-        let stats = |r: &Value| -> HashMap<String, u64> {
-            r["stats"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| {
-                    (
-                        format!("{} {}", x["name"], x["idx"]),
-                        x["value"].as_u64().unwrap(),
-                    )
-                })
-                .collect()
+        let stats = |r| {
+            perfetto_counts(
+                r,
+                "stats",
+                |x| format!("{} {}", x["name"], x["idx"]),
+                "value",
+            )
         };
         let known = stats(input);
         for (st, n) in stats(annotated) {
