@@ -71,6 +71,36 @@ def same_steps_printed(w, name, timing):
     return statistics.median(got), "iterations %d-%d" % (steps[0], steps[-1])
 
 
+def summary_path(w, name, rank=0):
+    """An analysis's summary.json: at the top of its output for one rank; under rank<N>/ for a
+    run directory of several ranks (the row's main fields are rank 0's, as for one rank)."""
+    top = os.path.join(w, "an", name, "summary.json")
+    return top if os.path.exists(top) else os.path.join(w, "an", name, "rank%d" % rank, "summary.json")
+
+
+def per_rank(w, name, m, mr):
+    """Every rank of a distributed run, each against its own references: steps, the
+    uninstrumented step time, and the peak against that rank's max_memory_allocated."""
+    out = []
+    refs = {r.get("rank"): r for r in mr.get("ranks") or []}
+    for r in m.get("ranks") or []:
+        k = r.get("rank")
+        s = load(summary_path(w, name, k)) or {}
+        sr = load(summary_path(w, name + ".ref", k)) or {}
+        peaks = ((refs.get(k) or {}).get("reference") or {}).get("window_step_peaks_bytes") or []
+        one = {"rank": k, "boundary": r.get("boundary"), "steps_found": r.get("steps"),
+               "iterations": s.get("iterations"),
+               "step_time_ms": (s.get("step_time_s") or 0) * 1e3 or None,
+               "step_time_instrumented_ms": (s.get("step_time_instrumented_s") or 0) * 1e3 or None,
+               "peak_allocated": sr.get("peak_allocated_bytes"),
+               "ref_max_memory_allocated": max(peaks) if peaks else None,
+               "warnings": s.get("warnings")}
+        if one["peak_allocated"] and one["ref_max_memory_allocated"]:
+            one["peak_error_pct"] = 100.0 * (one["peak_allocated"] / one["ref_max_memory_allocated"] - 1)
+        out.append(one)
+    return out
+
+
 def main():
     name, kind, w = sys.argv[1:4]
     plain_rc, cap_rc, an_rc = (int(x) for x in sys.argv[4:7])
@@ -134,14 +164,14 @@ def main():
     peaks = refd.get("window_step_peaks_bytes") or []
     row["ref_max_memory_allocated"] = max(peaks) if peaks else None
     row["ref_flop_counter_total"] = refd.get("flop_counter_total")
-    s = load(os.path.join(w, "an", name, "summary.json")) or {}
+    s = load(summary_path(w, name)) or {}
     row["iterations"] = s.get("iterations")
     row["iteration_detection"] = s.get("iteration_detection")
     row["step_time_ms"] = (s.get("step_time_s") or 0) * 1e3
     row["step_time_instrumented_ms"] = (s.get("step_time_instrumented_s") or 0) * 1e3 or None
     row["warnings"] = s.get("warnings")
     row["peak_allocated_user_run"] = s.get("peak_allocated_bytes")
-    sr = load(os.path.join(w, "an", name + ".ref", "summary.json")) or {}
+    sr = load(summary_path(w, name + ".ref")) or {}
     row["peak_allocated"] = sr.get("peak_allocated_bytes")
     row["peak_node"] = sr.get("peak_node")
     row["flops_fcm_convention"] = sr.get("matmul_flops_per_iteration")
@@ -158,6 +188,8 @@ def main():
         row["step_time_same_run_error_pct"] = 100.0 * (row["step_time_ms"] / same - 1)
     if row["ref_flop_counter_total"] and row["flops_fcm_convention"]:
         row["flops_error_pct"] = 100.0 * (row["flops_fcm_convention"] / row["ref_flop_counter_total"] - 1)
+    if len(m.get("ranks") or []) > 1:
+        row["ranks"] = per_rank(w, name, m, mr)
     try:
         with open(os.path.join(w, "logs", name + ".analyze.err"), errors="replace") as f:
             row["analyze_stderr"] = f.read()[-600:]

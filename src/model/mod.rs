@@ -79,6 +79,9 @@ pub(crate) fn from_events(events: &str) -> Trace {
     Trace::build(loaded, &mut Diagnostics::default())
 }
 
+/// Prefix of torch.profiler's step marks (`ProfilerStep#4`).
+const PROFILER_STEP: &str = "ProfilerStep#";
+
 /// Prefix of the autograd engine's per-node wrapper op.
 pub const EVALUATE_FUNCTION: &str = "autograd::engine::evaluate_function: ";
 
@@ -98,7 +101,10 @@ impl Trace {
         }
         let ops = &kineto.ops;
         sort_thread_ops(ops, &mut thread_ops);
-        let parent = build_forest(ops, &thread_ops, diag);
+        let is_step_mark = |op: &CpuOp| {
+            op.kind == OpKind::Annotation && kineto.str(op.name).starts_with(PROFILER_STEP)
+        };
+        let parent = build_forest(ops, &thread_ops, &is_step_mark, diag);
         // The rest reads what is built so far and nothing of each other: side by side. Module
         // paths are interned afterwards, in the order they were made, so ids do not depend on
         // the threads.
@@ -216,11 +222,19 @@ fn sort_thread_ops(ops: &[CpuOp], thread_ops: &mut [Vec<OpId>]) {
 /// ```
 /// A range that overlaps the top of the stack without fitting inside it (B, opened by a step
 /// hook that runs inside `optimizer.step()`) is not its child: the ranges it outlives are closed
-/// and B hangs from the innermost one that contains it whole. Such overlaps are counted
-/// (`overlapping_ops`). Without this, every op of the next step would sit under A.
+/// and B hangs from the innermost one that contains it whole. Without this, every op of the
+/// next step would sit under A.
+///
+/// Such overlaps are counted (`overlapping_ops`), except where one of the two is a profiler
+/// step mark (`is_step_mark`): torch.profiler opens `ProfilerStep#N` wherever `step()` is
+/// called, and a step hook (steptrace's capture, or a user's) calls it inside
+/// `optimizer.step()`, so every captured Python program with an optimizer overlapped that way
+/// (issue 17: five warnings per run on every corpus program) and the warning said nothing about
+/// the program.
 fn build_forest(
     ops: &[CpuOp],
     thread_ops: &[Vec<OpId>],
+    is_step_mark: &(dyn Fn(&CpuOp) -> bool + Sync),
     diag: &mut Diagnostics,
 ) -> Vec<Option<OpId>> {
     use rayon::prelude::*;
@@ -242,8 +256,9 @@ fn build_forest(
                     if ended {
                         stack.pop();
                     } else if t.end() < op.end() {
-                        overlaps += 1;
-                        if example.is_empty() {
+                        let counted = !is_step_mark(op) && !is_step_mark(t);
+                        overlaps += u64::from(counted);
+                        if counted && example.is_empty() {
                             example = format!(
                                 "a range at {} ns starts inside the one at {} ns and ends after it",
                                 op.start, t.start
@@ -500,7 +515,7 @@ fn find_main_thread(
     parent: &[Option<OpId>],
 ) -> Option<ThreadId> {
     for op in &k.ops {
-        if op.kind == OpKind::Annotation && k.str(op.name).starts_with("ProfilerStep#") {
+        if op.kind == OpKind::Annotation && k.str(op.name).starts_with(PROFILER_STEP) {
             return Some(op.thread);
         }
     }
@@ -553,6 +568,53 @@ fn select_device_memory(k: &KinetoTrace) -> (Option<i64>, Vec<MemEvent>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CPU range on thread 0 named by the test's own numbering (`name` is a `StrId` the test
+    /// gives meaning to through `is_step_mark`).
+    fn range(name: u32, kind: OpKind, start: i64, dur: i64) -> CpuOp {
+        CpuOp {
+            name: StrId(name),
+            kind,
+            thread: ThreadId(0),
+            start,
+            dur,
+            ext_id: None,
+            rf_id: None,
+            seq: None,
+            fwd_tid: None,
+            inputs: Default::default(),
+        }
+    }
+
+    /// Issue 17: a `ProfilerStep#` mark that a step hook opens inside `optimizer.step()`
+    /// overlaps it on every captured step; that is the profiler's doing, not the program's, and
+    /// is nested without a warning. Any other overlap is still counted.
+    #[test]
+    fn overlaps_with_profiler_step_marks_are_nested_but_not_counted() {
+        const STEP_MARK: u32 = 1;
+        let ops = vec![
+            range(STEP_MARK, OpKind::Annotation, 0, 100), // ProfilerStep#3
+            range(2, OpKind::Annotation, 90, 20),         // Optimizer.step, ends after #3
+            range(STEP_MARK, OpKind::Annotation, 100, 50), // ProfilerStep#4, starts inside it
+            range(3, OpKind::Op, 120, 10),                // the next step's first op
+            range(4, OpKind::Op, 125, 10),                // overlaps it: counted
+        ];
+        let thread_ops = vec![(0..ops.len() as u32).map(OpId).collect::<Vec<_>>()];
+        let is_mark = |op: &CpuOp| op.name == StrId(STEP_MARK);
+        let mut diag = Diagnostics::default();
+        let parent = build_forest(&ops, &thread_ops, &is_mark, &mut diag);
+        assert_eq!(parent, [None, None, None, Some(OpId(2)), Some(OpId(2))]);
+        assert_eq!(diag.count("overlapping_ops"), 1, "{:?}", diag.lines());
+        assert!(
+            diag.lines().iter().any(|l| l.contains("at 125 ns")),
+            "{:?}",
+            diag.lines()
+        );
+        // With no marks, all three overlaps count.
+        let mut diag = Diagnostics::default();
+        build_forest(&ops, &thread_ops, &|_: &CpuOp| false, &mut diag);
+        assert_eq!(diag.count("overlapping_ops"), 3, "{:?}", diag.lines());
+    }
 
     #[test]
     fn children_follow_thread_then_time_order() {
