@@ -849,6 +849,19 @@ def _on_torch(torch):
             from torch.profiler import ProfilerActivity, profile, schedule
 
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            if _S.schedule.get("repeat") == 1:
+                # torch 2.11 warns "Profiler clears events at the end of each cycle ... set
+                # acc_events=True" into the program's stderr (once per rank) even for a
+                # schedule of one cycle, where nothing is cleared (pytorch#180387, fixed
+                # after 2.11): advice about the capture's profiler that the user can't act
+                # on. Only that message is silenced, and only for a one-cycle schedule.
+                import warnings
+
+                warnings.filterwarnings(
+                    "ignore",
+                    message="Warning: Profiler clears events at the end of each cycle",
+                    category=UserWarning,
+                )
             # The Execution Trace is not handed to the profiler: the shim starts it with the
             # active window and closes it once at the window's end (handing it over wrote the
             # file twice under torch.compile).
