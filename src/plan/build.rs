@@ -48,10 +48,15 @@ pub(super) fn measured_iterations(
         };
         for (ei, e) in t.memory[lo..hi].iter().enumerate() {
             m.events.push((e.ts, e.total_allocated));
-            let cat = mem
-                .event_block(lo + ei)
-                .map_or(Category::Other, |b| mem.blocks[b].category);
-            m.deltas.push((cat, e.bytes));
+            // The block's own bytes in its category; `simulate` puts the rest of the event's
+            // move into OTHER.
+            m.deltas.push(match mem.event_block(lo + ei) {
+                Some(b) => {
+                    let b = &mem.blocks[b];
+                    (b.category, if e.bytes > 0 { b.size } else { -b.size })
+                }
+                None => (Category::Other, e.bytes),
+            });
         }
         let slots = a.step.nodes[it.nodes.clone()]
             .iter()

@@ -43,7 +43,8 @@ pub(crate) struct Measured {
     pub(crate) before: i64,
     /// Bytes by category before the first event.
     pub(crate) before_by_category: Breakdown,
-    /// Signed bytes by category of each event (its block's category).
+    /// Signed bytes by category of each event: its block's size in its block's category.
+    /// Whatever else the allocator's total moved by at that event is OTHER (see [`simulate`]).
     pub(crate) deltas: Vec<(Category, i64)>,
 }
 
@@ -97,9 +98,14 @@ pub(crate) fn simulate(
             consider(a.key.ts, cur + delta, &cats, &mut best);
             ai += 1;
         }
-        cur = total;
+        // The category gets its block's bytes and OTHER the rest of the total's move, as the
+        // memory timeline counts (analysis::memory::timeline): an event whose bytes differ
+        // from its block's size (sample_traces/plan/gpt: frees of 4 MiB against 3 MiB blocks
+        // at zero_grad) drove GRAD negative in the predicted breakdown.
         let (c, d) = m.deltas[ei];
         cats[c.index()] += d;
+        cats[Category::Other.index()] += total - cur - d;
+        cur = total;
         consider(ts, cur + delta, &cats, &mut best);
     }
     for a in &added[ai..] {
@@ -135,6 +141,30 @@ mod tests {
             bytes,
             category: Category::Activation,
         }
+    }
+
+    /// An event that moves the allocator's total by more than its block's size (a 4 MiB free
+    /// of a 3 MiB GRAD block, as at zero_grad in sample_traces/plan/gpt): the category loses
+    /// the block's bytes and OTHER the rest, so no category goes negative and the parts add up
+    /// to the total, as in the memory timeline.
+    #[test]
+    fn issue20_the_breakdown_gives_other_what_an_event_moves_beyond_its_block() {
+        let mut m = Measured {
+            before: 1000,
+            ..Measured::default()
+        };
+        m.before_by_category[Category::Grad.index()] = 300;
+        m.before_by_category[Category::Other.index()] = 700;
+        // The 400-byte free of a 300-byte block, then a 50-byte activation.
+        m.events = vec![(1, 600), (2, 650)];
+        m.deltas = vec![(Category::Grad, -300), (Category::Activation, 50)];
+        // With 500 added at 3 the peak is there: 650 + 500.
+        let p = simulate(&m, &[add(3, 0, 0, 500)], None);
+        assert_eq!(p.bytes, 1150);
+        assert_eq!(p.by_category.iter().sum::<i64>(), p.bytes, "{p:?}");
+        assert_eq!(p.by_category[Category::Grad.index()], 0);
+        assert_eq!(p.by_category[Category::Other.index()], 600);
+        assert_eq!(p.by_category[Category::Activation.index()], 550);
     }
 
     #[test]

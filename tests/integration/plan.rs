@@ -246,6 +246,32 @@ fn issue20_plans_are_deterministic_and_meet_a_budget_they_can() {
     }
 }
 
+/// The predicted peak's breakdown adds up to the predicted peak with no category below zero.
+/// On this capture GRAD read -1,042,432 bytes: zero_grad frees 4 MiB where the block is known
+/// at 3 MiB, and the whole free was taken from GRAD (the memory timeline gives the rest to
+/// OTHER, and so does the simulation now).
+#[test]
+fn issue20_the_predicted_breakdown_adds_up_with_no_category_below_zero() {
+    for policy in [
+        steptrace::plan::Policy::Recompute,
+        steptrace::plan::Policy::Swap,
+    ] {
+        let p = plan(
+            "sample_traces/plan/gpt",
+            &Options {
+                budget: Some(Budget::Fraction(0.9)),
+                policy,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let by = &p.predicted_peak_by_category;
+        assert_eq!(by.values().sum::<i64>(), p.predicted_peak_bytes, "{by:?}");
+        assert!(by.values().all(|&v| v >= 0), "{policy:?}: {by:?}");
+        assert!(by["grad"] > 0, "{by:?}");
+    }
+}
+
 #[test]
 fn issue20_unknown_modules_and_budgets_below_the_floor_are_clear_errors() {
     let e = plan(
