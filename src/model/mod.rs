@@ -229,8 +229,8 @@ fn sort_thread_ops(ops: &[CpuOp], thread_ops: &mut [Vec<OpId>]) {
 /// step mark (`is_step_mark`): torch.profiler opens `ProfilerStep#N` wherever `step()` is
 /// called, and a step hook (steptrace's capture, or a user's) calls it inside
 /// `optimizer.step()`, so every captured Python program with an optimizer overlapped that way
-/// (issue 17: five warnings per run on every corpus program) and the warning said nothing about
-/// the program.
+/// (issue 17: five warnings per run on each such corpus program) and the warning said nothing
+/// about the program.
 fn build_forest(
     ops: &[CpuOp],
     thread_ops: &[Vec<OpId>],
