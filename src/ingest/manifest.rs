@@ -60,6 +60,10 @@ pub struct PlanTimedBothWays {
     pub steps_with: usize,
     /// Steps timed without it.
     pub steps_without: usize,
+    /// Where the timing phase stopped at a cap (`step_cap`, `time_cap`) before both medians
+    /// settled: the figures are then rough ones (nanoGPT's bench.py leaves room for medians
+    /// of 2 steps each way); `None` when they settled.
+    pub stopped_at: Option<&'static str>,
 }
 
 /// Files listed by a capture's `manifest.json` (`files.trace`, `files.snapshot`,
@@ -133,6 +137,11 @@ impl ManifestTiming {
     pub(super) fn program_step_time(&self) -> Option<ProgramStepTime> {
         let after = self.source.as_deref() == Some("after_window");
         let phase = self.timing_phase.as_ref().unwrap_or(&self.flat);
+        let stopped_at = match phase.stop.as_deref() {
+            Some("step_cap") => Some("step_cap"),
+            Some("time_cap") => Some("time_cap"),
+            _ => None,
+        };
         let plan_ab = phase.unplanned.as_ref().and_then(|u| {
             let (with, without, clock) = match (phase.step_time_cuda_s, u.step_time_cuda_s) {
                 (Some(w), Some(wo)) if w > 0.0 && wo > 0.0 => (w, wo, "cuda_events"),
@@ -144,12 +153,12 @@ impl ManifestTiming {
                 clock,
                 steps_with: phase.steps,
                 steps_without: u.steps,
+                stopped_at,
             })
         });
-        let unsettled = match phase.stop.as_deref() {
-            Some(s @ ("step_cap" | "time_cap")) if !after => Some((s.to_owned(), phase.steps)),
-            _ => None,
-        };
+        let unsettled = stopped_at
+            .filter(|_| !after)
+            .map(|s| (s.to_owned(), phase.steps));
         Some(ProgramStepTime {
             ns: secs_to_ns(self.step_time_s)?,
             source: if after {

@@ -472,6 +472,9 @@ mod tests {
             ("cuda_events", 0.0428, 0.0366)
         );
         assert_eq!((ab.steps_with, ab.steps_without), (8, 8));
+        assert_eq!(ab.stopped_at, None);
+        let capped = read(&phase("").replace("settled", "step_cap")).unwrap();
+        assert_eq!(capped.stopped_at, Some("step_cap"));
         let ab = read(&phase("")).unwrap();
         assert_eq!(
             (ab.clock, ab.step_time_with_s, ab.step_time_without_s),

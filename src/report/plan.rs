@@ -268,6 +268,13 @@ impl<'a> PlannedRun<'a> {
         self.measured.summary.plan_timed_both_ways.as_ref()
     }
 
+    /// Steps in each way's median of the planned run's timing phase (the fewer of with and
+    /// without the plan).
+    pub fn median_steps_each_way(&self) -> Option<usize> {
+        let ab = self.timed_both_ways()?;
+        Some(ab.steps_with.min(ab.steps_without))
+    }
+
     /// The time the plan added to a step in the planned run itself (its steps with the plan
     /// against its steps without), s.
     pub fn measured_added_s(&self) -> Option<f64> {
@@ -452,6 +459,23 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
          measured in the planned run's timing phase against its own steps without the plan (last error: the prediction set on those steps)",
         b.step_time_source
     );
+    // A measured "added" from a timing phase that hit its cap rests on few steps or on steps
+    // that still drifted (nanoGPT's bench.py: medians of 2 each way): said, so it is not read
+    // as firm.
+    for r in runs {
+        if let Some((stop, n)) = r
+            .timed_both_ways()
+            .and_then(|a| a.stopped_at)
+            .zip(r.median_steps_each_way())
+        {
+            let _ = writeln!(
+                o,
+                "{}: its timing phase stopped at its {} before the medians settled, {n} step(s) in each: meas. added is a rough figure",
+                r.label,
+                if stop == "time_cap" { "time cap" } else { "step cap" }
+            );
+        }
+    }
     for r in runs {
         let Some(e) = against_every_block(r, runs) else {
             continue;
@@ -510,6 +534,8 @@ pub fn write_budget_sweep(
             "every_block_room_bytes",
             "predicted_added_vs_every_block_s",
             "measured_added_vs_every_block_s",
+            "median_steps_each_way",
+            "timing_stopped_at",
         ],
         runs,
         |w, r| {
@@ -540,6 +566,11 @@ pub fn write_budget_sweep(
                 .text(&opt_i(e.map(|e| e.every_block_room_bytes)))
                 .text(&opt_s(e.and_then(|e| e.predicted_added_s)))
                 .text(&opt_s(e.and_then(|e| e.measured_added_s)))
+                .text(
+                    &r.median_steps_each_way()
+                        .map_or_else(String::new, |n| n.to_string()),
+                )
+                .text(r.timed_both_ways().and_then(|a| a.stopped_at).unwrap_or(""))
                 .end();
         },
     )?;

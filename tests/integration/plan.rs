@@ -420,6 +420,22 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
         let with = phase["step_time_cuda_s"].as_f64().unwrap();
         let want = 100.0 * ((without + predicted_added) / with - 1.0);
         assert!((same - want).abs() < 1e-3, "{run}: {same} vs {want}");
+        // How many steps each way's median holds, and whether the phase stopped at a cap
+        // before its medians settled (every run here: 20 each way, `step_cap`), which the
+        // console says under its table.
+        let each = phase["steps"]
+            .as_u64()
+            .unwrap()
+            .min(phase["unplanned"]["steps"].as_u64().unwrap());
+        assert_eq!(row[c("median_steps_each_way")], each.to_string(), "{run}");
+        let stop = phase["stop"].as_str().unwrap();
+        let capped = matches!(stop, "step_cap" | "time_cap");
+        assert_eq!(row[c("timing_stopped_at")], if capped { stop } else { "" });
+        let rough = format!(
+            "{}: its timing phase stopped at its step cap before the medians settled, {each} step(s) in each",
+            row[c("budget")]
+        );
+        assert_eq!(stdout.contains(&rough), capped, "{run}: {stdout}");
     }
     // Each budget's plan against every block checkpointed, both as measured in their runs:
     // whether every block fits the budget, by how much, and the time added beside its.
