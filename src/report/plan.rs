@@ -275,6 +275,12 @@ impl<'a> PlannedRun<'a> {
         Some(ab.steps_with.min(ab.steps_without))
     }
 
+    /// Which cap its timing phase stopped at before its medians settled (`step_cap`,
+    /// `time_cap`); `None` when they settled or the run was not timed both ways.
+    pub fn timing_stopped_at(&self) -> Option<&'static str> {
+        self.timed_both_ways()?.stopped_at
+    }
+
     /// The time the plan added to a step in the planned run itself (its steps with the plan
     /// against its steps without), s.
     pub fn measured_added_s(&self) -> Option<f64> {
@@ -463,11 +469,7 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
     // that still drifted (nanoGPT's bench.py: medians of 2 each way): said, so it is not read
     // as firm.
     for r in runs {
-        if let Some((stop, n)) = r
-            .timed_both_ways()
-            .and_then(|a| a.stopped_at)
-            .zip(r.median_steps_each_way())
-        {
+        if let Some((stop, n)) = r.timing_stopped_at().zip(r.median_steps_each_way()) {
             let _ = writeln!(
                 o,
                 "{}: its timing phase stopped at its {} before the medians settled, {n} step(s) in each: meas. added is a rough figure",
@@ -570,7 +572,7 @@ pub fn write_budget_sweep(
                     &r.median_steps_each_way()
                         .map_or_else(String::new, |n| n.to_string()),
                 )
-                .text(r.timed_both_ways().and_then(|a| a.stopped_at).unwrap_or(""))
+                .text(r.timing_stopped_at().unwrap_or(""))
                 .end();
         },
     )?;
