@@ -17,3 +17,18 @@ for name in mnist dcgan regression; do
     && ninja -C "$W/build/$name" >>"$W/build_$name.log" 2>&1 \
     || { echo "== build of $name failed:"; tail -n 30 "$W/build_$name.log"; exit 1; }
 done
+# prabhuomkar/pytorch-cpp's tutorials are sub-projects of its top-level CMakeLists.txt, which
+# finds Torch (or downloads libtorch) and sets TORCH_CXX_FLAGS: the same two things here, with
+# the tutorial's own CMakeLists.txt added as the sub-project, as the top level does.
+mkdir -p "$W/build/drn_top"
+cat >"$W/build/drn_top/CMakeLists.txt" <<CM
+cmake_minimum_required(VERSION 3.28.6 FATAL_ERROR)
+project(pytorch-cpp VERSION 1.0.0 LANGUAGES CXX)
+find_package(Torch REQUIRED)
+set(CMAKE_CXX_FLAGS "\${CMAKE_CXX_FLAGS} \${TORCH_CXX_FLAGS} -pthread")
+add_subdirectory("$SRC/pytorch-cpp/tutorials/intermediate/deep_residual_network" drn)
+CM
+cmake -S "$W/build/drn_top" -B "$W/build/drn" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$PREFIX" -DDOWNLOAD_DATASETS=OFF >"$W/build_drn.log" 2>&1 \
+  && ninja -C "$W/build/drn" >>"$W/build_drn.log" 2>&1 \
+  || { echo "== build of deep_residual_network failed:"; tail -n 30 "$W/build_drn.log"; exit 1; }

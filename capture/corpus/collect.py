@@ -175,6 +175,17 @@ def main():
     row["peak_allocated"] = sr.get("peak_allocated_bytes")
     row["peak_node"] = sr.get("peak_node")
     row["flops_fcm_convention"] = sr.get("matmul_flops_per_iteration")
+    # Phases: FlopCounterMode split at the step's backward calls, against steptrace's FLOPs by
+    # phase (FlopCounterMode's convention where the summary has it).
+    row["ref_flop_counter_forward"] = refd.get("flop_counter_forward")
+    row["ref_flop_counter_backward"] = refd.get("flop_counter_backward")
+    row["flops_by_phase"] = sr.get("flops_by_phase")
+    row["matmul_flops_by_phase"] = sr.get("matmul_flops_by_phase")
+    fwd = (sr.get("matmul_flops_by_phase") or {}).get("forward")
+    if row["ref_flop_counter_forward"] and fwd is not None:
+        row["forward_flops_error_pct"] = 100.0 * (fwd / row["ref_flop_counter_forward"] - 1)
+    row["activations"] = sr.get("activations")
+    row["peak_breakdown_bytes"] = sr.get("peak_breakdown_bytes")
     if row["ref_max_memory_allocated"] and row["peak_allocated"]:
         row["peak_error_pct"] = 100.0 * (row["peak_allocated"] / row["ref_max_memory_allocated"] - 1)
     own = row.get("own_printed_step_ms") or row.get("reference_step_ms")

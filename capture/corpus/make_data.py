@@ -6,7 +6,12 @@ GPU machine has no network, so nothing can be downloaded):
   cpp/dcgan (torch::data::datasets::MNIST);
 - token files for nanoGPT (uint16, as data/openwebtext/prepare.py writes them);
 - wikitext-2 train.txt for word_language_model (absent from the stored snapshot): the
-  repository's own valid.txt and test.txt, concatenated.
+  repository's own valid.txt and test.txt, concatenated; the same text as Lightning's demo
+  WikiText2 (`fw/data/wikitext-2.txt`, the file its download would write);
+- CIFAR-10 in its binary format (random pixels and labels) for prabhuomkar/pytorch-cpp's
+  deep_residual_network, which reads ../../../../data/cifar10/ from where it runs;
+- time_sequence_prediction's traindata.pt as its generate_sine_wave.py writes it (the same
+  formula and seed), with 40 time steps instead of 1,000 so that a step's trace stays small.
 
     python3 make_data.py WORKDIR
 """
@@ -56,6 +61,26 @@ def main():
         for part in ("valid.txt", "test.txt"):
             with open(os.path.join(wt, part)) as f:
                 out.write(f.read())
+    fw = os.path.join(work, "fw", "data")
+    os.makedirs(fw, exist_ok=True)
+    with open(os.path.join(fw, "wikitext-2.txt"), "w") as out, open(os.path.join(wt, "train.txt")) as f:
+        out.write(f.read())
+    cifar = os.path.join(work, "cppdrn", "data", "cifar10")
+    os.makedirs(cifar, exist_ok=True)
+    os.makedirs(os.path.join(work, "cppdrn", "a", "b", "c", "d"), exist_ok=True)
+    for name in ["data_batch_%d.bin" % i for i in range(1, 6)] + ["test_batch.bin"]:
+        rows = np.empty((10000, 3073), dtype=np.uint8)
+        rows[:, 0] = rng.integers(0, 10, size=10000, dtype=np.uint8)
+        rows[:, 1:] = rng.integers(0, 256, size=(10000, 3072), dtype=np.uint8)
+        rows.tofile(os.path.join(cifar, name))
+    # generate_sine_wave.py: T=20, L=1000, N=100, np.random.seed(2); here L=40.
+    np.random.seed(2)
+    T, L, N = 20, 40, 100
+    x = np.empty((N, L), "int64")
+    x[:] = np.array(range(L)) + np.random.randint(-4 * T, 4 * T, N).reshape(N, 1)
+    data = np.sin(x / 1.0 / T).astype("float64")
+    import torch
+    torch.save(data, open(os.path.join(work, "examples", "time_sequence_prediction", "traindata.pt"), "wb"))
 
 
 if __name__ == "__main__":

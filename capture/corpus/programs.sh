@@ -42,6 +42,16 @@ corpus_programs() {
   # user's launch script would.
   each ddp_torchrun ddp $E/distributed/ddp-tutorial-series 0 1 -- \
     sh -c 'rm -f snapshot.pt; exec torchrun --standalone --nproc-per-node 2 multigpu_torchrun.py 200 1000'
+  # Framework programs (issue: the frameworks users train with). fw/ holds capture/corpus/programs.
+  each fw_lightning py $W/fw 1 1 -- python3 lightning_transformer.py
+  each fw_hf_trainer py $W/fw 1 1 -- python3 hf_trainer_gpt2.py
+  # LBFGS with a closure, no framework (CPU only). torch 2.11 loads traindata.pt (a numpy array,
+  # as generate_sine_wave.py saves it) only with weights_only off: torch's own switch for that.
+  each fw_lbfgs py $E/time_sequence_prediction 1 1 -- env TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 python3 train.py --steps 30
+  # libtorch ResNet on CIFAR-10, DataLoader in the main thread; 20 epochs take minutes, so
+  # each run is ended with SIGINT after STOP_AFTER_S, as a user stops a long run with Ctrl-C
+  # (the window is long written by then).
+  STOP_AFTER_S=${DRN_S:-45} each cpp_drn cpp $W/cppdrn/a/b/c/d 1 1 -- $W/build/drn/drn/deep-residual-network
   each cpp_mnist cpp $W/cppdata 1 64 -- $W/build/mnist/mnist
   each cpp_dcgan cpp $W/cppdata 1 1 -- $W/build/dcgan/dcgan --epochs 1
   each cpp_regression cpp $W/cppdata 1 1 -- $W/build/regression/regression
@@ -55,6 +65,7 @@ corpus_setup() {
   mkdir -p $W/logs $W/runs $W/an $W/ref
   cp -r $ROOT/.corpus/src $W/src
   cp -r $ROOT/.corpus/src/examples $ROOT/.corpus/src/nanoGPT $W/
+  mkdir -p $W/fw && cp $ROOT/capture/corpus/programs/*.py $W/fw/
   python3 $ROOT/capture/corpus/make_data.py $W
   export STEPTRACE_CACHE=$W/cache PYTHONUNBUFFERED=1
   # The first process on a fresh machine reads torch's libraries from disk and starts CUDA
@@ -64,7 +75,7 @@ corpus_setup() {
   python3 -c 'import torch, torchvision; torch.zeros(1, device="cuda").sum().item()' >/dev/null 2>&1
   echo "== torch and CUDA warmed: $(( $(date +%s) - t0 )) s"
   if [ "${1:-}" = cpp ]; then
-    if [ ! -x $W/build/regression/regression ]; then
+    if [ ! -x $W/build/drn/drn/deep-residual-network ]; then
       local t0=$(date +%s); bash $ROOT/capture/corpus/build_cpp.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
     fi
     local t0=$(date +%s)

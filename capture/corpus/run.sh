@@ -12,7 +12,7 @@
 set -u
 . capture/corpus/programs.sh
 corpus_init "$@"
-if want cpp_mnist || want cpp_dcgan || want cpp_regression || want signals_cpp; then
+if want cpp_mnist || want cpp_dcgan || want cpp_regression || want cpp_drn || want signals_cpp; then
   corpus_setup cpp
 else
   corpus_setup
@@ -48,6 +48,14 @@ dump_tree() {
   done
 }
 minus() { python3 -c "print($1 - $2)"; }
+# stopper NAME_OF_EXE: with STOP_AFTER_S set, sends SIGINT to the program (by its process name,
+# so not to the timer around it) after that many seconds, as Ctrl-C would; prints the pid to
+# kill once the run is over (none without STOP_AFTER_S).
+stopper() {
+  [ -n "${STOP_AFTER_S:-}" ] || return 0
+  (sleep $STOP_AFTER_S; pkill -INT -x "$(basename "$1" | cut -c1-15)") >/dev/null 2>&1 &
+  echo $!
+}
 
 # prog NAME KIND(py|cpp) DIR FLOPS(1|0) -- COMMAND...
 prog() {
@@ -60,21 +68,27 @@ prog() {
   # The plain run is the program alone, as its users run it: the whole-run slowdown's base.
   local timer="python3 $ROOT/capture/corpus/progress_timer.py"
   t0=$(now)
+  local stop=$(stopper "$1")
   $timer $W/ref/$name.progress_plain.json --units-per-step ${UPS:-1} -- "$@" >$W/logs/$name.plain.out 2>&1
   local plain_rc=$?
+  [ -n "$stop" ] && kill $stop 2>/dev/null
   t1=$(now)
+  stop=$(stopper "$1")
   # The capture as users run it: its whole-run time, steps and step time.
   bounded ${CAPTURE_LIMIT_S:-400} $W/logs/$name.hang \
     -- $timer $W/ref/$name.progress_capture.json --units-per-step ${UPS:-1} -- \
-    $ST capture --out $W/runs/$name -- "$@" >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
+    $ST capture --out $W/runs/$name ${CAPTURE_ARGS:-} -- "$@" >$W/logs/$name.capture.out 2>$W/logs/$name.capture.err
   local cap_rc=$?
+  [ -n "$stop" ] && kill $stop 2>/dev/null
   t2=$(now)
+  stop=$(stopper "$1")
   # A second capture with the validation references (STEPTRACE_REFERENCE=1: torch's
   # max_memory_allocated per window step, FlopCounterMode over a step, torch's own memory
   # categories, which cost seconds): peak and FLOPs are checked on it.
   STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=$flops bounded ${CAPTURE_LIMIT_S:-400} $W/logs/$name.ref.hang \
-    -- $ST capture --out $W/runs/$name.ref -- "$@" >$W/logs/$name.ref.capture.out 2>&1
+    -- $ST capture --out $W/runs/$name.ref ${CAPTURE_ARGS:-} -- "$@" >$W/logs/$name.ref.capture.out 2>&1
   local ref_rc=$?
+  [ -n "$stop" ] && kill $stop 2>/dev/null
   t3=$(now)
   $ST analyze $W/runs/$name --out $W/an/$name >$W/logs/$name.analyze.out 2>$W/logs/$name.analyze.err
   local an_rc=$?
@@ -168,7 +182,7 @@ if want signals_cpp; then
 fi
 
 cd $W
-tar czf $OUT/runs_py.tar.gz runs/py_* runs/nanogpt* an/py_* an/nanogpt* ref 2>/dev/null
+tar czf $OUT/runs_py.tar.gz runs/py_* runs/nanogpt* runs/fw_* an/py_* an/nanogpt* an/fw_* ref 2>/dev/null
 tar czf $OUT/runs_cpp.tar.gz runs/cpp_* an/cpp_* 2>/dev/null
 tar czf $OUT/runs_ddp.tar.gz runs/ddp_* an/ddp_* ref/ddp_* 2>/dev/null
 tar czf $OUT/logs.tar.gz logs sig 2>/dev/null

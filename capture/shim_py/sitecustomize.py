@@ -112,6 +112,7 @@ class _State:
         self.anchor = None
         self.cuda_events = []
         self.flop_mode = None
+        self.flop_backward = 0
         self.flops_armed = False
         self.pstep = 0  # profiler steps: boundaries outside the timing phase
         self.timing_started = False
@@ -576,6 +577,7 @@ def _reference_flops_step():
             from torch.utils.flop_counter import FlopCounterMode
 
             _S.flops_armed = False
+            _S.flop_backward = 0
             _S.flop_mode = FlopCounterMode(display=False)
             _S.flop_mode.__enter__()
             return
@@ -584,6 +586,9 @@ def _reference_flops_step():
             mode.__exit__(None, None, None)
             ref = _S.status.setdefault("reference", {})
             ref["flop_counter_total"] = int(mode.get_total_flops())
+            # FlopCounterMode inside the step's backward calls, and outside them (forward).
+            ref["flop_counter_backward"] = int(_S.flop_backward)
+            ref["flop_counter_forward"] = int(mode.get_total_flops()) - int(_S.flop_backward)
             ref["flop_counter_by_op"] = {
                 str(k): int(v) for k, v in sorted(mode.get_flop_counts().get("Global", {}).items(), key=str)
             }
@@ -592,6 +597,15 @@ def _reference_flops_step():
         _S.flop_mode = None
     _finish_hooks()
     _write_status()
+
+
+def _total_flops(mode):
+    if mode is None:
+        return None
+    try:
+        return int(mode.get_total_flops())
+    except Exception:
+        return None
 
 
 def _finish_hooks():
@@ -701,9 +715,17 @@ def _install_hooks(torch):
     @functools.wraps(orig_backward)
     def backward(*args, **kwargs):
         _nvtx(push="steptrace.backward")
+        # Validation only: FlopCounterMode's count split into backward (inside this call) and
+        # the rest (the forward passes: no optimizer op has a FLOP formula there).
+        mode = _S.flop_mode
+        before = _total_flops(mode)
         try:
             return orig_backward(*args, **kwargs)
         finally:
+            if before is not None and _S.flop_mode is mode:
+                after = _total_flops(mode)
+                if after is not None:
+                    _S.flop_backward += after - before
             _nvtx(pop=True)
             _S.backward_since_step = True
             # Passes mark steps after the window only where no step hook does (the
