@@ -145,6 +145,9 @@ pub struct Summary {
     pub matmul_flops_per_iteration: u64,
     /// All FLOPs per iteration by phase.
     pub flops_by_phase: std::collections::BTreeMap<&'static str, u64>,
+    /// FLOPs per iteration by phase in FlopCounterMode's convention (matmul, convolution,
+    /// attention): what FlopCounterMode counts around the forward and around the backward.
+    pub matmul_flops_by_phase: std::collections::BTreeMap<&'static str, u64>,
     /// Bytes read and written per iteration by the nodes.
     pub bytes_per_iteration: u64,
     /// Whether node traffic and optimizer FLOPs come from the Execution Trace (exact) or are
@@ -284,8 +287,10 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let n_iter = step.iterations.len().max(1) as u64;
     let matmul_flops_by_op = by_type.into_iter().map(|(k, v)| (k, v / n_iter)).collect();
     let mut flops_by_phase = std::collections::BTreeMap::new();
+    let mut matmul_flops_by_phase = std::collections::BTreeMap::new();
     for r in &flop_rows {
         *flops_by_phase.entry(r.gtype).or_insert(0u64) += r.flops;
+        *matmul_flops_by_phase.entry(r.gtype).or_insert(0u64) += r.matmul_flops;
     }
     let snapshot = t.snapshot.as_ref().map(|_| snapshot_join(t, &step, diag));
     let execution_trace = exec_trace_join(t);
@@ -377,6 +382,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         flops_per_iteration: flop_rows.iter().map(|r| r.flops).sum(),
         matmul_flops_per_iteration: flop_rows.iter().map(|r| r.matmul_flops).sum(),
         flops_by_phase,
+        matmul_flops_by_phase,
         bytes_per_iteration: flop_rows.iter().map(|r| r.bytes).sum(),
         flops_from_execution_trace: t.exec_trace.is_some(),
         peaks,

@@ -55,10 +55,25 @@ pub(super) fn kept_category(s: &Snapshot, frames: &[FrameId]) -> Option<Category
     if innermost.ends_with("nn/modules/rnn.py") {
         return Some(Category::Workspace);
     }
+    // Made inside a module's forward and kept across steps: a cache the forward builds once
+    // and reads after (positional encodings, rotary tables, masks). torch's classifier names
+    // what the forward reads and did not make in the step INPUT.
+    if frames.iter().any(|f| {
+        let fr = &s.frames[f.0 as usize];
+        is_module_call(s.str(fr.name), s.str(fr.filename))
+    }) {
+        return Some(Category::Input);
+    }
     let in_torch =
         |f: &str| f.contains("/torch/") || f.starts_with("torch/") || f.contains("site-packages");
     (!frames.iter().map(file).any(in_torch) && !innermost.is_empty() && !innermost.starts_with('?'))
         .then_some(Category::Input)
+}
+
+/// Whether a Python frame is `nn.Module.__call__` running a module's forward.
+fn is_module_call(name: &str, file: &str) -> bool {
+    file.ends_with("nn/modules/module.py")
+        && matches!(name, "_call_impl" | "_wrapped_call_impl" | "inner")
 }
 
 /// Category of a block made before the window, from its allocation stack.
@@ -77,10 +92,15 @@ pub(super) fn category_from_frames(s: &Snapshot, frames: &[FrameId]) -> Category
         // to the window from there is last step's gradients.
         return Category::Grad;
     }
+    // Frames run from the innermost out. A module's forward inside an optimizer's step is a
+    // closure's forward pass (Lightning's training step, LBFGS): what it makes is not
+    // optimizer state.
+    let mut in_forward = false;
     for f in frames {
         let fr = &s.frames[f.0 as usize];
         let (name, file) = (s.str(fr.name), s.str(fr.filename));
-        if file.contains("/optim/") || name.contains("torch::optim::") {
+        in_forward |= is_module_call(name, file);
+        if (file.contains("/optim/") || name.contains("torch::optim::")) && !in_forward {
             return Category::OptState;
         }
         if (file.ends_with("nn/modules/module.py")
@@ -201,7 +221,7 @@ pub(super) fn in_window_category(t: &Trace, step: &Step, b: &Block) -> Category 
                 Category::OptState
             }
         }
-        Phase::Other if it.backward.is_none_or(|(bs, _)| b.alloc < bs) && !freed_in(b.alloc) => {
+        Phase::Other | Phase::DataLoading if it.backward.is_none_or(|(bs, _)| b.alloc < bs) && !freed_in(b.alloc) => {
             if freed_in(it.end)
                 && it
                     .backward

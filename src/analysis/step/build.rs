@@ -20,25 +20,49 @@ pub(super) struct Ctx<'a> {
     pub(super) main: Option<ThreadId>,
     /// Whether the program marks its optimizer (`Optimizer.step#` ranges).
     pub(super) has_opt_annotations: bool,
+    /// Per node: forward work that autograd differentiates ([`super::differentiated`]).
+    pub(super) differentiated: &'a [bool],
+    /// Whether the trace has any GPU activity.
+    pub(super) has_gpu: bool,
+}
+
+/// What one iteration's phases read beyond [`Ctx`]: its backward passes, the nodes of
+/// `Optimizer.step` closures that are the closure's own forward work, and where a libtorch
+/// loop's data loading begins.
+pub(super) struct IterPhases {
+    pub(super) bw: BackwardSpans,
+    /// Node indices inside an `Optimizer.step` range that belong to a closure's forward pass.
+    closure: rustc_hash::FxHashSet<usize>,
+    /// Node indices of the host-only tail after the optimizer (data loading, no ranges).
+    data_tail: rustc_hash::FxHashSet<usize>,
 }
 
 impl Ctx<'_> {
     /// The phase of node `ni` of an iteration whose backward passes are `bw`. `seen_compute`:
     /// whether a forward node of the iteration launched GPU work before this one (updated).
-    pub(super) fn phase(&self, ni: usize, bw: &BackwardSpans, seen_compute: &mut bool) -> Phase {
+    pub(super) fn phase(&self, ni: usize, ip: &IterPhases, seen_compute: &mut bool) -> Phase {
         let (t, o) = (self.t, self.node_ops[ni]);
         let op = t.op(o);
         let gpus = &self.gpu.of_node[ni];
+        let bw = &ip.bw;
+        let main = Some(op.thread) == self.main;
         if self.facts.in_zero_grad[o.0 as usize] {
             Phase::ZeroGrad
-        } else if self.facts.in_optimizer[o.0 as usize] {
-            Phase::Optimizer
-        } else if self.facts.is_bw(o)
-            || (Some(op.thread) != self.main && self.autograd_thread[op.thread.0 as usize])
-        {
+        } else if self.facts.is_bw(o) || (!main && self.autograd_thread[op.thread.0 as usize]) {
             Phase::Backward
-        } else if Some(op.thread) != self.main {
+        } else if self.facts.in_data_loading[o.0 as usize] {
+            Phase::DataLoading
+        } else if self.facts.in_optimizer[o.0 as usize].is_some()
+            && !(main && ip.closure.contains(&ni))
+        {
+            // An optimizer's own work; a closure it calls (Lightning's training step, LBFGS)
+            // runs the forward pass inside the range, and that is classified as forward work
+            // wherever it runs.
+            Phase::Optimizer
+        } else if !main {
             Phase::Other
+        } else if ip.data_tail.contains(&ni) {
+            Phase::DataLoading
         } else {
             match bw.extent {
                 Some((bs, be)) if op.start >= bs && op.start < be && bw.contains(op.start) => {
@@ -64,6 +88,71 @@ impl Ctx<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// The closures' forward work and the data-loading tail of the iteration whose nodes are
+    /// `idx` (in time order).
+    ///
+    /// ```text
+    ///  main   [Optimizer.step ........................................................]
+    ///          [upd] [fwd][fwd][loss][zero_grad]          [upd][upd] [fwd][fwd] ...
+    ///  engine                                    [bwd][bwd]                      [bwd]
+    ///                ^ closure: from a differentiated node to the next backward pass
+    /// ```
+    fn iter_phases(&self, idx: &[usize], bw: BackwardSpans) -> IterPhases {
+        let t = self.t;
+        let on_main = |ni: usize| Some(t.op(self.node_ops[ni]).thread) == self.main;
+        let mut closure = rustc_hash::FxHashSet::default();
+        let mut by_range: FxHashMap<OpId, Vec<usize>> = FxHashMap::default();
+        for &ni in idx {
+            if let Some(r) = self.facts.in_optimizer[self.node_ops[ni].0 as usize] {
+                if on_main(ni) && !self.facts.is_bw(self.node_ops[ni]) {
+                    by_range.entry(r).or_default().push(ni);
+                }
+            }
+        }
+        for members in by_range.values() {
+            // Start of the closure's latest differentiated node: the closure's forward runs
+            // from there until a backward pass begins; what follows is the optimizer's update,
+            // until the next closure.
+            let mut forward_from: Option<i64> = None;
+            for &ni in members {
+                let start = t.op(self.node_ops[ni]).start;
+                if self.differentiated[ni] {
+                    forward_from = Some(start);
+                } else if let Some(f) = forward_from {
+                    let k = bw.spans.partition_point(|s| s.0 < f);
+                    if bw.spans.get(k).is_some_and(|s| s.0 < start) {
+                        forward_from = None;
+                    }
+                }
+                // Main-thread work while a backward pass runs is the pass's (the main rules
+                // below say so).
+                if forward_from.is_some() || bw.contains(start) {
+                    closure.insert(ni);
+                }
+            }
+        }
+        // A loop without ranges (libtorch): after the backward pass, the optimizer's update
+        // launches GPU work; the host-only ops after the last of it build the next batch.
+        let mut data_tail = rustc_hash::FxHashSet::default();
+        if let (Some((_, be)), false, true) = (bw.extent, self.has_opt_annotations, self.has_gpu) {
+            let after: Vec<usize> = idx
+                .iter()
+                .copied()
+                .filter(|&ni| on_main(ni) && t.op(self.node_ops[ni]).start >= be)
+                .filter(|&ni| !self.facts.is_bw(self.node_ops[ni]))
+                .collect();
+            if let Some(last_gpu) = after.iter().rposition(|&ni| !self.gpu.of_node[ni].is_empty())
+            {
+                data_tail.extend(after[last_gpu + 1..].iter().copied());
+            }
+        }
+        IterPhases {
+            bw,
+            closure,
+            data_tail,
         }
     }
 
@@ -100,14 +189,15 @@ impl Ctx<'_> {
             .map(|&ni| self.node_ops[ni])
             .filter(|&o| self.facts.is_bw(o))
             .collect();
-        let bw = BackwardSpans::new(t, &bw_ops);
+        let ip = self.iter_phases(&idx, BackwardSpans::new(t, &bw_ops));
+        let bw = &ip.bw;
         let mut nodes = Vec::with_capacity(idx.len());
         let mut counters: FxHashMap<(Phase, Option<StrId>, StrId), u32> = FxHashMap::default();
         let mut seen_compute = false;
         for (rank, &ni) in idx.iter().enumerate() {
             let o = self.node_ops[ni];
             let op = t.op(o);
-            let phase = self.phase(ni, &bw, &mut seen_compute);
+            let phase = self.phase(ni, &ip, &mut seen_compute);
             let module = self.module(o, phase);
             // Forward ops inside backward recompute checkpointed activations: they run under
             // an autograd node but are not the node's own backward formula.

@@ -49,6 +49,11 @@ pub enum Phase {
     Optimizer,
     /// `zero_grad`.
     ZeroGrad,
+    /// Building the next batch: a Python DataLoader's `__next__` (its
+    /// `enumerate(DataLoader)#` range), or in a program without such ranges (libtorch) the
+    /// host-only ops on the main thread between the last GPU work after the backward pass and
+    /// the iteration's end.
+    DataLoading,
     /// Input copies and anything outside the phases above.
     Other,
 }
@@ -61,6 +66,7 @@ impl Phase {
             Phase::Backward => "backward",
             Phase::Optimizer => "optimizer",
             Phase::ZeroGrad => "zero_grad",
+            Phase::DataLoading => "data_loading",
             Phase::Other => "other",
         }
     }
@@ -175,9 +181,11 @@ fn collect_nodes(t: &Trace, op: OpId, out: &mut Vec<OpId>) {
 struct OpFacts {
     /// Nearest `evaluate_function` ancestor's autograd function name.
     autograd_fn: Vec<Option<StrId>>,
-    /// Inside `Optimizer.step#` / `Optimizer.zero_grad#` ranges.
-    in_optimizer: Vec<bool>,
+    /// The `Optimizer.step#` range holding the op, if any.
+    in_optimizer: Vec<Option<OpId>>,
+    /// Inside `Optimizer.zero_grad#` / `enumerate(DataLoader)#` ranges.
     in_zero_grad: Vec<bool>,
+    in_data_loading: Vec<bool>,
 }
 
 impl OpFacts {
@@ -206,6 +214,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     );
     let (per_iter, outside) = assign_to_windows(t, &node_ops, &windows);
     let module_by_seq = module_by_seq(t, &facts, &autograd_thread);
+    let differentiated = differentiated(t, &node_ops, &facts);
     let ctx = Ctx {
         t,
         node_ops: &node_ops,
@@ -215,7 +224,9 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         module_by_seq: &module_by_seq,
         launches: &sorted_launches(t),
         main,
-        has_opt_annotations: facts.in_optimizer.iter().any(|&b| b),
+        has_opt_annotations: facts.in_optimizer.iter().any(|b| b.is_some()),
+        differentiated: &differentiated,
+        has_gpu: !t.kineto.gpu.is_empty(),
     };
     // Iterations are independent: each builds its nodes on its own thread, and they are joined
     // in iteration order, so the output does not depend on the threads.
@@ -277,18 +288,21 @@ fn node_ops(t: &Trace) -> Vec<OpId> {
 /// range holds it. Ancestors are searched on all threads; names are interned after, in node
 /// order, so the string table does not depend on the threads.
 fn op_facts(t: &mut Trace, node_ops: &[OpId]) -> OpFacts {
-    let found: Vec<(Option<StrId>, bool, bool)> = node_ops
+    let found: Vec<(Option<StrId>, Option<OpId>, bool, bool)> = node_ops
         .par_iter()
         .map(|&o| {
-            let mut f = (None, false, false);
+            let mut f = (None, None, false, false);
             for a in t.ancestors(o) {
                 let name_id = t.op(a).name;
                 let name = t.kineto.str(name_id);
                 if f.0.is_none() && name.starts_with(EVALUATE_FUNCTION) {
                     f.0 = Some(name_id);
                 }
-                f.1 |= name.starts_with("Optimizer.step#");
+                if f.1.is_none() && name.starts_with("Optimizer.step#") {
+                    f.1 = Some(a);
+                }
                 f.2 |= name.starts_with("Optimizer.zero_grad#");
+                f.3 |= name.starts_with(DATA_LOADER_NEXT);
             }
             f
         })
@@ -296,11 +310,12 @@ fn op_facts(t: &mut Trace, node_ops: &[OpId]) -> OpFacts {
     let n_ops = t.kineto.ops.len();
     let mut facts = OpFacts {
         autograd_fn: vec![None; n_ops],
-        in_optimizer: vec![false; n_ops],
+        in_optimizer: vec![None; n_ops],
         in_zero_grad: vec![false; n_ops],
+        in_data_loading: vec![false; n_ops],
     };
     let mut fn_names: FxHashMap<StrId, StrId> = FxHashMap::default();
-    for (&o, &(eval, opt, zg)) in node_ops.iter().zip(&found) {
+    for (&o, &(eval, opt, zg, dl)) in node_ops.iter().zip(&found) {
         if let Some(name_id) = eval {
             let id = *fn_names.entry(name_id).or_insert_with(|| {
                 let f = t.kineto.str(name_id)[EVALUATE_FUNCTION.len()..].to_owned();
@@ -310,8 +325,73 @@ fn op_facts(t: &mut Trace, node_ops: &[OpId]) -> OpFacts {
         }
         facts.in_optimizer[o.0 as usize] = opt;
         facts.in_zero_grad[o.0 as usize] = zg;
+        facts.in_data_loading[o.0 as usize] = dl;
     }
     facts
+}
+
+/// The range a Python DataLoader's iterator opens around each `__next__`
+/// (`enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`).
+const DATA_LOADER_NEXT: &str = "enumerate(DataLoader)#";
+
+/// Per node: whether it is forward work that autograd later differentiates. The trace links
+/// each such forward op to its backward node with a `fwdbwd` flow (its start at the forward
+/// op's start, on the forward op's thread); a node holding a linked op is forward work
+/// wherever it runs, inside an `Optimizer.step` closure (Lightning, LBFGS) included. A trace
+/// without flows falls back on sequence numbers: an op whose number an `evaluate_function`
+/// range carries. (That is looser: an op under `no_grad` records the counter's next value
+/// without taking it, which is the next forward op's.)
+fn differentiated(t: &Trace, node_ops: &[OpId], facts: &OpFacts) -> Vec<bool> {
+    let mut node_of: Vec<u32> = vec![u32::MAX; t.kineto.ops.len()];
+    for (i, &o) in node_ops.iter().enumerate() {
+        node_of[o.0 as usize] = i as u32;
+    }
+    let node_holding = |o: OpId| -> Option<u32> {
+        let node = std::iter::once(o)
+            .chain(t.ancestors(o))
+            .map(|a| node_of[a.0 as usize])
+            .find(|&n| n != u32::MAX)?;
+        // Backward nodes are linked too (recomputation): they are not forward work.
+        (!facts.is_bw(node_ops[node as usize])).then_some(node)
+    };
+    let flows = &t.kineto.flows;
+    let marked: Vec<u32> = if flows.iter().any(|f| !f.is_start) {
+        let mut ends: Vec<i64> = flows.iter().filter(|f| !f.is_start).map(|f| f.id).collect();
+        ends.par_sort_unstable();
+        flows
+            .par_iter()
+            .filter(|f| f.is_start && ends.binary_search(&f.id).is_ok())
+            .filter_map(|f| {
+                let list = t.thread_ops.get(f.thread.0 as usize)?;
+                let k = list.partition_point(|&o| t.op(o).start < f.ts);
+                let &o = list.get(k).filter(|&&o| t.op(o).start == f.ts)?;
+                node_holding(o)
+            })
+            .collect()
+    } else {
+        let mut bw_seqs: Vec<i64> = t
+            .kineto
+            .ops
+            .iter()
+            .filter(|o| t.kineto.str(o.name).starts_with(EVALUATE_FUNCTION))
+            .filter_map(|o| o.seq)
+            .collect();
+        bw_seqs.par_sort_unstable();
+        bw_seqs.dedup();
+        (0..t.kineto.ops.len() as u32)
+            .into_par_iter()
+            .filter_map(|oi| {
+                let seq = t.op(OpId(oi)).seq?;
+                bw_seqs.binary_search(&seq).ok()?;
+                node_holding(OpId(oi))
+            })
+            .collect()
+    };
+    let mut out = vec![false; node_ops.len()];
+    for n in marked {
+        out[n as usize] = true;
+    }
+    out
 }
 
 /// Threads the autograd engine ran on (a backward node ran there), by thread index. Other side
