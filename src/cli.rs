@@ -195,6 +195,7 @@ impl SweepArgs {
             // timing phase runs without it fit in memory.
             plan_ab: plan.is_some(),
             plan,
+            rerun_short: true,
         })
     }
 }
@@ -328,6 +329,10 @@ pub(crate) struct CaptureArgs {
     /// it adds is measured in one process (the steps without it need the memory it saves).
     #[arg(long, requires = "plan")]
     pub(crate) plan_ab: bool,
+    /// A program that ends before the window (shorter than the timing phase and the
+    /// schedule) is run a second time with a window fitted to its steps; this turns that off.
+    #[arg(long)]
+    pub(crate) no_rerun: bool,
     /// The program and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -373,6 +378,7 @@ impl CaptureArgs {
             cache: None,
             plan: self.plan.clone(),
             plan_ab: self.plan_ab,
+            rerun_short: !self.no_rerun,
             timing: self.timing.phase(),
         })
     }

@@ -21,7 +21,7 @@ mod props;
 pub mod shim;
 mod time;
 
-pub use manifest::{Manifest, Outcome, RankFiles};
+pub use manifest::{Manifest, Outcome, RankFiles, Rerun};
 pub use props::{CaptureProps, Mode, Record, Schedule, TimingPhase};
 
 use std::path::{Path, PathBuf};
@@ -180,8 +180,121 @@ fn read_plan(path: &Path) -> Result<(String, usize), Error> {
     Ok((text, decisions.len()))
 }
 
-/// Runs the capture.
+/// Runs the capture. A program that ran steps but ended before the window (a program shorter
+/// than the timing phase and the schedule: pytorch/examples' FSDP2 `example.py` runs 10 steps)
+/// is run once more with a window fitted to the steps it has and no timing phase; its step
+/// time is then the first run's timing phase, and the manifest says so (`rerun`).
 pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
+    let first = run_once(props)?;
+    let Some(fit) = short_run_schedule(props, &first.manifest) else {
+        return write_manifest(first);
+    };
+    // The second run writes the same names; the first run's files go first, so none of them
+    // can stand in for a file the second did not write.
+    clear_run_files(&first.out, &first.manifest);
+    let mut again = props.clone();
+    again.schedule = fit;
+    again.timing.steps = 0;
+    again.force = true;
+    let mut second = run_once(&again)?;
+    let m1 = &first.manifest;
+    let steps = m1.ranks.iter().map(|r| r.steps).min().unwrap_or(0);
+    let timed = m1
+        .ranks
+        .iter()
+        .filter_map(|r| r.timing.as_ref()?.timing_phase.as_ref())
+        .map(|p| p.steps + p.settle)
+        .min()
+        .unwrap_or(0);
+    let why = format!(
+        "the program ran {steps} steps, fewer than this schedule needs ({}: {} skipped, {}the window's {} wait, {} warm-up and {} active): it was run again with the window on steps {}-{} ({fit}) and no timing phase; its own step time is the first run's timing phase",
+        props.schedule.skip_first + props.schedule.wait + props.schedule.warmup + props.schedule.active + timed as u32,
+        props.schedule.skip_first,
+        if timed > 0 { format!("{timed} timed with nothing recorded, ") } else { String::new() },
+        props.schedule.wait,
+        props.schedule.warmup,
+        props.schedule.active,
+        fit.skip_first + fit.wait + fit.warmup + 1,
+        fit.steps_to_window_end(),
+    );
+    for r in &mut second.manifest.ranks {
+        let earlier = m1.ranks.iter().find(|f| f.rank == r.rank);
+        let phase = earlier.and_then(|f| f.timing.as_ref()?.timing_phase.clone());
+        let after = r.timing.take().and_then(|t| t.after_window);
+        r.timing = finalize::choose(after, phase);
+    }
+    second.manifest.step_time_s = second
+        .manifest
+        .ranks
+        .first()
+        .and_then(|r| r.timing.as_ref())
+        .map(|t| t.step_time_s);
+    second.manifest.notes.insert(0, why.clone());
+    second.manifest.rerun = Some(Rerun {
+        first_run_steps: steps,
+        first_run_schedule: props.schedule,
+        first_run_timing_steps: timed,
+        why,
+    });
+    write_manifest(second)
+}
+
+/// The schedule a second run of a short program uses, or `None` when the first run needs no
+/// second: it recorded its window, asked for no trace, failed, or ran fewer than 2 steps
+/// (a window needs a warm-up step and an active one). The window keeps one skipped step where
+/// the program has 5 or more, one warm-up step, and as many active steps as asked for and as
+/// are left.
+fn short_run_schedule(props: &CaptureProps, m: &Manifest) -> Option<Schedule> {
+    let clean = m.exit.code == 0 || m.exit.ended_lingering_s.is_some();
+    let no_window = !m.ranks.is_empty() && m.ranks.iter().all(|r| !r.files.contains_key("trace"));
+    let steps = m.ranks.iter().map(|r| r.steps).min()?;
+    if !props.rerun_short || !props.record.trace || !clean || !no_window || steps < 2 {
+        return None;
+    }
+    let steps = u32::try_from(steps).ok()?;
+    let skip_first = u32::from(steps >= 5);
+    Some(Schedule {
+        skip_first,
+        wait: 0,
+        warmup: 1,
+        active: props.schedule.active.min(steps - skip_first - 1).max(1),
+        repeat: 1,
+    })
+}
+
+/// Removes what a run wrote into `out`: every rank's files, the shims' status files and the
+/// manifest.
+fn clear_run_files(out: &Path, m: &Manifest) {
+    let mut names: Vec<String> = m
+        .ranks
+        .iter()
+        .flat_map(|r| r.files.values().cloned())
+        .collect();
+    names.push("manifest.json".into());
+    for (name, _) in finalize::read_statuses(out) {
+        names.push(name);
+    }
+    for n in names {
+        // Names come from our own status files; only plain names directly in `out`.
+        if !n.contains('/') && !n.starts_with('.') {
+            let _ = std::fs::remove_file(out.join(n));
+        }
+    }
+}
+
+/// Writes `manifest.json` for a finished run.
+fn write_manifest(mut o: Outcome) -> Result<Outcome, Error> {
+    let path = o.out.join("manifest.json");
+    let text = serde_json::to_vec_pretty(&o.manifest).expect("manifest serialises");
+    o.manifest_error = std::fs::write(&path, text).err().map(|e| {
+        let _ = std::fs::remove_file(&path); // a partial manifest would read as complete
+        format!("{}: {e}", path.display())
+    });
+    Ok(o)
+}
+
+/// One run of the program under the shims, its files finalised; the manifest is not written.
+fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
     if props.program.is_empty() {
         return Err(Error::NoProgram);
     }
@@ -336,18 +449,35 @@ pub fn run(props: &CaptureProps) -> Result<Outcome, Error> {
 
     // From here on the child has run: its exit status must come back whatever fails.
     let manifest = finish(props, &out, mode, exit, started_at, ended_at, torch, notes)?;
-    let path = out.join("manifest.json");
-    let text = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
-    let manifest_error = std::fs::write(&path, text).err().map(|e| {
-        let _ = std::fs::remove_file(&path); // a partial manifest would read as complete
-        format!("{}: {e}", path.display())
-    });
     Ok(Outcome {
         exit,
         manifest,
         out,
-        manifest_error,
+        manifest_error: None,
     })
+}
+
+/// Why a rank's window was not recorded whole when the program simply ended: which steps went
+/// where, counting the timing phase's (its length is not fixed: it ends when its median
+/// settles).
+fn short_window(props: &CaptureProps, st: &finalize::ShimStatus) -> String {
+    let steps = st.steps.max(st.boundaries_epoch_ns.len() as i64);
+    let s = &props.schedule;
+    let timed = st.timing_ns.len() as i64;
+    let window = i64::from(s.wait + s.warmup + s.active);
+    let before = i64::from(s.skip_first) + (timed - 1).max(0);
+    format!(
+        "the program ended after {steps} steps, before the active window closed: {} skipped, {}and the window (wait {}, warm-up {}, active {}) needed {window} more",
+        s.skip_first,
+        if timed > 0 {
+            format!("steps {}-{} timed with nothing recorded (the timing phase), ", s.skip_first.max(1), before.min(steps))
+        } else {
+            String::new()
+        },
+        s.wait,
+        s.warmup,
+        s.active,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -396,13 +526,10 @@ fn finish(
             }
         }
         if !st.window_complete && st.no_trace_reason.is_none() {
-            let why = st.window_incomplete_reason.clone().unwrap_or_else(|| {
-                format!(
-                    "the active window was not recorded whole ({} steps seen, {} needed)",
-                    st.steps.max(st.boundaries_epoch_ns.len() as i64),
-                    props.schedule.steps_to_window_end()
-                )
-            });
+            let why = st
+                .window_incomplete_reason
+                .clone()
+                .unwrap_or_else(|| short_window(props, st));
             reasons.push(format!("rank {}: {why}", st.rank));
         }
         if let Some(r) = &st.no_trace_reason {
@@ -524,6 +651,7 @@ fn finish(
         files,
         ranks,
         notes,
+        rerun: None,
     })
 }
 

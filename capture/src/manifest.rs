@@ -56,6 +56,23 @@ pub struct Manifest {
     pub ranks: Vec<RankFiles>,
     /// Notes: shim build, NVTX, missing torch.
     pub notes: Vec<String>,
+    /// A short program's first run, which ended before the window: what it ran, and the
+    /// schedule of this, the second run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerun: Option<Rerun>,
+}
+
+/// Why a capture ran the program twice ([`crate::run`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Rerun {
+    /// Step boundaries the first run reached (the fewest of any rank).
+    pub first_run_steps: i64,
+    /// The schedule asked for, which the first run used.
+    pub first_run_schedule: Schedule,
+    /// The first run's timing phase (steps timed with nothing recorded), when it had one.
+    pub first_run_timing_steps: usize,
+    /// What the user reads: which steps went where, and what the second run records.
+    pub why: String,
 }
 
 /// One rank's files.

@@ -158,6 +158,9 @@ pub struct CaptureProps {
     /// (`step_time_unplanned_s`), so that what the plan adds is measured in one process, free
     /// of the drift between two runs. The steps without the plan need its memory.
     pub plan_ab: bool,
+    /// A program that ran steps but ended before the window (a short program) is run once
+    /// more with a window fitted to the steps it has ([`crate::run`]).
+    pub rerun_short: bool,
 }
 
 /// The timing phase: steps run before the window with nothing recorded but the boundary

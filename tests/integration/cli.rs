@@ -121,9 +121,17 @@ fn issue19_trace_commands_put_the_heap_on_huge_pages_and_capture_does_not() {
     let mode = mode.as_deref().unwrap_or("");
     let glibc_linux = cfg!(all(target_os = "linux", target_env = "gnu"));
     if glibc_linux && !mode.is_empty() && !mode.contains("[never]") {
-        let (asked, kib) = heap(None);
-        assert_eq!(asked, "transparent huge pages asked for (GLIBC_TUNABLES)");
-        assert!(kib.is_some_and(|k| k > 0), "no huge pages mapped: {kib:?}");
+        // The kernel maps huge pages only where it has free ones at hand: on a machine whose
+        // memory is fragmented by other work a run can get none (seen: 1 run in 3), so the
+        // check is that some of three runs get them.
+        let runs: Vec<(String, Option<u64>)> = (0..3).map(|_| heap(None)).collect();
+        for (asked, _) in &runs {
+            assert_eq!(asked, "transparent huge pages asked for (GLIBC_TUNABLES)");
+        }
+        assert!(
+            runs.iter().any(|(_, kib)| kib.is_some_and(|k| k > 0)),
+            "no huge pages mapped in three runs: {runs:?}"
+        );
     }
     let (asked, kib) = heap(Some("glibc.malloc.hugetlb=0"));
     assert_eq!(asked, "the allocator's default pages");

@@ -153,6 +153,12 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
             ..a
         })
     });
+    choose(after, phase)
+}
+
+/// The step time from the steps after a window and a timing phase (which may come from an
+/// earlier run of the same program: a short program captured again, `crate::run`).
+pub fn choose(after: Option<AfterWindow>, phase: Option<PhaseTiming>) -> Option<Timing> {
     let (step_time_s, source) = match (&after, &phase) {
         (Some(a), _) if a.steps >= MIN_AFTER_WINDOW_STEPS => (a.step_time_s, "after_window"),
         // A phase that ended at a cap before its median settled is a figure over its last few

@@ -51,6 +51,8 @@ fn calls_cublas(op: &str) -> bool {
 /// masks) → INPUT, as torch's classifier names such tensors when the forward reads them.
 pub(super) fn kept_category(s: &Snapshot, frames: &[FrameId]) -> Option<Category> {
     let file = |f: &FrameId| s.str(s.frames[f.0 as usize].filename);
+    let in_torch =
+        |f: &str| f.contains("/torch/") || f.starts_with("torch/") || f.contains("site-packages");
     let innermost = frames.first().map(file)?;
     if innermost.ends_with("nn/modules/rnn.py") {
         return Some(Category::Workspace);
@@ -58,14 +60,18 @@ pub(super) fn kept_category(s: &Snapshot, frames: &[FrameId]) -> Option<Category
     // Made inside a module's forward and kept across steps: a cache the forward builds once
     // and reads after (positional encodings, rotary tables, masks). torch's classifier names
     // what the forward reads and did not make in the step INPUT.
-    if frames.iter().any(|f| {
+    // Only a forward of the program's own (or a library's) module: torch's own modules keep
+    // other state (DistributedDataParallel's buckets).
+    let call = frames.iter().position(|f| {
         let fr = &s.frames[f.0 as usize];
         is_module_call(s.str(fr.name), s.str(fr.filename))
-    }) {
-        return Some(Category::Input);
+    });
+    if let Some(k) = call.filter(|&k| k > 0) {
+        let f = file(&frames[k - 1]);
+        if !(f.contains("/torch/") || f.starts_with("torch/")) {
+            return Some(Category::Input);
+        }
     }
-    let in_torch =
-        |f: &str| f.contains("/torch/") || f.starts_with("torch/") || f.contains("site-packages");
     (!frames.iter().map(file).any(in_torch) && !innermost.is_empty() && !innermost.starts_with('?'))
         .then_some(Category::Input)
 }
@@ -221,7 +227,9 @@ pub(super) fn in_window_category(t: &Trace, step: &Step, b: &Block) -> Category 
                 Category::OptState
             }
         }
-        Phase::Other | Phase::DataLoading if it.backward.is_none_or(|(bs, _)| b.alloc < bs) && !freed_in(b.alloc) => {
+        Phase::Other | Phase::DataLoading
+            if it.backward.is_none_or(|(bs, _)| b.alloc < bs) && !freed_in(b.alloc) =>
+        {
             if freed_in(it.end)
                 && it
                     .backward

@@ -144,7 +144,9 @@ impl Ctx<'_> {
                 .filter(|&ni| on_main(ni) && t.op(self.node_ops[ni]).start >= be)
                 .filter(|&ni| !self.facts.is_bw(self.node_ops[ni]))
                 .collect();
-            if let Some(last_gpu) = after.iter().rposition(|&ni| !self.gpu.of_node[ni].is_empty())
+            if let Some(last_gpu) = after
+                .iter()
+                .rposition(|&ni| !self.gpu.of_node[ni].is_empty())
             {
                 data_tail.extend(after[last_gpu + 1..].iter().copied());
             }
