@@ -464,6 +464,14 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
         iterations: s.i64_first("iterations")? as usize,
         step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
         step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
+        // The summary keeps the two step times: they differ where capture timed the program.
+        profiler_cost_s: match (
+            s.f64_first("step_time_s")?,
+            s.f64_first("step_time_instrumented_s")?,
+        ) {
+            (Some(own), Some(instr)) if own > 0.0 && instr != own => Some((instr - own).max(0.0)),
+            _ => None,
+        },
         step_times_s: it
             .f64s("step_time_s")?
             .into_iter()

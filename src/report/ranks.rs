@@ -46,7 +46,18 @@ const COLLECTIVES: [&str; 11] = [
 
 /// The straggler verdict in words, as the console and report.html give it.
 pub(super) fn verdict(s: &Straggler) -> String {
-    match s.last_arrivals {
+    let per_step = match s.profiler_cost_s {
+        Some(c) => format!(
+            " ({} per profiled step, more than the {} the profiler adds to a step on any rank)",
+            super::human_time(s.wait_per_step_s),
+            super::human_time(c)
+        ),
+        None => format!(
+            " ({} per profiled step; no rank's own step time is known, so profiler noise is not ruled out)",
+            super::human_time(s.wait_per_step_s)
+        ),
+    };
+    let words = match s.last_arrivals {
         Some((last, of)) => format!(
             "rank {} arrived last at {last} of {of} matched collectives; the other ranks waited {} for it in all",
             s.rank,
@@ -58,7 +69,8 @@ pub(super) fn verdict(s: &Straggler) -> String {
             super::human_time(s.communication_s),
             super::human_time(s.wait_caused_s)
         ),
-    }
+    };
+    words + &per_step
 }
 
 /// A percentage with two decimals for the CSV; empty where there is no whole.
@@ -177,18 +189,30 @@ fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
 
 /// One line per rank, the straggler verdict, then the ranks not analysed and the warnings.
 pub fn console(r: &Ranks) -> String {
-    let mut o = format!("{} ranks:\n", r.ranks.len());
-    o += "rank  iters  step time   GPU idle  compute  comm      overlap  peak\n";
+    let mut o = format!(
+        "{} ranks (step: the program's own with nothing recorded, and under the profiler; GPU idle and compute: % of the window's GPU span; comm: per profiled step):\n",
+        r.ranks.len()
+    );
+    o += "rank  iters  step (own)  step (profiled)  GPU idle  compute  comm/step  overlap  peak\n";
     for x in &r.ranks {
         let g = &x.gpu;
+        let own = if x.profiler_cost_s.is_some() {
+            format!("{:.3} ms", x.step_time_s * 1e3)
+        } else {
+            "-".into()
+        };
         o += &format!(
-            "{:>4}  {:>5}  {:>9}  {:>8}  {:>7}  {:>8}  {:>7}  {}\n",
+            "{:>4}  {:>5}  {:>10}  {:>15}  {:>8}  {:>7}  {:>9}  {:>7}  {}\n",
             x.rank,
             x.iterations,
-            format!("{:.3} ms", x.step_time_s * 1e3),
+            own,
+            format!("{:.3} ms", x.step_time_instrumented_s * 1e3),
             format!("{}%", pct2(g.pct(g.idle_ns))),
             format!("{}%", pct2(g.pct(g.compute_ns))),
-            format!("{:.3} ms", g.communication_ns as f64 * 1e-6),
+            format!(
+                "{:.3} ms",
+                g.communication_ns as f64 * 1e-6 / x.iterations.max(1) as f64
+            ),
             g.comm_comp_overlap_pct
                 .map_or("-".into(), |p| format!("{p:.1}%")),
             x.peak_allocated_bytes.map_or("-".into(), human_bytes),
@@ -223,7 +247,10 @@ pub fn console(r: &Ranks) -> String {
                 )
             })
             .collect();
-        o += &format!("straggler per iteration: {}\n", each.join(", "));
+        o += &format!(
+            "last to arrive, per iteration (the wait it caused): {}\n",
+            each.join(", ")
+        );
     }
     let c = &r.collectives;
     if c.unmatched > 0 {

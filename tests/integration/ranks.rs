@@ -242,8 +242,29 @@ fn issue18_real_two_gpu_capture_names_the_rank_sharing_its_gpu_as_straggler() {
     );
     assert!(s.slower_nodes[0].straggler_s > 5.0 * s.slower_nodes[0].others_s);
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
-    // Both GPUs to itself: rank 0 is the one waited for in this run, and its windows align too.
+    // The wait per profiled step is beyond what the profiler adds to a step on any rank.
+    let cost = s
+        .profiler_cost_s
+        .expect("both ranks' own step times are in the manifest");
+    assert!(s.wait_per_step_s > cost, "{} <= {cost}", s.wait_per_step_s);
+    assert!(
+        out.console.contains("per profiled step, more than the"),
+        "{}",
+        out.console
+    );
+    // Both GPUs to itself: rank 0 arrives last in this run, and its windows align too, but the
+    // waits it causes (1.6 ms per step) are within what the profiler adds to a step (4.7 ms on
+    // rank 1): no straggler is named.
     let (_dir, even) = analyze_all(&root().join("sample_traces/corpus/ddp_torchrun"));
+    assert!(even.ranks.straggler.is_none(), "{}", even.console);
+    assert!(
+        even.ranks
+            .no_straggler_reason
+            .as_deref()
+            .is_some_and(|w| w.starts_with("no straggler beyond profiler noise: rank 0")),
+        "{}",
+        even.console
+    );
     assert!(even
         .ranks
         .collectives
