@@ -117,6 +117,38 @@ fn classify(name: &str) -> Kind {
     Kind::Other
 }
 
+/// What a directory entry is: by its name, and for a `.json[.gz]` whose name says nothing
+/// (HolisticTraceAnalysis's test data: `sampled_rank-0.json.gz`), by whether its head holds
+/// `"traceEvents"`, as every Kineto trace's does (before the events).
+fn classify_path(name: &str, path: &Path) -> Kind {
+    let kind = classify(name);
+    let lower = name.to_ascii_lowercase();
+    let base = lower.strip_suffix(".gz").unwrap_or(&lower);
+    let unnamed_json = kind == Kind::Other
+        && base.ends_with(".json")
+        && !(base.contains("memory_timeline")
+            || base == "reference.json"
+            || base == "manifest.json"
+            || base.starts_with("shim"));
+    if unnamed_json && head_has(path, b"\"traceEvents\"") {
+        Kind::Trace
+    } else {
+        kind
+    }
+}
+
+/// Whether the first 1 MiB of a file (inflated, when gzip) holds `needle`.
+fn head_has(path: &Path, needle: &[u8]) -> bool {
+    use std::io::Read;
+    let Ok(stream) = source::open_stream(path) else {
+        return false;
+    };
+    let mut head = Vec::with_capacity(64 << 10);
+    // A file that is not gzip after all, or that ends early, says what it read.
+    let _ = stream.take(1 << 20).read_to_end(&mut head);
+    memchr::memmem::find(&head, needle).is_some()
+}
+
 /// Resolves the command line's input (a trace file or a run directory) and the optional
 /// explicit snapshot and Execution Trace into the files to read. Explicit paths win over what
 /// a directory holds.
@@ -239,6 +271,26 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     discover_dir_filtered(dir, &|_| true)
 }
 
+/// The error for a directory with no trace: what it holds, so that the user sees what was
+/// looked at.
+fn no_trace_among(names: &[(String, PathBuf)]) -> String {
+    const SHOWN: usize = 8;
+    let mut seen: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).take(SHOWN).collect();
+    if names.len() > SHOWN {
+        seen.push("…");
+    }
+    if names.is_empty() {
+        "no Kineto trace (a .json or .json.gz holding traceEvents): the directory has no files"
+            .into()
+    } else {
+        format!(
+            "no Kineto trace (a .json or .json.gz holding traceEvents) among its {} file(s): {}",
+            names.len(),
+            seen.join(", ")
+        )
+    }
+}
+
 fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inputs, Error> {
     let rd = std::fs::read_dir(dir).map_err(FileError::at(dir))?;
     let mut names: Vec<(String, PathBuf)> = rd
@@ -251,7 +303,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
     let pick = |kind: Kind| -> Vec<PathBuf> {
         names
             .iter()
-            .filter(|(n, _)| classify(n) == kind)
+            .filter(|(n, p)| classify_path(n, p) == kind)
             .map(|(_, p)| p.clone())
             .collect()
     };
@@ -273,7 +325,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         0 => {
             return Err(Error::Discovery {
                 path: dir.to_path_buf(),
-                what: "no Kineto trace (*trace*.json or .json.gz) in this directory".into(),
+                what: no_trace_among(&names),
             })
         }
         1 => traces[0].clone(),
@@ -391,6 +443,38 @@ mod tests {
         assert_eq!(classify("memory_timeline_torch.json.gz"), Kind::Other);
         assert_eq!(classify("reference.json"), Kind::Other);
         assert_eq!(classify("notes.txt"), Kind::Other);
+    }
+
+    /// The frameworks issue: a `.json[.gz]` whose name says nothing is a trace when its head
+    /// holds `traceEvents` (HolisticTraceAnalysis's `sampled_rank-0.json.gz`); other JSON is
+    /// not; a directory with no trace lists what it holds.
+    #[test]
+    fn unnamed_json_with_trace_events_is_a_trace_and_a_dir_without_one_lists_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::write(
+            p.join("sampled_rank-0.json"),
+            r#"{"schemaVersion":1,"traceEvents":[]}"#,
+        )
+        .unwrap();
+        std::fs::write(p.join("config.json"), r#"{"lr":0.1}"#).unwrap();
+        std::fs::write(p.join("notes.txt"), "x").unwrap();
+        assert_eq!(
+            classify_path("sampled_rank-0.json", &p.join("sampled_rank-0.json")),
+            Kind::Trace
+        );
+        assert_eq!(
+            classify_path("config.json", &p.join("config.json")),
+            Kind::Other
+        );
+        let found = discover(p, None, None, None).unwrap();
+        assert_eq!(found.trace, p.join("sampled_rank-0.json"));
+        std::fs::remove_file(p.join("sampled_rank-0.json")).unwrap();
+        let err = discover(p, None, None, None).unwrap_err().to_string();
+        assert!(
+            err.ends_with("no Kineto trace (a .json or .json.gz holding traceEvents) among its 2 file(s): config.json, notes.txt"),
+            "{err}"
+        );
     }
 
     /// A run directory whose manifest carries `timing` as given, beside an empty trace.

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{classify, source, Kind, Manifest};
+use super::{classify_path, source, Kind, Manifest};
 
 /// A directory's ranks, found in one pass over its traces (each trace's header read once).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -38,7 +38,7 @@ pub(super) fn rank_traces(dir: &Path) -> Vec<RankTrace> {
     let mut v: Vec<RankTrace> = rd
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter(|e| classify(&e.file_name().to_string_lossy()) == Kind::Trace)
+        .filter(|e| classify_path(&e.file_name().to_string_lossy(), &e.path()) == Kind::Trace)
         .filter_map(|e| {
             let path = e.path();
             let named = rank_from_name(&e.file_name().to_string_lossy());
@@ -90,14 +90,22 @@ pub fn rank_of_trace(path: &Path) -> Option<i64> {
         .or_else(|| distributed_info(path)?.0)
 }
 
-/// N of `_rankN.` in a file name.
+/// N of `rankN.` in a file name, with `_`, `-` or nothing between (`trace_rank3.json`,
+/// HolisticTraceAnalysis's `sampled_rank-0.json.gz`), `rank` not inside a longer word.
 fn rank_from_name(name: &str) -> Option<i64> {
-    let at = name.rfind("_rank")? + "_rank".len();
-    let digits: String = name[at..]
+    let lower = name.to_ascii_lowercase();
+    let start = lower.rfind("rank")?;
+    if lower[..start]
         .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    if digits.is_empty() || !name[at + digits.len()..].starts_with('.') {
+        .next_back()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+    {
+        return None;
+    }
+    let rest = &lower[start + "rank".len()..];
+    let rest = rest.strip_prefix(['_', '-']).unwrap_or(rest);
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    if digits.is_empty() || !rest[digits.len()..].starts_with('.') {
         return None;
     }
     digits.parse().ok()
@@ -175,4 +183,25 @@ fn rank_warnings(traces: &[RankTrace]) -> Vec<String> {
         )),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ranks in file names as the ecosystem writes them; `rank` inside a word is not one.
+    #[test]
+    fn ranks_are_read_from_the_names_people_give_rank_files() {
+        for (name, want) in [
+            ("trace_rank3.json.gz", Some(3)),
+            ("sampled_rank-0.json.gz", Some(0)),
+            ("rank12.pt.trace.json", Some(12)),
+            ("Rank_2.json", Some(2)),
+            ("prank3.json", None),
+            ("trace_rank3x.json", None),
+            ("trace.json", None),
+        ] {
+            assert_eq!(rank_from_name(name), want, "{name}");
+        }
+    }
 }
