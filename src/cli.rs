@@ -196,6 +196,7 @@ impl SweepArgs {
             plan_ab: plan.is_some(),
             plan,
             rerun_short: true,
+            progress: Some(say),
         })
     }
 }
@@ -285,6 +286,11 @@ impl InputArgs {
             progress: None,
         })
     }
+}
+
+/// What capture says while it works (the binary prints; the library does not).
+fn say(what: &str) {
+    eprintln!("steptrace: {what}");
 }
 
 #[derive(Debug, Args)]
@@ -379,6 +385,7 @@ impl CaptureArgs {
             plan: self.plan.clone(),
             plan_ab: self.plan_ab,
             rerun_short: !self.no_rerun,
+            progress: Some(say),
             timing: self.timing.phase(),
         })
     }

@@ -346,7 +346,29 @@ fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
     let mut cpp_shim = None;
     if let (Some(t), true) = (&torch, need_cpp) {
         let cache = props.cache.clone().unwrap_or_else(shim::cache_root);
-        match shim::build(&cache, t) {
+        // The first capture against a torch builds the shim (CMake, about 20 s): said before
+        // the wait, and after it how long it took.
+        let cached = shim::cached_path(&cache, t);
+        let fresh = !cached.is_file();
+        if fresh {
+            if let Some(say) = props.progress {
+                say(&format!(
+                    "building the C++ shim against torch {} (once per torch: it is cached in {})",
+                    t.version,
+                    cached.parent().unwrap_or(&cache).display()
+                ));
+            }
+        }
+        let t0 = std::time::Instant::now();
+        let built = shim::build(&cache, t);
+        if fresh && built.is_ok() {
+            notes.push(format!(
+                "built the C++ shim in {:.1} s (once: later captures against torch {} reuse it)",
+                t0.elapsed().as_secs_f64(),
+                t.version
+            ));
+        }
+        match built {
             Ok(lib) => cpp_shim = Some(lib),
             Err(why) => notes.push(match mode {
                 Mode::Native => format!("{why}: the C++ program runs without capture"),

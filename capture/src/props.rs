@@ -161,6 +161,8 @@ pub struct CaptureProps {
     /// A program that ran steps but ended before the window (a short program) is run once
     /// more with a window fitted to the steps it has ([`crate::run`]).
     pub rerun_short: bool,
+    /// Told what capture is doing before a long wait of its own (building the C++ shim).
+    pub progress: Option<fn(&str)>,
 }
 
 /// The timing phase: steps run before the window with nothing recorded but the boundary
