@@ -9,7 +9,9 @@
 # each capture analysed. The example saves a checkpoint at its end and loads it at its start
 # when one exists: each run starts in a fresh folder, as a first run does.
 #
-#   bash capture/corpus/run_fsdp2.sh     # needs target/release/steptrace and .corpus/; writes $OUT/fsdp2_*.tar.gz
+#   bash capture/corpus/run_fsdp2.sh                      # the corpus rows
+#   FSDP2_RUNS=samples bash capture/corpus/run_fsdp2.sh   # the committed samples and the slowed rank
+# (needs target/release/steptrace and .corpus/; writes $OUT/fsdp2_*.tar.gz)
 set -u
 # NVLink multicast stays off (the machine's rule; programs started here inherit it).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -28,7 +30,7 @@ run() {
     timeout 300 torchrun --standalone --nproc-per-node 2 example.py "$@" >run.log 2>&1
     echo "$name plain rc=$? $(el $t0) s"
   else
-    STEPTRACE_REFERENCE=$ref timeout 400 $ST capture --out $W/$name/run \
+    STEPTRACE_REFERENCE=$ref timeout 400 $ST capture --out $W/$name/run ${SCHEDULE_ARGS:-} \
       -- torchrun --standalone --nproc-per-node 2 example.py "$@" >run.log 2>&1
     echo "$name capture rc=$? $(el $t0) s"; grep "^steptrace" run.log
     $ST analyze $W/$name/run --out $W/$name/an >analyze.log 2>&1; echo "$name analyze rc=$?"
@@ -36,19 +38,51 @@ run() {
   fi
   cd $ROOT
 }
-for mp in "" "--mixed-precision"; do
-  tag=fp32; [ -n "$mp" ] && tag=mp
-  run fsdp2_${tag}_plain 0 0 $mp
-  run fsdp2_${tag}_plain2 0 0 $mp
-  run fsdp2_${tag} 1 0 $mp
-  run fsdp2_${tag}.ref 1 1 $mp
-done
-CUDA_VISIBLE_DEVICES=1 python3 $ROOT/capture/corpus/gpu_neighbour.py 200 8192 >$W/neighbour.log 2>&1 & hog=$!
-sleep 8
-run fsdp2_fp32_neighbour 1 0
-kill $hog; wait $hog
+# slow_rank1 CORE: the example's host-bound step is slowed on rank 1 only, as a busy neighbour
+# on its host would: every process with LOCAL_RANK=1 (both runs of a capture) is pinned, all
+# its threads, to CORE, where two spinning processes run too. Runs until killed.
+slow_rank1() {
+  local core=$1 seen=" " p
+  taskset -c $core python3 -c 'while True: pass' & taskset -c $core python3 -c 'while True: pass' &
+  while true; do
+    for p in $(pgrep -f example.py); do
+      [[ "$seen" == *" $p "* ]] && continue
+      if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx LOCAL_RANK=1; then
+        taskset -a -p -c $core $p >/dev/null 2>&1 && seen="$seen$p " && echo "pinned rank 1 (pid $p) to core $core" >>$W/slow.log
+      fi
+    done
+    sleep 0.1
+  done
+}
+case "${FSDP2_RUNS:-all}" in
+all)
+  for mp in "" "--mixed-precision"; do
+    tag=fp32; [ -n "$mp" ] && tag=mp
+    run fsdp2_${tag}_plain 0 0 $mp
+    run fsdp2_${tag}_plain2 0 0 $mp
+    run fsdp2_${tag} 1 0 $mp
+    run fsdp2_${tag}.ref 1 1 $mp
+  done
+  CUDA_VISIBLE_DEVICES=1 python3 $ROOT/capture/corpus/gpu_neighbour.py 200 8192 >$W/neighbour.log 2>&1 & hog=$!
+  sleep 8
+  run fsdp2_fp32_neighbour 1 0
+  kill $hog; wait $hog
+  keep="fsdp2_fp32 fsdp2_mp fsdp2_fp32.ref fsdp2_mp.ref fsdp2_fp32_neighbour";;
+samples)
+  # The committed samples (sample_traces/corpus/fsdp2_*): a shorter window, so that they stay
+  # small; then rank 1's host slowed on purpose, and a plain run beside it.
+  SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=2" run fsdp2_fp32_sample 1 1
+  SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=1" run fsdp2_mp_sample 1 1 --mixed-precision
+  slow_rank1 7 & slow=$!
+  sleep 2
+  run fsdp2_fp32_slow_plain 0 0
+  SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=2" run fsdp2_fp32_slow 1 1
+  kill $slow; pkill -f 'while True: pass'; wait $slow 2>/dev/null
+  cat $W/slow.log
+  keep="fsdp2_fp32_sample fsdp2_mp_sample fsdp2_fp32_slow";;
+esac
 cd $W
-for d in fsdp2_fp32 fsdp2_mp fsdp2_fp32.ref fsdp2_mp.ref fsdp2_fp32_neighbour; do
+for d in $keep; do
   tar czf $OUT/$d.tar.gz $d/run $d/*.log $d/an/summary.json $d/an/ranks.csv 2>/dev/null
 done
 tar czf $OUT/fsdp2_logs.tar.gz */*.log neighbour.log

@@ -113,15 +113,27 @@ pub struct Straggler {
     pub communication_s: f64,
     /// Time the other ranks spent waiting for it, summed, s.
     pub wait_caused_s: f64,
-    /// That wait per profiled step (over the fewest iterations of any rank), s.
+    /// That wait per profiled step and per waiting rank (over the fewest iterations of any
+    /// rank), s: what one other rank lost to it in a step.
     pub wait_per_step_s: f64,
-    /// The most the profiler added to a step on any rank, s, where every rank's own step time
-    /// is known: the skew the instrumentation alone can make, which the wait exceeds.
-    pub profiler_cost_s: Option<f64>,
+    /// What the profiler cost it per step beyond the other ranks (their median), s, where
+    /// every rank's own step time is known: what its nodes' extra time exceeds.
+    pub profiler_skew_s: Option<f64>,
     /// Matched collectives it arrived at last, and how many were matched (`collectives` only).
     pub last_arrivals: Option<(usize, usize)>,
     /// Nodes where it spent longer than the other ranks, most excess first.
     pub slower_nodes: Vec<NodeExcess>,
+    /// What all its slower nodes took beyond the other ranks' per step, s (each node's larger
+    /// excess, GPU or host): how much of the wait its own work explains.
+    pub explained_per_step_s: f64,
+}
+
+impl Straggler {
+    fn with_nodes(mut self, (nodes, explained): (Vec<NodeExcess>, f64)) -> Straggler {
+        self.slower_nodes = nodes;
+        self.explained_per_step_s = explained;
+        self
+    }
 }
 
 /// The rank the others waited for most in one iteration's matched collectives.
@@ -201,37 +213,69 @@ pub fn combine(mut ranks: Vec<RankResult>, top_nodes: usize) -> Ranks {
     }
 }
 
-/// Keeps a straggler only where the wait it caused per profiled step is more than the
-/// profiler can make. The profiler adds its own cost to each step on each rank (on a short,
-/// host-bound step, many times the step: pytorch/examples' FSDP2 example ran 56-70 ms steps
-/// at 0.73-1.28 s under it), and unevenly, so one rank can arrive late at every collective
-/// for no reason of the program's; but no rank can be made later by it than the whole of
-/// what it adds to a step. A wait per step within the largest such cost of any rank is
-/// profiler noise; beyond it, the program's own. Where a rank's own step time is unknown
-/// (a trace without capture's manifest), the straggler stands, with no such bound.
+/// The share of the wait a straggler causes that its own slower nodes must explain. Measured:
+/// a rank sharing its GPU with another process (pytorch/examples' DDP, two H100s) explains
+/// 35% of its wait with its slower nodes; the same program with no rank slowed, 16%;
+/// pytorch/examples' FSDP2 example under the profiler, no rank slowed, 8-23%; an injected
+/// 3 ms op among eight ranks, 50%.
+const EXPLAINED_SHARE: f64 = 0.25;
+
+/// Keeps a straggler only where its lead is the program's and not the profiler's. The
+/// profiler adds its own cost to every step on every rank (on a short host-bound step, many
+/// times the step: FSDP2's example ran 51-80 ms steps at 224-410 ms under it), and unevenly;
+/// nothing syncs the hosts of such a step, so the host the profiler slows most drifts behind
+/// and the other GPUs spin in their collectives for nearly a whole profiled step. Two checks:
+///
+/// - its slower nodes must explain [`EXPLAINED_SHARE`] of the wait it causes per step and
+///   waiting rank: a rank that arrives late without being slower at its work has drifted;
+/// - where every rank's own step time is known, what its nodes took beyond the other ranks'
+///   must exceed what the profiler cost it beyond them (its step under the profiler less its
+///   own, against the other ranks' median of the same): a host the profiler slows more runs
+///   every node longer by that much.
+///
+/// Where a rank's own step time is unknown (a trace without capture's manifest), the second
+/// check is not made and the verdict says so.
 fn beyond_profiler_noise(ranks: &[RankResult], mut s: Straggler) -> Result<Straggler, String> {
     let steps = ranks.iter().map(|r| r.iterations).min().unwrap_or(1).max(1);
-    s.wait_per_step_s = s.wait_caused_s / steps as f64;
-    let costs: Option<Vec<(i64, f64)>> = ranks
-        .iter()
-        .map(|r| r.profiler_cost_s.map(|c| (r.rank, c)))
-        .collect();
-    let Some((worst_rank, noise)) = costs.and_then(|c| {
-        c.into_iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-    }) else {
+    let waiting = ranks.len().saturating_sub(1).max(1);
+    s.wait_per_step_s = s.wait_caused_s / steps as f64 / waiting as f64;
+    let intro = format!(
+        "no straggler beyond profiler noise: rank {} made each other rank wait {:.3} ms per profiled step, but its nodes took only {:.3} ms per step longer than the other ranks'",
+        s.rank,
+        s.wait_per_step_s * 1e3,
+        s.explained_per_step_s * 1e3,
+    );
+    if s.explained_per_step_s < EXPLAINED_SHARE * s.wait_per_step_s {
+        return Err(format!(
+            "{intro} ({:.0}% of the wait): it arrived late without being slower at its work (its host drifted behind, as the profiler's uneven cost makes it)",
+            100.0 * s.explained_per_step_s / s.wait_per_step_s.max(f64::MIN_POSITIVE)
+        ));
+    }
+    let Some(own) = s_cost(ranks, s.rank) else {
         return Ok(s);
     };
-    s.profiler_cost_s = Some(noise);
-    if s.wait_per_step_s > noise {
+    let mut others: Vec<f64> = ranks
+        .iter()
+        .filter(|r| r.rank != s.rank)
+        .filter_map(|r| r.profiler_cost_s)
+        .collect();
+    if others.len() + 1 < ranks.len() {
+        return Ok(s);
+    }
+    let skew = (own - super::median(&mut others).unwrap_or(own)).max(0.0);
+    s.profiler_skew_s = Some(skew);
+    if s.explained_per_step_s > skew {
         return Ok(s);
     }
     Err(format!(
-        "no straggler beyond profiler noise: rank {} made the others wait {:.3} ms per profiled step, within the {:.3} ms the profiler added to a step on rank {worst_rank} (the step under the profiler less the program's own)",
-        s.rank,
-        s.wait_per_step_s * 1e3,
-        noise * 1e3
+        "{intro}, within the {:.3} ms more the profiler cost it per step than the other ranks (its step under the profiler less its own, against theirs)",
+        skew * 1e3
     ))
+}
+
+/// What the profiler added to a step on `rank`, where known.
+fn s_cost(ranks: &[RankResult], rank: i64) -> Option<f64> {
+    ranks.iter().find(|r| r.rank == rank)?.profiler_cost_s
 }
 
 /// The rank the others waited for most in the matched collectives, when that wait is at
@@ -278,10 +322,12 @@ pub fn straggler_by_collectives(
         communication_s: s.gpu.communication_ns as f64 * 1e-9,
         wait_caused_s: top.wait_caused_ns as f64 * 1e-9,
         wait_per_step_s: 0.0,
-        profiler_cost_s: None,
+        profiler_skew_s: None,
         last_arrivals: Some((top.last, m.matched.len())),
-        slower_nodes: slower_nodes(s, ranks, top_nodes),
-    })
+        explained_per_step_s: 0.0,
+        slower_nodes: Vec::new(),
+    }
+    .with_nodes(slower_nodes(s, ranks, top_nodes)))
 }
 
 /// The rank with the least time in communication kernels, when it is shorter than every other
@@ -339,17 +385,19 @@ pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, St
         communication_s: least as f64 * 1e-9,
         wait_caused_s: wait as f64 * 1e-9,
         wait_per_step_s: 0.0,
-        profiler_cost_s: None,
+        profiler_skew_s: None,
         last_arrivals: None,
-        slower_nodes: slower_nodes(s, ranks, top_nodes),
-    })
+        explained_per_step_s: 0.0,
+        slower_nodes: Vec::new(),
+    }
+    .with_nodes(slower_nodes(s, ranks, top_nodes)))
 }
 
 /// The straggler's nodes that took longer than the median of the other ranks' medians for the
 /// same node (nodes every rank has) by more than [`STRAGGLER_MARGIN`] of it and a
 /// microsecond, on the GPU (kernels) or on the host (a slow input pipeline or Python shows
 /// there), most excess first, then by name.
-fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> Vec<NodeExcess> {
+fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> (Vec<NodeExcess>, f64) {
     use std::collections::BTreeMap;
     let mut per: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for r in ranks.iter().filter(|r| r.rank != s.rank) {
@@ -389,8 +437,18 @@ fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> Vec<NodeExc
             .then(a.node.cmp(&b.node))
             .then(a.time.cmp(b.time))
     });
+    // Per node the larger of its two excesses (a node's kernels and its host op overlap in
+    // time), over every node, before the list is cut.
+    let mut per_node: rustc_hash::FxHashMap<&str, f64> = rustc_hash::FxHashMap::default();
+    for e in &v {
+        let x = per_node.entry(e.node.as_str()).or_insert(0.0);
+        *x = x.max(e.straggler_s - e.others_s);
+    }
+    let mut excess: Vec<f64> = per_node.into_values().collect();
+    excess.sort_by(f64::total_cmp);
+    let explained = excess.iter().sum();
     v.truncate(top);
-    v
+    (v, explained)
 }
 
 #[cfg(test)]
@@ -450,38 +508,44 @@ mod tests {
     }
 
     /// The frameworks issue: on a short host-bound step the profiler alone makes one rank
-    /// late (FSDP2's example: 0.86 s of waits per step under a 0.7-1.2 s profiler cost). A
-    /// wait per step within what the profiler adds to a step on any rank names no straggler;
-    /// beyond it, the straggler stands, with both figures.
+    /// late (FSDP2's example). A straggler whose nodes explain little of the wait it causes
+    /// drifted; one whose nodes' extra time is within what the profiler cost it beyond the
+    /// other ranks is the profiler's; beyond both, it stands, with both figures.
     #[test]
-    fn a_wait_within_the_profilers_own_cost_per_step_names_no_straggler() {
+    fn a_lead_the_profiler_can_make_names_no_straggler() {
         let n = [("a", 0.001)];
-        // Rank 1 caused 2.7 ms of waits over 3 iterations: 0.9 ms per profiled step.
+        // Rank 1 caused 2.7 ms of waits over 3 iterations: 0.9 ms per profiled step, all of
+        // it in its slower node `a`.
+        let slow = [("a", 0.0019)];
         let with_cost = |cost: f64| {
-            let mut v = vec![rank(0, 3000, &n), rank(1, 300, &n)];
-            for r in &mut v {
-                r.profiler_cost_s = Some(cost);
-            }
-            v[0].profiler_cost_s = Some(cost / 2.0);
+            let mut v = vec![rank(0, 3000, &n), rank(1, 300, &slow)];
+            v[0].profiler_cost_s = Some(0.001);
+            v[1].profiler_cost_s = Some(0.001 + cost);
             combine(v, 5)
         };
-        let noise = with_cost(0.002);
-        assert!(noise.straggler.is_none());
+        let noise = with_cost(0.0011);
         assert_eq!(
             noise.no_straggler_reason.unwrap(),
-            "no straggler beyond profiler noise: rank 1 made the others wait 0.900 ms per profiled step, within the 2.000 ms the profiler added to a step on rank 1 (the step under the profiler less the program's own)"
+            "no straggler beyond profiler noise: rank 1 made each other rank wait 0.900 ms per profiled step, but its nodes took only 0.900 ms per step longer than the other ranks', within the 1.100 ms more the profiler cost it per step than the other ranks (its step under the profiler less its own, against theirs)"
         );
         let real = with_cost(0.0005)
             .straggler
             .expect("a straggler beyond the noise");
         assert_eq!(real.rank, 1);
         assert!((real.wait_per_step_s - 0.0009).abs() < 1e-12);
-        assert_eq!(real.profiler_cost_s, Some(0.0005));
+        assert!((real.explained_per_step_s - 0.0009).abs() < 1e-12);
+        assert!((real.profiler_skew_s.unwrap() - 0.0005).abs() < 1e-12);
         // No rank's own step time: the straggler stands, with no bound.
-        let unknown = combine(vec![rank(0, 3000, &n), rank(1, 300, &n)], 5);
+        let unknown = combine(vec![rank(0, 3000, &n), rank(1, 300, &slow)], 5);
         assert_eq!(
-            unknown.straggler.expect("a straggler").profiler_cost_s,
+            unknown.straggler.expect("a straggler").profiler_skew_s,
             None
+        );
+        // Late without being slower: its nodes explain under a quarter of the wait.
+        let drift = combine(vec![rank(0, 3000, &n), rank(1, 300, &[("a", 0.0012)])], 5);
+        assert_eq!(
+            drift.no_straggler_reason.unwrap(),
+            "no straggler beyond profiler noise: rank 1 made each other rank wait 0.900 ms per profiled step, but its nodes took only 0.200 ms per step longer than the other ranks' (22% of the wait): it arrived late without being slower at its work (its host drifted behind, as the profiler's uneven cost makes it)"
         );
     }
 

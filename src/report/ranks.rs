@@ -46,15 +46,17 @@ const COLLECTIVES: [&str; 11] = [
 
 /// The straggler verdict in words, as the console and report.html give it.
 pub(super) fn verdict(s: &Straggler) -> String {
-    let per_step = match s.profiler_cost_s {
-        Some(c) => format!(
-            " ({} per profiled step, more than the {} the profiler adds to a step on any rank)",
+    let per_step = match s.profiler_skew_s {
+        Some(k) => format!(
+            " ({} per profiled step and waiting rank; its nodes took {} per step longer than the other ranks', more than the {} the profiler cost it beyond them)",
             super::human_time(s.wait_per_step_s),
-            super::human_time(c)
+            super::human_time(s.explained_per_step_s),
+            super::human_time(k)
         ),
         None => format!(
-            " ({} per profiled step; no rank's own step time is known, so profiler noise is not ruled out)",
-            super::human_time(s.wait_per_step_s)
+            " ({} per profiled step and waiting rank; its nodes took {} per step longer; no rank's own step time is known, so the profiler's share is not ruled out)",
+            super::human_time(s.wait_per_step_s),
+            super::human_time(s.explained_per_step_s)
         ),
     };
     let words = match s.last_arrivals {
