@@ -192,6 +192,7 @@ fn apply_program_step_time(
             s.profiler_overhead = Some(s.step_time_instrumented_s / s.step_time_s);
             s.plan_timed_both_ways = p.plan_ab;
             s.host_lead_s = p.host_lead_s;
+            s.optimizer_step_host_s = p.optimizer_step_s;
             if let Some((stop, steps)) = &p.unsettled {
                 let cap = if stop == "time_cap" { "time" } else { "step" };
                 diag.warn(

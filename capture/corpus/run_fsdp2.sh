@@ -72,7 +72,7 @@ samples)
   # The committed samples (sample_traces/corpus/fsdp2_*): a shorter window, so that they stay
   # small; then rank 1's host slowed on purpose, and a plain run beside it.
   SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=2" run fsdp2_fp32_sample 1 1
-  SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=1" run fsdp2_mp_sample 1 1 --mixed-precision
+  [ -n "${SKIP_MP:-}" ] || SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=1" run fsdp2_mp_sample 1 1 --mixed-precision
   slow_rank1 7 & slow=$!
   sleep 2
   run fsdp2_fp32_slow_plain 0 0
@@ -85,5 +85,5 @@ cd $W
 for d in $keep; do
   tar czf $OUT/$d.tar.gz $d/run $d/*.log $d/an/summary.json $d/an/ranks.csv 2>/dev/null
 done
-tar czf $OUT/fsdp2_logs.tar.gz */*.log neighbour.log
+tar czf $OUT/fsdp2_logs.tar.gz */*.log $(ls neighbour.log slow.log 2>/dev/null)
 ls -la $OUT

@@ -113,6 +113,7 @@ class _State:
         self.cuda_events = []
         self.flop_mode = None
         self.flop_backward = 0
+        self.opt_t0 = None
         self.flops_armed = False
         self.pstep = 0  # profiler steps: boundaries outside the timing phase
         self.timing_started = False
@@ -684,9 +685,17 @@ def _install_hooks(torch):
 
     def opt_pre(optimizer, args, kwargs):
         _nvtx(push="steptrace.optimizer")
+        _S.opt_t0 = time.perf_counter_ns() if _S.status["phase"] == "timing" else None
 
     def opt_post(optimizer, args, kwargs):
         _nvtx(pop=True)
+        # Each rank's host speed at the same work, with nothing recorded: the optimizer's own
+        # host time (a closure's forward and backward inside it count too, alike on every rank).
+        t0, _S.opt_t0 = _S.opt_t0, None
+        if t0 is not None and _S.status["phase"] == "timing":
+            v = _S.status.setdefault("timing_optimizer_ns", [])
+            if len(v) < _MAX_READINGS:
+                v.append(time.perf_counter_ns() - t0)
         _optimizer_found()
         if _S.explicit or not _S.backward_since_step:
             return

@@ -107,6 +107,10 @@ pub struct Summary {
     /// timing phase): host time a step can gain before the GPU waits for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_lead_s: Option<f64>,
+    /// The program's own `optimizer.step()` host time, s (capture's timing phase): in a
+    /// distributed run, this rank's host speed at the same work as the others'.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub optimizer_step_host_s: Option<f64>,
     /// What checkpointing and swapping cost on the capture's machine (its manifest).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_probe: Option<crate::ingest::PlanProbe>,
@@ -364,6 +368,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         profiler_overhead: None,
         plan_timed_both_ways: None,
         host_lead_s: None,
+        optimizer_step_host_s: None,
         plan_probe: None,
         gpu_breakdown: kernels::Temporal::default(),
         step_times_s: step_times,

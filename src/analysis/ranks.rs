@@ -35,6 +35,9 @@ pub struct RankResult {
     /// What the profiler added to a step on this rank, s: the step under the profiler less
     /// the program's own (`None` where capture did not time the program's own).
     pub profiler_cost_s: Option<f64>,
+    /// The program's own `optimizer.step()` host time on this rank, s (capture's timing
+    /// phase, nothing recorded): its host's speed at the work every rank does alike.
+    pub own_optimizer_step_s: Option<f64>,
     /// Where the GPU's time went (HolisticTraceAnalysis's definitions).
     pub gpu: Temporal,
     /// Peak allocated bytes in the window.
@@ -69,6 +72,7 @@ impl RankResult {
             step_times_s: s.step_times_s.clone(),
             profiler_cost_s: (s.step_time_source != "instrumented")
                 .then(|| (s.step_time_instrumented_s - s.step_time_s).max(0.0)),
+            own_optimizer_step_s: s.optimizer_step_host_s,
             gpu: s.gpu_breakdown,
             peak_allocated_bytes: s.peak_allocated_bytes,
             nodes: a
@@ -119,6 +123,10 @@ pub struct Straggler {
     /// What the profiler cost it per step beyond the other ranks (their median), s, where
     /// every rank's own step time is known: what its nodes' extra time exceeds.
     pub profiler_skew_s: Option<f64>,
+    /// Its own `optimizer.step()` host time over the other ranks' median, with nothing
+    /// recorded (capture's timing phase), where every rank has one: at [`HOST_SLOWER`] or
+    /// more, its host is slower at the same work in the program itself.
+    pub own_host_ratio: Option<f64>,
     /// Matched collectives it arrived at last, and how many were matched (`collectives` only).
     pub last_arrivals: Option<(usize, usize)>,
     /// Nodes where it spent longer than the other ranks, most excess first.
@@ -220,6 +228,10 @@ pub fn combine(mut ranks: Vec<RankResult>, top_nodes: usize) -> Ranks {
 /// 3 ms op among eight ranks, 50%.
 const EXPLAINED_SHARE: f64 = 0.25;
 
+/// How much longer a rank's own `optimizer.step()` host time must be than the other ranks'
+/// median for its host to count as slower with nothing recorded.
+pub const HOST_SLOWER: f64 = 1.25;
+
 /// Keeps a straggler only where its lead is the program's and not the profiler's. The
 /// profiler adds its own cost to every step on every rank (on a short host-bound step, many
 /// times the step: FSDP2's example ran 51-80 ms steps at 224-410 ms under it), and unevenly;
@@ -228,8 +240,10 @@ const EXPLAINED_SHARE: f64 = 0.25;
 ///
 /// - its slower nodes must explain [`EXPLAINED_SHARE`] of the wait it causes per step and
 ///   waiting rank: a rank that arrives late without being slower at its work has drifted;
-/// - where every rank's own step time is known, what its nodes took beyond the other ranks'
-///   must exceed what the profiler cost it beyond them (its step under the profiler less its
+/// - its host is slower at the same work with nothing recorded (its own `optimizer.step()`
+///   host time in capture's timing phase, [`HOST_SLOWER`] over the other ranks'); or else,
+///   where every rank's own step time is known, what its nodes took beyond the other ranks'
+///   exceeds what the profiler cost it beyond them (its step under the profiler less its
 ///   own, against the other ranks' median of the same): a host the profiler slows more runs
 ///   every node longer by that much.
 ///
@@ -250,6 +264,26 @@ fn beyond_profiler_noise(ranks: &[RankResult], mut s: Straggler) -> Result<Strag
             "{intro} ({:.0}% of the wait): it arrived late without being slower at its work (its host drifted behind, as the profiler's uneven cost makes it)",
             100.0 * s.explained_per_step_s / s.wait_per_step_s.max(f64::MIN_POSITIVE)
         ));
+    }
+    // With nothing recorded, the same work on every rank: a host slower at it is slow in the
+    // program itself, whatever the profiler adds.
+    let probe: Option<Vec<(i64, f64)>> = ranks
+        .iter()
+        .map(|r| r.own_optimizer_step_s.map(|t| (r.rank, t)))
+        .collect();
+    if let Some(probe) = probe.filter(|p| p.len() > 1) {
+        let mine = probe.iter().find(|p| p.0 == s.rank).map_or(0.0, |p| p.1);
+        let mut others: Vec<f64> = probe
+            .iter()
+            .filter(|p| p.0 != s.rank)
+            .map(|p| p.1)
+            .collect();
+        if let Some(m) = super::median(&mut others).filter(|m| *m > 0.0) {
+            s.own_host_ratio = Some(mine / m);
+            if mine >= HOST_SLOWER * m {
+                return Ok(s);
+            }
+        }
     }
     let Some(own) = s_cost(ranks, s.rank) else {
         return Ok(s);
@@ -323,6 +357,7 @@ pub fn straggler_by_collectives(
         wait_caused_s: top.wait_caused_ns as f64 * 1e-9,
         wait_per_step_s: 0.0,
         profiler_skew_s: None,
+        own_host_ratio: None,
         last_arrivals: Some((top.last, m.matched.len())),
         explained_per_step_s: 0.0,
         slower_nodes: Vec::new(),
@@ -386,6 +421,7 @@ pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, St
         wait_caused_s: wait as f64 * 1e-9,
         wait_per_step_s: 0.0,
         profiler_skew_s: None,
+        own_host_ratio: None,
         last_arrivals: None,
         explained_per_step_s: 0.0,
         slower_nodes: Vec::new(),
@@ -464,6 +500,7 @@ mod tests {
             step_time_instrumented_s: 0.012,
             step_times_s: vec![0.01, 0.011, 0.01],
             profiler_cost_s: None,
+            own_optimizer_step_s: None,
             gpu: Temporal {
                 communication_ns: comm_us * 1000,
                 ..Temporal::default()
@@ -528,6 +565,17 @@ mod tests {
             noise.no_straggler_reason.unwrap(),
             "no straggler beyond profiler noise: rank 1 made each other rank wait 0.900 ms per profiled step, but its nodes took only 0.900 ms per step longer than the other ranks', within the 1.100 ms more the profiler cost it per step than the other ranks (its step under the profiler less its own, against theirs)"
         );
+        // The same, with rank 1's own optimizer step 3x the other's with nothing recorded
+        // (its host is slower in the program itself): a straggler, whatever the profiler cost.
+        let mut v = vec![rank(0, 3000, &n), rank(1, 300, &slow)];
+        v[0].profiler_cost_s = Some(0.001);
+        v[1].profiler_cost_s = Some(0.0021);
+        v[0].own_optimizer_step_s = Some(0.010);
+        v[1].own_optimizer_step_s = Some(0.030);
+        let host = combine(v, 5)
+            .straggler
+            .expect("a host slower with nothing recorded");
+        assert_eq!((host.rank, host.own_host_ratio), (1, Some(3.0)));
         let real = with_cost(0.0005)
             .straggler
             .expect("a straggler beyond the noise");

@@ -39,6 +39,9 @@ pub struct ProgramStepTime {
     /// How far the host ran ahead of the GPU at the end of a step in the timing phase, s
     /// (median): host time a step can gain before the GPU waits for it.
     pub host_lead_s: Option<f64>,
+    /// Median host time of the program's `optimizer.step()` in the timing phase, s: this
+    /// rank's host speed at the same work as the others', with nothing recorded.
+    pub optimizer_step_s: Option<f64>,
 }
 
 /// The timing phase of a planned capture whose steps alternated with and without the plan
@@ -123,6 +126,9 @@ pub(super) struct ManifestPhase {
     /// How far the host ran ahead of the GPU (absent before capture measured it).
     #[serde(default)]
     pub(super) host_lead_s: Option<f64>,
+    /// Median host time of an `optimizer.step()` call (absent before capture measured it).
+    #[serde(default)]
+    pub(super) optimizer_step_s: Option<f64>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -169,6 +175,7 @@ impl ManifestTiming {
             unsettled,
             plan_ab,
             host_lead_s: phase.host_lead_s.filter(|l| l.is_finite() && *l >= 0.0),
+            optimizer_step_s: phase.optimizer_step_s.filter(|l| l.is_finite() && *l > 0.0),
         })
     }
 }

@@ -234,6 +234,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                             unsettled: None,
                             plan_ab: None,
                             host_lead_s: None,
+                            optimizer_step_s: None,
                         }),
                 };
                 (m.files, t, m.ranks.first().and_then(|r| r.plan_probe))

@@ -46,17 +46,18 @@ const COLLECTIVES: [&str; 11] = [
 
 /// The straggler verdict in words, as the console and report.html give it.
 pub(super) fn verdict(s: &Straggler) -> String {
-    let per_step = match s.profiler_skew_s {
-        Some(k) => format!(
-            " ({} per profiled step and waiting rank; its nodes took {} per step longer than the other ranks', more than the {} the profiler cost it beyond them)",
-            super::human_time(s.wait_per_step_s),
-            super::human_time(s.explained_per_step_s),
+    let wait = super::human_time(s.wait_per_step_s);
+    let nodes = super::human_time(s.explained_per_step_s);
+    let per_step = match (s.own_host_ratio, s.profiler_skew_s) {
+        (Some(r), _) if r >= 1.25 => format!(
+            " ({wait} per profiled step and waiting rank; with nothing recorded its host took {r:.1}x the other ranks' time for the same optimizer step)"
+        ),
+        (_, Some(k)) => format!(
+            " ({wait} per profiled step and waiting rank; its nodes took {nodes} per step longer than the other ranks', more than the {} the profiler cost it beyond them)",
             super::human_time(k)
         ),
-        None => format!(
-            " ({} per profiled step and waiting rank; its nodes took {} per step longer; no rank's own step time is known, so the profiler's share is not ruled out)",
-            super::human_time(s.wait_per_step_s),
-            super::human_time(s.explained_per_step_s)
+        (_, None) => format!(
+            " ({wait} per profiled step and waiting rank; its nodes took {nodes} per step longer; no rank's own step time is known, so the profiler's share is not ruled out)"
         ),
     };
     let words = match s.last_arrivals {

@@ -143,6 +143,11 @@ pub struct ShimStatus {
     /// interval's step.
     #[serde(default)]
     pub timing_plan_on: Vec<bool>,
+    /// Host time of each `optimizer.step()` call in the timing phase (ns, from its pre-hook
+    /// to its post-hook): how fast this rank's host does the same work as the others', with
+    /// nothing recorded.
+    #[serde(default)]
+    pub timing_optimizer_ns: Vec<i64>,
     /// Where the shim was when it last wrote: before_window, window, timing, reference,
     /// finished.
     #[serde(default)]

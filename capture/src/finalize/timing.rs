@@ -91,6 +91,12 @@ pub struct PhaseTiming {
     /// GPU waits for it. Python programs with CUDA, phases without a plan.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_lead_s: Option<f64>,
+    /// Median host time of an `optimizer.step()` call in the phase, seconds (Python programs
+    /// with an optimizer): in a distributed run, each rank's host speed at the same work, with
+    /// nothing recorded (the step times themselves are equal on every rank: they wait for each
+    /// other).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub optimizer_step_s: Option<f64>,
 }
 
 /// The steps of a timing phase that ran without the plan, between steps that ran with it.
@@ -138,6 +144,7 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
         } else {
             None
         },
+        optimizer_step_s: median_s(&st.timing_optimizer_ns),
         ..t
     });
     let after = st.after_window_start_ns.and_then(|start| {
@@ -154,6 +161,22 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
         })
     });
     choose(after, phase)
+}
+
+/// The median of clock readings in ns, seconds.
+fn median_s(ns: &[i64]) -> Option<f64> {
+    let mut v: Vec<i64> = ns.iter().copied().filter(|&d| d > 0).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let n = v.len();
+    let m = if n % 2 == 1 {
+        v[n / 2] as f64
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0
+    };
+    Some(m * 1e-9)
 }
 
 /// The step time from the steps after a window and a timing phase (which may come from an
@@ -338,6 +361,7 @@ pub fn timing_phase(
         intervals_s: intervals,
         first_step: None,
         host_lead_s: None,
+        optimizer_step_s: None,
         unplanned,
     })
 }
