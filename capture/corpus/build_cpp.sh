@@ -10,7 +10,10 @@ W=${1:?work directory}
 SRC=$(pwd)/.corpus/src
 PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 ABI=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+# BUILD_ONLY: a space-separated subset of "mnist dcgan regression drn" (all by default).
+want_build() { [ -z "${BUILD_ONLY:-}" ] || [[ " $BUILD_ONLY " == *" $1 "* ]]; }
 for name in mnist dcgan regression; do
+  want_build $name || continue
   cmake -S "$SRC/examples/cpp/$name" -B "$W/build/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$PREFIX" -DDOWNLOAD_MNIST=OFF \
     -DCMAKE_CXX_FLAGS="-I$SRC/include -D_GLIBCXX_USE_CXX11_ABI=$ABI" >"$W/build_$name.log" 2>&1 \
@@ -20,6 +23,7 @@ done
 # prabhuomkar/pytorch-cpp's tutorials are sub-projects of its top-level CMakeLists.txt, which
 # finds Torch (or downloads libtorch) and sets TORCH_CXX_FLAGS: the same two things here, with
 # the tutorial's own CMakeLists.txt added as the sub-project, as the top level does.
+want_build drn || exit 0
 mkdir -p "$W/build/drn_top"
 cat >"$W/build/drn_top/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.28.6 FATAL_ERROR)

@@ -45,6 +45,8 @@ corpus_programs() {
   # Framework programs (issue: the frameworks users train with). fw/ holds capture/corpus/programs.
   each fw_lightning py $W/fw 1 1 -- python3 lightning_transformer.py
   each fw_hf_trainer py $W/fw 1 1 -- python3 hf_trainer_gpt2.py
+  # The same, small enough to commit (sample_traces/corpus/fw_hf_trainer).
+  each fw_hf_trainer_small py $W/fw 1 1 -- python3 hf_trainer_gpt2.py --n-layer 4 --seq-len 256
   # LBFGS with a closure, no framework (CPU only). torch 2.11 loads traindata.pt (a numpy array,
   # as generate_sine_wave.py saves it) only with weights_only off: torch's own switch for that.
   each fw_lbfgs py $E/time_sequence_prediction 1 1 -- env TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 python3 train.py --steps 30
@@ -75,12 +77,14 @@ corpus_setup() {
   python3 -c 'import torch, torchvision; torch.zeros(1, device="cuda").sum().item()' >/dev/null 2>&1
   echo "== torch and CUDA warmed: $(( $(date +%s) - t0 )) s"
   if [ "${1:-}" = cpp ]; then
-    if [ ! -x $W/build/drn/drn/deep-residual-network ]; then
+    if [ ! -x $W/build/drn/drn/deep-residual-network ] || [ -n "${BUILD_ONLY:-}" ]; then
       local t0=$(date +%s); bash $ROOT/capture/corpus/build_cpp.sh $W; echo "== C++ builds: $(( $(date +%s) - t0 )) s"
     fi
-    local t0=$(date +%s)
-    (cd $W && $ST capture --out $W/shim_warm --force --no-trace --no-memory --no-et \
-      -- $W/build/regression/regression >$W/logs/shim_warm.out 2>&1)
-    echo "== shim cache warmed: $(( $(date +%s) - t0 )) s"
+    if [ -x $W/build/regression/regression ]; then
+      local t0=$(date +%s)
+      (cd $W && $ST capture --out $W/shim_warm --force --no-trace --no-memory --no-et \
+        -- $W/build/regression/regression >$W/logs/shim_warm.out 2>&1)
+      echo "== shim cache warmed: $(( $(date +%s) - t0 )) s"
+    fi
   fi
 }

@@ -830,7 +830,9 @@ def _write_references(prof, torch):
         _S.status["files"]["torch_key_averages"] = os.path.basename(p)
     except Exception as exc:
         _S.error("key_averages", exc)
-    if _cuda_ok():
+    # A program that never used the GPU has no CUDA categories to give (torch still walks every
+    # event of the window: a CPU-only LBFGS program wrote 1.5 GB and did not finish).
+    if _cuda_ok() and _S.status.get("gpu_used", True):
         try:
             p = _S.path("memory_timeline_torch", ".json")
             prof.export_memory_timeline(p, device="cuda:%d" % torch.cuda.current_device())

@@ -43,8 +43,9 @@ def main():
     p.add_argument("--max-steps", type=int, default=60)
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--n-layer", type=int, default=12)
     args = p.parse_args()
-    config = GPT2Config(n_positions=1024, n_embd=768, n_layer=12, n_head=12)
+    config = GPT2Config(n_positions=1024, n_embd=768, n_layer=args.n_layer, n_head=12)
     model = GPT2LMHeadModel(config)
     data = RandomTokens(args.max_steps * args.batch_size * 4 + 64, args.seq_len, config.vocab_size)
     targs = TrainingArguments(
