@@ -67,8 +67,11 @@ pub(super) fn kept_category(s: &Snapshot, frames: &[FrameId]) -> Option<Category
         is_module_call(s.str(fr.name), s.str(fr.filename))
     });
     if let Some(k) = call.filter(|&k| k > 0) {
+        // torch's own files, by the package's folder (a virtual environment may itself live
+        // under a folder named torch: /opt/torch/.venv/.../site-packages/lightning/...).
         let f = file(&frames[k - 1]);
-        if !(f.contains("/torch/") || f.starts_with("torch/")) {
+        let torch_file = f.contains("-packages/torch/") || f.starts_with("torch/");
+        if !torch_file {
             return Some(Category::Input);
         }
     }

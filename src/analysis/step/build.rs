@@ -24,6 +24,8 @@ pub(super) struct Ctx<'a> {
     pub(super) differentiated: &'a [bool],
     /// Whether the trace has any GPU activity.
     pub(super) has_gpu: bool,
+    /// Whether the program marks its DataLoader's `__next__` (Python).
+    pub(super) has_dataloader_annotations: bool,
 }
 
 /// What one iteration's phases read beyond [`Ctx`]: its backward passes, the nodes of
@@ -35,6 +37,12 @@ pub(super) struct IterPhases {
     closure: rustc_hash::FxHashSet<usize>,
     /// Node indices of the host-only tail after the optimizer (data loading, no ranges).
     data_tail: rustc_hash::FxHashSet<usize>,
+    /// Start of the iteration's first main-thread input copy that comes before any compute
+    /// and before its backward pass, in a program that marks no DataLoader range.
+    first_copy: Option<i64>,
+    /// Start of the iteration's first differentiated main-thread node (its forward work), when
+    /// the iteration has a backward pass.
+    first_forward: Option<i64>,
 }
 
 impl Ctx<'_> {
@@ -79,9 +87,24 @@ impl Ctx<'_> {
                     // A loss read for logging (`.item()`) and the input copies before the
                     // first compute op are not forward work. Compute is what runs on the GPU:
                     // a DataLoader's CPU-side ops (`empty`, `set_` of a received batch) come
-                    // before the copies too.
+                    // before the copies too, and where the program marks no DataLoader range
+                    // (libtorch), the host-only ops before the first copy build the batch.
                     if is_dtoh_read(t, gpus) || (!*seen_compute && has_htod(t, gpus)) {
                         Phase::Other
+                    } else if !*seen_compute
+                        && gpus.is_empty()
+                        && ip.first_copy.is_some_and(|c| op.start < c)
+                    {
+                        Phase::DataLoading
+                    } else if ip.first_forward.is_some_and(|f| op.start < f)
+                        && !self.differentiated[ni]
+                        && t.module[o.0 as usize].is_none()
+                        && !gpus.is_empty()
+                    {
+                        // A batch made on the device before the model runs (random data:
+                        // `torch.randint(..., device=...)`), outside every module: torch's
+                        // classifier names it INPUT.
+                        Phase::DataLoading
                     } else {
                         *seen_compute |= !gpus.is_empty();
                         Phase::Forward
@@ -119,7 +142,9 @@ impl Ctx<'_> {
             let mut forward_from: Option<i64> = None;
             for &ni in members {
                 let start = t.op(self.node_ops[ni]).start;
-                if self.differentiated[ni] {
+                // A module's forward starts the closure's forward too: its first ops may make
+                // nothing autograd differentiates (an attention mask).
+                if self.differentiated[ni] || t.module[self.node_ops[ni].0 as usize].is_some() {
                     forward_from = Some(start);
                 } else if let Some(f) = forward_from {
                     let k = bw.spans.partition_point(|s| s.0 < f);
@@ -151,10 +176,29 @@ impl Ctx<'_> {
                 data_tail.extend(after[last_gpu + 1..].iter().copied());
             }
         }
+        let first_copy = if self.has_dataloader_annotations {
+            None
+        } else {
+            idx.iter()
+                .copied()
+                .filter(|&ni| on_main(ni) && !self.facts.is_bw(self.node_ops[ni]))
+                .find(|&ni| !self.gpu.of_node[ni].is_empty())
+                .filter(|&ni| has_htod(t, &self.gpu.of_node[ni]))
+                .map(|ni| t.op(self.node_ops[ni]).start)
+                .filter(|&c| bw.extent.is_none_or(|(bs, _)| c < bs))
+        };
+        let first_forward = bw.extent.and_then(|_| {
+            idx.iter()
+                .copied()
+                .find(|&ni| on_main(ni) && self.differentiated[ni])
+                .map(|ni| t.op(self.node_ops[ni]).start)
+        });
         IterPhases {
             bw,
             closure,
             data_tail,
+            first_copy,
+            first_forward,
         }
     }
 

@@ -7,12 +7,14 @@ use super::*;
 pub(super) type Window = (i64, i64, String);
 
 /// The iteration windows: `ProfilerStep#N` ranges, else one per autograd backward pass (cut at
-/// the next input copy), else the whole trace.
+/// the next input copy, or at the host-only ops that build the batch just before it), else the
+/// whole trace.
 pub(super) fn find_iterations(
     t: &Trace,
     node_ops: &[OpId],
     is_bw: &dyn Fn(OpId) -> bool,
     has_htod: &dyn Fn(usize) -> bool,
+    host_only: &dyn Fn(usize) -> bool,
     main: Option<ThreadId>,
 ) -> (Detection, Vec<Window>) {
     let mut steps: Vec<Window> = t
@@ -75,11 +77,23 @@ pub(super) fn find_iterations(
         let lo = main_nodes.partition_point(|m| m.0 < prev_end);
         let hi = main_nodes.partition_point(|m| m.0 < next_start);
         let gap = &main_nodes[lo..hi];
-        let cut = gap
-            .iter()
-            .find(|m| has_htod(m.2))
-            .or_else(|| gap.iter().find(|m| t.op(node_ops[m.2]).seq.is_some()))
-            .map_or(next_start, |m| m.0);
+        // The batch is built on the host before it is copied (a libtorch DataLoader without
+        // workers: select, slice, flip, stack on the main thread): the iteration begins with
+        // the run of host-only nodes just before the copy.
+        let cut = match gap.iter().position(|m| has_htod(m.2)) {
+            Some(k) => {
+                let mut first = k;
+                while first > 0 && host_only(gap[first - 1].2) {
+                    first -= 1;
+                }
+                Some(gap[first].0)
+            }
+            None => gap
+                .iter()
+                .find(|m| t.op(node_ops[m.2]).seq.is_some())
+                .map(|m| m.0),
+        }
+        .unwrap_or(next_start);
         bounds.push(cut);
         prev_end = end;
     }

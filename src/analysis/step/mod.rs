@@ -210,6 +210,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         &node_ops,
         &|o| facts.is_bw(o),
         &|ni| has_htod(t, &gpu.of_node[ni]),
+        &|ni| gpu.of_node[ni].is_empty(),
         main,
     );
     let (per_iter, outside) = assign_to_windows(t, &node_ops, &windows);
@@ -227,6 +228,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         has_opt_annotations: facts.in_optimizer.iter().any(|b| b.is_some()),
         differentiated: &differentiated,
         has_gpu: !t.kineto.gpu.is_empty(),
+        has_dataloader_annotations: facts.in_data_loading.iter().any(|&b| b),
     };
     // Iterations are independent: each builds its nodes on its own thread, and they are joined
     // in iteration order, so the output does not depend on the threads.
