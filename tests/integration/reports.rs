@@ -216,12 +216,7 @@ fn perfetto_counts(
 /// does not have.
 #[test]
 fn issue19_the_annotated_trace_imports_in_perfetto_as_recorded() {
-    for name in [
-        "resnet18",
-        "gpt_bf16",
-        "corpus/nanogpt_train_fp16_accum",
-        "corpus/cpp_mnist",
-    ] {
+    for name in ["resnet18", "gpt_bf16", "corpus/nanogpt_train_fp16_accum"] {
         let s = root().join("sample_traces").join(name);
         let rec = json(&s.join("perfetto_import.json"));
         let (input, annotated) = (&rec["input"], &rec["annotated"]);
