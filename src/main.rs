@@ -132,10 +132,31 @@ fn heap_pages() -> String {
             let line = t.lines().find(|l| l.starts_with("AnonHugePages:"))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         });
+    let advised = advised_kib().map_or_else(|| "unknown".to_owned(), |k| format!("{k} KiB"));
     match mapped {
-        Some(kib) => format!("{asked}; huge pages mapped: {kib} KiB"),
-        None => format!("{asked}; huge pages mapped: unknown"),
+        Some(kib) => {
+            format!("{asked}; advised for huge pages: {advised}; huge pages mapped: {kib} KiB")
+        }
+        None => format!("{asked}; advised for huge pages: {advised}; huge pages mapped: unknown"),
     }
+}
+
+/// KiB of this process's mappings advised for huge pages (`MADV_HUGEPAGE`: the `hg` flag of
+/// `/proc/self/smaps`): what glibc asked the kernel for, whether or not the kernel had huge
+/// pages at hand to give.
+fn advised_kib() -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let (mut total, mut size) = (0u64, 0u64);
+    for l in t.lines() {
+        if let Some(v) = l.strip_prefix("Size:") {
+            size = v.split_whitespace().next()?.parse().ok()?;
+        } else if let Some(flags) = l.strip_prefix("VmFlags:") {
+            if flags.split_whitespace().any(|f| f == "hg") {
+                total += size;
+            }
+        }
+    }
+    Some(total)
 }
 
 /// The error and its causes on one line, each cause once: the library's errors already end

@@ -37,7 +37,14 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     }
     let s = &a.summary;
     let mut o = String::new();
-    let dev = s.device.as_deref().unwrap_or("unknown GPU");
+    // A trace with no GPU activity (a CPU-only program, or a capture without CUDA activities)
+    // is read for its host ops: their CPU time is what it has.
+    let cpu_only = t.kineto.gpu.is_empty();
+    let dev = match (s.device.as_deref(), cpu_only) {
+        (_, true) => "the CPU (no GPU activity in the trace)",
+        (Some(d), false) => d,
+        (None, false) => "unknown GPU",
+    };
     o += &format!(
         "{}: {} iterations ({}), {} nodes per iteration, on {}\n",
         s.trace,
@@ -63,12 +70,14 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         );
     }
     // GPU busy is measured inside the profiled iterations: its share is of those.
-    o += &format!(
-        "GPU busy {} ({:.0}% of the profiled step), GPU kernel time {}\n",
-        human_time(s.gpu_busy_s),
-        crate::analysis::percent(s.gpu_busy_s, s.step_time_instrumented_s).unwrap_or(0.0),
-        human_time(s.gpu_time_s)
-    );
+    if !cpu_only {
+        o += &format!(
+            "GPU busy {} ({:.0}% of the profiled step), GPU kernel time {}\n",
+            human_time(s.gpu_busy_s),
+            crate::analysis::percent(s.gpu_busy_s, s.step_time_instrumented_s).unwrap_or(0.0),
+            human_time(s.gpu_time_s)
+        );
+    }
     match s.peak_allocated_bytes {
         Some(p) => {
             o += &format!(
@@ -105,6 +114,49 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             crate::analysis::liveness::Source::MemoryEvents => "allocator events",
         }
     );
+    if cpu_only {
+        cpu_table(&mut o, a, top);
+    } else {
+        gpu_table(&mut o, a, top);
+    }
+    if s.peak_allocated_bytes.is_none() {
+        // No memory events: a table of zeros would read as "nothing allocated" (issue 17).
+        by_mem_table_skipped(&mut o);
+        return finish_console(o, diag);
+    }
+    mem_table(&mut o, a, top);
+    finish_console(o, diag)
+}
+
+/// The nodes that took the most CPU time, for a trace with no GPU activity.
+fn cpu_table(o: &mut String, a: &Analysis, top: usize) {
+    let total: f64 = a.node_stats.iter().map(|n| n.median_cpu_time_s).sum();
+    let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
+    by_time.sort_by(|x, y| {
+        y.median_cpu_time_s
+            .total_cmp(&x.median_cpu_time_s)
+            .then(x.rank.cmp(&y.rank))
+    });
+    *o += &format!(
+        "\nTop {top} nodes by CPU time (median per iteration; the trace has no GPU activity)\n"
+    );
+    *o += &format!(
+        "{:>5}  {:<60} {:>11} {:>7}\n",
+        "rank", "node", "CPU time", "CPU %"
+    );
+    for n in by_time.iter().take(top) {
+        *o += &format!(
+            "{:>5}  {:<60} {:>11} {:>6.1}%\n",
+            n.rank,
+            truncate(&n.node_name, 60),
+            human_time(n.median_cpu_time_s),
+            crate::analysis::percent(n.median_cpu_time_s, total).unwrap_or(0.0)
+        );
+    }
+}
+
+/// The nodes that took the most GPU time.
+fn gpu_table(o: &mut String, a: &Analysis, top: usize) {
     let total_gpu: f64 = a.node_stats.iter().map(|n| n.median_run_time_s).sum();
     let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
     by_time.sort_by(|x, y| {
@@ -112,13 +164,13 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             .total_cmp(&x.median_run_time_s)
             .then(x.rank.cmp(&y.rank))
     });
-    o += &format!("\nTop {top} nodes by GPU time (median per iteration)\n");
-    o += &format!(
+    *o += &format!("\nTop {top} nodes by GPU time (median per iteration)\n");
+    *o += &format!(
         "{:>5}  {:<60} {:>10} {:>7} {:>8} {:>11}\n",
         "rank", "node", "GPU time", "GPU %", "kernels", "CPU time"
     );
     for n in by_time.iter().take(top) {
-        o += &format!(
+        *o += &format!(
             "{:>5}  {:<60} {:>10} {:>6.1}% {:>8} {:>11}\n",
             n.rank,
             truncate(&n.node_name, 60),
@@ -132,24 +184,23 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             human_time(n.median_cpu_time_s)
         );
     }
-    if s.peak_allocated_bytes.is_none() {
-        // No memory events: a table of zeros would read as "nothing allocated" (issue 17).
-        by_mem_table_skipped(&mut o);
-        return finish_console(o, diag);
-    }
+}
+
+/// The nodes that allocated the most.
+fn mem_table(o: &mut String, a: &Analysis, top: usize) {
     let mut by_mem: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
     by_mem.sort_by(|x, y| {
         y.median_alloc_bytes
             .cmp(&x.median_alloc_bytes)
             .then(x.rank.cmp(&y.rank))
     });
-    o += &format!("\nTop {top} nodes by memory allocated (median per iteration)\n");
-    o += &format!(
+    *o += &format!("\nTop {top} nodes by memory allocated (median per iteration)\n");
+    *o += &format!(
         "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
         "rank", "node", "allocated", "peak", "type"
     );
     for n in by_mem.iter().take(top) {
-        o += &format!(
+        *o += &format!(
             "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
             n.rank,
             truncate(&n.node_name, 60),
@@ -158,7 +209,6 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             n.node_type.as_str()
         );
     }
-    finish_console(o, diag)
 }
 
 /// The console summary of a trace with no CPU operators: the GPU timeline and its kernels.

@@ -659,3 +659,53 @@ fn issue17_gpu_only_trace_gets_kernel_level_results() {
                 <= total_top
     }));
 }
+
+/// The frameworks issue: a trace with no GPU activity (a CPU-only program; here ResNet-18's
+/// capture with every GPU event, launch and device allocator event taken out) is read for its
+/// host ops: the console names the CPU, not an "unknown GPU", gives no GPU-busy line, and
+/// ranks the nodes by CPU time, which add up to what the ops took.
+#[test]
+fn a_cpu_only_trace_gets_cpu_nodes_ranked_by_cpu_time() {
+    let mut v = crate::common::json(&crate::common::trace_path(
+        &crate::common::root().join("sample_traces/resnet18"),
+    ));
+    let gpu_cats = [
+        "kernel",
+        "gpu_memcpy",
+        "gpu_memset",
+        "cuda_runtime",
+        "cuda_driver",
+        "ac2g",
+        "gpu_user_annotation",
+    ];
+    let evs = v["traceEvents"].as_array_mut().unwrap();
+    evs.retain(|e| {
+        let cat = e["cat"].as_str().unwrap_or("");
+        !gpu_cats.contains(&cat) && !(cat == "cpu_instant_event" && e["args"]["Device Type"] == 1)
+    });
+    v.as_object_mut().unwrap().remove("deviceProperties");
+    let (_d, out) = crate::common::analyze_text(&v.to_string());
+    let c = &out.console;
+    assert!(
+        c.contains("on the CPU (no GPU activity in the trace)"),
+        "{c}"
+    );
+    assert!(!c.contains("GPU busy") && !c.contains("unknown GPU"), "{c}");
+    assert!(c.contains("nodes by CPU time"), "{c}");
+    let nodes = &out.analysis.node_stats;
+    assert!(nodes.len() > 300, "{}", nodes.len());
+    assert!(nodes
+        .iter()
+        .all(|n| n.median_run_time_s == 0.0 && n.device == "cpu"));
+    // The table's first row is the node with the most CPU time.
+    let most = nodes
+        .iter()
+        .max_by(|a, b| a.median_cpu_time_s.total_cmp(&b.median_cpu_time_s))
+        .unwrap();
+    let table = c.split("nodes by CPU time").nth(1).unwrap();
+    let first_row = table.lines().nth(2).unwrap();
+    assert!(
+        first_row.trim_start().starts_with(&most.rank.to_string()),
+        "{first_row}"
+    );
+}
