@@ -681,7 +681,8 @@ fn a_cpu_only_trace_gets_cpu_nodes_ranked_by_cpu_time() {
     let evs = v["traceEvents"].as_array_mut().unwrap();
     evs.retain(|e| {
         let cat = e["cat"].as_str().unwrap_or("");
-        !gpu_cats.contains(&cat) && !(cat == "cpu_instant_event" && e["args"]["Device Type"] == 1)
+        let device_memory = cat == "cpu_instant_event" && e["args"]["Device Type"] == 1;
+        !(gpu_cats.contains(&cat) || device_memory)
     });
     v.as_object_mut().unwrap().remove("deviceProperties");
     let (_d, out) = crate::common::analyze_text(&v.to_string());
