@@ -681,6 +681,116 @@ fn finish(
 mod tests {
     use super::*;
 
+    /// A finished run's manifest: `ranks` of (steps, whether a trace was written), exiting
+    /// with `code`.
+    fn finished(ranks: &[(i64, bool)], code: i32) -> Manifest {
+        Manifest {
+            steptrace_version: "test",
+            command: vec!["python3".into(), "train.py".into()],
+            cwd: String::new(),
+            mode: Mode::Python,
+            exit: child::Exit {
+                code,
+                signal: None,
+                forwarded_signal: None,
+                ended_lingering_s: None,
+            },
+            started_at: String::new(),
+            ended_at: String::new(),
+            host: String::new(),
+            torch: None,
+            cuda: None,
+            driver: None,
+            gpu: None,
+            gpu_memory_bytes: None,
+            schedule: Schedule::default(),
+            record: Record::default(),
+            rank: 0,
+            world_size: ranks.len() as i64,
+            completed: false,
+            incomplete_reasons: Vec::new(),
+            step_time_s: None,
+            files: Default::default(),
+            ranks: ranks
+                .iter()
+                .enumerate()
+                .map(|(r, &(steps, trace))| RankFiles {
+                    rank: r as i64,
+                    files: if trace {
+                        [("trace".to_owned(), format!("trace_rank{r}.json.gz"))].into()
+                    } else {
+                        Default::default()
+                    },
+                    steps,
+                    boundary: Some("optimizer_step".into()),
+                    errors: Vec::new(),
+                    timing: None,
+                    reference: None,
+                    plan_probe: None,
+                    costs_ms: Default::default(),
+                })
+                .collect(),
+            notes: Vec::new(),
+            rerun: None,
+        }
+    }
+
+    fn props() -> CaptureProps {
+        CaptureProps {
+            program: vec!["python3".into()],
+            out: PathBuf::from("run"),
+            force: false,
+            schedule: Schedule::default(),
+            record: Record::default(),
+            mode: None,
+            python: None,
+            max_entries: 1,
+            cache: None,
+            timing: TimingPhase::default(),
+            plan: None,
+            plan_ab: false,
+            rerun_short: true,
+            progress: None,
+        }
+    }
+
+    /// The frameworks issue: a program that ran steps but left no trace (pytorch/examples'
+    /// FSDP2 example: 10 steps, all skipped or timed) is run again with a window fitted to its
+    /// steps; one that recorded its window, failed, ran under 2 steps, or asked for no trace or
+    /// no rerun is not.
+    #[test]
+    fn a_short_program_is_run_again_with_a_window_that_fits_its_steps() {
+        let p = props();
+        let fit = |ranks: &[(i64, bool)], code| short_run_schedule(&p, &finished(ranks, code));
+        let ten = fit(&[(10, false), (10, false)], 0).expect("a second run");
+        assert_eq!(
+            ten.to_string(),
+            "skip_first=1,wait=0,warmup=1,active=3,repeat=1"
+        );
+        assert_eq!(ten.steps_to_window_end(), 5);
+        // The window fits the fewest steps of any rank.
+        let three = fit(&[(10, false), (3, false)], 0).unwrap();
+        assert_eq!(
+            three.to_string(),
+            "skip_first=0,wait=0,warmup=1,active=2,repeat=1"
+        );
+        assert_eq!(fit(&[(2, false)], 0).unwrap().steps_to_window_end(), 2);
+        assert_eq!(fit(&[(1, false)], 0), None, "a window needs two steps");
+        assert_eq!(
+            fit(&[(10, true), (10, false)], 0),
+            None,
+            "a trace was written"
+        );
+        assert_eq!(fit(&[(10, false)], 1), None, "the program failed");
+        assert_eq!(short_run_schedule(&p, &finished(&[], 0)), None);
+        let mut off = props();
+        off.rerun_short = false;
+        assert_eq!(short_run_schedule(&off, &finished(&[(10, false)], 0)), None);
+        off = props();
+        off.record.trace = false;
+        assert_eq!(short_run_schedule(&off, &finished(&[(10, false)], 0)), None);
+    }
+
     #[test]
     fn modes() {
         assert_eq!(detect_mode(Path::new("python3")), Mode::Python);
