@@ -87,6 +87,14 @@ impl Temporal {
     pub fn pct(&self, ns: i64) -> Option<f64> {
         super::percent(ns as f64, self.span_ns as f64)
     }
+
+    /// Communication time with no computation beside it, ns: what the step waits for
+    /// communication (HTA's overlap, as torchtitan reports exposed communication). `None`
+    /// without communication kernels.
+    pub fn exposed_communication_ns(&self) -> Option<i64> {
+        self.comm_comp_overlap_pct
+            .map(|p| (self.communication_ns as f64 * (1.0 - p / 100.0)).round() as i64)
+    }
 }
 
 /// HolisticTraceAnalysis's kernel classes (`hta.utils.utils.get_kernel_type`), decided by name

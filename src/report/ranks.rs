@@ -6,7 +6,7 @@ use super::{human_bytes, io, secs, write_table, Error};
 use crate::analysis::ranks::{Ranks, Straggler};
 
 /// `ranks.csv` columns: times in µs (three decimals) and percentages of the GPU span.
-const HEADER: [&str; 20] = [
+const HEADER: [&str; 21] = [
     "rank",
     "trace",
     "iterations",
@@ -27,6 +27,7 @@ const HEADER: [&str; 20] = [
     "last_arrivals",
     "wait_caused_us",
     "waited_us",
+    "exposed_communication_us",
 ];
 
 /// `collectives.csv` columns: one row per collective matched across ranks.
@@ -166,6 +167,10 @@ fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
             .num(a.map_or(0, |a| a.last))
             .us(a.map_or(0, |a| a.wait_caused_ns))
             .us(a.map_or(0, |a| a.waited_ns))
+            .text(
+                &g.exposed_communication_ns()
+                    .map_or(String::new(), |ns| format!("{:.3}", ns as f64 * 1e-3)),
+            )
             .end();
     })?;
     write_table(
@@ -193,10 +198,10 @@ fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
 /// One line per rank, the straggler verdict, then the ranks not analysed and the warnings.
 pub fn console(r: &Ranks) -> String {
     let mut o = format!(
-        "{} ranks (step: the program's own with nothing recorded, and under the profiler; GPU idle and compute: % of the window's GPU span; comm: per profiled step):\n",
+        "{} ranks (step: the program's own with nothing recorded, and under the profiler; GPU idle and compute: % of the window's GPU span; comm and exposed comm, with no computation beside it: per profiled step):\n",
         r.ranks.len()
     );
-    o += "rank  iters  step (own)  step (profiled)  GPU idle  compute  comm/step  overlap  peak\n";
+    o += "rank  iters  step (own)  step (profiled)  GPU idle  compute  comm/step  overlap  exposed/step  peak\n";
     for x in &r.ranks {
         let g = &x.gpu;
         let own = if x.profiler_cost_s.is_some() {
@@ -205,7 +210,7 @@ pub fn console(r: &Ranks) -> String {
             "-".into()
         };
         o += &format!(
-            "{:>4}  {:>5}  {:>10}  {:>15}  {:>8}  {:>7}  {:>9}  {:>7}  {}\n",
+            "{:>4}  {:>5}  {:>10}  {:>15}  {:>8}  {:>7}  {:>9}  {:>7}  {:>12}  {}\n",
             x.rank,
             x.iterations,
             own,
@@ -218,6 +223,11 @@ pub fn console(r: &Ranks) -> String {
             ),
             g.comm_comp_overlap_pct
                 .map_or("-".into(), |p| format!("{p:.1}%")),
+            g.exposed_communication_ns()
+                .map_or("-".into(), |ns| format!(
+                    "{:.3} ms",
+                    ns as f64 * 1e-6 / x.iterations.max(1) as f64
+                )),
             x.peak_allocated_bytes.map_or("-".into(), human_bytes),
         );
     }

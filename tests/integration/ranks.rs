@@ -482,6 +482,21 @@ fn fsdp2_example_captured_short_names_the_slowed_rank_and_no_other() {
         "{why}"
     );
     assert!(even.console.contains("step (own)") && even.console.contains("comm/step"));
+    // Exposed communication: what no computation runs beside (rank 1 waits in its collectives
+    // with nothing to overlap: 99% of its communication is exposed).
+    let (h, rows) = csv(&even.out_dir.join("ranks.csv"));
+    for (row, r) in rows.iter().zip(&even.ranks.ranks) {
+        let g = &r.gpu;
+        let want = g.communication_ns as f64 * (1.0 - g.comm_comp_overlap_pct.unwrap() / 100.0);
+        let got: f64 = row[col(&h, "exposed_communication_us")].parse().unwrap();
+        assert!(
+            (got * 1e3 - want).abs() < 1e3,
+            "rank {}: {got} us vs {want} ns",
+            r.rank
+        );
+    }
+    let exposed1 = even.ranks.ranks[1].gpu.exposed_communication_ns().unwrap();
+    assert!(exposed1 as f64 > 0.99 * even.ranks.ranks[1].gpu.communication_ns as f64);
     let (_dir, slow) = analyze_all(&root().join("sample_traces/corpus/fsdp2_fp32_slow"));
     let s = slow
         .ranks
