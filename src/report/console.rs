@@ -263,19 +263,43 @@ fn finish_console(mut o: String, diag: &Diagnostics) -> String {
     o
 }
 
-/// `s` cut to its last `n` characters, an ellipsis first, where longer.
+/// `s` in at most `n` characters. A node name (`phase:module/…/op#k`) keeps its phase and its
+/// op, and as much of the module path before the op as fits, the rest elided in the middle
+/// (`backward:…/Transformer_0/aten::mm#1`); anything else keeps its last characters, an
+/// ellipsis first.
 pub(crate) fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        let keep: String = s
-            .chars()
-            .rev()
-            .take(n - 1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        format!("…{keep}")
+    let len = s.chars().count();
+    if len <= n {
+        return s.to_owned();
     }
+    if let (Some(colon), Some(slash)) = (s.find(':'), s.rfind('/')) {
+        let phase = &s[..=colon];
+        let known = [
+            "forward:",
+            "backward:",
+            "optimizer:",
+            "zero_grad:",
+            "data_loading:",
+            "other:",
+        ];
+        if known.contains(&phase) && slash > colon {
+            // The module components between the phase and the op, kept from the op back.
+            let middle: Vec<&str> = s[colon + 1..slash].split('/').collect();
+            let op = &s[slash..];
+            let mut tail = String::new();
+            for c in middle.iter().rev() {
+                let candidate = format!("/{c}{tail}");
+                if phase.chars().count() + 1 + candidate.chars().count() + op.chars().count() > n {
+                    break;
+                }
+                tail = candidate;
+            }
+            let out = format!("{phase}…{tail}{op}");
+            if out.chars().count() <= n {
+                return out;
+            }
+        }
+    }
+    let keep: String = s.chars().skip(len + 1 - n).collect();
+    format!("…{keep}")
 }
