@@ -1200,3 +1200,90 @@ fn a_program_lingering_after_its_shims_clean_exit_is_ended() {
     );
     assert!(manifest(&out)["exit"].get("ended_lingering_s").is_none());
 }
+
+/// The frameworks issue: a program that runs its steps and ends before the window (here a
+/// stand-in whose "shim" reports 10 steps, a timing phase of 9 readings and no trace) is run a
+/// second time with the window fitted to its 10 steps and no timing phase; the second run's
+/// files are the run directory's, the first run's timing phase is the program's step time, and
+/// the manifest and the first line printed say so. The stand-in tells the runs apart by the
+/// schedule and timing steps capture gives it.
+#[test]
+fn a_program_that_ends_before_the_window_is_captured_again_with_a_window_that_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let script = r#"
+if [ "$STEPTRACE_TIMING_STEPS" = 0 ]; then
+  echo "$STEPTRACE_SCHEDULE" > "$STEPTRACE_OUT/second_schedule.txt"
+  printf '{"traceEvents":[]}' > "$STEPTRACE_OUT/trace.json"
+  printf '{"steps": 10, "window_complete": true, "exited_cleanly": true, "boundary": "optimizer_step", "files": {"trace": "trace.json"}}' > "$STEPTRACE_OUT/shim.json"
+else
+  printf 'first' > "$STEPTRACE_OUT/first_only.txt"
+  printf '{"steps": 10, "window_complete": false, "exited_cleanly": true, "boundary": "optimizer_step", "files": {"leftover": "first_only.txt"}, "timing_ns": [0, 50000000, 100000000, 150000000, 200000000, 250000000, 300000000, 350000000, 400000000], "timing_settle": 2}' > "$STEPTRACE_OUT/shim.json"
+fi
+"#;
+    let o = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", script])
+        .env("STEPTRACE_CACHE", out.with_extension("cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .next()
+            .unwrap_or("")
+            .starts_with("steptrace: the program ran 10 steps"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("second_schedule.txt"))
+            .unwrap()
+            .trim(),
+        "skip_first=1,wait=0,warmup=1,active=3,repeat=1"
+    );
+    assert!(
+        !out.join("first_only.txt").exists(),
+        "the first run's files are gone"
+    );
+    let m = manifest(&out);
+    assert_eq!(m["rerun"]["first_run_steps"], 10, "{m}");
+    assert_eq!(m["completed"], true, "{m}");
+    assert!(
+        m["files"]["trace"]
+            .as_str()
+            .unwrap()
+            .starts_with("trace.json"),
+        "{m}"
+    );
+    // The first run's timing phase: eight 50 ms intervals, two settling.
+    let t = &m["ranks"][0]["timing"];
+    assert_eq!(t["source"], "timing_phase", "{m}");
+    assert!(
+        (t["step_time_s"].as_f64().unwrap() - 0.05).abs() < 1e-9,
+        "{m}"
+    );
+
+    // With --no-rerun the first run is the capture, incomplete, and says which steps went where.
+    let out = dir.path().join("once");
+    let o = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--no-rerun", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", script])
+        .env("STEPTRACE_CACHE", out.with_extension("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let m = manifest(&out);
+    assert!(m["rerun"].is_null(), "{m}");
+    let why = m["incomplete_reasons"].to_string();
+    assert!(
+        why.contains("the program ended after 10 steps, before the active window closed"),
+        "{why}"
+    );
+    assert!(
+        why.contains("timed with nothing recorded (the timing phase)"),
+        "{why}"
+    );
+}
