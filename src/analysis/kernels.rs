@@ -4,6 +4,7 @@
 //! traces they are the same table over the whole trace.
 
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 use super::intervals::{intersection_len, merged, total_len, union_len};
 use super::step::{Detection, Step};
@@ -126,26 +127,40 @@ pub fn classify(name: &str) -> KernelClass {
     }
 }
 
+/// One kind of collective's kernels on a rank (FSDP2's all-gathers against its
+/// reduce-scatters): their merged time, and how much of it ran beside computation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CollectiveOverlap {
+    /// Merged time of this collective's kernels, ns.
+    pub communication_ns: i64,
+    /// The part of it with a computation kernel running beside it, ns.
+    pub overlapped_ns: i64,
+}
+
+impl CollectiveOverlap {
+    /// The part with no computation beside it, ns.
+    pub fn exposed_ns(&self) -> i64 {
+        self.communication_ns - self.overlapped_ns
+    }
+}
+
+/// The collective an NCCL kernel runs, from its name (`ncclDevKernel_AllGather_RING_LL(…)`,
+/// `ncclKernel_ReduceScatter_…`): `AllGather`, `ReduceScatter`, `AllReduce`, … .
+pub fn collective_of(name: &str) -> Option<&str> {
+    let rest = name
+        .strip_prefix("ncclDevKernel_")
+        .or_else(|| name.strip_prefix("ncclKernel_"))?;
+    let end = rest.find(['_', '(']).unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
 /// Where the GPU's time goes over the trace ([`Temporal`]). With two or more `ProfilerStep#N`
 /// iterations in `step`, only activities launched before the last one starts count: HTA leaves
 /// out GPU work launched from the last profiled step on (it may be cut), and so do we; it
 /// joins kernels to their launches by correlation id, so an activity with no known launch is
 /// left out too.
 pub fn temporal(t: &Trace, step: &Step) -> Temporal {
-    let cut = (step.detection == Detection::ProfilerStep && step.iterations.len() >= 2)
-        .then(|| step.iterations.iter().map(|i| i.start).max())
-        .flatten();
-    let gpu: Vec<&crate::ingest::kineto::GpuActivity> = t
-        .kineto
-        .gpu
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| match cut {
-            Some(c) => t.launch[i].is_some_and(|(_, at)| at < c),
-            None => true,
-        })
-        .map(|(_, g)| g)
-        .collect();
+    let gpu = counted_activities(t, step);
     let iv = |keep: &dyn Fn(KernelClass) -> bool| -> Vec<(i64, i64)> {
         merged(
             gpu.iter()
@@ -176,6 +191,61 @@ pub fn temporal(t: &Trace, step: &Step) -> Temporal {
             communication_ns as f64,
         ),
     }
+}
+
+/// The GPU activities [`temporal`] counts: with two or more `ProfilerStep#N` iterations, those
+/// launched before the last one starts.
+fn counted_activities<'a>(
+    t: &'a Trace,
+    step: &Step,
+) -> Vec<&'a crate::ingest::kineto::GpuActivity> {
+    let cut = (step.detection == Detection::ProfilerStep && step.iterations.len() >= 2)
+        .then(|| step.iterations.iter().map(|i| i.start).max())
+        .flatten();
+    t.kineto
+        .gpu
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| match cut {
+            Some(c) => t.launch[i].is_some_and(|(_, at)| at < c),
+            None => true,
+        })
+        .map(|(_, g)| g)
+        .collect()
+}
+
+/// Each collective's kernels against the computation beside them, over the activities
+/// [`temporal`] counts (so that the parts add up to its communication time where the kinds do
+/// not overlap each other).
+pub fn collective_overlap(t: &Trace, step: &Step) -> BTreeMap<String, CollectiveOverlap> {
+    let gpu = counted_activities(t, step);
+    let comp = merged(
+        gpu.iter()
+            .filter(|g| classify(t.kineto.str(g.name)) == KernelClass::Computation)
+            .map(|g| (g.start, g.start + g.dur.max(0)))
+            .collect(),
+    );
+    let mut by: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    for g in &gpu {
+        let name = t.kineto.str(g.name);
+        if classify(name) != KernelClass::Communication {
+            continue;
+        }
+        let kind = collective_of(name).unwrap_or("other");
+        by.entry(kind.to_owned())
+            .or_default()
+            .push((g.start, g.start + g.dur.max(0)));
+    }
+    by.into_iter()
+        .map(|(k, iv)| {
+            let iv = merged(iv);
+            let c = CollectiveOverlap {
+                communication_ns: total_len(&iv),
+                overlapped_ns: intersection_len(&iv, &comp),
+            };
+            (k, c)
+        })
+        .collect()
 }
 
 fn kind(k: GpuKind) -> &'static str {
@@ -255,6 +325,33 @@ pub fn compute(t: &Trace) -> Kernels {
 
 #[cfg(test)]
 mod tests {
+
+    /// The collective of an NCCL kernel, by its name as NCCL 2.x names its kernels.
+    #[test]
+    fn collectives_are_named_from_nccl_kernel_names() {
+        for (name, want) in [
+            (
+                "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                Some("AllGather"),
+            ),
+            (
+                "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                Some("ReduceScatter"),
+            ),
+            (
+                "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+                Some("AllReduce"),
+            ),
+            (
+                "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+                Some("SendRecv"),
+            ),
+            ("volta_sgemm_128x64_nn", None),
+        ] {
+            assert_eq!(collective_of(name), want, "{name}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -117,6 +117,10 @@ pub struct Summary {
     /// Where the GPU's time goes over the whole trace (HolisticTraceAnalysis's temporal
     /// breakdown and communication/computation overlap), ns.
     pub gpu_breakdown: kernels::Temporal,
+    /// Communication by collective (NCCL kernels' `AllGather`, `ReduceScatter`, …): its time
+    /// and the part of it beside computation, over the same activities as `gpu_breakdown`.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub collective_overlap: std::collections::BTreeMap<String, kernels::CollectiveOverlap>,
     /// Each iteration's span, s.
     pub step_times_s: Vec<f64>,
     /// Median union of GPU activity per iteration, s.
@@ -371,6 +375,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         optimizer_step_host_s: None,
         plan_probe: None,
         gpu_breakdown: kernels::Temporal::default(),
+        collective_overlap: Default::default(),
         step_times_s: step_times,
         gpu_busy_s: ns_to_s(median(&mut busy).unwrap_or(0.0)),
         gpu_time_s: ns_to_s(median(&mut gt).unwrap_or(0.0)),
@@ -415,6 +420,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     }
     let mut summary = summary;
     summary.gpu_breakdown = kernels::temporal(t, &step);
+    summary.collective_overlap = kernels::collective_overlap(t, &step);
     if t.kineto.ops.is_empty() {
         // A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
         // whole trace (issue 17).

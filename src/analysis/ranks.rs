@@ -40,6 +40,9 @@ pub struct RankResult {
     pub own_optimizer_step_s: Option<f64>,
     /// Where the GPU's time went (HolisticTraceAnalysis's definitions).
     pub gpu: Temporal,
+    /// Communication by collective, with the part beside computation (empty when merged from
+    /// Parquet written before it was kept).
+    pub collective_overlap: std::collections::BTreeMap<String, super::kernels::CollectiveOverlap>,
     /// Peak allocated bytes in the window.
     pub peak_allocated_bytes: Option<i64>,
     /// Per node: name, median GPU run time and median CPU time, s.
@@ -74,6 +77,7 @@ impl RankResult {
                 .then(|| (s.step_time_instrumented_s - s.step_time_s).max(0.0)),
             own_optimizer_step_s: s.optimizer_step_host_s,
             gpu: s.gpu_breakdown,
+            collective_overlap: s.collective_overlap.clone(),
             peak_allocated_bytes: s.peak_allocated_bytes,
             nodes: a
                 .node_stats
@@ -501,6 +505,7 @@ mod tests {
             step_times_s: vec![0.01, 0.011, 0.01],
             profiler_cost_s: None,
             own_optimizer_step_s: None,
+            collective_overlap: Default::default(),
             gpu: Temporal {
                 communication_ns: comm_us * 1000,
                 ..Temporal::default()

@@ -465,6 +465,7 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
         step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
         step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
         own_optimizer_step_s: None,
+        collective_overlap: Default::default(),
         // The summary keeps the two step times: they differ where capture timed the program.
         profiler_cost_s: match (
             s.f64_first("step_time_s")?,

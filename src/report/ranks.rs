@@ -231,6 +231,28 @@ pub fn console(r: &Ranks) -> String {
             x.peak_allocated_bytes.map_or("-".into(), human_bytes),
         );
     }
+    // Per collective (FSDP2: all-gathers and reduce-scatters), per profiled step.
+    for x in r.ranks.iter().filter(|x| !x.collective_overlap.is_empty()) {
+        let per = |ns: i64| ns as f64 * 1e-6 / x.iterations.max(1) as f64;
+        let parts: Vec<String> = x
+            .collective_overlap
+            .iter()
+            .map(|(k, c)| {
+                format!(
+                    "{k} {:.3} ms ({:.1}% beside compute, {:.3} ms exposed)",
+                    per(c.communication_ns),
+                    crate::analysis::percent(c.overlapped_ns as f64, c.communication_ns as f64)
+                        .unwrap_or(0.0),
+                    per(c.exposed_ns())
+                )
+            })
+            .collect();
+        o += &format!(
+            "rank {} collectives per profiled step: {}\n",
+            x.rank,
+            parts.join(", ")
+        );
+    }
     match (&r.straggler, &r.no_straggler_reason) {
         (Some(s), _) => {
             o += &format!("straggler: {}\n", verdict(s));

@@ -495,6 +495,25 @@ fn fsdp2_example_captured_short_names_the_slowed_rank_and_no_other() {
             r.rank
         );
     }
+    // FSDP2's collectives apart: all-gathers and reduce-scatters (and the gradient-norm
+    // all-reduce), which add up to the communication time where they do not overlap.
+    for r in &even.ranks.ranks {
+        let c = &r.collective_overlap;
+        assert!(
+            c.contains_key("AllGather") && c.contains_key("ReduceScatter"),
+            "{c:?}"
+        );
+        let sum: i64 = c.values().map(|x| x.communication_ns).sum();
+        assert!(
+            sum >= r.gpu.communication_ns,
+            "{sum} < {}",
+            r.gpu.communication_ns
+        );
+        assert!(c.values().all(|x| x.overlapped_ns <= x.communication_ns));
+    }
+    assert!(even
+        .console
+        .contains("rank 1 collectives per profiled step: AllGather"));
     let exposed1 = even.ranks.ranks[1].gpu.exposed_communication_ns().unwrap();
     assert!(exposed1 as f64 > 0.99 * even.ranks.ranks[1].gpu.communication_ns as f64);
     let (_dir, slow) = analyze_all(&root().join("sample_traces/corpus/fsdp2_fp32_slow"));
