@@ -284,6 +284,26 @@ pub fn write_rank(dir: &Path, r: &crate::analysis::ranks::RankResult) -> Result<
             col("memory_ns", [g.memory_ns]),
             col("comm_comp_overlap_pct", [g.comm_comp_overlap_pct]),
             col("peak_allocated_bytes", [r.peak_allocated_bytes]),
+            col("own_optimizer_step_s", [r.own_optimizer_step_s]),
+        ],
+    )?;
+    let co = &r.collective_overlap;
+    write(
+        &dir.join(format!("rank{}.collective_overlap.parquet", r.rank)),
+        vec![
+            col("rank", vec![r.rank; co.len()]),
+            col(
+                "collective",
+                co.keys().map(String::as_str).collect::<Vec<_>>(),
+            ),
+            col(
+                "communication_ns",
+                co.values().map(|c| c.communication_ns).collect::<Vec<_>>(),
+            ),
+            col(
+                "overlapped_ns",
+                co.values().map(|c| c.overlapped_ns).collect::<Vec<_>>(),
+            ),
         ],
     )?;
     write(
@@ -407,6 +427,35 @@ impl Frame {
     fn f64_first(&self, c: &str) -> Result<Option<f64>, Error> {
         Ok(self.f64s(c)?.first().copied().flatten())
     }
+
+    /// The same, `None` where a file written before the column was kept lacks it.
+    fn f64_first_if_any(&self, c: &str) -> Result<Option<f64>, Error> {
+        if self.df.column(c).is_err() {
+            return Ok(None);
+        }
+        self.f64_first(c)
+    }
+}
+
+/// The communication by collective of a `rank<N>.collective_overlap.parquet`.
+fn read_collective_overlap(
+    f: &Frame,
+) -> Result<std::collections::BTreeMap<String, crate::analysis::kernels::CollectiveOverlap>, Error>
+{
+    let (k, comm, over) = (
+        f.strs("collective")?,
+        f.i64s("communication_ns")?,
+        f.i64s("overlapped_ns")?,
+    );
+    Ok((0..k.len())
+        .map(|i| {
+            let c = crate::analysis::kernels::CollectiveOverlap {
+                communication_ns: comm[i].unwrap_or(0),
+                overlapped_ns: over[i].unwrap_or(0),
+            };
+            (k[i].clone(), c)
+        })
+        .collect())
 }
 
 /// The collectives of a `rank<N>.collectives.parquet`.
@@ -464,8 +513,16 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
         iterations: s.i64_first("iterations")? as usize,
         step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
         step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
-        own_optimizer_step_s: None,
-        collective_overlap: Default::default(),
+        own_optimizer_step_s: s.f64_first_if_any("own_optimizer_step_s")?,
+        // Written since it was kept; a rank written before has none.
+        collective_overlap: {
+            let p = sibling("collective_overlap");
+            if p.exists() {
+                read_collective_overlap(&Frame::read(p)?)?
+            } else {
+                Default::default()
+            }
+        },
         // The summary keeps the two step times: they differ where capture timed the program.
         profiler_cost_s: match (
             s.f64_first("step_time_s")?,
