@@ -476,6 +476,18 @@ fn fsdp2_example_captured_short_names_the_slowed_rank_and_no_other() {
     }
     let (_dir, even) = analyze_all(&root().join("sample_traces/corpus/fsdp2_mp"));
     assert!(even.ranks.straggler.is_none(), "{}", even.console);
+    // Each rank's peak is torch's max_memory_allocated over the window's steps.
+    let m = manifest("fsdp2_mp");
+    for r in &even.ranks.ranks {
+        let peaks = &m["ranks"][r.rank as usize]["reference"]["window_step_peaks_bytes"];
+        let want = peaks
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p.as_i64())
+            .max();
+        assert_eq!(r.peak_allocated_bytes, want, "rank {}", r.rank);
+    }
     let why = even.ranks.no_straggler_reason.clone().unwrap();
     assert!(
         why.starts_with("no straggler beyond profiler noise: rank 0"),
