@@ -485,14 +485,17 @@ fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
 fn short_window(props: &CaptureProps, st: &finalize::ShimStatus) -> String {
     let steps = st.steps.max(st.boundaries_epoch_ns.len() as i64);
     let s = &props.schedule;
-    let timed = st.timing_ns.len() as i64;
+    // The phase's readings are at step boundaries, its first at the end of the last skipped
+    // step: n readings time the n-1 steps after it.
+    let readings = st.timing_ns.len() as i64;
     let window = i64::from(s.wait + s.warmup + s.active);
-    let before = i64::from(s.skip_first) + (timed - 1).max(0);
+    let first = i64::from(s.skip_first.max(1)) + 1;
+    let last = (first + readings - 2).min(steps);
     format!(
         "the program ended after {steps} steps, before the active window closed: {} skipped, {}and the window (wait {}, warm-up {}, active {}) needed {window} more",
         s.skip_first,
-        if timed > 0 {
-            format!("steps {}-{} timed with nothing recorded (the timing phase), ", s.skip_first.max(1), before.min(steps))
+        if readings > 1 {
+            format!("steps {first}-{last} timed with nothing recorded (the timing phase), ")
         } else {
             String::new()
         },

@@ -159,7 +159,7 @@ pub fn collective_of(name: &str) -> Option<&str> {
 /// out GPU work launched from the last profiled step on (it may be cut), and so do we; it
 /// joins kernels to their launches by correlation id, so an activity with no known launch is
 /// left out too.
-pub fn temporal(t: &Trace, step: &Step) -> Temporal {
+pub fn temporal(t: &Trace, step: &Step) -> (Temporal, BTreeMap<String, CollectiveOverlap>) {
     let gpu = counted_activities(t, step);
     let iv = |keep: &dyn Fn(KernelClass) -> bool| -> Vec<(i64, i64)> {
         merged(
@@ -171,7 +171,7 @@ pub fn temporal(t: &Trace, step: &Step) -> Temporal {
     };
     let all = iv(&|_| true);
     let (Some(first), Some(last)) = (all.first(), all.last()) else {
-        return Temporal::default();
+        return (Temporal::default(), BTreeMap::new());
     };
     let span_ns = last.1 - first.0;
     let idle_ns = span_ns - total_len(&all);
@@ -179,7 +179,7 @@ pub fn temporal(t: &Trace, step: &Step) -> Temporal {
     let comm = iv(&|c| c == KernelClass::Communication);
     let compute_ns = total_len(&comp);
     let communication_ns = total_len(&comm);
-    Temporal {
+    let temporal = Temporal {
         span_ns,
         idle_ns,
         compute_ns,
@@ -190,7 +190,8 @@ pub fn temporal(t: &Trace, step: &Step) -> Temporal {
             intersection_len(&comm, &comp) as f64,
             communication_ns as f64,
         ),
-    }
+    };
+    (temporal, collective_overlap(t, &gpu, &comp))
 }
 
 /// The GPU activities [`temporal`] counts: with two or more `ProfilerStep#N` iterations, those
@@ -214,19 +215,16 @@ fn counted_activities<'a>(
         .collect()
 }
 
-/// Each collective's kernels against the computation beside them, over the activities
-/// [`temporal`] counts (so that the parts add up to its communication time where the kinds do
-/// not overlap each other).
-pub fn collective_overlap(t: &Trace, step: &Step) -> BTreeMap<String, CollectiveOverlap> {
-    let gpu = counted_activities(t, step);
-    let comp = merged(
-        gpu.iter()
-            .filter(|g| classify(t.kineto.str(g.name)) == KernelClass::Computation)
-            .map(|g| (g.start, g.start + g.dur.max(0)))
-            .collect(),
-    );
+/// Each collective's kernels among `gpu` against the computation `comp` (merged) beside them:
+/// over the activities [`temporal`] counts, so that the parts add up to its communication
+/// time where the kinds do not overlap each other.
+fn collective_overlap(
+    t: &Trace,
+    gpu: &[&crate::ingest::kineto::GpuActivity],
+    comp: &[(i64, i64)],
+) -> BTreeMap<String, CollectiveOverlap> {
     let mut by: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
-    for g in &gpu {
+    for g in gpu {
         let name = t.kineto.str(g.name);
         if classify(name) != KernelClass::Communication {
             continue;
@@ -241,7 +239,7 @@ pub fn collective_overlap(t: &Trace, step: &Step) -> BTreeMap<String, Collective
             let iv = merged(iv);
             let c = CollectiveOverlap {
                 communication_ns: total_len(&iv),
-                overlapped_ns: intersection_len(&iv, &comp),
+                overlapped_ns: intersection_len(&iv, comp),
             };
             (k, c)
         })

@@ -419,8 +419,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         );
     }
     let mut summary = summary;
-    summary.gpu_breakdown = kernels::temporal(t, &step);
-    summary.collective_overlap = kernels::collective_overlap(t, &step);
+    (summary.gpu_breakdown, summary.collective_overlap) = kernels::temporal(t, &step);
     if t.kineto.ops.is_empty() {
         // A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
         // whole trace (issue 17).

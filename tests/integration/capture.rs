@@ -1283,7 +1283,7 @@ fi
         "{why}"
     );
     assert!(
-        why.contains("timed with nothing recorded (the timing phase)"),
+        why.contains("1 skipped, steps 2-9 timed with nothing recorded (the timing phase)"),
         "{why}"
     );
 }

@@ -49,10 +49,10 @@ pub enum Phase {
     Optimizer,
     /// `zero_grad`.
     ZeroGrad,
-    /// Building the next batch: a Python DataLoader's `__next__` (its
-    /// `enumerate(DataLoader)#` range), or in a program without such ranges (libtorch) the
-    /// host-only ops on the main thread between the last GPU work after the backward pass and
-    /// the iteration's end.
+    /// Building the batch: a Python DataLoader's `__next__` (its `enumerate(DataLoader)#`
+    /// range); in a program without such ranges (libtorch), the host-only main-thread ops
+    /// before the iteration's first input copy, a batch made on the device outside every
+    /// module before the forward, and host-only ops after the optimizer's last GPU work.
     DataLoading,
     /// Input copies and anything outside the phases above.
     Other,
@@ -203,7 +203,8 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     let facts = op_facts(t, &node_ops);
     let t: &Trace = t;
     let autograd_thread = autograd_threads(t, &node_ops, &facts);
-    let gpu = gpu_owners(t, &node_ops);
+    let node_of = node_index(t, &node_ops);
+    let gpu = gpu_owners(t, &node_ops, &node_of);
     let main = t.main_thread;
     let (detection, windows) = find_iterations(
         t,
@@ -215,7 +216,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     );
     let (per_iter, outside) = assign_to_windows(t, &node_ops, &windows);
     let module_by_seq = module_by_seq(t, &facts, &autograd_thread);
-    let differentiated = differentiated(t, &node_ops, &facts);
+    let differentiated = differentiated(t, &node_ops, &node_of, &facts);
     let ctx = Ctx {
         t,
         node_ops: &node_ops,
@@ -343,11 +344,7 @@ const DATA_LOADER_NEXT: &str = "enumerate(DataLoader)#";
 /// without flows falls back on sequence numbers: an op whose number an `evaluate_function`
 /// range carries. (That is looser: an op under `no_grad` records the counter's next value
 /// without taking it, which is the next forward op's.)
-fn differentiated(t: &Trace, node_ops: &[OpId], facts: &OpFacts) -> Vec<bool> {
-    let mut node_of: Vec<u32> = vec![u32::MAX; t.kineto.ops.len()];
-    for (i, &o) in node_ops.iter().enumerate() {
-        node_of[o.0 as usize] = i as u32;
-    }
+fn differentiated(t: &Trace, node_ops: &[OpId], node_of: &[u32], facts: &OpFacts) -> Vec<bool> {
     let node_holding = |o: OpId| -> Option<u32> {
         let node = std::iter::once(o)
             .chain(t.ancestors(o))
@@ -416,11 +413,16 @@ struct GpuOwners {
     unattributed: Vec<(GpuId, i64)>,
 }
 
-fn gpu_owners(t: &Trace, node_ops: &[OpId]) -> GpuOwners {
+/// Each op's node index (`u32::MAX` for ops that are not nodes).
+fn node_index(t: &Trace, node_ops: &[OpId]) -> Vec<u32> {
     let mut node_of: Vec<u32> = vec![u32::MAX; t.kineto.ops.len()];
     for (i, &o) in node_ops.iter().enumerate() {
         node_of[o.0 as usize] = i as u32;
     }
+    node_of
+}
+
+fn gpu_owners(t: &Trace, node_ops: &[OpId], node_of: &[u32]) -> GpuOwners {
     // Each launch's owner is found on all threads.
     let owners: Vec<Option<(Option<u32>, i64)>> = t
         .launch

@@ -162,7 +162,7 @@ fn gpu_work_launched_under_no_node_is_counted_apart() {
     let t = crate::model::from_events(&ev.join(","));
     let nodes = node_ops(&t);
     assert_eq!(nodes.len(), 1, "the op under the annotations");
-    let g = gpu_owners(&t, &nodes);
+    let g = gpu_owners(&t, &nodes, &node_index(&t, &nodes));
     assert_eq!(g.of_node[0].len(), 1);
     assert_eq!(g.unattributed.len(), 1);
     assert_eq!(g.unattributed[0].1, 12_000, "with its launch time");
