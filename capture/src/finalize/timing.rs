@@ -163,20 +163,14 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
     choose(after, phase)
 }
 
-/// The median of clock readings in ns, seconds.
+/// The median of clock readings in ns (durations, the positive ones), seconds.
 fn median_s(ns: &[i64]) -> Option<f64> {
-    let mut v: Vec<i64> = ns.iter().copied().filter(|&d| d > 0).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    let n = v.len();
-    let m = if n % 2 == 1 {
-        v[n / 2] as f64
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0
-    };
-    Some(m * 1e-9)
+    let v: Vec<f64> = ns
+        .iter()
+        .filter(|&&d| d > 0)
+        .map(|&d| d as f64 * 1e-9)
+        .collect();
+    median(&v)
 }
 
 /// The step time from the steps after a window and a timing phase (which may come from an
