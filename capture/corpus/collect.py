@@ -51,6 +51,10 @@ def phase_of(timing):
     return timing.get("timing_phase") or timing
 
 
+# capture/src/finalize/timing.rs: the intervals after the window its figure leaves out.
+AFTER_WINDOW_SETTLE = 2
+
+
 def same_steps_printed(w, name, timing):
     """The program's own printed times, in the capture run itself, of exactly the steps the
     timing phase's estimate covers (its intervals after `settle`, starting at `first_step`):
@@ -144,6 +148,7 @@ def main():
     row["own_printed_same_run_steps_ms"], row["own_printed_same_run_steps"] = same_steps_printed(w, name, timing)
     # The same run's own progress over the steps the after-window figure covers.
     cap_progress = load(os.path.join(w, "ref", name + ".progress_capture.json")) or {}
+    recs = cap_progress.get("records") or []
     since = after.get("start_epoch_ns")
     if cap_progress.get("records") and since:
         recs = cap_progress["records"]
@@ -153,8 +158,26 @@ def main():
             row["own_same_run_after_window_ms"] = steady_mean(own) * 1e3
             row["own_same_run_after_window_how"] = "printed by the program (%d lines)" % len(own)
         elif steps:
-            row["own_same_run_after_window_ms"] = steady_mean(steps) * 1e3
-            row["own_same_run_after_window_how"] = "its progress lines, timed (%d intervals)" % len(steps)
+            # The intervals capture's figure covers: its first AFTER_WINDOW_SETTLE left out
+            # (they hold the window's end), then as many as it kept. Steps whose work changes
+            # through the run (LBFGS converging) differ from one interval to the next.
+            n = after.get("steps") or len(steps)
+            kept = steps[AFTER_WINDOW_SETTLE:AFTER_WINDOW_SETTLE + n] if len(steps) > AFTER_WINDOW_SETTLE else steps
+            row["own_same_run_after_window_ms"] = steady_mean(kept) * 1e3
+            row["own_same_run_after_window_how"] = "its progress lines, timed (%d intervals)" % len(kept)
+        # The timing phase's steps by the program's progress lines (one line a step), where
+        # it prints no time of its own.
+        first, n = timing.get("first_step"), len(timing.get("intervals_s") or [])
+        if row["own_printed_same_run_steps_ms"] is None and first is not None and n and cap_progress.get("units_per_step", 1) == 1:
+            by_step = {}
+            for a, b in zip(recs, recs[1:]):
+                if a[1] == b[1] and b[2] == a[2] + 1:
+                    by_step[a[2]] = (b[0] - a[0]) * 1e-9
+            want = range(first + timing.get("settle", 0), first + n)
+            got = [by_step[i] for i in want if i in by_step]
+            if len(got) == len(want):
+                row["own_printed_same_run_steps_ms"] = statistics.median(got) * 1e3
+                row["own_printed_same_run_steps"] = "steps %d-%d by its progress lines" % (want[0], want[-1])
     row["shim_errors"] = r0.get("errors")
     row["files"] = sorted((m.get("files") or {}).keys())
     row["costs_ms"] = r0.get("costs_ms")
@@ -191,11 +214,19 @@ def main():
     own = row.get("own_printed_step_ms") or row.get("reference_step_ms")
     if own and row["step_time_ms"]:
         row["step_time_error_pct"] = 100.0 * (row["step_time_ms"] / own - 1)
+    # The program's print over the timing phase's own steps is set beside the timing phase's
+    # figure (the step time reported only where that is its source: a figure from the steps
+    # after the window is set beside the print over those, below).
     same = row.get("own_printed_same_run_steps_ms")
-    if same and row["step_time_ms"]:
+    if same and row.get("timing_phase_ms"):
+        row["timing_phase_same_steps_error_pct"] = 100.0 * (row["timing_phase_ms"] / same - 1)
+    if same and row["step_time_ms"] and row.get("step_time_source") == "timing_phase":
         row["step_time_same_steps_error_pct"] = 100.0 * (row["step_time_ms"] / same - 1)
     same = row.get("own_same_run_after_window_ms")
-    if same and row["step_time_ms"]:
+    aw = (row.get("after_window") or {}).get("step_time_s")
+    if same and aw:
+        row["after_window_same_steps_error_pct"] = 100.0 * (aw * 1e3 / same - 1)
+    if same and row["step_time_ms"] and row.get("step_time_source") == "after_window":
         row["step_time_same_run_error_pct"] = 100.0 * (row["step_time_ms"] / same - 1)
     if row["ref_flop_counter_total"] and row["flops_fcm_convention"]:
         row["flops_error_pct"] = 100.0 * (row["flops_fcm_convention"] / row["ref_flop_counter_total"] - 1)

@@ -34,6 +34,8 @@ PATTERNS = [
     re.compile(rb"\| epoch\s+(\d+) \|\s*(\d+)/\s*\d+ batches .*ms/batch\s+([0-9.]+)"),
     # nanoGPT train.py: "iter 12: loss 4.1, time 28.32ms", its own time of that iteration.
     re.compile(rb"()iter (\d+): loss [0-9.]+, time ([0-9.]+)ms"),
+    # time_sequence_prediction: "STEP:  3" at the start of each LBFGS step, steps.
+    re.compile(rb"^()STEP:\s+(\d+)\s*$"),
 ]
 # pytorch/examples' DDP tutorial (multigpu_torchrun.py), rank 0's line at the start of each
 # epoch: "[GPU0] Epoch 3 | Batchsize: 32 | Steps: 32". Recorded as one run of steps: epoch E

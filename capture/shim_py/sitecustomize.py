@@ -113,6 +113,7 @@ class _State:
         self.cuda_events = []
         self.flop_mode = None
         self.flop_backward = 0
+        self.flop_backward_calls = 0
         self.opt_t0 = None
         self.flops_armed = False
         self.pstep = 0  # profiler steps: boundaries outside the timing phase
@@ -579,6 +580,7 @@ def _reference_flops_step():
 
             _S.flops_armed = False
             _S.flop_backward = 0
+            _S.flop_backward_calls = 0
             _S.flop_mode = FlopCounterMode(display=False)
             _S.flop_mode.__enter__()
             return
@@ -589,6 +591,9 @@ def _reference_flops_step():
             ref["flop_counter_total"] = int(mode.get_total_flops())
             # FlopCounterMode inside the step's backward calls, and outside them (forward).
             ref["flop_counter_backward"] = int(_S.flop_backward)
+            # The backward calls the counted step made (an LBFGS step calls its closure a
+            # varying number of times: its FLOPs are per call times calls).
+            ref["flop_counter_backward_calls"] = int(_S.flop_backward_calls)
             ref["flop_counter_forward"] = int(mode.get_total_flops()) - int(_S.flop_backward)
             ref["flop_counter_by_op"] = {
                 str(k): int(v) for k, v in sorted(mode.get_flop_counts().get("Global", {}).items(), key=str)
@@ -685,6 +690,10 @@ def _install_hooks(torch):
 
     def opt_pre(optimizer, args, kwargs):
         _nvtx(push="steptrace.optimizer")
+        # The optimizer marks steps from its first call on, before its step runs: a closure
+        # it calls (LBFGS: up to 20 forward and backward passes a step) must not mark steps
+        # of its own through the no-optimizer rule.
+        _optimizer_found()
         _S.opt_t0 = time.perf_counter_ns() if _S.status["phase"] == "timing" else None
 
     def opt_post(optimizer, args, kwargs):
@@ -735,6 +744,7 @@ def _install_hooks(torch):
                 after = _total_flops(mode)
                 if after is not None:
                     _S.flop_backward += after - before
+                    _S.flop_backward_calls += 1
             _nvtx(pop=True)
             _S.backward_since_step = True
             # Passes mark steps after the window only where no step hook does (the

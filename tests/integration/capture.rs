@@ -1127,6 +1127,54 @@ print(json.dumps({"phase": st["phase"], "after": st["after_window_ns"],
     );
 }
 
+/// An optimizer that calls its closure many times a step (LBFGS: up to 20 forward and backward
+/// passes inside `optimizer.step`) marks one step per call of `step`: the closure's passes,
+/// which run before the first step's post-hook, mark none of their own (they marked 19, and
+/// the window opened on them as on micro-batches).
+#[test]
+fn a_closure_called_many_times_inside_the_optimizer_step_is_one_step() {
+    let v = drive_python_shim(
+        r#"
+import sys, types
+class Hook:
+    def remove(self): pass
+registered = {"opt_pre": [], "opt_post": [], "fwd_pre": [], "fwd_post": []}
+def registrar(kind):
+    def register(fn):
+        registered[kind].append(fn); return Hook()
+    return register
+optim = types.ModuleType("torch.optim.optimizer")
+optim.register_optimizer_step_pre_hook = registrar("opt_pre")
+optim.register_optimizer_step_post_hook = registrar("opt_post")
+mod = types.ModuleType("torch.nn.modules.module")
+mod.register_module_forward_pre_hook = registrar("fwd_pre")
+mod.register_module_forward_hook = registrar("fwd_post")
+sys.modules.update({"torch.optim.optimizer": optim, "torch.nn.modules.module": mod})
+class GradScaler:
+    def update(self): pass
+torch = types.SimpleNamespace(autograd=types.SimpleNamespace(backward=lambda *a, **k: None),
+                              amp=types.SimpleNamespace(GradScaler=GradScaler))
+m._S.torch = torch
+m._install_hooks(torch)
+opt, model = object(), object()
+def lbfgs_step(closures):
+    for fn in registered["opt_pre"]: fn(opt, (), {})
+    for _ in range(closures):
+        for fn in list(registered["fwd_pre"]): fn(model, ())
+        for fn in list(registered["fwd_post"]): fn(model, (), None)
+        torch.autograd.backward()
+    for fn in registered["opt_post"]: fn(opt, (), {})
+for closures in (20, 20, 8):
+    lbfgs_step(closures)
+st = m._S.status
+print(json.dumps({"steps": st["steps"], "boundary": st["boundary"], "notes": st["notes"]}))
+"#,
+    );
+    assert_eq!(v["steps"], 3, "{v}");
+    assert_eq!(v["boundary"], "optimizer_step", "{v}");
+    assert_eq!(v["notes"], serde_json::json!([]), "{v}");
+}
+
 /// A sweep the user stops stops (issue 20): the signal sent to steptrace is forwarded to the
 /// program being captured, and the sweep ends with the program's status instead of going on to
 /// capture the next value (it went on, and then failed on the first run's missing trace).

@@ -182,10 +182,15 @@ pub fn choose(after: Option<AfterWindow>, phase: Option<PhaseTiming>) -> Option<
         // steps only: fewer than ran after the window, those win (nanoGPT's bench.py, 4 steps
         // capped: two steps at 80 and 62 ms made its 37 ms step 71 ms; the 12 after: 38 ms).
         // A distributed run's fixed `lockstep` phase is not such a figure.
+        // Only where the steps after the window do the same work as the phase's fastest:
+        // work that changed after the window (LBFGS converged: one closure a step where the
+        // phase's steps ran twenty, 0.35 s against 2.3 s) leaves the phase, next to the
+        // window, as the figure for the steps the window shows.
         (Some(a), Some(p))
             if matches!(p.stop.as_deref(), Some("step_cap" | "time_cap"))
                 && p.unplanned.is_none()
-                && a.steps > p.steps =>
+                && a.steps > p.steps
+                && same_work(a, p) =>
         {
             (a.step_time_s, "after_window")
         }
@@ -200,6 +205,21 @@ pub fn choose(after: Option<AfterWindow>, phase: Option<PhaseTiming>) -> Option<
         after_window: after,
     })
 }
+
+/// Whether the steps after the window do the work of the timing phase's steps: their median
+/// within [`SAME_WORK_RATIO`] of the phase's fastest interval (a phase still warming up is
+/// slower than the steps after the window; nanoGPT's bench.py: 62 ms at the phase's end
+/// against 38 ms after it).
+fn same_work(a: &AfterWindow, p: &PhaseTiming) -> bool {
+    let fastest = p.intervals_s.iter().copied().fold(f64::INFINITY, f64::min);
+    fastest.is_finite()
+        && a.median_s > 0.0
+        && fastest / a.median_s <= SAME_WORK_RATIO
+        && a.median_s / fastest <= SAME_WORK_RATIO
+}
+
+/// See [`same_work`].
+const SAME_WORK_RATIO: f64 = 2.0;
 
 /// How far the host was ahead of the GPU at each boundary after the `settle` first intervals,
 /// median, seconds: at the last boundary, when the GPU reached it (`last_done_ns`, read after
@@ -494,6 +514,17 @@ mod tests {
         st.timing_stop = Some("step_cap".into());
         let t = program_timing(&st).unwrap();
         assert!(t.after_window.unwrap().steps < t.timing_phase.unwrap().steps);
+        assert_eq!(t.source, "timing_phase");
+        // Work that changed after the window (LBFGS converged: 0.35 s steps after a phase
+        // of 2.3 s ones): the capped phase, next to the window, stays the figure.
+        let mut st = status(10, 13, 30, 1);
+        st.timing_stop = Some("time_cap".into());
+        st.after_window_ns = (0..30).map(|i| 1_001_000_000 + i * 4_000_000).collect();
+        let t = program_timing(&st).unwrap();
+        assert_eq!(
+            t.after_window.as_ref().unwrap().steps,
+            29 - AFTER_WINDOW_SETTLE
+        );
         assert_eq!(t.source, "timing_phase");
         // A distributed run's phase is a fixed number of steps on every rank: kept.
         let mut st = status(10, 13, 30, 1);
