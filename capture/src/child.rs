@@ -80,7 +80,7 @@ pub struct Exit {
 /// result, its shim wrote its files and its clean exit, and the process then did not end for
 /// 7 minutes, in some runs and not others (capture/corpus/exit_hang.sh).
 pub struct Linger<'a> {
-    /// Whether the child's work is finished; asked every [`LINGER_POLL`].
+    /// Whether the child's work is finished; asked every `LINGER_POLL`.
     pub finished: &'a dyn Fn() -> bool,
     /// Grace after `finished` first says so, before SIGTERM (then SIGKILL 5 s on).
     pub grace: std::time::Duration,

@@ -9,7 +9,7 @@
 //!    ├─ runs the program, forwarding SIGINT/SIGTERM, returning its exit code
 //!    └─ gzips the files, trims native traces to the active window, writes manifest.json
 //! ```
-//! The library never prints: notes for the user come back in [`Outcome::notes`].
+//! The library never prints: notes for the user come back in the manifest's notes ([`Manifest`] in [`Outcome::manifest`]).
 #![deny(missing_docs)]
 
 pub mod child;
@@ -48,7 +48,7 @@ pub enum Error {
     /// The program could not be started.
     #[error("{program}: could not start: {source}")]
     Spawn {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
         /// The OS error.
         source: std::io::Error,
@@ -88,7 +88,7 @@ fn resolve(prog: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Native when argv[0] is an ELF binary that links libtorch; Python otherwise (interpreters,
+/// Native when `argv[0]` is an ELF binary that links libtorch; Python otherwise (interpreters,
 /// torchrun, shell scripts that start Python: the shim reaches them through PYTHONPATH).
 pub fn detect_mode(argv0: &Path) -> Mode {
     if is_python_name(argv0) {

@@ -147,7 +147,7 @@ pub struct CaptureProps {
     pub python: Option<PathBuf>,
     /// Allocator history entries kept.
     pub max_entries: u64,
-    /// Shim cache directory (default [`shim::cache_root`]).
+    /// Shim cache directory (default [`crate::shim::cache_root`]).
     pub cache: Option<PathBuf>,
     /// The timing phase before the window (the program's own step time).
     pub timing: TimingPhase,

@@ -317,7 +317,7 @@ fn s_cost(ranks: &[RankResult], rank: i64) -> Option<f64> {
 }
 
 /// The rank the others waited for most in the matched collectives, when that wait is at
-/// least [`STRAGGLER_MARGIN`] of all time the ranks spent in them and at least twice the wait
+/// least `STRAGGLER_MARGIN` of all time the ranks spent in them and at least twice the wait
 /// any other rank caused.
 pub fn straggler_by_collectives(
     ranks: &[RankResult],
@@ -370,7 +370,7 @@ pub fn straggler_by_collectives(
 }
 
 /// The rank with the least time in communication kernels, when it is shorter than every other
-/// rank's by [`STRAGGLER_MARGIN`] of their median.
+/// rank's by `STRAGGLER_MARGIN` of their median.
 pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, String> {
     if ranks.len() < 2 {
         return Err("one rank".into());
@@ -434,7 +434,7 @@ pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, St
 }
 
 /// The straggler's nodes that took longer than the median of the other ranks' medians for the
-/// same node (nodes every rank has) by more than [`STRAGGLER_MARGIN`] of it and a
+/// same node (nodes every rank has) by more than `STRAGGLER_MARGIN` of it and a
 /// microsecond, on the GPU (kernels) or on the host (a slow input pipeline or Python shows
 /// there), most excess first, then by name.
 fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> (Vec<NodeExcess>, f64) {

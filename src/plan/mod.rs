@@ -19,7 +19,7 @@
 //! checkpoint's own host work per call and per op, as the capture's probe measured it.
 //! Swapping frees the same activations, brings each back at its first backward reader, and
 //! adds the hooks' host work and bytes / bandwidth each way on the compute stream. The step
-//! is as long as the busier of host and GPU ([`search::Evaluator::step`]).
+//! is as long as the busier of host and GPU (`search::Evaluator::step`).
 //!
 //! Here: the plan's types and [`plan`], the driver. `build`: the passes it runs in order;
 //! `candidates`: what each module's actions
@@ -233,7 +233,7 @@ pub struct Plan {
     pub gpu_busy_s: f64,
     /// How far the host ran ahead of the GPU at the end of a step, s (capture's timing phase;
     /// 0 where not measured): the program's own host time per step is the step less it, which
-    /// sets the host's clock in the step model ([`queue`]).
+    /// sets the host's clock in the step model (`queue`).
     pub host_lead_s: f64,
     /// The measured peak (the allocator's, over the profiled iterations).
     pub measured_peak_bytes: i64,

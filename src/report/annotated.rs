@@ -219,7 +219,7 @@ pub fn file_name_for(gzipped: bool) -> &'static str {
 }
 
 /// The original text before the added events, being copied into the output file (under its
-/// part name, [`super::create`]) by a thread of its own. The copy is the kernel's (`copy_file_range` on Linux: the bytes never
+/// part name, `super::create`) by a thread of its own. The copy is the kernel's (`copy_file_range` on Linux: the bytes never
 /// pass through this process, so it adds nothing to its memory).
 #[derive(Debug)]
 pub struct HeadCopy {

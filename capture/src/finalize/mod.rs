@@ -1,5 +1,5 @@
 //! After the child: compress what the shims wrote, collect the shims' status files, and turn
-//! the timing phase's clock readings into the program's own step time ([`timing`]).
+//! the timing phase's clock readings into the program's own step time (`timing`).
 
 mod timing;
 

@@ -10,14 +10,14 @@
 //! in their 8-byte [`ValueId`], strings are spans of the input (checked UTF-8, never copied)
 //! described by 8-byte words, and the items of containers filled in one go (nearly all of
 //! them: each stack's frame list, the history's batches) share two flat tables behind 8-byte
-//! slot words ([`store`]), so the reader allocates nothing per container. Dicts of one shape
+//! slot words (`store`), so the reader allocates nothing per container. Dicts of one shape
 //! that the caller names ([`RecordShape`]: a snapshot's millions of history entries) become
 //! fixed records. A container extended again after others were filled gets a vector of its
 //! own, once, and short lists with equal items share them. The memo stores `ValueId`s, so an
 //! object the pickle shares in thousands of places (stack frames) is stored once and never
 //! copied.
 //!
-//! [`reader`] is the pickle machine; this module is what a caller sees of its result.
+//! `reader` is the pickle machine; this module is what a caller sees of its result.
 
 use std::fmt;
 

@@ -2,7 +2,7 @@
 //! needed. Every plot also writes the exact points it draws as `<name>.data.csv`, which the
 //! tests compare with the tables they come from.
 //!
-//! One builder for every plot (this module: font, colours, the chart frame, [`render`] to SVG
+//! One builder for every plot (this module: font, colours, the chart frame, `render` to SVG
 //! and PNG); the charts themselves (`charts`: data and drawing of each analysis plot); the table
 //! of which plots an analysis gets and their data (`jobs`); plots over several runs (`multi`:
 //! compare, sweep, plan, ranks).
