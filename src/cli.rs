@@ -4,8 +4,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub(crate) mod sweep;
-
 /// Rebuild one PyTorch training step from profiler output.
 #[derive(Debug, Parser)]
 #[command(name = "steptrace", version, about)]

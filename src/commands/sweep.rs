@@ -10,8 +10,8 @@ use steptrace::analysis::Analysis;
 use steptrace::plan::{Budget, Options, Policy};
 use steptrace::report::plan::PlannedRun;
 
-use super::{PolicyArg, SweepArgs};
-use crate::terminal_safe;
+use crate::cli::{PolicyArg, SweepArgs};
+use crate::console::terminal_safe;
 
 pub(crate) fn run(args: SweepArgs) -> anyhow::Result<u8> {
     if args.budgets.is_empty() {
