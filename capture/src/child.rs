@@ -61,7 +61,8 @@ fn restore(sig: libc::c_int, old: &libc::sigaction) {
 }
 
 /// How the child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Exit {
     /// The exit code to return: the child's, or 128+N when killed by signal N.
     pub code: i32,

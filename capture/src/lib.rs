@@ -634,7 +634,7 @@ fn finish(
         reasons.push("no trace was written".into());
     }
     Ok(Manifest {
-        steptrace_version: env!("CARGO_PKG_VERSION"),
+        steptrace_version: env!("CARGO_PKG_VERSION").into(),
         command: props
             .program
             .iter()
@@ -684,11 +684,63 @@ fn finish(
 mod tests {
     use super::*;
 
+    /// manifest.json has one definition: what capture writes reads back through the same type
+    /// unchanged (analysis reads it with these types), and a rank's timing as older builds
+    /// wrote it (the phase's fields beside `step_time_s`) reads into the nested phase.
+    #[test]
+    fn the_manifest_written_reads_back_through_the_same_type() {
+        let mut m = finished(&[(40, true), (40, true)], 0);
+        m.ranks[0].timing = Some(finalize::Timing {
+            step_time_s: 0.25,
+            source: finalize::TimingSource::AfterWindow,
+            timing_phase: Some(finalize::PhaseTiming {
+                steps: 5,
+                settle: 1,
+                stop: Some("time_cap".into()),
+                step_time_s: 0.3,
+                step_time_cuda_s: Some(0.29),
+                intervals_s: vec![0.31, 0.3, 0.3],
+                unplanned: None,
+                first_step: Some(1),
+                host_lead_s: None,
+                optimizer_step_s: Some(0.01),
+            }),
+            after_window: Some(finalize::AfterWindow {
+                steps: 60,
+                step_time_s: 0.25,
+                median_s: 0.25,
+                outliers: 0,
+                p10_s: 0.24,
+                p90_s: 0.26,
+                marker: finalize::StepMarker::BackwardPasses,
+                passes_per_step: Some(3),
+                start_epoch_ns: None,
+            }),
+        });
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(text.contains(r#""source":"after_window""#), "{text}");
+        assert!(text.contains(r#""marker":"backward_passes""#), "{text}");
+        let back: Manifest = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), text);
+
+        let flat = r#"{"ranks": [{"rank": 1, "timing": {"step_time_s": 0.02, "steps": 8,
+            "stop": "settled", "intervals_s": [0.02, 0.021]}}]}"#;
+        let m: Manifest = serde_json::from_str(flat).unwrap();
+        let t = m.ranks[0].timing.as_ref().unwrap();
+        assert_eq!(t.source, finalize::TimingSource::TimingPhase);
+        let p = t.timing_phase.as_ref().unwrap();
+        assert_eq!(
+            (p.steps, p.step_time_s, p.stop.as_deref()),
+            (8, 0.02, Some("settled"))
+        );
+        assert_eq!(p.intervals_s, vec![0.02, 0.021]);
+    }
+
     /// A finished run's manifest: `ranks` of (steps, whether a trace was written), exiting
     /// with `code`.
     fn finished(ranks: &[(i64, bool)], code: i32) -> Manifest {
         Manifest {
-            steptrace_version: "test",
+            steptrace_version: "test".into(),
             command: vec!["python3".into(), "train.py".into()],
             cwd: String::new(),
             mode: Mode::Python,

@@ -1,16 +1,20 @@
-//! `manifest.json` and what a capture returns.
+//! `manifest.json` and what a capture returns. The one definition of the file: capture writes
+//! it and `analyze` reads it with these types. Reading is lenient where older captures wrote
+//! less (every field has a default; a rank's timing as it was written before the steps after
+//! the window were timed is read too), so a run directory from an earlier build still loads.
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{child, finalize, Mode, Record, Schedule};
 
 /// `manifest.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Manifest {
     /// steptrace version.
-    pub steptrace_version: &'static str,
+    pub steptrace_version: String,
     /// The command line run.
     pub command: Vec<String>,
     /// Working directory.
@@ -63,7 +67,8 @@ pub struct Manifest {
 }
 
 /// Why a capture ran the program twice ([`crate::run`]).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Rerun {
     /// Step boundaries the first run reached (the fewest of any rank).
     pub first_run_steps: i64,
@@ -76,7 +81,8 @@ pub struct Rerun {
 }
 
 /// One rank's files.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RankFiles {
     /// Rank.
     pub rank: i64,

@@ -4,12 +4,13 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Error;
 
 /// torch.profiler's schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Schedule {
     /// Steps ignored at the start.
     pub skip_first: u32,
@@ -78,7 +79,8 @@ impl std::fmt::Display for Schedule {
 }
 
 /// What to record (all on by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Record {
     /// Kineto trace.
     pub trace: bool,
@@ -119,10 +121,11 @@ impl Record {
 }
 
 /// How the program is instrumented.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Python (or torchrun, or a script that starts Python): the sitecustomize shim.
+    #[default]
     Python,
     /// A native libtorch binary: the C++ shim through LD_PRELOAD.
     Native,

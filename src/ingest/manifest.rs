@@ -1,6 +1,8 @@
 //! A capture's `manifest.json` as analysis reads it: the files it names, and per rank the
 //! program's own step time, the plan probe's figures and a plan timed both ways (issues 17, 20).
 
+use serde::Deserialize;
+
 /// What checkpointing and swapping a module cost on the machine a run was captured on,
 /// measured by the capture shim at the program's exit on a chain of tiny ops (issue 20): host
 /// time that a trace cannot show at its real size, since the profiler's Python tracing inflates
@@ -69,124 +71,75 @@ pub struct PlanTimedBothWays {
     pub stopped_at: Option<&'static str>,
 }
 
-/// Files listed by a capture's `manifest.json` (`files.trace`, `files.snapshot`,
-/// `files.exec_trace`, relative to the directory).
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct Manifest {
-    #[serde(default)]
-    pub(super) files: ManifestFiles,
-    #[serde(default)]
-    pub(super) ranks: Vec<ManifestRank>,
-    #[serde(default)]
-    pub(super) step_time_s: Option<f64>,
-}
+use steptrace_capture::finalize::{Timing, TimingSource};
+/// The manifest's one definition, shared with capture, which writes it.
+pub(super) use steptrace_capture::Manifest;
 
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct ManifestRank {
-    pub(super) rank: i64,
-    #[serde(default)]
-    pub(super) files: ManifestFiles,
-    #[serde(default)]
-    pub(super) timing: Option<ManifestTiming>,
-    /// Absent in captures before the probe, and where it could not run (no CUDA).
-    #[serde(default)]
-    pub(super) plan_probe: Option<PlanProbe>,
-}
-
-/// A rank's `timing` in the manifest: `step_time_s` with its `source` and the timing phase
-/// nested (`timing_phase`), or, as capture wrote it before the after-window timing, the timing
-/// phase's fields at the top.
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct ManifestTiming {
-    pub(super) step_time_s: f64,
-    #[serde(default)]
-    pub(super) source: Option<String>,
-    #[serde(default)]
-    pub(super) timing_phase: Option<ManifestPhase>,
-    #[serde(flatten)]
-    pub(super) flat: ManifestPhase,
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-pub(super) struct ManifestPhase {
-    #[serde(default)]
-    pub(super) steps: usize,
-    /// Why the timing phase ended (absent before the settling rule).
-    #[serde(default)]
-    pub(super) stop: Option<String>,
-    /// The phase's median (steps with the plan, when it was timed both ways).
-    #[serde(default)]
-    pub(super) step_time_s: Option<f64>,
-    /// The same on the stream's clock (CUDA events).
-    #[serde(default)]
-    pub(super) step_time_cuda_s: Option<f64>,
-    /// The steps without the plan, when it was timed both ways.
-    #[serde(default)]
-    pub(super) unplanned: Option<ManifestUnplanned>,
-    /// How far the host ran ahead of the GPU (absent before capture measured it).
-    #[serde(default)]
-    pub(super) host_lead_s: Option<f64>,
-    /// Median host time of an `optimizer.step()` call (absent before capture measured it).
-    #[serde(default)]
-    pub(super) optimizer_step_s: Option<f64>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct ManifestUnplanned {
-    pub(super) steps: usize,
-    pub(super) step_time_s: f64,
-    #[serde(default)]
-    pub(super) step_time_cuda_s: Option<f64>,
-}
-
-impl ManifestTiming {
-    pub(super) fn program_step_time(&self) -> Option<ProgramStepTime> {
-        let after = self.source.as_deref() == Some("after_window");
-        let phase = self.timing_phase.as_ref().unwrap_or(&self.flat);
-        let stopped_at = match phase.stop.as_deref() {
-            Some("step_cap") => Some("step_cap"),
-            Some("time_cap") => Some("time_cap"),
-            _ => None,
+/// The program's own step time from a rank's `timing` in the manifest.
+pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
+    let after = t.source == TimingSource::AfterWindow;
+    let phase = t.timing_phase.as_ref();
+    let stopped_at = match phase.and_then(|p| p.stop.as_deref()) {
+        Some("step_cap") => Some("step_cap"),
+        Some("time_cap") => Some("time_cap"),
+        _ => None,
+    };
+    let plan_ab = phase.and_then(|phase| {
+        let u = phase.unplanned.as_ref()?;
+        let (with, without, clock) = match (phase.step_time_cuda_s, u.step_time_cuda_s) {
+            (Some(w), Some(wo)) if w > 0.0 && wo > 0.0 => (w, wo, "cuda_events"),
+            _ => (phase.step_time_s, u.step_time_s, "host"),
         };
-        let plan_ab = phase.unplanned.as_ref().and_then(|u| {
-            let (with, without, clock) = match (phase.step_time_cuda_s, u.step_time_cuda_s) {
-                (Some(w), Some(wo)) if w > 0.0 && wo > 0.0 => (w, wo, "cuda_events"),
-                _ => (phase.step_time_s?, u.step_time_s, "host"),
-            };
-            (with > 0.0 && without > 0.0).then_some(PlanTimedBothWays {
-                step_time_with_s: with,
-                step_time_without_s: without,
-                clock,
-                steps_with: phase.steps,
-                steps_without: u.steps,
-                stopped_at,
-            })
-        });
-        let unsettled = stopped_at
-            .filter(|_| !after)
-            .map(|s| (s.to_owned(), phase.steps));
-        Some(ProgramStepTime {
-            ns: secs_to_ns(self.step_time_s)?,
-            source: if after {
-                "after_window"
-            } else {
-                "timing_phase"
-            },
-            unsettled,
-            plan_ab,
-            host_lead_s: phase.host_lead_s.filter(|l| l.is_finite() && *l >= 0.0),
-            optimizer_step_s: phase.optimizer_step_s.filter(|l| l.is_finite() && *l > 0.0),
+        (with > 0.0 && without > 0.0).then_some(PlanTimedBothWays {
+            step_time_with_s: with,
+            step_time_without_s: without,
+            clock,
+            steps_with: phase.steps,
+            steps_without: u.steps,
+            stopped_at,
         })
-    }
+    });
+    let unsettled = stopped_at
+        .filter(|_| !after)
+        .map(|s| (s.to_owned(), phase.map_or(0, |p| p.steps)));
+    Some(ProgramStepTime {
+        ns: secs_to_ns(t.step_time_s)?,
+        source: t.source.as_str(),
+        unsettled,
+        plan_ab,
+        host_lead_s: phase
+            .and_then(|p| p.host_lead_s)
+            .filter(|l| l.is_finite() && *l >= 0.0),
+        optimizer_step_s: phase
+            .and_then(|p| p.optimizer_step_s)
+            .filter(|l| l.is_finite() && *l > 0.0),
+    })
 }
 
 pub(super) fn secs_to_ns(s: f64) -> Option<i64> {
     (s.is_finite() && s > 0.0).then(|| (s * 1e9).round() as i64)
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
+/// A rank's plan probe as the manifest holds it (the shim's own object), where it has every
+/// figure.
+pub(super) fn plan_probe(v: Option<&serde_json::Value>) -> Option<PlanProbe> {
+    v.and_then(|v| PlanProbe::deserialize(v).ok())
+}
+
+/// The files a manifest (or one of its ranks) names for analysis.
+#[derive(Debug, Default)]
 pub(super) struct ManifestFiles {
     pub(super) trace: Option<String>,
     pub(super) snapshot: Option<String>,
     pub(super) exec_trace: Option<String>,
+}
+
+impl ManifestFiles {
+    pub(super) fn of(files: &std::collections::BTreeMap<String, String>) -> Self {
+        ManifestFiles {
+            trace: files.get("trace").cloned(),
+            snapshot: files.get("snapshot").cloned(),
+            exec_trace: files.get("exec_trace").cloned(),
+        }
+    }
 }

@@ -11,7 +11,7 @@ mod ranks;
 pub mod snapshot;
 pub mod source;
 
-use manifest::{secs_to_ns, Manifest, ManifestTiming};
+use manifest::{plan_probe, program_step_time, secs_to_ns, Manifest, ManifestFiles};
 pub use manifest::{PlanProbe, PlanTimedBothWays, ProgramStepTime};
 use ranks::rank_traces;
 pub use ranks::{rank_layout, rank_of_trace, RankLayout};
@@ -207,11 +207,12 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
         let (files, step_time, plan_probe) = match rank {
             Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
                 Some(x) => {
-                    let t = x
-                        .timing
-                        .as_ref()
-                        .and_then(ManifestTiming::program_step_time);
-                    (x.files, t, x.plan_probe)
+                    let t = x.timing.as_ref().and_then(program_step_time);
+                    (
+                        ManifestFiles::of(&x.files),
+                        t,
+                        plan_probe(x.plan_probe.as_ref()),
+                    )
                 }
                 None => {
                     return Err(Error::Discovery {
@@ -224,7 +225,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 // The run's step time is the first rank's (finalize writes it so); a manifest
                 // with no ranks' timing may still carry the top-level figure.
                 let t = match m.ranks.first().and_then(|r| r.timing.as_ref()) {
-                    Some(t) => t.program_step_time(),
+                    Some(t) => program_step_time(t),
                     None => m
                         .step_time_s
                         .and_then(secs_to_ns)
@@ -237,7 +238,11 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                             optimizer_step_s: None,
                         }),
                 };
-                (m.files, t, m.ranks.first().and_then(|r| r.plan_probe))
+                (
+                    ManifestFiles::of(&m.files),
+                    t,
+                    plan_probe(m.ranks.first().and_then(|r| r.plan_probe.as_ref())),
+                )
             }
         };
         if let Some(trace) = files.trace {

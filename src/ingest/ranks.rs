@@ -65,7 +65,7 @@ pub fn rank_layout(dir: &Path) -> RankLayout {
         Some(m) => m
             .ranks
             .iter()
-            .filter(|x| x.files.trace.is_some())
+            .filter(|x| x.files.contains_key("trace"))
             .map(|x| x.rank)
             .collect(),
         None => traces.iter().map(|t| t.rank).collect(),

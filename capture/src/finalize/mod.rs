@@ -4,8 +4,8 @@
 mod timing;
 
 pub use timing::{
-    choose, passes_per_step, program_timing, timing_phase, AfterWindow, PhaseTiming, Timing,
-    Unplanned, MIN_AFTER_WINDOW_STEPS,
+    choose, passes_per_step, program_timing, timing_phase, AfterWindow, PhaseTiming, StepMarker,
+    Timing, TimingSource, Unplanned, MIN_AFTER_WINDOW_STEPS,
 };
 
 use std::fs::File;

@@ -5,20 +5,117 @@ use super::ShimStatus;
 
 /// The program's own step time: over the steps after the window where there are enough of
 /// them (the rest of the run, with nothing recorded), else the timing phase's median.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "TimingRepr")]
 pub struct Timing {
     /// The program's step time, seconds: `after_window`'s where it has at least
     /// [`MIN_AFTER_WINDOW_STEPS`] steps, or more steps than a timing phase that did not
     /// settle; else the timing phase's.
     pub step_time_s: f64,
-    /// Which of the two `step_time_s` is: `after_window` or `timing_phase`.
-    pub source: &'static str,
+    /// Which of the two `step_time_s` is.
+    pub source: TimingSource,
     /// The timing phase before the window (absent when the program ended inside it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timing_phase: Option<PhaseTiming>,
     /// The steps after the window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after_window: Option<AfterWindow>,
+}
+
+/// Which steps the program's step time was timed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingSource {
+    /// The rest of the run, after the window.
+    AfterWindow,
+    /// The timing phase before the window.
+    #[default]
+    TimingPhase,
+}
+
+impl TimingSource {
+    /// As written in manifest.json.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimingSource::AfterWindow => "after_window",
+            TimingSource::TimingPhase => "timing_phase",
+        }
+    }
+}
+
+/// What marks the steps after the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepMarker {
+    /// The rule's own hooks (optimizer, GradScaler, explicit marker).
+    #[default]
+    StepHooks,
+    /// Every `passes_per_step`-th backward pass.
+    BackwardPasses,
+}
+
+/// [`Timing`] as manifest.json holds it: the timing phase nested (`timing_phase`), or, as
+/// capture wrote it before the steps after the window were timed, the phase's fields beside
+/// `step_time_s`.
+#[derive(serde::Deserialize)]
+struct TimingRepr {
+    step_time_s: f64,
+    #[serde(default)]
+    source: TimingSource,
+    #[serde(default)]
+    timing_phase: Option<PhaseTiming>,
+    #[serde(default)]
+    after_window: Option<AfterWindow>,
+    #[serde(flatten)]
+    flat: LegacyPhase,
+}
+
+/// The timing phase's fields where older manifests put them (`step_time_s` is the `Timing`'s).
+#[derive(serde::Deserialize)]
+struct LegacyPhase {
+    steps: Option<usize>,
+    #[serde(default)]
+    settle: usize,
+    #[serde(default)]
+    stop: Option<String>,
+    #[serde(default)]
+    step_time_cuda_s: Option<f64>,
+    #[serde(default)]
+    intervals_s: Vec<f64>,
+    #[serde(default)]
+    unplanned: Option<Unplanned>,
+    #[serde(default)]
+    first_step: Option<i64>,
+    #[serde(default)]
+    host_lead_s: Option<f64>,
+    #[serde(default)]
+    optimizer_step_s: Option<f64>,
+}
+
+impl From<TimingRepr> for Timing {
+    fn from(r: TimingRepr) -> Self {
+        let f = r.flat;
+        let timing_phase = r.timing_phase.or_else(|| {
+            f.steps.map(|steps| PhaseTiming {
+                steps,
+                settle: f.settle,
+                stop: f.stop,
+                step_time_s: r.step_time_s,
+                step_time_cuda_s: f.step_time_cuda_s,
+                intervals_s: f.intervals_s,
+                unplanned: f.unplanned,
+                first_step: f.first_step,
+                host_lead_s: f.host_lead_s,
+                optimizer_step_s: f.optimizer_step_s,
+            })
+        });
+        Timing {
+            step_time_s: r.step_time_s,
+            source: r.source,
+            timing_phase,
+            after_window: r.after_window,
+        }
+    }
 }
 
 /// Steps after the window needed for their figure to be the reported step time.
@@ -34,7 +131,7 @@ const AFTER_WINDOW_OUTLIER: f64 = 5.0;
 
 /// The steps run after the window, with the window's files written and only step markers left:
 /// the program at its own speed over the rest of its run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AfterWindow {
     /// Intervals timed (after the first ones, left out).
     pub steps: usize,
@@ -53,62 +150,67 @@ pub struct AfterWindow {
     pub p90_s: f64,
     /// What marks the steps: `step_hooks` (the rule's own hooks) or `backward_passes` (every
     /// `passes_per_step`-th backward pass, counted per step in the timing phase).
-    pub marker: &'static str,
+    pub marker: StepMarker,
     /// Backward passes per step, where they mark the steps.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub passes_per_step: Option<usize>,
     /// When the steps timed here began (the window's files written), ns since the Unix epoch:
     /// to set the figure beside what the program printed over the same time.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_epoch_ns: Option<i64>,
 }
 
 /// The timing phase before the window: steps run with nothing recorded but the boundary hooks.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PhaseTiming {
     /// Steps timed (in the median).
     pub steps: usize,
     /// Steps timed first and left out (warm-up, and the earlier half of the phase).
+    #[serde(default)]
     pub settle: usize,
     /// Why the phase ended (the shim's rule): settled, step_cap, time_cap, one_step.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<String>,
     /// Median host-clock interval between boundaries, seconds.
     pub step_time_s: f64,
     /// Median CUDA-event interval between the same boundaries (Python programs), seconds.
+    #[serde(default)]
     pub step_time_cuda_s: Option<f64>,
     /// Every interval, seconds, in order.
+    #[serde(default)]
     pub intervals_s: Vec<f64>,
     /// A plan timed both ways: the steps alternate with and without it, and `step_time_s`,
     /// `step_time_cuda_s` and `steps` are the steps with it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unplanned: Option<Unplanned>,
     /// The program's step (from 0) that the first interval covers, when the shim knows.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_step: Option<i64>,
     /// How far the host ran ahead of the GPU at the end of a step, seconds (median over the
     /// timed steps; 0 where the GPU waits for the host): host time a step can gain before the
     /// GPU waits for it. Python programs with CUDA, phases without a plan.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_lead_s: Option<f64>,
     /// Median host time of an `optimizer.step()` call in the phase, seconds (Python programs
     /// with an optimizer): in a distributed run, each rank's host speed at the same work, with
     /// nothing recorded (the step times themselves are equal on every rank: they wait for each
     /// other).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_step_s: Option<f64>,
 }
 
 /// The steps of a timing phase that ran without the plan, between steps that ran with it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unplanned {
     /// Steps timed without the plan (in the median).
     pub steps: usize,
     /// Median host-clock interval, seconds.
     pub step_time_s: f64,
     /// Median CUDA-event interval, seconds.
+    #[serde(default)]
     pub step_time_cuda_s: Option<f64>,
     /// Whether the plan was on in each interval of `intervals_s`.
+    #[serde(default)]
     pub plan_on: Vec<bool>,
 }
 
@@ -149,10 +251,10 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
     });
     let after = st.after_window_start_ns.and_then(|start| {
         let (marks, every, marker) = if st.after_window_ns.len() > AFTER_WINDOW_SETTLE + 1 {
-            (&st.after_window_ns, 1, "step_hooks")
+            (&st.after_window_ns, 1, StepMarker::StepHooks)
         } else {
             let k = passes_per_step(&st.timing_ns, &st.backward_pass_ns)?;
-            (&st.backward_pass_ns, k, "backward_passes")
+            (&st.backward_pass_ns, k, StepMarker::BackwardPasses)
         };
         let a = after_window(marks, start, every, marker)?;
         Some(AfterWindow {
@@ -177,7 +279,9 @@ fn median_s(ns: &[i64]) -> Option<f64> {
 /// earlier run of the same program: a short program captured again, `crate::run`).
 pub fn choose(after: Option<AfterWindow>, phase: Option<PhaseTiming>) -> Option<Timing> {
     let (step_time_s, source) = match (&after, &phase) {
-        (Some(a), _) if a.steps >= MIN_AFTER_WINDOW_STEPS => (a.step_time_s, "after_window"),
+        (Some(a), _) if a.steps >= MIN_AFTER_WINDOW_STEPS => {
+            (a.step_time_s, TimingSource::AfterWindow)
+        }
         // A phase that ended at a cap before its median settled is a figure over its last few
         // steps only: fewer than ran after the window, those win (nanoGPT's bench.py, 4 steps
         // capped: two steps at 80 and 62 ms made its 37 ms step 71 ms; the 12 after: 38 ms).
@@ -192,10 +296,10 @@ pub fn choose(after: Option<AfterWindow>, phase: Option<PhaseTiming>) -> Option<
                 && a.steps > p.steps
                 && same_work(a, p) =>
         {
-            (a.step_time_s, "after_window")
+            (a.step_time_s, TimingSource::AfterWindow)
         }
-        (_, Some(p)) => (p.step_time_s, "timing_phase"),
-        (Some(a), None) => (a.step_time_s, "after_window"),
+        (_, Some(p)) => (p.step_time_s, TimingSource::TimingPhase),
+        (Some(a), None) => (a.step_time_s, TimingSource::AfterWindow),
         (None, None) => return None,
     };
     Some(Timing {
@@ -282,7 +386,7 @@ fn after_window(
     markers_ns: &[i64],
     start: i64,
     every: usize,
-    marker: &'static str,
+    marker: StepMarker,
 ) -> Option<AfterWindow> {
     let marks: Vec<i64> = markers_ns
         .iter()
@@ -315,7 +419,7 @@ fn after_window(
         p10_s: pct(0.1),
         p90_s: pct(0.9),
         marker,
-        passes_per_step: (marker == "backward_passes").then_some(every),
+        passes_per_step: (marker == StepMarker::BackwardPasses).then_some(every),
         start_epoch_ns: None,
     })
 }
@@ -492,15 +596,18 @@ mod tests {
             Some(3)
         );
         let t = program_timing(&st).unwrap();
-        assert_eq!(t.source, "after_window");
+        assert_eq!(t.source, TimingSource::AfterWindow);
         assert!((t.step_time_s - 0.013).abs() < 1e-9, "{t:?}");
         let a = t.after_window.unwrap();
-        assert_eq!((a.marker, a.passes_per_step), ("backward_passes", Some(3)));
+        assert_eq!(
+            (a.marker, a.passes_per_step),
+            (StepMarker::BackwardPasses, Some(3))
+        );
         assert_eq!(a.steps, 99 - AFTER_WINDOW_SETTLE);
         assert!((t.timing_phase.unwrap().step_time_s - 0.010).abs() < 1e-9);
         // Too few steps after the window: the timing phase's figure, the few steps shown.
         let t = program_timing(&status(10, 13, 30, 1)).unwrap();
-        assert_eq!(t.source, "timing_phase");
+        assert_eq!(t.source, TimingSource::TimingPhase);
         assert!((t.step_time_s - 0.010).abs() < 1e-9);
         assert_eq!(t.after_window.unwrap().steps, 29 - AFTER_WINDOW_SETTLE);
         // Issue 20: a phase capped before it settled, over fewer steps than ran after the
@@ -508,13 +615,13 @@ mod tests {
         let mut st = status(10, 13, 30, 1);
         st.timing_stop = Some("step_cap".into());
         let t = program_timing(&st).unwrap();
-        assert_eq!(t.source, "after_window");
+        assert_eq!(t.source, TimingSource::AfterWindow);
         assert!((t.step_time_s - 0.013).abs() < 1e-9);
         let mut st = status(10, 13, 8, 1);
         st.timing_stop = Some("step_cap".into());
         let t = program_timing(&st).unwrap();
         assert!(t.after_window.unwrap().steps < t.timing_phase.unwrap().steps);
-        assert_eq!(t.source, "timing_phase");
+        assert_eq!(t.source, TimingSource::TimingPhase);
         // Work that changed after the window (LBFGS converged: 0.35 s steps after a phase
         // of 2.3 s ones): the capped phase, next to the window, stays the figure.
         let mut st = status(10, 13, 30, 1);
@@ -525,16 +632,22 @@ mod tests {
             t.after_window.as_ref().unwrap().steps,
             29 - AFTER_WINDOW_SETTLE
         );
-        assert_eq!(t.source, "timing_phase");
+        assert_eq!(t.source, TimingSource::TimingPhase);
         // A distributed run's phase is a fixed number of steps on every rank: kept.
         let mut st = status(10, 13, 30, 1);
         st.timing_stop = Some("lockstep".into());
-        assert_eq!(program_timing(&st).unwrap().source, "timing_phase");
+        assert_eq!(
+            program_timing(&st).unwrap().source,
+            TimingSource::TimingPhase
+        );
         // The step hooks' own boundaries win over backward passes where the shim has them.
         let mut st = status(10, 13, 100, 1);
         st.after_window_ns = (0..80).map(|i| 1_001_000_000 + i * 7_000_000).collect();
         let t = program_timing(&st).unwrap();
-        assert_eq!(t.after_window.as_ref().unwrap().marker, "step_hooks");
+        assert_eq!(
+            t.after_window.as_ref().unwrap().marker,
+            StepMarker::StepHooks
+        );
         assert!((t.step_time_s - 0.007).abs() < 1e-9);
     }
 
@@ -556,7 +669,7 @@ mod tests {
                 t
             })
             .collect();
-        let a = after_window(&marks, 0, 1, "step_hooks").unwrap();
+        let a = after_window(&marks, 0, 1, StepMarker::StepHooks).unwrap();
         assert!((a.median_s - 0.005).abs() < 1e-9, "{a:?}");
         assert_eq!(a.outliers, 12, "{a:?}");
         assert!((a.step_time_s - 0.009).abs() < 0.0003, "{a:?}");
@@ -580,6 +693,9 @@ mod tests {
         st.backward_pass_ns = p.to_vec();
         st.after_window_start_ns = Some(0);
         let t = program_timing(&st).unwrap();
-        assert_eq!((t.source, t.after_window), ("timing_phase", None));
+        assert_eq!(
+            (t.source, t.after_window),
+            (TimingSource::TimingPhase, None)
+        );
     }
 }
