@@ -17,3 +17,93 @@ fn sample_outputs_match_snapshots() {
         insta::assert_snapshot!(format!("{name}__iterations"), iters);
     }
 }
+
+/// Every file analyze writes for every sample, by name, size and content hash (FNV-1a 64 over
+/// the bytes, with the run's temporary folder, the checkout and the version written as
+/// placeholders in text files): any change to any output, plots, Parquet and report.html included, shows here.
+/// The text of the small outputs is held whole above and in `sample_text_outputs_match`.
+#[test]
+fn every_output_file_of_every_sample_matches_its_digest() {
+    for s in samples() {
+        let name = s.file_name().unwrap().to_string_lossy().into_owned();
+        let (_d, out) = crate::common::analyze(&s);
+        let mut lines = Vec::new();
+        for path in files_under(&out.out_dir) {
+            let rel = path
+                .strip_prefix(&out.out_dir)
+                .unwrap()
+                .display()
+                .to_string();
+            let bytes = normalized(&std::fs::read(&path).unwrap(), &out.out_dir);
+            lines.push(format!(
+                "{rel}  {} bytes  {:016x}",
+                bytes.len(),
+                fnv1a(&bytes)
+            ));
+        }
+        insta::assert_snapshot!(format!("{name}__all_outputs"), lines.join("\n"));
+    }
+}
+
+/// Text outputs under 32 KiB held whole (the tables' schemas and the JSON side files).
+#[test]
+fn sample_text_outputs_match() {
+    for s in samples() {
+        let name = s.file_name().unwrap().to_string_lossy().into_owned();
+        let (_d, out) = crate::common::analyze(&s);
+        for path in files_under(&out.out_dir) {
+            let rel = path
+                .strip_prefix(&out.out_dir)
+                .unwrap()
+                .display()
+                .to_string();
+            let text_like = [".csv", ".json", ".txt", ".md"]
+                .iter()
+                .any(|e| rel.ends_with(e));
+            // Those three are held above.
+            let held = ["summary.json", "node_stats.csv", "iterations.csv"].contains(&rel.as_str());
+            let bytes = std::fs::read(&path).unwrap();
+            if !text_like || held || bytes.len() > 32 << 10 {
+                continue;
+            }
+            let text = String::from_utf8(normalized(&bytes, &out.out_dir)).unwrap();
+            let key = rel.replace(['/', '.'], "_");
+            insta::assert_snapshot!(format!("{name}__{key}"), text);
+        }
+    }
+}
+
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The bytes with the output folder's path and the version replaced, where they are text.
+fn normalized(bytes: &[u8], out_dir: &std::path::Path) -> Vec<u8> {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => t
+            .replace(&out_dir.display().to_string(), "[out]")
+            .replace(env!("CARGO_MANIFEST_DIR"), "[repo]")
+            .replace(env!("CARGO_PKG_VERSION"), "[version]")
+            .into_bytes(),
+        Err(_) => bytes.to_vec(),
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
