@@ -941,6 +941,10 @@ def _on_torch(torch):
     _write_status()
 
 
+# The plan.json schema version this shim applies (steptrace_formats::plan::FORMAT_VERSION).
+_PLAN_FORMAT_VERSION = 1
+
+
 def _apply_plan(torch, path):
     """Applies `steptrace plan`'s decisions (issue 20). Modules are named as the profiler
     names them with `with_modules`: class name and the order in which instances of that class
@@ -952,6 +956,11 @@ def _apply_plan(torch, path):
 
     with open(path) as f:
         plan = json.load(f)
+    # plan.json's schema: steptrace_formats::plan (docs/planner.md). The launcher has checked
+    # the file against it; a version newer than this shim knows is refused, not half-applied.
+    version = int(plan.get("format_version", 1))
+    if version > _PLAN_FORMAT_VERSION:
+        raise ValueError("plan format version %d is newer than this shim reads (%d)" % (version, _PLAN_FORMAT_VERSION))
     want = {d["instance"]: d["action"] for d in plan.get("decisions", [])}
     st = _S.status
     st["plan"] = {"file": os.path.basename(path), "wanted": sorted(want), "applied": [], "missing": []}

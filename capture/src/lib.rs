@@ -147,37 +147,16 @@ fn session_dir() -> std::io::Result<SessionDir> {
     Ok(SessionDir(d))
 }
 
-/// Reads a plan file: JSON whose `decisions` each name an `instance` (`Block_3`) and an
-/// `action` (`recompute` or `swap`). Returns its text and the number of decisions.
+/// Reads a plan file (`steptrace_formats::plan::Plan`, the type `steptrace plan` writes): its
+/// `decisions` each name an `instance` (`Block_3`) and an `action`. Returns its text and the
+/// number of decisions.
 fn read_plan(path: &Path) -> Result<(String, usize), Error> {
-    let bad = |what: String| Error::Plan {
-        path: path.to_path_buf(),
-        what,
-    };
     let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
-    let decisions = v["decisions"]
-        .as_array()
-        .ok_or_else(|| bad("no `decisions` list".into()))?;
-    for (i, d) in decisions.iter().enumerate() {
-        let inst = d["instance"].as_str().unwrap_or("");
-        let ok_name =
-            !inst.is_empty() && inst.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok_name {
-            return Err(bad(format!(
-                "decision {} names no module instance (`instance`: e.g. \"Block_3\")",
-                i + 1
-            )));
-        }
-        if !matches!(d["action"].as_str(), Some("recompute" | "swap")) {
-            return Err(bad(format!(
-                "decision {} ({inst}): `action` must be \"recompute\" or \"swap\"",
-                i + 1
-            )));
-        }
-    }
-    Ok((text, decisions.len()))
+    let plan = steptrace_formats::plan::Plan::from_json(&text).map_err(|e| Error::Plan {
+        path: path.to_path_buf(),
+        what: e.to_string(),
+    })?;
+    Ok((text, plan.decisions.len()))
 }
 
 /// Runs the capture. A program that ran steps but ended before the window (a program shorter
@@ -683,6 +662,18 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Python shim refuses plans newer than it knows by the same version number the
+    /// planner writes into plan.json.
+    #[test]
+    fn the_python_shim_applies_the_plan_format_version_the_planner_writes() {
+        let shim = include_str!("../shim_py/sitecustomize.py");
+        let line = format!(
+            "\n_PLAN_FORMAT_VERSION = {}\n",
+            steptrace_formats::plan::FORMAT_VERSION
+        );
+        assert!(shim.contains(&line), "the shim lacks {line:?}");
+    }
 
     /// manifest.json has one definition: what capture writes reads back through the same type
     /// unchanged (analysis reads it with these types), and a rank's timing as older builds

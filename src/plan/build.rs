@@ -112,7 +112,7 @@ pub(super) fn rates(
         host_lead_s,
         htod_gbps: htod,
         dtoh_gbps: dtoh,
-        overheads: Overheads::of(probe),
+        overheads: cost::overheads_of(probe),
     };
     (rates, bw_source)
 }

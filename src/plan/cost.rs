@@ -2,40 +2,24 @@
 //! ([`Overheads`]), and the rates that turn a module's ops and bytes into time ([`Rates`]).
 //! Where that work runs and how it adds up to a step is [`super::queue`].
 
-use serde::Serialize;
+use super::{OverheadSource, Overheads};
 
-/// The host work a checkpoint or a swap adds beyond its module's own ops, s: the capture
-/// shim's probe on the capture's machine ([`crate::ingest::PlanProbe`]), or none where the run
-/// has no probe (the prediction then leaves it out, and says so).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Overheads {
-    /// A checkpoint's own host time per call.
-    pub recompute_call_s: f64,
-    /// Per op of the module, beyond the op's replay.
-    pub recompute_per_op_s: f64,
-    /// The swap hooks' host time per call.
-    pub swap_call_s: f64,
-    /// Per op of the module.
-    pub swap_per_op_s: f64,
-    /// `capture_probe` or `none`.
-    pub source: &'static str,
-}
-
-impl Overheads {
-    pub(super) fn of(probe: Option<&crate::ingest::PlanProbe>) -> Overheads {
-        match probe {
-            Some(p) => Overheads {
-                recompute_call_s: p.recompute_call_s,
-                recompute_per_op_s: p.recompute_per_op_s,
-                swap_call_s: p.swap_call_s,
-                swap_per_op_s: p.swap_per_op_s,
-                source: "capture_probe",
-            },
-            None => Overheads {
-                source: "none",
-                ..Overheads::default()
-            },
-        }
+/// The host work a checkpoint or a swap adds beyond its module's own ops: the capture shim's
+/// probe on the capture's machine ([`crate::ingest::PlanProbe`]), or none where the run has no
+/// probe (the prediction then leaves it out, and says so).
+pub(super) fn overheads_of(probe: Option<&crate::ingest::PlanProbe>) -> Overheads {
+    match probe {
+        Some(p) => Overheads {
+            recompute_call_s: p.recompute_call_s,
+            recompute_per_op_s: p.recompute_per_op_s,
+            swap_call_s: p.swap_call_s,
+            swap_per_op_s: p.swap_per_op_s,
+            source: OverheadSource::CaptureProbe,
+        },
+        None => Overheads {
+            source: OverheadSource::None,
+            ..Overheads::default()
+        },
     }
 }
 

@@ -36,18 +36,19 @@ pub mod sim;
 use std::collections::{BTreeMap, BTreeSet};
 
 use rayon::prelude::*;
-use serde::Serialize;
 
 use crate::analysis::memory::{Category, CATEGORIES};
 use crate::analysis::step::Phase;
 use crate::analysis::{liveness, median, Analysis};
 use crate::model::{Trace, EVALUATE_FUNCTION};
 use candidates::*;
-pub use cost::Overheads;
 use cost::Rates;
 use queue::{Lane, Work};
 use search::*;
 use sim::{Added, Key, Measured, Peak};
+pub use steptrace_formats::plan::{
+    Action, CurvePoint, Decision, OverheadSource, Overheads, Plan, Policy, Timeline, FORMAT_VERSION,
+};
 
 /// Why no plan could be made.
 #[derive(Debug, thiserror::Error)]
@@ -85,35 +86,12 @@ fn gib(b: i64) -> String {
     format!("{:.3} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
-/// What to do with a module.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Checkpoint: drop its saved activations, run its forward again in backward.
-    Recompute,
-    /// Copy its saved activations to pinned host memory and back.
-    Swap,
-}
-
-/// Which actions the planner may choose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Policy {
-    /// Recompute only.
-    #[default]
-    Recompute,
-    /// Swap only.
-    Swap,
-    /// Either, per module.
-    Both,
-}
-
-impl Policy {
-    fn actions(self) -> &'static [Action] {
-        match self {
-            Policy::Recompute => &[Action::Recompute],
-            Policy::Swap => &[Action::Swap],
-            Policy::Both => &[Action::Recompute, Action::Swap],
-        }
+/// The actions a policy allows.
+fn actions(policy: Policy) -> &'static [Action] {
+    match policy {
+        Policy::Recompute => &[Action::Recompute],
+        Policy::Swap => &[Action::Swap],
+        Policy::Both => &[Action::Recompute, Action::Swap],
     }
 }
 
@@ -175,110 +153,6 @@ pub struct Options {
     /// Evaluate this plan instead of choosing one: module instance names (`Block_3`), each
     /// recomputed; `every-block` stands for every instance of the repeated block class.
     pub modules: Option<Vec<String>>,
-}
-
-/// One decision, with what the plan so far predicts once it is taken.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
-    /// The module's path from the root, as the trace nests them (`GPT_0/Block_3`).
-    pub module: String,
-    /// The instance name the capture shim matches (`Block_3`).
-    pub instance: String,
-    /// Its class (`Block`).
-    pub class: String,
-    /// What is done with it.
-    pub action: Action,
-    /// Activation bytes it frees between its last forward use and its backward (one iteration).
-    pub activation_bytes: i64,
-    /// How much lower the predicted peak is for taking it.
-    pub peak_saved_bytes: i64,
-    /// Time it adds per step, s.
-    pub time_added_s: f64,
-    /// Predicted peak with every decision up to this one.
-    pub predicted_peak_bytes: i64,
-    /// Predicted step time with every decision up to this one, s.
-    pub predicted_step_time_s: f64,
-}
-
-/// A point of the budget curve.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CurvePoint {
-    /// What it is (`none`, `greedy 3`, `every Block`).
-    pub label: String,
-    /// Decisions taken.
-    pub decisions: usize,
-    /// Predicted peak, bytes.
-    pub peak_bytes: i64,
-    /// Predicted step time, s.
-    pub step_time_s: f64,
-}
-
-/// The planner's answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    /// steptrace version that made it.
-    pub steptrace_version: &'static str,
-    /// The run planned for.
-    pub run: String,
-    /// The budget, bytes (`None`: curve only).
-    pub budget_bytes: Option<i64>,
-    /// `recompute`, `swap` or `both`.
-    pub policy: &'static str,
-    /// Host→device and device→host bandwidth used for swaps, GB/s, and where it came from
-    /// (`override`, `capture_probe`, the trace's copies, or the GPU model's default).
-    pub bandwidth_gbps: (f64, f64, &'static str),
-    /// The checkpoint's and the swap hooks' own host work used for step times.
-    pub overheads: Overheads,
-    /// GPU busy time per step, s: what the GPU does of the step, the rest it waits for the host.
-    pub gpu_busy_s: f64,
-    /// How far the host ran ahead of the GPU at the end of a step, s (capture's timing phase;
-    /// 0 where not measured): the program's own host time per step is the step less it, which
-    /// sets the host's clock in the step model (`queue`).
-    pub host_lead_s: f64,
-    /// The measured peak (the allocator's, over the profiled iterations).
-    pub measured_peak_bytes: i64,
-    /// The step time the prediction starts from, s, and which one it is.
-    pub measured_step_time_s: f64,
-    /// `timing_phase` (the program's own, uninstrumented) or `profiled`.
-    pub step_time_source: &'static str,
-    /// Where liveness comes from (`execution_trace` or `memory_events`).
-    pub liveness_source: &'static str,
-    /// Parameters and optimizer state at the peak, bytes: no plan goes below it.
-    pub floor_bytes: i64,
-    /// The decisions, in the order taken.
-    pub decisions: Vec<Decision>,
-    /// Predicted peak with the plan, bytes.
-    pub predicted_peak_bytes: i64,
-    /// Predicted peak by category (param, grad, opt_state, activation, input, temporary,
-    /// other), bytes.
-    pub predicted_peak_by_category: BTreeMap<&'static str, i64>,
-    /// Predicted step time with the plan, s.
-    pub predicted_step_time_s: f64,
-    /// Whether the predicted peak is at or under the budget.
-    pub feasible: bool,
-    /// The lowest peak the greedy order reaches, bytes: the smallest budget it can meet.
-    pub smallest_feasible_bytes: i64,
-    /// Predicted peak and step time after each greedy decision, from none to all.
-    pub curve: Vec<CurvePoint>,
-    /// Every instance of the repeated block class recomputed, the choice users make by hand.
-    pub every_block: Option<CurvePoint>,
-    /// The iteration whose predicted peak is the plan's, and its timeline before and after.
-    #[serde(skip)]
-    pub timeline: Option<Timeline>,
-    /// Limits of the prediction worth knowing.
-    pub notes: Vec<String>,
-}
-
-/// One iteration's allocated memory, measured and with the plan: (ms from the iteration's
-/// start, MiB).
-#[derive(Debug, Clone)]
-pub struct Timeline {
-    /// The iteration's label.
-    pub iteration: String,
-    /// Measured.
-    pub measured: Vec<(f64, f64)>,
-    /// With the plan.
-    pub planned: Vec<(f64, f64)>,
 }
 
 /// Makes the plan: the run's measured iterations and rates, the candidates, the rounds (the
@@ -380,32 +254,30 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     });
     let timeline = Some(build::timeline(&ev, chosen, worst_iter));
 
-    let by_category: BTreeMap<&'static str, i64> = CATEGORIES
+    let by_category: BTreeMap<String, i64> = CATEGORIES
         .iter()
         .zip(peak.by_category.iter())
-        .map(|(c, b)| (c.key(), *b))
+        .map(|(c, b)| (c.key().to_owned(), *b))
         .collect();
     Ok(Plan {
-        steptrace_version: env!("CARGO_PKG_VERSION"),
+        format_version: FORMAT_VERSION,
+        steptrace_version: env!("CARGO_PKG_VERSION").into(),
         run: s.name.clone(),
         budget_bytes: budget,
-        policy: match opts.policy {
-            Policy::Recompute => "recompute",
-            Policy::Swap => "swap",
-            Policy::Both => "both",
-        },
-        bandwidth_gbps: (rates.htod_gbps, rates.dtoh_gbps, bw_source),
+        policy: opts.policy,
+        bandwidth_gbps: (rates.htod_gbps, rates.dtoh_gbps, bw_source.into()),
         overheads: rates.overheads,
         gpu_busy_s: s.gpu_busy_s,
         host_lead_s: rates.host_lead_s,
         measured_peak_bytes: measured_peak,
         measured_step_time_s: base_step,
-        step_time_source: s.step_time_source,
+        step_time_source: s.step_time_source.into(),
         liveness_source: if ids.is_some() {
             "execution_trace"
         } else {
             "memory_events"
-        },
+        }
+        .into(),
         floor_bytes: floor,
         decisions,
         predicted_peak_bytes: peak.bytes,

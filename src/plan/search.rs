@@ -113,7 +113,7 @@ pub(super) fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) ->
                     .iter()
                     .all(|&(c, _)| !under(&cands[i].path, &cands[c].path))
             })
-            .flat_map(|i| policy.actions().iter().map(move |&a| (i, a)))
+            .flat_map(|i| super::actions(policy).iter().map(move |&a| (i, a)))
             .collect();
         let trial_of = |(i, act): Choice| -> Vec<Choice> {
             let mut t: Vec<Choice> = chosen

@@ -88,10 +88,7 @@ pub fn table(p: &Plan) -> String {
 }
 
 fn action_name(a: crate::plan::Action) -> &'static str {
-    match a {
-        crate::plan::Action::Recompute => "recompute",
-        crate::plan::Action::Swap => "swap",
-    }
+    a.as_str()
 }
 
 /// Writes `plan.json`, `plan.csv` and (unless `plots` is false) the two plots into `dir`;
@@ -224,15 +221,19 @@ impl<'a> PlannedRun<'a> {
     /// From a plan.json's text and the analysis of the run that applied it; `None` when the
     /// text is not a plan with predictions.
     pub fn from_plan_json(label: &str, plan_json: &str, measured: &'a Analysis) -> Option<Self> {
-        let v: serde_json::Value = serde_json::from_str(plan_json).ok()?;
+        let p = crate::plan::Plan::from_json(plan_json).ok()?;
+        // A hand-written plan (decisions only) predicts nothing to compare.
+        if p.predicted_peak_bytes <= 0 || p.predicted_step_time_s <= 0.0 {
+            return None;
+        }
         Some(PlannedRun {
             label: label.to_owned(),
-            budget_bytes: v["budget_bytes"].as_i64(),
-            decisions: v["decisions"].as_array().map_or(0, Vec::len),
-            feasible: v["feasible"].as_bool().unwrap_or(false),
-            predicted_peak_bytes: v["predicted_peak_bytes"].as_i64()?,
-            predicted_step_time_s: v["predicted_step_time_s"].as_f64()?,
-            base_step_time_s: v["measured_step_time_s"].as_f64(),
+            budget_bytes: p.budget_bytes,
+            decisions: p.decisions.len(),
+            feasible: p.feasible,
+            predicted_peak_bytes: p.predicted_peak_bytes,
+            predicted_step_time_s: p.predicted_step_time_s,
+            base_step_time_s: (p.measured_step_time_s > 0.0).then_some(p.measured_step_time_s),
             measured,
         })
     }

@@ -551,7 +551,10 @@ fn issue20_step_times_with_each_plan_are_predicted_from_the_capture_without_one(
             )
             .unwrap()
             .0;
-            assert_eq!(p.overheads.source, "capture_probe");
+            assert_eq!(
+                p.overheads.source,
+                steptrace::plan::OverheadSource::CaptureProbe
+            );
             let m = json(&dir.join(run).join("manifest.json"));
             let phase = &m["ranks"][0]["timing"]["timing_phase"];
             let with = phase["step_time_cuda_s"].as_f64().unwrap();

@@ -1,0 +1,7 @@
+//! The files one part of steptrace writes and another part (or another program) reads, each
+//! with one definition that the writer and every reader use: `plan.json`, written by
+//! `steptrace plan`, checked by `capture --plan`, applied by the Python shim and set beside a
+//! planned run's measurements by `compare`. Serde both ways; no logic beyond what reading a
+//! file needs.
+
+pub mod plan;
