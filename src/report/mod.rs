@@ -61,6 +61,13 @@ pub enum Error {
         /// The path.
         path: PathBuf,
     },
+    /// A folder the outputs go into is a symbolic link: writing through it would put files
+    /// wherever it points.
+    #[error("{}: a symbolic link where steptrace writes its outputs; it writes only into real folders (remove the link or choose another --out)", path.display())]
+    SymlinkedFolder {
+        /// The link.
+        path: PathBuf,
+    },
 }
 
 /// Names of the files [`write_all`] creates.

@@ -82,6 +82,61 @@ fn links(m: &std::fs::Metadata) -> Option<u64> {
     }
 }
 
+/// The previous run's list of its files: only names directly in the folder or in one of its
+/// output sub-folders ([`SUBDIRS`]), read as data (a list naming `v/precious.txt`, or `..`,
+/// is not followed). A list that is not a small regular file is ignored.
+fn read_list(dir: &Path) -> Vec<PathBuf> {
+    /// Far more than any run writes (about 40 names).
+    const MAX_LIST_BYTES: u64 = 1 << 20;
+    let path = dir.join(LIST);
+    let regular =
+        std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() <= MAX_LIST_BYTES);
+    if !regular {
+        return Vec::new();
+    }
+    std::fs::read_to_string(&path)
+        .map(|s| {
+            s.lines()
+                .map(PathBuf::from)
+                .filter(|p| {
+                    let names: Vec<_> = p.components().collect();
+                    let normal = names
+                        .iter()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)));
+                    normal
+                        && match names.as_slice() {
+                            [_] => true,
+                            [sub, _] => SUBDIRS.iter().any(|s| sub.as_os_str() == *s),
+                            _ => false,
+                        }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes `path` (inside `dir`) only if it is a regular file reached through real folders:
+/// never through a link, never a folder.
+fn remove_own_file(dir: &Path, path: &Path) {
+    let Ok(rel) = path.strip_prefix(dir) else {
+        return;
+    };
+    let mut at = dir.to_path_buf();
+    let mut names = rel.components().peekable();
+    while let Some(c) = names.next() {
+        at.push(c);
+        let Ok(m) = std::fs::symlink_metadata(&at) else {
+            return;
+        };
+        let last = names.peek().is_none();
+        let ok = if last { m.is_file() } else { m.is_dir() };
+        if !ok {
+            return;
+        }
+    }
+    let _ = std::fs::remove_file(at);
+}
+
 /// An output directory being written.
 #[derive(Debug)]
 pub struct OutDir {
@@ -105,21 +160,17 @@ impl OutDir {
         }
         let created = !dir.exists();
         std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // An output sub-folder that is a link would take every plot wherever it points.
+        for s in SUBDIRS {
+            let sub = dir.join(s);
+            if std::fs::symlink_metadata(&sub).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(Error::SymlinkedFolder { path: sub });
+            }
+        }
         for p in parts(dir) {
             let _ = std::fs::remove_file(p);
         }
-        let previous = std::fs::read_to_string(dir.join(LIST))
-            .map(|s| {
-                s.lines()
-                    .map(PathBuf::from)
-                    // Only plain relative names inside the directory: the list is data.
-                    .filter(|p| {
-                        p.components()
-                            .all(|c| matches!(c, std::path::Component::Normal(_)))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let previous = read_list(dir);
         Ok(OutDir {
             dir: dir.to_path_buf(),
             previous,
@@ -183,20 +234,21 @@ impl OutDir {
         if old.is_empty() {
             return None;
         }
+        let dir = self.dir.clone();
         std::thread::Builder::new()
             .name("steptrace-clear".into())
             .spawn({
-                let old = old.clone();
+                let (old, dir) = (old.clone(), dir.clone());
                 move || {
                     for p in old {
-                        let _ = std::fs::remove_file(p);
+                        remove_own_file(&dir, &p);
                     }
                 }
             })
             .ok()
             .or_else(|| {
                 for p in old {
-                    let _ = std::fs::remove_file(p);
+                    remove_own_file(&dir, &p);
                 }
                 None
             })

@@ -166,3 +166,70 @@ fn issue19_a_rerun_over_a_longer_annotated_trace_writes_the_fresh_bytes() {
     analyze(&link, &out, false, false);
     assert!(std::fs::read(out.join(name)).unwrap() == before);
 }
+
+/// A received bundle can hold an earlier result folder whose list of outputs names a path
+/// through a link out of it (`v/precious.txt`, `v` a link to elsewhere): the next analysis into
+/// that folder removes only regular files directly in it or in its plots folder, so the file
+/// elsewhere stays. (It was deleted, exit 0.)
+#[cfg(unix)]
+#[test]
+fn an_output_list_naming_a_path_through_a_link_removes_nothing_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("precious.txt"), "keep").unwrap();
+    std::fs::write(outside.join("iterations.csv"), "keep").unwrap();
+    let out = dir.path().join("bundle/out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::os::unix::fs::symlink(&outside, out.join("v")).unwrap();
+    std::os::unix::fs::symlink(outside.join("iterations.csv"), out.join("old.csv")).unwrap();
+    std::fs::write(
+        out.join(".steptrace-outputs"),
+        "v/precious.txt\nold.csv\n../outside/precious.txt\nv\n",
+    )
+    .unwrap();
+    analyze(
+        &trace_path(&root().join("sample_traces/libtorch_cnn")),
+        &out,
+        false,
+        false,
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("precious.txt")).unwrap(),
+        "keep"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("iterations.csv")).unwrap(),
+        "keep"
+    );
+    assert!(out.join("summary.json").is_file());
+}
+
+/// An output folder whose `plots` is a link elsewhere is refused with one line before anything
+/// is written (every plot was written through it, over same-named files).
+#[cfg(unix)]
+#[test]
+fn a_plots_folder_that_is_a_link_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, out.join("plots")).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_steptrace"))
+        .arg("analyze")
+        .arg(trace_path(&root().join("sample_traces/libtorch_cnn")))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("plots") && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    assert!(!out.join("summary.json").exists());
+}
