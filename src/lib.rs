@@ -347,6 +347,12 @@ pub fn analyze_ranks(
     props: &AnalyzeProps,
     run: &ingest::RankLayout,
 ) -> Result<RanksOutcome, Error> {
+    if let Some(why) = &run.refused {
+        return Err(Error::Input(ingest::Error::Discovery {
+            path: props.input.join("manifest.json"),
+            what: why.clone(),
+        }));
+    }
     let out_dir = props
         .out
         .clone()

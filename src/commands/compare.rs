@@ -33,8 +33,17 @@ pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
     out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
     // A run captured with --plan: the plan's prediction against what it measured.
     for (r, run) in args.runs.iter().zip(&runs) {
-        let Ok(text) = std::fs::read_to_string(r.join("plan.json")) else {
-            continue;
+        let path = r.join("plan.json");
+        let text = match steptrace::file_error::read_side_file(
+            &path,
+            steptrace::file_error::MAX_PLAN_BYTES,
+        ) {
+            Ok(Some(t)) => String::from_utf8_lossy(&t).into_owned(),
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!("steptrace: warning: {e}: the plan's prediction is left out");
+                continue;
+            }
         };
         if let Some(line) =
             steptrace::report::plan::predicted_vs_measured(&run.label, &text, run.analysis)

@@ -198,8 +198,9 @@ fn inside_run_dir(dir: &Path, manifest: &Path, name: &str) -> Result<PathBuf, Er
 
 fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     let manifest_path = dir.join("manifest.json");
-    if manifest_path.is_file() {
-        let text = std::fs::read(&manifest_path).map_err(FileError::at(&manifest_path))?;
+    if let Some(text) =
+        crate::file_error::read_side_file(&manifest_path, crate::file_error::MAX_MANIFEST_BYTES)?
+    {
         let m: Manifest = serde_json::from_slice(&text).map_err(|e| Error::Format {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),

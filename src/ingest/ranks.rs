@@ -18,6 +18,9 @@ pub struct RankLayout {
     /// What is off (issue 18): a rank with several traces (the first by name is analysed), or
     /// a `world_size` in the traces that disagrees with the ranks found.
     pub warnings: Vec<String>,
+    /// Why the directory cannot be analysed as ranks: a manifest whose ranks name one trace
+    /// file twice (each would be analysed in full, and merged as two ranks).
+    pub refused: Option<String>,
 }
 
 /// One trace of a directory with its rank.
@@ -58,16 +61,37 @@ pub(super) fn rank_traces(dir: &Path) -> Vec<RankTrace> {
 /// The ranks `dir` holds and how to find each one's trace (see [`RankLayout`]).
 pub fn rank_layout(dir: &Path) -> RankLayout {
     let traces = rank_traces(dir);
-    let mut ranks: Vec<i64> = match std::fs::read(dir.join("manifest.json"))
+    let manifest = crate::file_error::read_side_file(
+        &dir.join("manifest.json"),
+        crate::file_error::MAX_MANIFEST_BYTES,
+    );
+    let mut refused = None;
+    let mut ranks: Vec<i64> = match manifest
         .ok()
+        .flatten()
         .and_then(|t| serde_json::from_slice::<Manifest>(&t).ok())
     {
-        Some(m) => m
-            .ranks
-            .iter()
-            .filter(|x| x.files.contains_key("trace"))
-            .map(|x| x.rank)
-            .collect(),
+        Some(m) => {
+            let mut by_file = std::collections::BTreeMap::new();
+            for x in &m.ranks {
+                let Some(f) = x.files.get("trace") else {
+                    continue;
+                };
+                if let Some(first) = by_file.insert(f.as_str(), x.rank) {
+                    refused.get_or_insert_with(|| {
+                        format!(
+                            "the manifest's ranks {first} and {} both name the trace '{f}': each rank has a trace of its own",
+                            x.rank
+                        )
+                    });
+                }
+            }
+            m.ranks
+                .iter()
+                .filter(|x| x.files.contains_key("trace"))
+                .map(|x| x.rank)
+                .collect()
+        }
         None => traces.iter().map(|t| t.rank).collect(),
     };
     ranks.sort_unstable();
@@ -80,6 +104,7 @@ pub fn rank_layout(dir: &Path) -> RankLayout {
         warnings: rank_warnings(&traces),
         ranks,
         by_header,
+        refused,
     }
 }
 

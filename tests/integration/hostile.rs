@@ -288,3 +288,44 @@ fn issue22_an_execution_trace_that_joins_nothing_is_not_claimed_as_the_source() 
         serde_json::json!("memory_events")
     );
 }
+
+/// A manifest whose ranks all name one trace ran a full analysis per rank (200 ranks of one
+/// 0.5 MB trace: 17 s, 574 MB written) and merged them as ranks: refused with one line naming
+/// two of them.
+#[test]
+fn a_manifest_whose_ranks_name_one_trace_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::copy(
+        crate::common::trace_path(&crate::common::root().join("sample_traces/libtorch_cnn")),
+        run.join("trace.json.gz"),
+    )
+    .unwrap();
+    let ranks: Vec<String> = (0..200)
+        .map(|r| format!(r#"{{"rank": {r}, "files": {{"trace": "trace.json.gz"}}}}"#))
+        .collect();
+    std::fs::write(
+        run.join("manifest.json"),
+        format!(
+            r#"{{"files": {{"trace": "trace.json.gz"}}, "ranks": [{}]}}"#,
+            ranks.join(",")
+        ),
+    )
+    .unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_steptrace"))
+        .arg("analyze")
+        .arg(&run)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("ranks 0 and 1 both name the trace 'trace.json.gz'"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").exists());
+}
