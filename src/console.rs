@@ -31,7 +31,7 @@ pub(crate) fn print_result(console: &str, out_dir: &std::path::Path) -> std::io:
 /// Longest line printed, in characters.
 const MAX_LINE: usize = 300;
 
-/// Text from the input made safe for a terminal (issue 22): control characters other than
+/// Text from the input made safe for a terminal: control characters other than
 /// tab and newline are dropped (an op name holding ESC sequences could clear the screen or
 /// set the window title), and a line longer than [`MAX_LINE`] characters is cut with `…`
 /// (a 1 MB op name printed whole).

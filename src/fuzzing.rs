@@ -30,7 +30,7 @@ pub fn kineto(data: &[u8]) {
 }
 
 /// A memory snapshot pickle.
-/// Panics when what is built is not proportional to the input (issue 22: memo references
+/// Panics when what is built is not proportional to the input (memo references
 /// multiplied records): every segment, block, history entry, frame and stack needs bytes of
 /// its own in the pickle.
 pub fn pickle(data: &[u8]) {

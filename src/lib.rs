@@ -28,6 +28,7 @@ pub mod intern;
 pub mod model;
 mod par;
 pub mod plan;
+pub mod read;
 pub mod report;
 
 use std::path::{Path, PathBuf};
@@ -52,7 +53,7 @@ pub enum Error {
     /// Results could not be written.
     #[error(transparent)]
     Output(#[from] report::Error),
-    /// No plan could be made (issue 20).
+    /// No plan could be made.
     #[error(transparent)]
     Plan(#[from] plan::Error),
 }
@@ -72,7 +73,7 @@ pub struct AnalyzeProps {
     pub top: usize,
     /// Which rank of a multi-rank run directory.
     pub rank: Option<i64>,
-    /// Also write the rank's results as Parquet here, for `steptrace merge` (issue 18).
+    /// Also write the rank's results as Parquet here, for `steptrace merge`.
     pub rank_output: Option<PathBuf>,
     /// Analysis knobs (roofline peaks).
     pub options: analysis::Options,
@@ -178,7 +179,7 @@ fn run_analysis_with(
 }
 
 /// The step time users compare with their own: the one capture timed with nothing recorded,
-/// when the run directory has it; the instrumented one stays beside it (issue 17).
+/// when the run directory has it; the instrumented one stays beside it.
 fn apply_program_step_time(
     s: &mut analysis::Summary,
     program: Option<&ingest::ProgramStepTime>,
@@ -227,7 +228,7 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
         .clone()
         .unwrap_or_else(|| default_out_dir(&props.input));
     // The output directory is made ready as soon as the trace is read, so that the annotated
-    // trace's copy of the original text runs beside the analysis (issue 19).
+    // trace's copy of the original text runs beside the analysis.
     let mut out: Option<Result<report::OutDir, report::Error>> = None;
     let (trace, analysis, diag) = run_analysis_with(props, &mut |k| {
         let mut o = report::OutDir::prepare(&out_dir);
@@ -265,7 +266,7 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
     Ok(outcome)
 }
 
-/// Analyses a run and plans recomputation and swapping for it (issue 20); writes nothing.
+/// Analyses a run and plans recomputation and swapping for it; writes nothing.
 pub fn plan_run(
     props: &AnalyzeProps,
     opts: &plan::Options,
@@ -286,7 +287,7 @@ pub fn distributed_run(props: &AnalyzeProps) -> Option<ingest::RankLayout> {
     (layout.ranks.len() >= 2).then_some(layout)
 }
 
-/// Writes one rank's results as Parquet into `dir` for `steptrace merge` (issue 18): the rank
+/// Writes one rank's results as Parquet into `dir` for `steptrace merge`: the rank
 /// is `props.rank`, else the trace's own (`_rankN` in its name, `distributedInfo`), else 0.
 #[cfg(feature = "parquet")]
 pub fn write_rank_output(props: &AnalyzeProps, o: &Outcome, dir: &Path) -> Result<i64, Error> {
@@ -308,7 +309,7 @@ pub fn write_rank_output(props: &AnalyzeProps, o: &Outcome, dir: &Path) -> Resul
 }
 
 /// The cross-rank outputs from ranks' Parquet results written by [`write_rank_output`] in
-/// `dirs`, without reading any trace (issue 18): `ranks.csv` and `ranks.json` into `out`.
+/// `dirs`, without reading any trace: `ranks.csv` and `ranks.json` into `out`.
 #[cfg(feature = "parquet")]
 pub fn merge(dirs: &[PathBuf], out: &Path, top: usize) -> Result<RanksOutcome, Error> {
     let results = report::frames::read_ranks(dirs)?;
@@ -340,7 +341,7 @@ pub struct RanksOutcome {
 
 /// Analyses each rank of `run` into `rank<N>/` of the output directory, one rank at a time
 /// (each uses every thread, and memory holds one rank's trace at most), then writes the
-/// cross-rank outputs (`ranks.csv`, `ranks.json`) at the top (issue 18). A rank whose files
+/// cross-rank outputs (`ranks.csv`, `ranks.json`) at the top. A rank whose files
 /// cannot be analysed is reported and left out; when none can, the first rank's error is
 /// returned.
 pub fn analyze_ranks(

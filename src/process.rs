@@ -144,8 +144,8 @@ pub(crate) fn limit_threads(n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `-j N` within `1..=cores`: more threads than cores only cost memory and start-up (issue 22:
-/// `-j 10000` was still starting threads after 32 s), with a warning when clamped.
+/// `-j N` within `1..=cores`: more threads than cores only cost memory and start-up
+/// (`-j 10000` was still starting threads after 32 s), with a warning when clamped.
 fn clamp_threads(n: usize, cores: usize) -> (usize, Option<String>) {
     let cores = cores.max(1);
     if n > cores {

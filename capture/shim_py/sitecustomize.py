@@ -61,7 +61,7 @@ class _State:
         self.timing_max_steps = int(os.environ.get("STEPTRACE_TIMING_MAX_STEPS", "20") or 0)
         self.timing_max_s = float(os.environ.get("STEPTRACE_TIMING_MAX_S", "10") or 0)
         self.reference = os.environ.get("STEPTRACE_REFERENCE") == "1"
-        # A plan (issue 20) is on in every step but, with STEPTRACE_PLAN_AB, in every other
+        # A plan is on in every step but, with STEPTRACE_PLAN_AB, in every other
         # step of the timing phase: what the plan adds, measured in this one process.
         self.plan_on = True
         self.plan_ab = False
@@ -946,7 +946,7 @@ _PLAN_FORMAT_VERSION = 1
 
 
 def _apply_plan(torch, path):
-    """Applies `steptrace plan`'s decisions (issue 20). Modules are named as the profiler
+    """Applies `steptrace plan`'s decisions. Modules are named as the profiler
     names them with `with_modules`: class name and the order in which instances of that class
     were first called (`Block_3`), so a global forward pre-hook numbers them the same way.
     From a module's second call on, its forward runs under non-reentrant
@@ -1061,7 +1061,7 @@ def _probe_fit(med, lengths):
 
 
 def _plan_probe(torch):
-    """What the plan's wrappers cost on this machine, with this torch and Python (issue 20),
+    """What the plan's wrappers cost on this machine, with this torch and Python,
     for `steptrace plan`'s step-time prediction; None without CUDA in use.
 
     A checkpoint or a swap adds host work that the trace cannot show at its real size (the
@@ -1233,7 +1233,7 @@ def _end_as_sigterm():
     # SIGTERM's own action ends the process at once, running no exit handler at all; the
     # handler only delays that until the window is written. Once it is, skip the rest (other
     # exit handlers, the interpreter's finalization), as SIGTERM would. (pytorch/examples mnist hung there, in a thread join, after a SIGTERM inside the
-    # window; issue 17.)
+    # window.)
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()

@@ -18,10 +18,10 @@ pub const NATIVE: &str = "STEPTRACE_NATIVE";
 /// LD_PRELOAD from it.
 pub const NATIVE_EXE: &str = "STEPTRACE_NATIVE_EXE";
 /// Path of the plan (`steptrace plan`'s plan.json, copied into the run directory) the Python
-/// shim applies: modules recomputed or swapped (issue 20).
+/// shim applies: modules recomputed or swapped.
 pub const PLAN: &str = "STEPTRACE_PLAN";
 /// `1`: the timing phase alternates steps with and without the plan, so that the plan's cost
-/// is measured against the same process's steps (issue 20).
+/// is measured against the same process's steps.
 pub const PLAN_AB: &str = "STEPTRACE_PLAN_AB";
 /// Steps timed before the active window with nothing recorded (the program's own step time).
 pub const TIMING_STEPS: &str = "STEPTRACE_TIMING_STEPS";

@@ -154,7 +154,7 @@ pub struct CaptureProps {
     pub cache: Option<PathBuf>,
     /// The timing phase before the window (the program's own step time).
     pub timing: TimingPhase,
-    /// A plan from `steptrace plan` to apply to the program (issue 20): its modules are
+    /// A plan from `steptrace plan` to apply to the program: its modules are
     /// recomputed or swapped from their second call on.
     pub plan: Option<PathBuf>,
     /// With `plan`: the timing phase alternates steps with and without it, each its own median

@@ -282,7 +282,7 @@ mod tests {
         py
     }
 
-    /// Issue 17 (whole-run slowdown): a native capture asks which torch it builds against on
+    /// Whole-run slowdown: a native capture asks which torch it builds against on
     /// every run; the answer is kept, and asked again when torch changes on disk.
     #[test]
     fn issue17_the_torch_probe_is_kept_until_torch_changes() {

@@ -1,4 +1,4 @@
-//! Collectives (issue 18): each rank's communication kernels with their collective metadata,
+//! Collectives: each rank's communication kernels with their collective metadata,
 //! and the same collective matched across ranks.
 //!
 //! Nothing in a Kineto trace numbers a collective, but every rank of a process group issues
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn the_shortest_kernel_marks_the_last_arrival_and_the_others_waits() {
-        // Issue 18: rank 1 arrives last at both all-reduces of step 3 (its kernels are the
+        // Rank 1 arrives last at both all-reduces of step 3 (its kernels are the
         // shortest); at step 4's, rank 0 does.
         let r0 = [
             call("ProfilerStep#3", 0, "allreduce", 21, 500),

@@ -1,6 +1,6 @@
 //! Kernel-level results from the GPU timeline alone: per kernel (memcpy, memset) name and per
 //! stream. They need no CPU operator, so they are what a GPU-only trace (an inference server's,
-//! or one recorded with `ProfilerActivity.CUDA` only) yields (issue 17, item 7); for other
+//! or one recorded with `ProfilerActivity.CUDA` only) yields (item 7); for other
 //! traces they are the same table over the whole trace.
 
 use serde::Serialize;
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::intervals::{intersection_len, merged, total_len, union_len};
 use super::step::{Detection, Step};
-use crate::ingest::kineto::GpuKind;
+use crate::model::kineto::GpuKind;
 use crate::model::Trace;
 
 /// One kernel (or memcpy, memset) name over the whole trace.
@@ -196,10 +196,7 @@ pub fn temporal(t: &Trace, step: &Step) -> (Temporal, BTreeMap<String, Collectiv
 
 /// The GPU activities [`temporal`] counts: with two or more `ProfilerStep#N` iterations, those
 /// launched before the last one starts.
-fn counted_activities<'a>(
-    t: &'a Trace,
-    step: &Step,
-) -> Vec<&'a crate::ingest::kineto::GpuActivity> {
+fn counted_activities<'a>(t: &'a Trace, step: &Step) -> Vec<&'a crate::model::kineto::GpuActivity> {
     let cut = (step.detection == Detection::ProfilerStep && step.iterations.len() >= 2)
         .then(|| step.iterations.iter().map(|i| i.start).max())
         .flatten();
@@ -220,7 +217,7 @@ fn counted_activities<'a>(
 /// time where the kinds do not overlap each other.
 fn collective_overlap(
     t: &Trace,
-    gpu: &[&crate::ingest::kineto::GpuActivity],
+    gpu: &[&crate::model::kineto::GpuActivity],
     comp: &[(i64, i64)],
 ) -> BTreeMap<String, CollectiveOverlap> {
     let mut by: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
@@ -354,7 +351,7 @@ mod tests {
 
     #[test]
     fn kernels_are_classed_as_holistic_trace_analysis_does() {
-        // Issue 18: HTA's regexes, `^nccl.*Kernel` (communication), `^Memcpy|^Memset|^dma`
+        // HTA's regexes, `^nccl.*Kernel` (communication), `^Memcpy|^Memset|^dma`
         // (memory), and compute unless `^nccl.*Kernel|.*Memcpy|^Memset|.*Sync` matches.
         use KernelClass::*;
         for (name, want) in [

@@ -14,8 +14,8 @@ pub mod step;
 use serde::Serialize;
 
 use crate::diagnostics::Diagnostics;
-use crate::ingest::kineto::TimeConvention;
-use crate::ingest::snapshot::Action;
+use crate::model::kineto::TimeConvention;
+use crate::model::snapshot::Action;
 use crate::model::Trace;
 
 pub use node_stats::NodeStat;
@@ -102,7 +102,7 @@ pub struct Summary {
     pub profiler_overhead: Option<f64>,
     /// A planned capture's timing phase with steps alternating with and without the plan.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub plan_timed_both_ways: Option<crate::ingest::PlanTimedBothWays>,
+    pub plan_timed_both_ways: Option<crate::model::run::PlanTimedBothWays>,
     /// How far the host ran ahead of the GPU at the end of the program's own steps, s (capture's
     /// timing phase): host time a step can gain before the GPU waits for it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -113,7 +113,7 @@ pub struct Summary {
     pub optimizer_step_host_s: Option<f64>,
     /// What checkpointing and swapping cost on the capture's machine (its manifest).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub plan_probe: Option<crate::ingest::PlanProbe>,
+    pub plan_probe: Option<crate::model::run::PlanProbe>,
     /// Where the GPU's time goes over the whole trace (HolisticTraceAnalysis's temporal
     /// breakdown and communication/computation overlap), ns.
     pub gpu_breakdown: kernels::Temporal,
@@ -198,7 +198,7 @@ pub struct Analysis {
     pub liveness: liveness::Liveness,
     /// Per kernel name and per stream, over the whole trace.
     pub kernels: kernels::Kernels,
-    /// Collectives launched in the iterations, with their metadata (issue 18).
+    /// Collectives launched in the iterations, with their metadata.
     pub collectives: Vec<collectives::Call>,
 }
 
@@ -343,7 +343,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
                     .max_by_key(|n| (t.op(n.op).start, n.rank))
                     .map(|n| n.name.clone());
                 // Memory allocated outside any op (a compiled graph's buffers are allocated
-                // without the dispatcher): the node that ran last before it (issue 17).
+                // without the dispatcher): the node that ran last before it.
                 inside.or_else(|| {
                     nodes
                         .iter()
@@ -422,7 +422,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     (summary.gpu_breakdown, summary.collective_overlap) = kernels::temporal(t, &step);
     if t.kineto.ops.is_empty() {
         // A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
-        // whole trace (issue 17).
+        // whole trace.
         summary.step_time_s = ns_to_s(kernels.span_ns as f64);
         summary.step_time_instrumented_s = summary.step_time_s;
         summary.gpu_busy_s = ns_to_s(kernels.busy_ns as f64);

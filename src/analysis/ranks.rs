@@ -1,4 +1,4 @@
-//! Cross-rank analysis (issue 18): one row per rank of a distributed run, and the straggler.
+//! Cross-rank analysis: one row per rank of a distributed run, and the straggler.
 //!
 //! Each rank is analysed alone (its own `Analysis`); what the cross-rank figures need is taken
 //! from it as a [`RankResult`] (a few numbers and the per-node medians), so that ranks can be
@@ -521,7 +521,7 @@ mod tests {
 
     #[test]
     fn the_rank_with_least_communication_is_the_straggler_and_its_slow_node_is_named() {
-        // Issue 18: rank 2 computes longer in `conv`, so ranks 0, 1 and 3 wait in NCCL.
+        // Rank 2 computes longer in `conv`, so ranks 0, 1 and 3 wait in NCCL.
         let nodes = |conv: f64| vec![("conv", conv), ("relu", 0.001), ("fc", 0.002)];
         let r = combine(
             vec![

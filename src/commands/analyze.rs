@@ -17,7 +17,7 @@ pub(crate) fn run(args: cli::AnalyzeArgs) -> anyhow::Result<u8> {
     } else if !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         props.progress = Some(progress);
     }
-    // A distributed run: every rank, then the cross-rank outputs (issue 18); a rank that
+    // A distributed run: every rank, then the cross-rank outputs; a rank that
     // could not be analysed is a warning there, as a bad side file is.
     let outcome = match steptrace::distributed_run(&props) {
         Some(run) => {

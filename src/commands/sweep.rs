@@ -1,6 +1,6 @@
 //! `steptrace sweep`: one program captured at several values of one of its arguments, or,
 //! with `--budgets`, at several memory budgets, each planned from a capture without a plan,
-//! applied with `capture --plan` and measured (issue 20).
+//! applied with `capture --plan` and measured.
 
 use std::ffi::OsString;
 use std::io::Write;

@@ -1,15 +1,14 @@
 //! Reading input files: find them (a run directory or explicit paths), then read the Kineto
 //! trace, the memory snapshot and the Execution Trace side by side.
 
-pub mod args;
 pub mod exec_trace;
-pub(crate) mod json_scan;
 pub mod kineto;
 mod manifest;
 pub mod pickle;
 mod ranks;
 pub mod snapshot;
-pub mod source;
+/// Moved below ingest (`crate::read`); the old paths still name them.
+pub use crate::read::{json_scan, source};
 
 use manifest::{plan_probe, program_step_time, secs_to_ns, Manifest, ManifestFiles};
 pub use manifest::{PlanProbe, PlanTimedBothWays, ProgramStepTime};
@@ -46,6 +45,15 @@ pub enum Error {
     },
 }
 
+impl From<crate::read::Error> for Error {
+    fn from(e: crate::read::Error) -> Error {
+        match e {
+            crate::read::Error::Io(f) => Error::Io(f),
+            crate::read::Error::Format { path, what } => Error::Format { path, what },
+        }
+    }
+}
+
 /// The files of one analysis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inputs {
@@ -58,7 +66,7 @@ pub struct Inputs {
     /// `manifest.json` of a capture run directory.
     pub manifest: Option<PathBuf>,
     /// Whether the snapshot and Execution Trace were found in a run directory rather than named
-    /// by the user: then one that cannot be read is a warning, not an error (issue 17).
+    /// by the user: then one that cannot be read is a warning, not an error.
     pub side_files_optional: bool,
     /// The program's own step time, timed by capture with nothing recorded (from the
     /// manifest).
@@ -175,7 +183,7 @@ pub fn discover(
     Ok(found)
 }
 
-/// A file a manifest names, inside its run directory (issue 22: a run directory is data, not
+/// A file a manifest names, inside its run directory (a run directory is data, not
 /// instructions): a plain relative name with no `..`, naming a regular file where one exists
 /// (a device such as `/dev/zero` or a FIFO is refused; a missing file is left to the reader,
 /// which says it is missing).
@@ -367,18 +375,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
     })
 }
 
-/// Everything read for one analysis.
-#[derive(Debug)]
-pub struct Loaded {
-    /// The Kineto trace.
-    pub kineto: kineto::KinetoTrace,
-    /// The memory snapshot, if given.
-    pub snapshot: Option<snapshot::Snapshot>,
-    /// The Execution Trace, if given.
-    pub exec_trace: Option<exec_trace::ExecTrace>,
-    /// Anomalies met while reading.
-    pub diagnostics: Diagnostics,
-}
+pub use crate::model::tables::Loaded;
 
 /// Reads all inputs, the three files in parallel. Diagnostics are merged in a fixed order.
 pub fn load_all(inputs: &Inputs) -> Result<Loaded, Error> {
@@ -417,7 +414,7 @@ pub fn load_all(inputs: &Inputs) -> Result<Loaded, Error> {
 }
 
 /// A snapshot or Execution Trace as read: one found in a run directory that cannot be read is
-/// a warning and the analysis goes on without it (issue 17); one the user named is an error.
+/// a warning and the analysis goes on without it; one the user named is an error.
 fn side_file<T>(
     r: Option<Result<(T, Diagnostics), Error>>,
     optional: bool,
@@ -498,7 +495,7 @@ mod tests {
 
     #[test]
     fn issue17_manifest_step_time_names_its_source_and_only_a_timing_phase_is_unsettled() {
-        // Issue 17: capture's figure from the steps after the window is the run's; a timing
+        // Capture's figure from the steps after the window is the run's; a timing
         // phase that stopped at its cap is still said to be rough, but only where it is the
         // figure reported.
         let phase = r#"{"steps": 20, "stop": "step_cap", "step_time_s": 0.012}"#;

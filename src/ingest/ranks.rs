@@ -1,5 +1,5 @@
 //! Which ranks a directory holds and which trace is each one's: from the capture manifest, the
-//! traces' names (`_rankN`) or their headers' `distributedInfo` (issue 18).
+//! traces' names (`_rankN`) or their headers' `distributedInfo`.
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +15,7 @@ pub struct RankLayout {
     /// `tensorboard_trace_handler` names them `<worker>.<ts>.pt.trace.json[.gz]`): the first
     /// by name of each rank. They are analysed as files.
     pub by_header: std::collections::BTreeMap<i64, PathBuf>,
-    /// What is off (issue 18): a rank with several traces (the first by name is analysed), or
+    /// What is off: a rank with several traces (the first by name is analysed), or
     /// a `world_size` in the traces that disagrees with the ranks found.
     pub warnings: Vec<String>,
     /// Why the directory cannot be analysed as ranks: a manifest whose ranks name one trace

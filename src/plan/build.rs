@@ -216,7 +216,7 @@ mod tests {
         (a.0 - b.0).abs() < 1e-12 && (a.1 - b.1).abs() < 1e-12
     }
 
-    // Issue 20: the host's clock of the step model, including the cases no capture drives.
+    // The host's clock of the step model, including the cases no capture drives.
     #[test]
     fn issue20_host_clock_is_the_step_less_the_lead_over_the_profiled_step() {
         // nanoGPT's bench.py: 37.6 ms, 16.4 ms of it waiting, 42.4 ms profiled.

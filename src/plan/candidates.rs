@@ -1,4 +1,4 @@
-//! The modules a plan can act on (issue 20): every module enclosing a forward node, with the
+//! The modules a plan can act on: every module enclosing a forward node, with the
 //! events each action adds to each profiled iteration's measured memory, the time it adds,
 //! and the blocks it drops; the "every block" class users would checkpoint by hand.
 

@@ -5,9 +5,9 @@
 use super::{OverheadSource, Overheads};
 
 /// The host work a checkpoint or a swap adds beyond its module's own ops: the capture shim's
-/// probe on the capture's machine ([`crate::ingest::PlanProbe`]), or none where the run has no
+/// probe on the capture's machine ([`crate::model::run::PlanProbe`]), or none where the run has no
 /// probe (the prediction then leaves it out, and says so).
-pub(super) fn overheads_of(probe: Option<&crate::ingest::PlanProbe>) -> Overheads {
+pub(super) fn overheads_of(probe: Option<&crate::model::run::PlanProbe>) -> Overheads {
     match probe {
         Some(p) => Overheads {
             recompute_call_s: p.recompute_call_s,

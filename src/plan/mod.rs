@@ -1,4 +1,4 @@
-//! Which modules to recompute or swap so that a step fits a memory budget (issue 20).
+//! Which modules to recompute or swap so that a step fits a memory budget.
 //!
 //! Above the analysis and below the report: it reads a run's analysis and returns a
 //! [`Plan`]; `report::plan` writes it. The method is μ-TWO's greedy one, over what a program

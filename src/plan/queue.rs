@@ -105,7 +105,7 @@ mod tests {
         }
     }
 
-    // Issue 20: the queue replay is hand-computed on small lanes.
+    // The queue replay is hand-computed on small lanes.
     #[test]
     fn issue20_launch_bound_lanes_pay_host_time_and_hide_gpu_time_in_their_gaps() {
         // 20 ms of host, a 1 ms kernel launched every 2 ms: the host sets the pace.

@@ -1,4 +1,4 @@
-//! Choosing modules (issue 20): the evaluator that predicts a set of decisions' peak and step
+//! Choosing modules: the evaluator that predicts a set of decisions' peak and step
 //! time by re-simulating every profiled iteration, μ-TWO's greedy search over it, and the
 //! plans a user names.
 

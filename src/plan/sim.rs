@@ -1,4 +1,4 @@
-//! The step's memory replayed with a plan applied (issue 20).
+//! The step's memory replayed with a plan applied.
 //!
 //! The measured curve is the allocator's own `Total Allocated` after each event of the
 //! iteration; a plan adds events to it, never rewrites it:

@@ -15,30 +15,40 @@ use super::gzip::gzip_parallel;
 use super::{io, Error};
 use crate::analysis::memory::{Category, CATEGORIES};
 use crate::analysis::Analysis;
-use crate::ingest::kineto::EventsSpan;
-use crate::ingest::{json_scan, source};
+use crate::model::kineto::EventsSpan;
 use crate::model::Trace;
+use crate::read::{json_scan, source};
 
 /// Process id of the added tracks.
 pub const PID: i64 = 999_999;
 
+/// An event's `ph` and `cat` as their JSON text (a string's quotes included): all the compact
+/// copy needs to choose, read without the trace reader's tables.
+#[derive(serde::Deserialize)]
+struct Kind<'a> {
+    #[serde(default, borrow)]
+    ph: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow)]
+    cat: Option<&'a serde_json::value::RawValue>,
+}
+
 fn keep_compact(ev: &[u8]) -> bool {
-    let Ok(e) = serde_json::from_slice::<crate::ingest::kineto::raw::RawEvent<'_>>(ev) else {
+    let Ok(e) = serde_json::from_slice::<Kind<'_>>(ev) else {
         return false;
     };
-    if e.ph.0.as_deref() == Some("M") {
+    if e.ph.map(|p| p.get()) == Some("\"M\"") {
         return true;
     }
     matches!(
-        e.cat.0.as_deref(),
+        e.cat.map(|c| c.get()),
         Some(
-            "cpu_op"
-                | "user_annotation"
-                | "gpu_user_annotation"
-                | "kernel"
-                | "gpu_memcpy"
-                | "gpu_memset"
-                | "Trace"
+            "\"cpu_op\""
+                | "\"user_annotation\""
+                | "\"gpu_user_annotation\""
+                | "\"kernel\""
+                | "\"gpu_memcpy\""
+                | "\"gpu_memset\""
+                | "\"Trace\""
         )
     )
 }
@@ -512,7 +522,7 @@ mod tests {
   "traceName": "t"
 }"#;
 
-    /// Issue 19: the added events go in at one point of the original text, which stays byte
+    /// The added events go in at one point of the original text, which stays byte
     /// for byte around them, for the whole trace and for every cut of it (a truncated trace
     /// keeps its complete events and is closed).
     #[test]
@@ -523,12 +533,9 @@ mod tests {
         for cut in start + 1..=TEXT.len() {
             let text = &TEXT.as_bytes()[..cut];
             let mut d = Diagnostics::default();
-            let Ok(t) = crate::ingest::kineto::from_bytes(
-                Path::new("t.json"),
-                text.to_vec(),
-                false,
-                &mut d,
-            ) else {
+            let Ok(t) =
+                crate::model::kineto_from_bytes(Path::new("t.json"), text.to_vec(), false, &mut d)
+            else {
                 continue;
             };
             let span = t.events_span;

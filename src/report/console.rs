@@ -120,7 +120,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         gpu_table(&mut o, a, top);
     }
     if s.peak_allocated_bytes.is_none() {
-        // No memory events: a table of zeros would read as "nothing allocated" (issue 17).
+        // No memory events: a table of zeros would read as "nothing allocated".
         by_mem_table_skipped(&mut o);
         return finish_console(o, diag);
     }

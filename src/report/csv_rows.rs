@@ -30,7 +30,7 @@ impl CsvOut {
     }
 }
 
-/// A CSV cell that a spreadsheet would read as a formula (issue 22: an op or label named
+/// A CSV cell that a spreadsheet would read as a formula (an op or label named
 /// `=cmd|' /C calc'!A0`, `+SUM(1,2)` or `@HYPERLINK(...)`) gets a leading `'`, as OWASP
 /// recommends: text starting with `=`, `@`, a tab or a carriage return, and text starting with
 /// `+` or `-` that is not a number (a negative figure stays a number).

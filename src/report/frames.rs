@@ -259,7 +259,7 @@ fn flops(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
     )
 }
 
-/// A rank's results for a merge elsewhere (issue 18): `rank<N>.summary.parquet` (one row) and
+/// A rank's results for a merge elsewhere: `rank<N>.summary.parquet` (one row) and
 /// `rank<N>.nodes.parquet` (one row per node) in `dir`. The schema is in docs/distributed.md.
 pub fn write_rank(dir: &Path, r: &crate::analysis::ranks::RankResult) -> Result<(), Error> {
     let g = &r.gpu;

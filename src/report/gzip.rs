@@ -108,7 +108,7 @@ mod tests {
         out
     }
 
-    /// Issue 19: the parallel gzip is one member that a reader stopping after the first
+    /// The parallel gzip is one member that a reader stopping after the first
     /// member (flate2's `GzDecoder`, as some viewers' inflaters) reads whole, its CRC and size
     /// checked, and its bytes do not depend on the threads.
     #[test]

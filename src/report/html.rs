@@ -56,7 +56,7 @@ fn plots(o: &mut String, svgs: &[(&str, String)]) {
     }
 }
 
-/// `report.html` of a distributed run (issue 18): the ranks table, the straggler, the plots
+/// `report.html` of a distributed run: the ranks table, the straggler, the plots
 /// inline, and a link to each rank's own report.
 pub(super) fn write_ranks(
     dir: &Path,

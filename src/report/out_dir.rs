@@ -1,14 +1,14 @@
 //! The output directory of one run: every file is written under a temporary name beside its
 //! final one and renamed when all are complete, `summary.json` last, so a run that is killed
 //! or fails leaves no truncated file under a final name, and a complete-looking summary only
-//! beside complete results (issue 19). The list of what a run wrote (`.steptrace-outputs`)
+//! beside complete results. The list of what a run wrote (`.steptrace-outputs`)
 //! lets the next run into the same directory remove what it does not write again, so stale
 //! files never mix with new ones.
 
 use std::path::{Path, PathBuf};
 
 use super::{annotated, io, Error, ReportOptions};
-use crate::ingest::kineto::KinetoTrace;
+use crate::model::kineto::KinetoTrace;
 
 /// Suffix of a file being written.
 pub const PART: &str = ".steptrace-part";

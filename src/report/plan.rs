@@ -1,4 +1,4 @@
-//! `steptrace plan`'s outputs (issue 20): `plan.json` (what `capture --plan` applies and
+//! `steptrace plan`'s outputs: `plan.json` (what `capture --plan` applies and
 //! `compare` checks), `plan.csv`, the console table, and two plots: the memory timeline before
 //! and after, and the budget curve.
 
@@ -196,7 +196,7 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
 
 /// A run captured with a plan (`capture --plan` copies the plan.json it applied into the run
 /// directory) beside what the run measured: one point of `sweep --budgets`, one line of
-/// `compare` (issue 20).
+/// `compare`.
 #[derive(Debug, Clone)]
 pub struct PlannedRun<'a> {
     /// What the plan was asked for, as the user wrote it (`90%`, `8GiB`, `smallest`).
@@ -265,7 +265,7 @@ impl<'a> PlannedRun<'a> {
     }
 
     /// The planned run's timing phase with steps alternating with and without the plan.
-    pub fn timed_both_ways(&self) -> Option<&crate::ingest::PlanTimedBothWays> {
+    pub fn timed_both_ways(&self) -> Option<&crate::model::run::PlanTimedBothWays> {
         self.measured.summary.plan_timed_both_ways.as_ref()
     }
 

@@ -1,4 +1,4 @@
-//! Cross-rank outputs (issue 18): `ranks.csv`, `ranks.json` and the console lines.
+//! Cross-rank outputs: `ranks.csv`, `ranks.json` and the console lines.
 
 use std::path::Path;
 

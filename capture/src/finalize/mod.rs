@@ -158,7 +158,7 @@ pub struct ShimStatus {
     /// Validation references (STEPTRACE_REFERENCE=1), passed through to the manifest.
     #[serde(default)]
     pub reference: Option<serde_json::Value>,
-    /// What a plan's wrappers cost on this machine (the shim's probe at exit, issue 20),
+    /// What a plan's wrappers cost on this machine (the shim's probe at exit),
     /// passed through to the manifest for `steptrace plan`.
     #[serde(default)]
     pub plan_probe: Option<serde_json::Value>,

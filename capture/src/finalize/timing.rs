@@ -490,7 +490,7 @@ mod tests {
 
     #[test]
     fn timing_leaves_out_the_first_interval_and_takes_the_median() {
-        // Issue 17: the program's own step time from the timing phase.
+        // The program's own step time from the timing phase.
         let ns = [0, 50_000_000, 60_000_000, 71_000_000, 80_000_000];
         let t = timing_phase(
             &ns,
@@ -588,7 +588,7 @@ mod tests {
 
     #[test]
     fn issue17_the_steps_after_the_window_give_the_step_time_when_there_are_enough() {
-        // Issue 17: a step time that drifts through the run is the run's, not the first
+        // A step time that drifts through the run is the run's, not the first
         // steps'. Three backward passes per step (a GAN), counted in the timing phase.
         let st = status(10, 13, 100, 3);
         assert_eq!(
@@ -610,7 +610,7 @@ mod tests {
         assert_eq!(t.source, TimingSource::TimingPhase);
         assert!((t.step_time_s - 0.010).abs() < 1e-9);
         assert_eq!(t.after_window.unwrap().steps, 29 - AFTER_WINDOW_SETTLE);
-        // Issue 20: a phase capped before it settled, over fewer steps than ran after the
+        // A phase capped before it settled, over fewer steps than ran after the
         // window, gives way to them.
         let mut st = status(10, 13, 30, 1);
         st.timing_stop = Some("step_cap".into());

@@ -2,9 +2,9 @@
 //! convolutions and their backward, attention) and per-element constants for everything else
 //! (docs/flops.md).
 
+use super::args::Arg;
 use super::is_tensor;
-use crate::ingest::args::Arg;
-use crate::ingest::exec_trace::ExecNode;
+use crate::model::exec_trace::ExecNode;
 
 /// FLOPs and bytes of one op.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

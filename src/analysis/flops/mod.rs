@@ -21,12 +21,13 @@ use serde::Serialize;
 
 pub use self::formulas::{conv_flop_count, conv_out_shape, op_flops, ConvParams, OpFlops};
 pub use self::peaks::{peaks_for, Peaks};
-pub use crate::ingest::args::{parse_args, Arg};
+pub mod args;
+pub use args::{parse_args, Arg};
 
 use self::formulas::{family, leaf_default, op_flops_as};
 use self::peaks::dtype_for;
 use super::step::Step;
-use crate::ingest::exec_trace::ExecNode;
+use crate::model::exec_trace::ExecNode;
 use crate::model::{OpId, Trace};
 
 /// Element type of a node's main input.
@@ -192,7 +193,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
                 .sum();
             match et_of(n.op) {
                 Some(e) => {
-                    let io = |v: &[crate::ingest::exec_trace::TensorRef]| -> u64 {
+                    let io = |v: &[crate::model::exec_trace::TensorRef]| -> u64 {
                         v.iter()
                             .map(|x| (x.numel.max(0) * x.itemsize.max(0)) as u64)
                             .sum()

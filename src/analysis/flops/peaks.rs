@@ -121,14 +121,14 @@ mod tests {
         assert!(peaks_for("Imaginary GPU").is_none());
         // A dtype the GPU has no peak for (the A100's fp8) is absent, not a peak of 0: a
         // roofline against 0 TFLOP/s would put every fp8 kernel at an infinite % of peak.
-        // (Issue 21: cargo-mutants found this untested.)
+        // (cargo-mutants found this untested.)
         let a = peaks_for("NVIDIA A100-SXM4-40GB").unwrap();
         assert_eq!(a.flops(Dtype::Fp8), None);
         assert_eq!(a.flops(Dtype::Bf16), Some(312.0e12));
     }
 
     /// cuDNN runs fp32 convolutions on TF32 tensor cores by default; fp32 matmuls and every
-    /// other dtype keep theirs (issue 21: cargo-mutants found this untested).
+    /// other dtype keep theirs (cargo-mutants found this untested).
     #[test]
     fn fp32_convolutions_run_in_tf32_and_nothing_else_changes_dtype() {
         assert_eq!(dtype_for("float", true), Dtype::Tf32);

@@ -2,14 +2,14 @@
 
 use super::SwapBandwidth;
 use crate::analysis::median;
-use crate::ingest::kineto::GpuKind;
+use crate::model::kineto::GpuKind;
 use crate::model::Trace;
 
 /// Host↔device bandwidth of the trace's own copies, as a swap would see it: pinned copies of
 /// 1 MiB or more. A swap copies to and from pinned memory; pageable copies and small ones run
 /// far below the link's rate (on the H100, a GPT step's 64 KiB pageable input copies went at
 /// 11 GB/s where the swaps' pinned copies of 1 MiB and more went at 51-54 GB/s, which made the
-/// planner predict a swap plan's step at 2.3-3.4 times what it measured; issue 20).
+/// planner predict a swap plan's step at 2.3-3.4 times what it measured).
 fn measured_bandwidth(t: &Trace) -> (Option<f64>, Option<f64>) {
     let mut htod = Vec::new();
     let mut dtoh = Vec::new();
@@ -102,7 +102,7 @@ mod tests {
         assert_eq!((b.htod_gbps, b.source), (12.0, "default"));
     }
 
-    // Issue 20: a swap copies to and from pinned memory in large pieces; the trace's pageable
+    // A swap copies to and from pinned memory in large pieces; the trace's pageable
     // or small copies are not its bandwidth.
     #[test]
     fn issue20_swap_bandwidth_comes_from_large_pinned_copies_only() {

@@ -7,7 +7,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::analysis::memory::Memory;
 use crate::analysis::step::Step;
-use crate::ingest::exec_trace::ExecNode;
+use crate::model::exec_trace::ExecNode;
 use crate::model::{OpId, Trace};
 
 /// Storages each node instance reads and writes, from the Execution Trace.
@@ -56,7 +56,7 @@ pub(super) fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
         }
     }
     // An Execution Trace that joins no op (from another run) says nothing about these
-    // tensors: liveness then comes from the allocator events, as without one (issue 22: it
+    // tensors: liveness then comes from the allocator events, as without one (it
     // claimed `execution_trace` with 0 of 474 ops joined).
     (joined > 0).then_some(EtUses { reads, writes })
 }

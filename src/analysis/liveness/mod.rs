@@ -500,7 +500,7 @@ fn build_graph(
 mod tests {
     use super::*;
 
-    // Issue 21: the use window's rule, apart from the readers that feed it.
+    // The use window's rule, apart from the readers that feed it.
     #[test]
     fn use_windows_put_backward_after_the_last_forward_use() {
         // Read in forward up to rank 5, in backward at 9 and 12.

@@ -22,8 +22,8 @@ use serde::Serialize;
 
 use super::step::Step;
 use crate::diagnostics::Diagnostics;
-use crate::ingest::kineto::ThreadId;
-use crate::ingest::snapshot::Action;
+use crate::model::kineto::ThreadId;
+use crate::model::snapshot::Action;
 use crate::model::Trace;
 
 mod naming;
@@ -276,7 +276,7 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
         if let Some(entries) = s.device_traces.get(dev) {
             from_snapshot = true;
             let t0_us = t.kineto.epoch_us(t0);
-            let mut alive: FxHashMap<u64, (u64, crate::ingest::snapshot::TraceEntry)> =
+            let mut alive: FxHashMap<u64, (u64, crate::model::snapshot::TraceEntry)> =
                 FxHashMap::default();
             for e in entries {
                 let Some(ts) = e.time_us else { continue };
@@ -296,7 +296,7 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
             // The segments hold every block alive when the snapshot was taken, each with the
             // stack it was allocated from, whether or not the history saw it: turning history
             // off clears it (capture pauses it while timing steps), and it may start late.
-            let seg_blocks: FxHashMap<u64, &crate::ingest::snapshot::Block> = s
+            let seg_blocks: FxHashMap<u64, &crate::model::snapshot::Block> = s
                 .segments
                 .iter()
                 .filter(|g| g.device.max(0) as usize == dev)

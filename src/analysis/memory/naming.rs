@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap;
 
 use super::{Block, Category};
 use crate::analysis::step::{Phase, Step};
-use crate::ingest::snapshot::{FrameId, Snapshot};
+use crate::model::snapshot::{FrameId, Snapshot};
 use crate::model::Trace;
 
 /// The sizes of cuBLAS's per-handle workspace PyTorch allocates unless

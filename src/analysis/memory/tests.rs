@@ -15,7 +15,7 @@ fn pre_block(size: i64, category: Category, free: Option<i64>) -> Block {
     }
 }
 
-// Issue 21: blocks made while the history was paused have no stack; gradients and
+// Blocks made while the history was paused have no stack; gradients and
 // optimizer moments among them are named by their parameters' requested sizes.
 #[test]
 fn stackless_blocks_are_gradients_then_moments_by_their_parameters_requested_sizes() {

@@ -4,8 +4,8 @@
 use rustc_hash::FxHashMap;
 
 use super::{has_htod, BackwardSpans, GpuOwners, Iteration, Node, OpFacts, Phase, Window};
-use crate::ingest::kineto::{GpuKind, ThreadId};
 use crate::intern::StrId;
+use crate::model::kineto::{GpuKind, ThreadId};
 use crate::model::{GpuId, OpId, Trace, EVALUATE_FUNCTION};
 
 /// What every iteration's build reads.

@@ -16,8 +16,8 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::diagnostics::Diagnostics;
-use crate::ingest::kineto::{GpuKind, OpKind, ThreadId};
 use crate::intern::StrId;
+use crate::model::kineto::{GpuKind, OpKind, ThreadId};
 use crate::model::{GpuId, OpId, Trace, EVALUATE_FUNCTION};
 
 mod build;

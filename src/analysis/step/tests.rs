@@ -81,7 +81,7 @@ fn by_name<'a>(s: &'a Step, name: &str) -> &'a Node {
     })
 }
 
-// Issue 21: the phase rule of one iteration, pass by pass on a trace small enough to read.
+// The phase rule of one iteration, pass by pass on a trace small enough to read.
 #[test]
 fn each_node_gets_its_phase_its_gpu_work_and_its_iteration() {
     let mut t = step_trace(false);

@@ -5,7 +5,7 @@ use rustc_hash::FxHashMap;
 
 use super::raw::{self, IdOrName, RawEvent};
 use super::time::{time_ns, BadTime};
-use super::types::*;
+use super::*;
 use crate::intern::Interner;
 
 /// What a complete (`ph: X`) event's `cat` makes it.
@@ -299,7 +299,7 @@ impl Partial {
             return;
         };
         // A counter past i64 (`Total Allocated: 18446744073709551615`, an unsigned underflow
-        // in the writer) is unknown, and said so (issue 22: it became a peak of -1 bytes).
+        // in the writer) is unknown, and said so (it became a peak of -1 bytes).
         let over = |l: raw::Lenient| matches!(l, raw::Lenient::UInt(_));
         if over(args.total_allocated) || over(args.total_reserved) {
             self.anomalies.push((

@@ -1,6 +1,6 @@
 //! Kineto's event and `args` member names, spelled once. The fast reader (`fast.rs`) and the
 //! serde path (`raw.rs`) both turn a key into a field through these tables, so the two readers
-//! cannot drift apart on which key fills which field (issue 21: the keys were spelled in three
+//! cannot drift apart on which key fills which field (the keys were spelled in three
 //! places).
 
 /// A table of member names: each variant with its spelling and any older spellings of it.
@@ -102,7 +102,7 @@ key_table! {
         InputType => "Input type",
         ConcreteInputs => "Concrete Inputs",
         Name => "name",
-        /// A collective's metadata, on NCCL kernels and `record_param_comms` (issue 18).
+        /// A collective's metadata, on NCCL kernels and `record_param_comms`.
         Collective => "Collective name",
         PgName => "Process Group Name",
         InNelems => "In msg nelems",

@@ -4,7 +4,7 @@
 use rustc_hash::FxHashMap;
 
 use super::classify::Partial;
-use super::types::*;
+use super::*;
 use crate::diagnostics::Diagnostics;
 use crate::intern::StrId;
 

@@ -9,13 +9,13 @@ mod fast;
 mod keys;
 mod merge;
 pub(crate) mod raw;
+mod span;
 mod time;
-mod types;
 
 use self::classify::Partial;
 use self::merge::merge;
 
-pub use self::types::*;
+pub use crate::model::tables::kineto::*;
 
 use std::path::Path;
 
@@ -95,7 +95,7 @@ pub fn from_bytes_chunked(
 
     let header = parse_header(&buf, arr_start, array.end).map_err(fmt_err)?;
     // Python's json keeps the last of two `traceEvents`, this reader the first; text after
-    // the object is another writer's leftovers. Neither passes silently (issue 22).
+    // the object is another writer's leftovers. Neither passes silently.
     if let Some((again, trailing)) = array
         .end
         .and_then(|e| json_scan::rest_of_object(&buf, e, b"traceEvents"))
@@ -165,7 +165,7 @@ pub fn from_bytes_chunked(
         truncated,
         text_bytes: buf.len(),
         gzipped: false,
-        events_span: EventsSpan::new(&buf, arr_start, array.end, array.cut_at),
+        events_span: span::events_span(&buf, arr_start, array.end, array.cut_at),
         input_text: String::new(),
     };
     // Unmapping a large file takes milliseconds of page-table work that nothing waits for.
@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn malformed_event_is_skipped_and_counted() {
-        // Issue 21: well-formed JSON that is no event (`args` a string), between two good
+        // Well-formed JSON that is no event (`args` a string), between two good
         // events: it is skipped and counted, and the events around it are read.
         let text = r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":1},
             {"ph":"X","cat":"cpu_op","name":"b","ts":2,"dur":1,"args":"oops"},
@@ -469,7 +469,7 @@ mod tests {
         }
     }
 
-    // Issue 19: a mapped trace's pieces are released as the parse goes. What is read must
+    // A mapped trace's pieces are released as the parse goes. What is read must
     // equal the parse of the same bytes held in memory: on a real capture, and on names full
     // of `, {}`, where nearly every piece's first guess falls inside a string. Such a wrong
     // run releases pages of an event that the piece before it reads too, at the same time or
@@ -518,7 +518,7 @@ mod tests {
         ));
     }
 
-    // Issue 19: Kineto opens each event on a line of its own, and the check of its layout
+    // Kineto opens each event on a line of its own, and the check of its layout
     // (`"ph": "X", "cat": ` first) must see through that space: it was written for a layout
     // without it and never matched a real trace, so every event went to the search for
     // `"cat"`. Told apart here by a Python event named by its frame whose later text holds

@@ -420,7 +420,7 @@ mod tests {
         serde_json::from_str(text)
     }
 
-    // Issue 21: the serde path reads members through the shared key table, as the derive did.
+    // The serde path reads members through the shared key table, as the derive did.
     #[test]
     fn issue21_serde_reads_members_through_the_key_table() {
         let e = event(

@@ -203,7 +203,7 @@ fn history_entries_read_as_records_answer_like_dicts() {
     assert_eq!(pk.as_str(a(1, "action").unwrap()), Some("free"));
     assert_eq!(pk.as_i64(a(1, "extra").unwrap()), Some(1));
 
-    // Without a shape (the general reader, issue 21) both stay dicts, every member kept.
+    // Without a shape (the general reader) both stay dicts, every member kept.
     let pk = super::parse(&p).unwrap();
     let v = pk.items(pk.root);
     assert!(pk.record(v[0]).is_none() && pk.record(v[1]).is_none());

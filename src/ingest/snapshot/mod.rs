@@ -2,7 +2,7 @@
 //! pickle, or libtorch `_memory_snapshot_pickled()`), plain or gzip, read without executing
 //! anything (see [`super::pickle`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -20,171 +20,29 @@ pub static HISTORY_ENTRY: RecordShape = RecordShape::new(
     &["compile_context", "user_metadata"],
 );
 
-/// Index of a frame in [`Snapshot::frames`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FrameId(pub u32);
-
-/// One stack frame (Python or C++).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Frame {
-    /// Function.
-    pub name: StrId,
-    /// File.
-    pub filename: StrId,
-    /// Line (0 for C++ frames without line info).
-    pub line: i64,
-}
-
-/// What a trace entry records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Action {
-    /// A block handed to a tensor.
-    Alloc,
-    /// The tensor released the block (stream uses may still be pending).
-    FreeRequested,
-    /// The block returned to the cache.
-    FreeCompleted,
-    /// cudaMalloc of a new segment.
-    SegmentAlloc,
-    /// cudaFree of a segment.
-    SegmentFree,
-    /// Segment mapped (expandable segments).
-    SegmentMap,
-    /// Segment unmapped.
-    SegmentUnmap,
-    /// Snapshot taken.
-    Snapshot,
-    /// Out of memory.
-    Oom,
-    /// An action this reader does not know.
-    Other,
-}
-
-impl Action {
-    fn parse(s: &[u8]) -> Action {
-        match s {
-            b"alloc" => Action::Alloc,
-            b"free_requested" => Action::FreeRequested,
-            b"free_completed" | b"free" => Action::FreeCompleted,
-            b"segment_alloc" => Action::SegmentAlloc,
-            b"segment_free" => Action::SegmentFree,
-            b"segment_map" => Action::SegmentMap,
-            b"segment_unmap" => Action::SegmentUnmap,
-            b"snapshot" => Action::Snapshot,
-            b"oom" => Action::Oom,
-            _ => Action::Other,
-        }
-    }
-}
-
-/// One allocator history entry of `device_traces`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TraceEntry {
-    /// What happened.
-    pub action: Action,
-    /// Block or segment address.
-    pub addr: u64,
-    /// Bytes.
-    pub size: u64,
-    /// CUDA stream.
-    pub stream: i64,
-    /// Unix-epoch µs (absent before PyTorch 2.1).
-    pub time_us: Option<i64>,
-    /// Stack at the event ([`Snapshot::stack`] gives its frames, innermost first).
-    pub stack: StackId,
-}
+pub use crate::model::tables::snapshot::*;
 
 /// Not a stack: an entry skipped, or a list not yet seen.
 const NO_STACK: StackId = StackId(u32::MAX);
 
-/// Index of a distinct stack in [`Snapshot::stacks`]: millions of history entries share a few
-/// thousand stacks, so each entry holds 4 bytes instead of a vector of frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StackId(pub u32);
-
-/// A segment (one cudaMalloc) alive when the snapshot was taken.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Segment {
-    /// Device index.
-    pub device: i64,
-    /// Base address.
-    pub address: u64,
-    /// Size, bytes.
-    pub total_size: u64,
-    /// Bytes in allocated blocks.
-    pub allocated_size: u64,
-    /// Stream.
-    pub stream: i64,
-    /// "large" or "small" pool.
-    pub segment_type: Option<StrId>,
-    /// Blocks: (address, size, state).
-    pub blocks: Vec<Block>,
-}
-
-/// A block inside a segment.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Block {
-    /// Address.
-    pub address: u64,
-    /// Size, bytes.
-    pub size: u64,
-    /// Requested size.
-    pub requested_size: Option<u64>,
-    /// `active_allocated`, `active_pending_free`, `active_awaiting_free`, `inactive`.
-    pub state: StrId,
-    /// Where it was allocated (`frames`): kept on the block itself, so it outlives a history
-    /// that was cleared or had not started (empty when the block was made unrecorded).
-    pub stack: StackId,
-}
-
-/// A `record_function` range boundary recorded by the allocator (`external_annotations`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Annotation {
-    /// `START` (true) or `END`.
-    pub start: bool,
-    /// Range name, e.g. `ProfilerStep#3`.
-    pub name: StrId,
-    /// Device.
-    pub device: i64,
-    /// Unix-epoch µs.
-    pub time_us: i64,
-}
-
-/// Everything steptrace takes from a memory snapshot.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// The file.
-    pub path: PathBuf,
-    /// Names, file names, states.
-    pub strings: Interner,
-    /// Distinct frames.
-    pub frames: Vec<Frame>,
-    /// Distinct stacks, innermost frame first.
-    pub stacks: Vec<Box<[FrameId]>>,
-    /// Segments alive at snapshot time.
-    pub segments: Vec<Segment>,
-    /// History per device, in recorded order.
-    pub device_traces: Vec<Vec<TraceEntry>>,
-    /// `external_annotations`.
-    pub annotations: Vec<Annotation>,
-    /// Whether the pickle's layout predates `device_traces` timestamps.
-    pub legacy_layout: bool,
-}
-
-impl Snapshot {
-    /// The string behind an id.
-    pub fn str(&self, id: StrId) -> &str {
-        self.strings.resolve(id)
-    }
-
-    /// The frames of a stack, innermost first.
-    pub fn stack(&self, id: StackId) -> &[FrameId] {
-        self.stacks.get(id.0 as usize).map_or(&[], |s| s)
+/// An entry's `action` as the snapshot names it.
+fn parse_action(s: &[u8]) -> Action {
+    match s {
+        b"alloc" => Action::Alloc,
+        b"free_requested" => Action::FreeRequested,
+        b"free_completed" | b"free" => Action::FreeCompleted,
+        b"segment_alloc" => Action::SegmentAlloc,
+        b"segment_free" => Action::SegmentFree,
+        b"segment_map" => Action::SegmentMap,
+        b"segment_unmap" => Action::SegmentUnmap,
+        b"snapshot" => Action::Snapshot,
+        b"oom" => Action::Oom,
+        _ => Action::Other,
     }
 }
 
 /// Reads a snapshot pickle (plain or gzip). One cut short (a writer killed while it wrote)
-/// yields what it holds, with a warning, as a cut trace does (issue 22).
+/// yields what it holds, with a warning, as a cut trace does.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
     let src = source::read_expecting(path, source::Expect::Pickle)?;
     if src.truncated_gzip {
@@ -259,7 +117,7 @@ impl<'a> Extractor<'a> {
     /// Whether this is the first time the record `id` (a segment, block or history entry
     /// dict, or a device's entry list) is met. A genuine snapshot never holds one object in
     /// two places; a pickle can, through its memo, name one thousands of times, and copying
-    /// each would make a few hundred bytes expand into gigabytes (issue 22). Repeats are
+    /// each would make a few hundred bytes expand into gigabytes. Repeats are
     /// counted and skipped, so what is built stays proportional to the pickle's content.
     fn first_use(&mut self, id: ValueId) -> bool {
         let slot = match (self.pk.dict_index(id), self.pk.seq_index(id)) {
@@ -344,7 +202,7 @@ impl<'a> Extractor<'a> {
             TraceEntry {
                 action: g("action")
                     .and_then(|a| pk.str_bytes(a))
-                    .map_or(Action::Other, Action::parse),
+                    .map_or(Action::Other, parse_action),
                 addr: u64_of("addr").unwrap_or(0),
                 size: u64_of("size").unwrap_or(0),
                 stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),

@@ -22,7 +22,7 @@ pub(crate) fn skip_string(buf: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
         // `get`: a text cut right after the quote (or a caller's index at the end) is
-        // "ended first", never an out-of-range slice (issue 22).
+        // "ended first", never an out-of-range slice.
         let k = j + memchr2(b'"', b'\\', buf.get(j..)?)?;
         if buf[k] == b'"' {
             return Some(k + 1);
@@ -496,7 +496,7 @@ fn piece_starts(buf: &[u8], first: usize, pieces: usize, scanned: &mut usize) ->
         let target = first + span / pieces * k;
         // A guess is looked for up to the next piece's target only: searching to the end of
         // the buffer made each piece rescan a long run with no `{` (trailing padding), which
-        // was quadratic in its length (issue 22). With none in its stretch, a piece has no
+        // was quadratic in its length. With none in its stretch, a piece has no
         // start of its own and the one before runs on through it.
         let window_end = (first + span / pieces * (k + 1)).min(buf.len());
         let mut j = target.max(*cuts.last().expect("non-empty") + 1);

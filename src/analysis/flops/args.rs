@@ -199,7 +199,7 @@ mod tests {
                 continue;
             };
             let mut d = crate::diagnostics::Diagnostics::default();
-            let k = crate::ingest::kineto::load(&trace, &mut d).unwrap();
+            let k = crate::model::kineto_load(&trace, &mut d).unwrap();
             for op in &k.ops {
                 let i = k.inputs(op);
                 if i.dims.is_none() && i.types.is_none() {

@@ -254,7 +254,7 @@ pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
 /// Inflates a (possibly multi-member) gzip stream. An unexpected end of stream is not an error:
 /// the bytes decoded so far are returned with `true`, so a trace written by a killed process
 /// still yields its complete events. A stream that ends with input left over, or whose member
-/// check fails, is corrupt; running out of memory is said as such (issue 22: both used to
+/// check fails, is corrupt; running out of memory is said as such (both used to
 /// read as a cut stream). The first bytes are checked against `expect`, and inflating stops
 /// past `limit` bytes.
 fn inflate(
@@ -471,7 +471,7 @@ mod tests {
         panic!("no mapping holds {addr:#x}")
     }
 
-    // Issue 19: the parse releases each piece of a mapped trace once read. The released pages
+    // The parse releases each piece of a mapped trace once read. The released pages
     // must leave the resident set (the peak RSS this is for) and read back the same bytes;
     // bytes in memory must be left as they are (released heap pages would read as zeros).
     #[cfg(target_os = "linux")]

@@ -1,9 +1,8 @@
-//! The owned, interned tables a Kineto trace becomes: threads, CPU ops, runtime calls, GPU
+//! The owned, interned tables a Kineto trace becomes (ingest's Kineto reader fills them): threads, CPU ops, runtime calls, GPU
 //! activities, collectives, memory events, module spans, flows, and the trace's header.
 
 use std::path::PathBuf;
 
-use super::json_scan;
 use crate::intern::{Interner, StrId};
 
 /// Index of a (pid, tid) pair in [`KinetoTrace::threads`].
@@ -280,74 +279,6 @@ pub struct EventsSpan {
     /// Whether the array and the document end properly after `insert_at`; if not (a truncated
     /// trace), what follows is dropped and the array and object are closed instead.
     pub complete: bool,
-}
-
-impl EventsSpan {
-    pub(super) fn new(
-        buf: &[u8],
-        arr_start: usize,
-        end: Option<usize>,
-        cut_at: Option<usize>,
-    ) -> EventsSpan {
-        // The last byte that is not white space before `limit`, at or after the `[`.
-        let last_non_ws = |limit: usize| {
-            let mut i = limit.min(buf.len());
-            while i > arr_start && matches!(buf[i - 1], b' ' | b'\n' | b'\r' | b'\t') {
-                i -= 1;
-            }
-            i.saturating_sub(1).max(arr_start)
-        };
-        let limit = match end {
-            // `end` is just past the `]`.
-            Some(e) => e.saturating_sub(1),
-            None => cut_at.unwrap_or(buf.len()),
-        };
-        let last = last_non_ws(limit);
-        let (insert_at, has_elements) = if last <= arr_start {
-            (arr_start + 1, false)
-        } else if end.is_none() && buf[last] == b',' {
-            // A truncated array: the comma after the last complete element goes too.
-            (last, true)
-        } else {
-            (last + 1, true)
-        };
-        EventsSpan {
-            insert_at,
-            has_elements,
-            complete: end.is_some_and(|e| object_closes(buf, e)),
-        }
-    }
-}
-
-/// Whether the text from `i` (just past the events array) is the rest of the top-level object:
-/// more members, then `}` and nothing but white space. A trace cut after its events array is
-/// not (its annotated copy closes the object itself).
-fn object_closes(buf: &[u8], mut i: usize) -> bool {
-    loop {
-        i = json_scan::skip_ws(buf, i);
-        match buf.get(i) {
-            Some(b'}') => return json_scan::skip_ws(buf, i + 1) == buf.len(),
-            Some(b',') => {
-                i = json_scan::skip_ws(buf, i + 1);
-                if buf.get(i) != Some(&b'"') {
-                    return false;
-                }
-                let Some(k) = json_scan::skip_string(buf, i) else {
-                    return false;
-                };
-                i = json_scan::skip_ws(buf, k);
-                if buf.get(i) != Some(&b':') {
-                    return false;
-                }
-                i = json_scan::skip_ws(buf, i + 1);
-                let Some(v) = json_scan::skip_value(buf, i) else {
-                    return false;
-                };
-                i = v;
-            }
-            _ => return false,
-        }
-    }
 }
 
 /// Everything steptrace takes from one Kineto trace.

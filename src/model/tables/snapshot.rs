@@ -1,0 +1,149 @@
+//! The tables a CUDA caching-allocator memory snapshot becomes (ingest's pickle reader fills
+//! them): frames, stacks, segments and blocks alive at its end, and each device's history.
+
+use std::path::PathBuf;
+
+use crate::intern::{Interner, StrId};
+
+/// Index of a frame in [`Snapshot::frames`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(pub u32);
+
+/// One stack frame (Python or C++).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Function.
+    pub name: StrId,
+    /// File.
+    pub filename: StrId,
+    /// Line (0 for C++ frames without line info).
+    pub line: i64,
+}
+
+/// What a trace entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    /// A block handed to a tensor.
+    Alloc,
+    /// The tensor released the block (stream uses may still be pending).
+    FreeRequested,
+    /// The block returned to the cache.
+    FreeCompleted,
+    /// cudaMalloc of a new segment.
+    SegmentAlloc,
+    /// cudaFree of a segment.
+    SegmentFree,
+    /// Segment mapped (expandable segments).
+    SegmentMap,
+    /// Segment unmapped.
+    SegmentUnmap,
+    /// Snapshot taken.
+    Snapshot,
+    /// Out of memory.
+    Oom,
+    /// An action this reader does not know.
+    Other,
+}
+
+/// One allocator history entry of `device_traces`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceEntry {
+    /// What happened.
+    pub action: Action,
+    /// Block or segment address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// CUDA stream.
+    pub stream: i64,
+    /// Unix-epoch µs (absent before PyTorch 2.1).
+    pub time_us: Option<i64>,
+    /// Stack at the event ([`Snapshot::stack`] gives its frames, innermost first).
+    pub stack: StackId,
+}
+
+/// Index of a distinct stack in [`Snapshot::stacks`]: millions of history entries share a few
+/// thousand stacks, so each entry holds 4 bytes instead of a vector of frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(pub u32);
+
+/// A segment (one cudaMalloc) alive when the snapshot was taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    /// Device index.
+    pub device: i64,
+    /// Base address.
+    pub address: u64,
+    /// Size, bytes.
+    pub total_size: u64,
+    /// Bytes in allocated blocks.
+    pub allocated_size: u64,
+    /// Stream.
+    pub stream: i64,
+    /// "large" or "small" pool.
+    pub segment_type: Option<StrId>,
+    /// Blocks: (address, size, state).
+    pub blocks: Vec<Block>,
+}
+
+/// A block inside a segment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    /// Address.
+    pub address: u64,
+    /// Size, bytes.
+    pub size: u64,
+    /// Requested size.
+    pub requested_size: Option<u64>,
+    /// `active_allocated`, `active_pending_free`, `active_awaiting_free`, `inactive`.
+    pub state: StrId,
+    /// Where it was allocated (`frames`): kept on the block itself, so it outlives a history
+    /// that was cleared or had not started (empty when the block was made unrecorded).
+    pub stack: StackId,
+}
+
+/// A `record_function` range boundary recorded by the allocator (`external_annotations`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Annotation {
+    /// `START` (true) or `END`.
+    pub start: bool,
+    /// Range name, e.g. `ProfilerStep#3`.
+    pub name: StrId,
+    /// Device.
+    pub device: i64,
+    /// Unix-epoch µs.
+    pub time_us: i64,
+}
+
+/// Everything steptrace takes from a memory snapshot.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The file.
+    pub path: PathBuf,
+    /// Names, file names, states.
+    pub strings: Interner,
+    /// Distinct frames.
+    pub frames: Vec<Frame>,
+    /// Distinct stacks, innermost frame first.
+    pub stacks: Vec<Box<[FrameId]>>,
+    /// Segments alive at snapshot time.
+    pub segments: Vec<Segment>,
+    /// History per device, in recorded order.
+    pub device_traces: Vec<Vec<TraceEntry>>,
+    /// `external_annotations`.
+    pub annotations: Vec<Annotation>,
+    /// Whether the pickle's layout predates `device_traces` timestamps.
+    pub legacy_layout: bool,
+}
+
+impl Snapshot {
+    /// The string behind an id.
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.resolve(id)
+    }
+
+    /// The frames of a stack, innermost first.
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        self.stacks.get(id.0 as usize).map_or(&[], |s| s)
+    }
+}
