@@ -45,7 +45,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_enum, default_value_t = PolicyArg::Recompute)]
     pub(crate) policy: PolicyArg,
     /// Host↔device bandwidth for swaps, GB/s [default: --swap-bw, else measured, else by GPU].
-    #[arg(long, value_name = "GB/s")]
+    #[arg(long, value_name = "GB/s", value_parser = gb_per_s)]
     pub(crate) bandwidth: Option<f64>,
     /// Evaluate these modules instead of choosing: instance names as the trace names them
     /// (Block_3, or Block_3:swap), comma-separated; `every-block` for every instance of the
@@ -128,7 +128,7 @@ impl TimingArgs {
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
     /// Values to sweep, comma-separated; `{value}` in the program's arguments is replaced by each.
-    #[arg(long, value_delimiter = ',', required_unless_present = "budgets")]
+    #[arg(long, value_delimiter = ',', required_unless_present = "budgets", value_parser = sweep_value)]
     pub(crate) values: Vec<String>,
     /// Memory budgets instead of values, comma-separated (10GiB, 80% of the peak without a
     /// plan, `smallest`: the least the plan can reach, or `every-block`: every instance of the
@@ -141,7 +141,7 @@ pub(crate) struct SweepArgs {
     #[arg(long, value_enum, default_value_t = PolicyArg::Recompute)]
     pub(crate) policy: PolicyArg,
     /// With --budgets: host↔device bandwidth for swaps, GB/s [default: measured, else by GPU].
-    #[arg(long, value_name = "GB/s")]
+    #[arg(long, value_name = "GB/s", value_parser = gb_per_s)]
     pub(crate) bandwidth: Option<f64>,
     /// With --budgets: a capture of the program without a plan, instead of capturing one.
     #[arg(long)]
@@ -226,14 +226,14 @@ pub(crate) struct InputArgs {
     #[arg(long)]
     pub(crate) rank: Option<i64>,
     /// Peak TFLOP/s for the roofline, per dtype (e.g. bf16=989,fp32=67), replacing the table.
-    #[arg(long, value_name = "DTYPE=TFLOPS,...")]
-    pub(crate) peak_tflops: Option<String>,
+    #[arg(long, value_name = "DTYPE=TFLOPS,...", value_parser = peak_tflops)]
+    pub(crate) peak_tflops: Option<PeakTflops>,
     /// Peak memory bandwidth for the roofline, GB/s.
-    #[arg(long, value_name = "GB/s")]
+    #[arg(long, value_name = "GB/s", value_parser = gb_per_s)]
     pub(crate) peak_bw: Option<f64>,
     /// Host↔device bandwidth for activation swap times, GB/s [default: measured from the
     /// trace's copies].
-    #[arg(long, value_name = "GB/s")]
+    #[arg(long, value_name = "GB/s", value_parser = gb_per_s)]
     pub(crate) swap_bw: Option<f64>,
     /// Worker threads [default: all cores].
     #[arg(long, short = 'j')]
@@ -246,28 +246,9 @@ impl InputArgs {
         out: Option<PathBuf>,
         top: usize,
     ) -> anyhow::Result<steptrace::AnalyzeProps> {
-        use steptrace::analysis::flops::Dtype;
         let mut options = steptrace::analysis::Options::default();
-        if let Some(spec) = &self.peak_tflops {
-            for part in spec.split(',').filter(|p| !p.is_empty()) {
-                let (k, v) = part.split_once('=').ok_or_else(|| {
-                    anyhow::anyhow!("--peak-tflops: expected DTYPE=TFLOPS, got '{part}'")
-                })?;
-                let d = match k.trim() {
-                    "fp64" => Dtype::Fp64,
-                    "fp32" => Dtype::Fp32,
-                    "tf32" => Dtype::Tf32,
-                    "bf16" => Dtype::Bf16,
-                    "fp16" => Dtype::Fp16,
-                    "fp8" => Dtype::Fp8,
-                    other => anyhow::bail!("--peak-tflops: unknown dtype '{other}' (fp64, fp32, tf32, bf16, fp16, fp8)"),
-                };
-                let v: f64 = v
-                    .trim()
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("--peak-tflops: '{v}' is not a number"))?;
-                options.peak_tflops.push((d, v));
-            }
+        if let Some(p) = &self.peak_tflops {
+            options.peak_tflops = p.0.clone();
         }
         options.peak_bandwidth_gbps = self.peak_bw;
         options.swap_bandwidth_gbps = self.swap_bw;
@@ -483,5 +464,107 @@ mod tests {
             .collect();
         assert_eq!(args, ["python", "train.py", "--out", "x", "-v"]);
         assert_eq!(c.out.as_deref(), Some(std::path::Path::new("r")));
+    }
+}
+
+/// The most a rate option takes: 10^6 GB/s or TFLOP/s is far past any device, and bounds the
+/// arithmetic and the plots' axes (`inf` or `1e308` hung the plot's tick loop).
+const MAX_RATE: f64 = 1e6;
+
+/// A rate given on the command line: a finite number above 0 and at most [`MAX_RATE`]
+/// (`NaN` made every swap free, 0 wrote null step times, a negative one was taken).
+fn rate(v: &str) -> Result<f64, String> {
+    let x: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{v}' is not a number"))?;
+    if !(x.is_finite() && x > 0.0 && x <= MAX_RATE) {
+        return Err(format!("{v}: must be above 0 and at most {MAX_RATE:e}"));
+    }
+    Ok(x)
+}
+
+/// `--bandwidth`, `--swap-bw`, `--peak-bw`: GB/s.
+fn gb_per_s(v: &str) -> Result<f64, String> {
+    rate(v)
+}
+
+/// A `sweep --values` value: a finite number of at most 10^15 in size (the plots' axes are
+/// drawn over them: `inf` hung the tick loop), kept as written for the program's arguments.
+fn sweep_value(v: &str) -> Result<String, String> {
+    let x: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{v}' is not a number"))?;
+    if !(x.is_finite() && x.abs() <= 1e15) {
+        return Err(format!(
+            "{v}: must be a finite number of at most 1e15 in size"
+        ));
+    }
+    Ok(v.to_owned())
+}
+
+/// `--peak-tflops` as given: (dtype, TFLOP/s) pairs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PeakTflops(pub(crate) Vec<(steptrace::analysis::flops::Dtype, f64)>);
+
+fn peak_tflops(spec: &str) -> Result<PeakTflops, String> {
+    use steptrace::analysis::flops::Dtype;
+    let mut out = Vec::new();
+    for part in spec.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("expected DTYPE=TFLOPS, got '{part}'"))?;
+        let d = match k.trim() {
+            "fp64" => Dtype::Fp64,
+            "fp32" => Dtype::Fp32,
+            "tf32" => Dtype::Tf32,
+            "bf16" => Dtype::Bf16,
+            "fp16" => Dtype::Fp16,
+            "fp8" => Dtype::Fp8,
+            other => {
+                return Err(format!(
+                    "unknown dtype '{other}' (fp64, fp32, tf32, bf16, fp16, fp8)"
+                ))
+            }
+        };
+        out.push((d, rate(v)?));
+    }
+    Ok(PeakTflops(out))
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn rates_that_are_not_finite_positive_and_bounded_are_refused() {
+        for bad in ["inf", "-inf", "NaN", "0", "-3", "1e308", "x"] {
+            assert!(gb_per_s(bad).is_err(), "{bad}");
+            assert!(peak_tflops(&format!("fp32={bad}")).is_err(), "{bad}");
+        }
+        assert_eq!(gb_per_s("12.5"), Ok(12.5));
+        let p = peak_tflops("bf16=989,fp32=67").unwrap();
+        assert_eq!(p.0.len(), 2);
+        assert!(peak_tflops("int4=3").unwrap_err().contains("unknown dtype"));
+    }
+
+    #[test]
+    fn rate_options_parse_through_clap_and_bad_ones_are_usage_errors() {
+        use clap::Parser;
+        let bad = Cli::try_parse_from([
+            "steptrace",
+            "analyze",
+            "t.json",
+            "--peak-tflops",
+            "fp32=inf",
+        ]);
+        assert_eq!(bad.unwrap_err().exit_code(), 2);
+        let bad = Cli::try_parse_from(["steptrace", "plan", "run", "--bandwidth", "NaN"]);
+        assert_eq!(bad.unwrap_err().exit_code(), 2);
+        assert!(Cli::try_parse_from(["steptrace", "analyze", "t.json", "--swap-bw", "24"]).is_ok());
+        let bad = Cli::try_parse_from(["steptrace", "sweep", "--values", "1,inf", "--", "x"]);
+        assert_eq!(bad.unwrap_err().exit_code(), 2);
+        assert!(Cli::try_parse_from(["steptrace", "sweep", "--values", "1,16", "--", "x"]).is_ok());
     }
 }

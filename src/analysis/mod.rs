@@ -389,8 +389,14 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         truncated: t.kineto.truncated.is_some(),
         snapshot,
         execution_trace,
-        flops_per_iteration: flop_rows.iter().map(|r| r.flops).sum(),
-        matmul_flops_per_iteration: flop_rows.iter().map(|r| r.matmul_flops).sum(),
+        flops_per_iteration: flop_rows
+            .iter()
+            .map(|r| r.flops)
+            .fold(0, u64::saturating_add),
+        matmul_flops_per_iteration: flop_rows
+            .iter()
+            .map(|r| r.matmul_flops)
+            .fold(0, u64::saturating_add),
         flops_by_phase,
         matmul_flops_by_phase,
         bytes_per_iteration: flop_rows.iter().map(|r| r.bytes).sum(),

@@ -155,21 +155,57 @@ pub struct Options {
     pub modules: Option<Vec<String>>,
 }
 
-/// Makes the plan: the run's measured iterations and rates, the candidates, the rounds (the
-/// given modules, or the greedy search), and the prediction for the plan they end in.
-pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
-    let step = &a.step;
+/// Whether the analysis holds what a plan acts on: memory events and an iteration.
+fn plannable(t: &Trace, a: &Analysis) -> Result<(), Error> {
     if t.memory.is_empty() {
         return Err(Error::NothingToPlan(
             "the trace holds no memory events: capture with profile_memory (steptrace capture does) to plan"
                 .into(),
         ));
     }
-    if step.iterations.is_empty() {
+    if a.step.iterations.is_empty() {
         return Err(Error::NothingToPlan(
             "no iteration was found in the trace".into(),
         ));
     }
+    Ok(())
+}
+
+/// The measured peak over the iterations, and what parameters and optimizer state hold at
+/// it: no plan goes below that floor.
+fn measured_peak_and_floor(iters: &[Iter]) -> (i64, i64) {
+    let peaks: Vec<Peak> = iters
+        .iter()
+        .map(|it| sim::simulate(&it.measured, &[], None))
+        .collect();
+    let measured_peak = peaks.iter().map(|p| p.bytes).max().unwrap_or(0);
+    let at_peak = peaks
+        .iter()
+        .max_by_key(|p| p.bytes)
+        .map_or([0; crate::analysis::memory::CATEGORY_COUNT], |p| {
+            p.by_category
+        });
+    let floor = at_peak[Category::Param.index()] + at_peak[Category::OptState.index()];
+    (measured_peak, floor)
+}
+
+/// Every instance of the repeated block class recomputed: the reference point users pick by
+/// hand.
+fn every_block_point(ev: &Evaluator<'_>, candidates: &[Candidate], class: &str) -> CurvePoint {
+    let all = every_block_choices(candidates, class);
+    let n = all.len();
+    CurvePoint {
+        label: format!("every {class} ({n})"),
+        decisions: n,
+        peak_bytes: ev.peak(&all).0.bytes,
+        step_time_s: ev.step(&all),
+    }
+}
+
+/// Makes the plan: the run's measured iterations and rates, the candidates, the rounds (the
+/// given modules, or the greedy search), and the prediction for the plan they end in.
+pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
+    plannable(t, a)?;
     let ids = a.liveness.identities.as_ref();
     let mut notes = build::first_notes(a);
     let (rates, bw_source) = build::rates(a, opts, &mut notes);
@@ -184,18 +220,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         ));
     }
 
-    let measured_peaks: Vec<Peak> = iters
-        .iter()
-        .map(|it| sim::simulate(&it.measured, &[], None))
-        .collect();
-    let measured_peak = measured_peaks.iter().map(|p| p.bytes).max().unwrap_or(0);
-    let at_peak = measured_peaks
-        .iter()
-        .max_by_key(|p| p.bytes)
-        .map_or([0; crate::analysis::memory::CATEGORY_COUNT], |p| {
-            p.by_category
-        });
-    let floor = at_peak[Category::Param.index()] + at_peak[Category::OptState.index()];
+    let (measured_peak, floor) = measured_peak_and_floor(&iters);
     let budget = opts.budget.map(|b| match b {
         Budget::Bytes(x) => x,
         Budget::Fraction(f) => (measured_peak as f64 * f) as i64,
@@ -242,16 +267,9 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let predicted_step = ev.step(chosen);
     let feasible = budget.is_none_or(|b| peak.bytes <= b);
 
-    let every = every_block.as_ref().map(|class| {
-        let all = every_block_choices(&candidates, class);
-        let n = all.len();
-        CurvePoint {
-            label: format!("every {class} ({n})"),
-            decisions: n,
-            peak_bytes: ev.peak(&all).0.bytes,
-            step_time_s: ev.step(&all),
-        }
-    });
+    let every = every_block
+        .as_ref()
+        .map(|class| every_block_point(&ev, &candidates, class));
     let timeline = Some(build::timeline(&ev, chosen, worst_iter));
 
     let by_category: BTreeMap<String, i64> = CATEGORIES

@@ -109,7 +109,19 @@ fn extra_blocks(t: &Trace, a: &Analysis) -> Vec<Vec<u8>> {
     }
     let pid = itoa::Buffer::new().format(PID).to_owned();
     let mut blocks = vec![v];
-    blocks.extend(events_par(&a.timeline, |b, r| {
+    blocks.extend(memory_counter_events(a, &pid));
+    blocks.extend(node_events(t, a, &pid));
+    blocks.extend(activation_events(a, &pid));
+    // The last event's separator (the first block, the process's names, is never empty).
+    if let Some(last) = blocks.iter_mut().rev().find(|b| !b.is_empty()) {
+        last.truncate(last.len() - 2);
+    }
+    blocks
+}
+
+/// The memory-by-category counter, one event per timeline row.
+fn memory_counter_events(a: &Analysis, pid: &str) -> Vec<Vec<u8>> {
+    events_par(&a.timeline, |b, r| {
         b.extend_from_slice(br#"{"ph":"C","name":"memory by category","pid":"#);
         b.extend_from_slice(pid.as_bytes());
         b.extend_from_slice(br#","tid":0,"ts":"#);
@@ -125,13 +137,17 @@ fn extra_blocks(t: &Trace, a: &Analysis) -> Vec<Vec<u8>> {
             num(b, r.breakdown[i]);
         }
         b.extend_from_slice(b"}}");
-    }));
+    })
+}
+
+/// One slice per node, on the main thread's track or the other threads'.
+fn node_events(t: &Trace, a: &Analysis, pid: &str) -> Vec<Vec<u8>> {
     let rank_of: rustc_hash::FxHashMap<&str, &crate::analysis::NodeStat> = a
         .node_stats
         .iter()
         .map(|s| (s.node_name.as_str(), s))
         .collect();
-    blocks.extend(events_par(&a.step.nodes, |b, n| {
+    events_par(&a.step.nodes, |b, n| {
         let op = t.op(n.op);
         let tid = if Some(op.thread) == t.main_thread {
             1
@@ -162,9 +178,12 @@ fn extra_blocks(t: &Trace, a: &Analysis) -> Vec<Vec<u8>> {
         b.extend_from_slice(br#","kernels":"#);
         num(b, n.kernels);
         b.extend_from_slice(b"}}");
-    }));
-    // Activation slices: named after their producer, numbered per producer in block order;
-    // ids count the slices from 1.
+    })
+}
+
+/// Activation slices: named after their producer, numbered per producer in block order; ids
+/// count the slices from 1.
+fn activation_events(a: &Analysis, pid: &str) -> Vec<Vec<u8>> {
     let mut per_producer: rustc_hash::FxHashMap<usize, u32> = rustc_hash::FxHashMap::default();
     let acts: Vec<(usize, &crate::analysis::memory::Block, u32, usize)> = a
         .memory
@@ -182,7 +201,7 @@ fn extra_blocks(t: &Trace, a: &Analysis) -> Vec<Vec<u8>> {
         .enumerate()
         .map(|(i, (b, k, p))| (i + 1, b, k, p))
         .collect();
-    blocks.extend(events_par(&acts, |b, &(id, blk, k, p)| {
+    events_par(&acts, |b, &(id, blk, k, p)| {
         let mut name = Vec::new();
         str_b(&mut name, &format!("{}/act{}", a.step.nodes[p].name, k));
         for (ph, ts) in [("b", blk.alloc), ("e", blk.free.unwrap_or(blk.alloc))] {
@@ -206,12 +225,7 @@ fn extra_blocks(t: &Trace, a: &Analysis) -> Vec<Vec<u8>> {
             }
             b.push(b'}');
         }
-    }));
-    // The last event's separator (the first block, the process's names, is never empty).
-    if let Some(last) = blocks.iter_mut().rev().find(|b| !b.is_empty()) {
-        last.truncate(last.len() - 2);
-    }
-    blocks
+    })
 }
 
 /// Name of the annotated trace for this input: it takes the input's form, gzip or plain.

@@ -165,7 +165,35 @@ pub(super) fn write(
 ) -> Result<(), Error> {
     let s = &a.summary;
     let mut o = page_head(&s.name);
-    let summary_rows: Vec<Vec<String>> = vec![
+    o.push_str("<h2>Summary</h2>");
+    table(&mut o, &["", ""], summary_rows(s).into_iter());
+    o.push_str("<h2>Memory at the peak</h2>");
+    table(
+        &mut o,
+        &["category", "bytes", ""],
+        s.peak_breakdown_bytes
+            .iter()
+            .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),
+    );
+    top_nodes(&mut o, a);
+    largest_activations(&mut o, a);
+    plots(&mut o, svgs);
+    let lines = diag.lines();
+    if !lines.is_empty() {
+        o.push_str("<h2>Warnings</h2><ul>");
+        for l in lines {
+            let _ = write!(o, "<li>{}</li>", esc(&l));
+        }
+        o.push_str("</ul>");
+    }
+    o.push_str("</body></html>\n");
+    let path = dir.join("report.html");
+    super::write_file(&path, o.as_bytes())
+}
+
+/// The report's summary table: what was analysed and the headline figures.
+fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
+    vec![
         vec!["trace".into(), s.trace.clone()],
         vec!["device".into(), s.device.clone().unwrap_or_default()],
         vec![
@@ -202,17 +230,11 @@ pub(super) fn write(
             "activations".into(),
             format!("{} (liveness from {:?})", s.activations, s.liveness_source),
         ],
-    ];
-    o.push_str("<h2>Summary</h2>");
-    table(&mut o, &["", ""], summary_rows.into_iter());
-    o.push_str("<h2>Memory at the peak</h2>");
-    table(
-        &mut o,
-        &["category", "bytes", ""],
-        s.peak_breakdown_bytes
-            .iter()
-            .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),
-    );
+    ]
+}
+
+/// The 20 nodes with the most GPU time.
+fn top_nodes(o: &mut String, a: &Analysis) {
     let mut by_time: Vec<_> = a.node_stats.iter().collect();
     by_time.sort_by(|x, y| {
         y.median_run_time_s
@@ -221,7 +243,7 @@ pub(super) fn write(
     });
     o.push_str("<h2>Top nodes by GPU time</h2>");
     table(
-        &mut o,
+        o,
         &[
             "rank", "node", "phase", "GPU time", "kernels", "peak", "type",
         ],
@@ -237,6 +259,10 @@ pub(super) fn write(
             ]
         }),
     );
+}
+
+/// The 20 largest activations with their liveness.
+fn largest_activations(o: &mut String, a: &Analysis) {
     let mut acts: Vec<_> = a.liveness.activations.iter().collect();
     acts.sort_by(|x, y| {
         y.median_mem_size_bytes
@@ -245,7 +271,7 @@ pub(super) fn write(
     });
     o.push_str("<h2>Largest activations</h2>");
     table(
-        &mut o,
+        o,
         &[
             "activation",
             "size",
@@ -269,16 +295,4 @@ pub(super) fn write(
             ]
         }),
     );
-    plots(&mut o, svgs);
-    let lines = diag.lines();
-    if !lines.is_empty() {
-        o.push_str("<h2>Warnings</h2><ul>");
-        for l in lines {
-            let _ = write!(o, "<li>{}</li>", esc(&l));
-        }
-        o.push_str("</ul>");
-    }
-    o.push_str("</body></html>\n");
-    let path = dir.join("report.html");
-    super::write_file(&path, o.as_bytes())
 }

@@ -17,7 +17,7 @@ pub struct Arg {
 
 impl Arg {
     pub(crate) fn numel(&self) -> u64 {
-        self.dims.iter().map(|&d| d.max(0) as u64).product()
+        super::formulas::sat(self.dims.iter().map(|&d| d.max(0) as u64))
     }
     pub(crate) fn ints(&self) -> Vec<i64> {
         self.concrete

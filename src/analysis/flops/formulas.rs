@@ -15,8 +15,19 @@ pub struct OpFlops {
     pub all: u64,
 }
 
+/// A dimension as a count (a negative one, which no shape has, counts 0).
+fn dim(d: i64) -> u64 {
+    d.max(0) as u64
+}
+
+/// The product of factors, saturating at `u64::MAX`: a count past 2^64 (an mm of 5.4e19 FLOPs
+/// from a hostile shape) stays the largest count instead of wrapping to a small one.
+pub(crate) fn sat(factors: impl IntoIterator<Item = u64>) -> u64 {
+    factors.into_iter().fold(1u64, u64::saturating_mul)
+}
+
 fn prod(v: &[i64]) -> u64 {
-    v.iter().map(|&d| d.max(0) as u64).product()
+    sat(v.iter().map(|&d| dim(d)))
 }
 
 /// `conv_flop_count` of torch.utils.flop_counter.
@@ -25,11 +36,14 @@ pub fn conv_flop_count(x: &[i64], w: &[i64], out: &[i64], transposed: bool) -> u
         return 0;
     }
     let conv_shape = if transposed { &x[2..] } else { &out[2..] };
-    2 * prod(conv_shape)
-        * prod(&w[2..])
-        * x[0].max(0) as u64
-        * w[0].max(0) as u64
-        * w[1].max(0) as u64
+    sat([
+        2,
+        prod(conv_shape),
+        prod(&w[2..]),
+        dim(x[0]),
+        dim(w[0]),
+        dim(w[1]),
+    ])
 }
 
 /// Convolution hyper-parameters, as recorded in `Concrete Inputs`.
@@ -60,7 +74,10 @@ pub fn conv_out_shape(x: &[i64], w: &[i64], p: &ConvParams) -> Vec<i64> {
         }
     };
     let c_out = if p.transposed {
-        w.get(1).copied().unwrap_or(0) * p.groups.max(1)
+        w.get(1)
+            .copied()
+            .unwrap_or(0)
+            .saturating_mul(p.groups.max(1))
     } else {
         w.first().copied().unwrap_or(0)
     };
@@ -72,12 +89,14 @@ pub fn conv_out_shape(x: &[i64], w: &[i64], p: &ConvParams) -> Vec<i64> {
             at(&p.padding, i, 0),
             at(&p.dilation, i, 1),
         );
+        // In i128: recorded shapes and strides are data, and their products can pass i64.
+        let (inp, k, s, pad, d) = (inp as i128, k as i128, s as i128, pad as i128, d as i128);
         let o = if p.transposed {
-            (inp - 1) * s - 2 * pad + d * (k - 1) + at(&p.output_padding, i, 0) + 1
+            (inp - 1) * s - 2 * pad + d * (k - 1) + at(&p.output_padding, i, 0) as i128 + 1
         } else {
             (inp + 2 * pad - d * (k - 1) - 1).div_euclid(s.max(1)) + 1
         };
-        out.push(o.max(0));
+        out.push(o.clamp(0, i64::MAX as i128) as i64);
     }
     out
 }
@@ -225,8 +244,8 @@ pub(super) fn op_flops_as(
     let d = |i: usize| args.get(i).map(|a| a.dims.as_slice()).unwrap_or(&[]);
     let mm = |a: &[i64], b: &[i64]| -> u64 {
         match (a.len(), b.len()) {
-            (2, 2) => 2 * prod(a) * b[1].max(0) as u64,
-            (3, 3) => 2 * prod(a) * b[2].max(0) as u64,
+            (2, 2) => sat([2, prod(a), dim(b[1])]),
+            (3, 3) => sat([2, prod(a), dim(b[2])]),
             _ => 0,
         }
     };
@@ -316,13 +335,14 @@ pub(super) fn op_flops_as(
             if q.len() != 4 || k.len() != 4 || v.len() != 4 {
                 return Some(OpFlops::default());
             }
-            let (b, h, sq, dq) = (q[0] as u64, q[1] as u64, q[2] as u64, q[3] as u64);
-            let (sk, dv) = (k[2] as u64, v[3] as u64);
-            let x = if fam == "sdpa" {
-                2 * b * h * sq * sk * (dq + dv)
+            let (b, h, sq, dq) = (dim(q[0]), dim(q[1]), dim(q[2]), dim(q[3]));
+            let (sk, dv) = (dim(k[2]), dim(v[3]));
+            let heads = if fam == "sdpa" {
+                dq.saturating_add(dv)
             } else {
-                2 * b * h * sq * sk * (3 * dq + 2 * dv)
+                sat([3, dq]).saturating_add(sat([2, dv]))
             };
+            let x = sat([2, b, h, sq, sk, heads]);
             OpFlops { matmul: x, all: x }
         }
         "optimizer" => {
@@ -339,7 +359,7 @@ pub(super) fn op_flops_as(
             };
             // Per element: fused Adam(W) ~ 16 operations; one foreach op ~ 1 (addcmul/addcdiv/
             // lerp ~ 2-3).
-            let per = if base.starts_with("_fused_adam") {
+            let per: u64 = if base.starts_with("_fused_adam") {
                 16
             } else if base.contains("addcmul") || base.contains("addcdiv") || base.contains("lerp")
             {
@@ -349,24 +369,24 @@ pub(super) fn op_flops_as(
             };
             OpFlops {
                 matmul: 0,
-                all: per * elems,
+                all: per.saturating_mul(elems),
             }
         }
         "norm" => OpFlops {
             matmul: 0,
-            all: 5 * in_numel(),
+            all: in_numel().saturating_mul(5),
         },
         "norm_backward" => OpFlops {
             matmul: 0,
-            all: 10 * out_numel().max(in_numel()),
+            all: out_numel().max(in_numel()).saturating_mul(10),
         },
         "softmax" => OpFlops {
             matmul: 0,
-            all: 5 * in_numel(),
+            all: in_numel().saturating_mul(5),
         },
         "softmax_backward" => OpFlops {
             matmul: 0,
-            all: 3 * in_numel(),
+            all: in_numel().saturating_mul(3),
         },
         "reduction" => OpFlops {
             matmul: 0,
@@ -384,6 +404,36 @@ pub(super) fn op_flops_as(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An mm whose shapes give 5.4e19 FLOPs (past 2^64) counts the largest count, never a
+    /// wrapped small one (it printed 17,106.51 P).
+    #[test]
+    fn flops_past_two_to_the_64_saturate_instead_of_wrapping() {
+        let arg = |dims: Vec<i64>| Arg {
+            dims,
+            ..Arg::default()
+        };
+        let f = op_flops(
+            "aten::mm",
+            &[
+                arg(vec![3_000_000, 3_000_000]),
+                arg(vec![3_000_000, 3_000_000]),
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.matmul, u64::MAX);
+        let conv = conv_out_shape(
+            &[1, 1, i64::MAX],
+            &[1, 1, 3],
+            &ConvParams {
+                stride: vec![i64::MAX],
+                transposed: true,
+                ..ConvParams::default()
+            },
+        );
+        assert_eq!(conv[2], i64::MAX);
+    }
 
     fn arg(dims: &[i64], ty: &str, concrete: &str) -> Arg {
         Arg {

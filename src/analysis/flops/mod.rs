@@ -159,8 +159,8 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
                 if let Some(fam) = fam {
                     let args = cache.of(t, o);
                     if let Some(f) = op_flops_as(fam, name, args, et_of(o)) {
-                        nf.matmul += f.matmul;
-                        nf.all += f.all;
+                        nf.matmul = nf.matmul.saturating_add(f.matmul);
+                        nf.all = nf.all.saturating_add(f.all);
                         if f.all > heaviest.0 {
                             let conv = matches!(fam, "conv" | "conv_backward");
                             heaviest = (
@@ -189,19 +189,23 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
             });
             let input_bytes: u64 = args
                 .iter()
-                .filter_map(|a| Dtype::size_of(&a.ty).map(|s| s * a.numel()))
-                .sum();
+                .filter_map(|a| Dtype::size_of(&a.ty).map(|s| s.saturating_mul(a.numel())))
+                .fold(0, u64::saturating_add);
             match et_of(n.op) {
                 Some(e) => {
                     let io = |v: &[crate::model::exec_trace::TensorRef]| -> u64 {
                         v.iter()
-                            .map(|x| (x.numel.max(0) * x.itemsize.max(0)) as u64)
-                            .sum()
+                            .map(|x| {
+                                (x.numel.max(0) as u64).saturating_mul(x.itemsize.max(0) as u64)
+                            })
+                            .fold(0, u64::saturating_add)
                     };
-                    nf.bytes = io(&e.inputs).max(input_bytes) + io(&e.outputs);
+                    nf.bytes = io(&e.inputs)
+                        .max(input_bytes)
+                        .saturating_add(io(&e.outputs));
                     nf.exact_bytes = true;
                 }
-                None => nf.bytes = input_bytes + n.alloc_bytes.max(0) as u64,
+                None => nf.bytes = input_bytes.saturating_add(n.alloc_bytes.max(0) as u64),
             }
             (nf, by_type)
         })
@@ -211,7 +215,8 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
         .into_iter()
         .map(|(nf, types)| {
             for (name, f) in types {
-                *by_type.entry(name).or_default() += f;
+                let e = by_type.entry(name).or_default();
+                *e = e.saturating_add(f);
             }
             nf
         })
@@ -275,7 +280,10 @@ pub fn rows(
         .map(|s| {
             let idx = &by_name[s.node_name.as_str()];
             let med = |f: &dyn Fn(&NodeFlops) -> u64| {
-                let mut v: Vec<i64> = idx.iter().map(|&i| f(&nf[i]) as i64).collect();
+                let mut v: Vec<i64> = idx
+                    .iter()
+                    .map(|&i| i64::try_from(f(&nf[i])).unwrap_or(i64::MAX))
+                    .collect();
                 super::median_low(&mut v).unwrap_or(0) as u64
             };
             let (flops, matmul, bytes) = (med(&|x| x.all), med(&|x| x.matmul), med(&|x| x.bytes));

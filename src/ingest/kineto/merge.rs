@@ -10,6 +10,35 @@ use crate::intern::StrId;
 
 pub(super) fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &mut Diagnostics) {
     use rayon::prelude::*;
+    let (maps, text_bases) = global_ids(trace, &partials);
+    relabel(&mut partials, &maps, &text_bases);
+    join_tables(trace, &mut partials);
+    for p in partials {
+        trace.modules.extend(p.modules);
+        trace.flows.extend(p.flows);
+        trace.process_names.extend(p.process_names);
+        for (kind, msg) in p.anomalies {
+            diag.warn(kind, format!("{}: {msg}", trace.path.display()));
+        }
+    }
+    // Allocator events must be replayed in time order; a stable sort keeps file order on ties,
+    // which is the allocator's own order for events of one thread. Usually they are in order
+    // already, and checking is cheaper than sorting.
+    if !trace.memory.is_sorted_by_key(|m| m.ts) {
+        // Stable, on all threads (3 ms on one for 80,000 events).
+        trace.memory.par_sort_by_key(|m| m.ts);
+    }
+}
+
+/// Per piece, in piece order, what its local string and thread ids become (ids are given in
+/// order of first appearance in the file, whatever the threads), and where its recorded-input
+/// text starts in the joined text.
+#[allow(clippy::type_complexity)]
+fn global_ids(
+    trace: &mut KinetoTrace,
+    partials: &[Partial],
+) -> (Vec<(Vec<StrId>, Vec<ThreadId>)>, Vec<u64>) {
+    use rayon::prelude::*;
     // First, in piece order, what each piece's local string and thread ids become: ids are
     // given in order of first appearance in the file, whatever the threads.
     let mut thread_index: FxHashMap<(ThreadKey, ThreadKey), ThreadId> = FxHashMap::default();
@@ -51,12 +80,15 @@ pub(super) fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &
         text_bases.push(text_base);
         text_base += p.input_text.len() as u64;
     }
+    (maps, text_bases)
+}
+
+/// Every piece's rows rewritten to the global ids, each piece on its own thread.
+fn relabel(partials: &mut [Partial], maps: &[(Vec<StrId>, Vec<ThreadId>)], text_bases: &[u64]) {
+    use rayon::prelude::*;
     // Then every piece's rows are rewritten to the global ids, each piece on its own thread.
-    partials
-        .par_iter_mut()
-        .zip(&maps)
-        .zip(&text_bases)
-        .for_each(|((p, (smap, tmap)), &text_base)| {
+    partials.par_iter_mut().zip(maps).zip(text_bases).for_each(
+        |((p, (smap, tmap)), &text_base)| {
             let s = |id: StrId| smap[id.0 as usize];
             let t = |id: ThreadId| tmap[id.0 as usize];
             for o in &mut p.ops {
@@ -89,17 +121,22 @@ pub(super) fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &
             for f in &mut p.flows {
                 f.thread = t(f.thread);
             }
-        });
+        },
+    );
+}
+
+/// The pieces' tables joined into the trace's.
+fn join_tables(trace: &mut KinetoTrace, partials: &mut [Partial]) {
     // And the tables are joined, each one's pieces copied side by side: copying (and faulting
     // in) tens of MB on one thread was most of this merge.
     fn take_each<T: Default>(parts: &mut [Partial], f: fn(&mut Partial) -> &mut T) -> Vec<T> {
         parts.iter_mut().map(|p| std::mem::take(f(p))).collect()
     }
-    let mut texts = take_each(&mut partials, |p| &mut p.input_text);
-    let mut ops = take_each(&mut partials, |p| &mut p.ops);
-    let mut runtime = take_each(&mut partials, |p| &mut p.runtime);
-    let mut gpu = take_each(&mut partials, |p| &mut p.gpu);
-    let mut memory = take_each(&mut partials, |p| &mut p.memory);
+    let mut texts = take_each(partials, |p| &mut p.input_text);
+    let mut ops = take_each(partials, |p| &mut p.ops);
+    let mut runtime = take_each(partials, |p| &mut p.runtime);
+    let mut gpu = take_each(partials, |p| &mut p.gpu);
+    let mut memory = take_each(partials, |p| &mut p.memory);
     let ((o, r), (g, (m, text))) = rayon::join(
         || {
             rayon::join(
@@ -133,19 +170,4 @@ pub(super) fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &
     // SAFETY: each piece's text was a `String`, so valid UTF-8, and UTF-8 texts joined whole
     // are UTF-8 (checking 20 MB again cost 1.5 ms on the one thread the merge waits on).
     trace.input_text = unsafe { String::from_utf8_unchecked(text) };
-    for p in partials {
-        trace.modules.extend(p.modules);
-        trace.flows.extend(p.flows);
-        trace.process_names.extend(p.process_names);
-        for (kind, msg) in p.anomalies {
-            diag.warn(kind, format!("{}: {msg}", trace.path.display()));
-        }
-    }
-    // Allocator events must be replayed in time order; a stable sort keeps file order on ties,
-    // which is the allocator's own order for events of one thread. Usually they are in order
-    // already, and checking is cheaper than sorting.
-    if !trace.memory.is_sorted_by_key(|m| m.ts) {
-        // Stable, on all threads (3 ms on one for 80,000 events).
-        trace.memory.par_sort_by_key(|m| m.ts);
-    }
 }

@@ -94,48 +94,8 @@ pub fn from_bytes_chunked(
     let elements = partials.iter().map(|p| p.elements).sum();
 
     let header = parse_header(&buf, arr_start, array.end).map_err(fmt_err)?;
-    // Python's json keeps the last of two `traceEvents`, this reader the first; text after
-    // the object is another writer's leftovers. Neither passes silently.
-    if let Some((again, trailing)) = array
-        .end
-        .and_then(|e| json_scan::rest_of_object(&buf, e, b"traceEvents"))
-    {
-        if again {
-            diag.warn(
-                "duplicate_trace_events",
-                format!(
-                    "{}: the object has a second \"traceEvents\"; the first is analysed",
-                    path.display()
-                ),
-            );
-        }
-        if let Some(at) = trailing {
-            diag.warn(
-                "trailing_data",
-                format!(
-                    "{}: text after the trace's object, from byte {at} of {}; ignored",
-                    path.display(),
-                    buf.len()
-                ),
-            );
-        }
-    }
-    let truncated = match (array.end, array.cut_at) {
-        (None, cut) => {
-            let at = cut.unwrap_or(buf.len());
-            Some(Truncation {
-                at_byte: at,
-                bytes_lost: buf.len() - at,
-                gzip_stream_cut: gzip_cut,
-            })
-        }
-        (Some(_), _) if gzip_cut => Some(Truncation {
-            at_byte: buf.len(),
-            bytes_lost: 0,
-            gzip_stream_cut: true,
-        }),
-        _ => None,
-    };
+    warn_after_events(&buf, array.end, path, diag);
+    let truncated = truncation(buf.len(), array.end, array.cut_at, gzip_cut);
     if let Some(t) = truncated {
         diag.warn(
             "truncated_trace",
@@ -178,6 +138,61 @@ pub fn from_bytes_chunked(
         );
     }
     Ok(trace)
+}
+
+/// A second `traceEvents`, or text after the trace's object: warned, never silent.
+fn warn_after_events(buf: &[u8], arr_end: Option<usize>, path: &Path, diag: &mut Diagnostics) {
+    // Python's json keeps the last of two `traceEvents`, this reader the first; text after
+    // the object is another writer's leftovers. Neither passes silently.
+    if let Some((again, trailing)) =
+        arr_end.and_then(|e| json_scan::rest_of_object(&buf, e, b"traceEvents"))
+    {
+        if again {
+            diag.warn(
+                "duplicate_trace_events",
+                format!(
+                    "{}: the object has a second \"traceEvents\"; the first is analysed",
+                    path.display()
+                ),
+            );
+        }
+        if let Some(at) = trailing {
+            diag.warn(
+                "trailing_data",
+                format!(
+                    "{}: text after the trace's object, from byte {at} of {}; ignored",
+                    path.display(),
+                    buf.len()
+                ),
+            );
+        }
+    }
+}
+
+/// Where a trace whose events array ended at `arr_end` (or was cut at `cut_at`) ends early, if
+/// it does: the text `len` bytes long, its gzip stream `gzip_cut` or not.
+fn truncation(
+    len: usize,
+    arr_end: Option<usize>,
+    cut_at: Option<usize>,
+    gzip_cut: bool,
+) -> Option<Truncation> {
+    match (arr_end, cut_at) {
+        (None, cut) => {
+            let at = cut.unwrap_or(len);
+            Some(Truncation {
+                at_byte: at,
+                bytes_lost: len - at,
+                gzip_stream_cut: gzip_cut,
+            })
+        }
+        (Some(_), _) if gzip_cut => Some(Truncation {
+            at_byte: len,
+            bytes_lost: 0,
+            gzip_stream_cut: true,
+        }),
+        _ => None,
+    }
 }
 
 fn parse_header(buf: &[u8], arr_start: usize, arr_end: Option<usize>) -> Result<Header, String> {
