@@ -145,7 +145,7 @@ fn warn_after_events(buf: &[u8], arr_end: Option<usize>, path: &Path, diag: &mut
     // Python's json keeps the last of two `traceEvents`, this reader the first; text after
     // the object is another writer's leftovers. Neither passes silently.
     if let Some((again, trailing)) =
-        arr_end.and_then(|e| json_scan::rest_of_object(&buf, e, b"traceEvents"))
+        arr_end.and_then(|e| json_scan::rest_of_object(buf, e, b"traceEvents"))
     {
         if again {
             diag.warn(
