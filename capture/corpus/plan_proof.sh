@@ -103,6 +103,12 @@ TIMING="" prove nanogpt $W/nanoGPT -- python3 bench.py --real_data=False --compi
 # than parameters and optimizer state.
 prove resnet18 $E -- python3 train_cnn.py --batch 256 --steps 70
 prove gpt $E -- python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --steps 70
+# Framework programs as their users write them (capture/corpus/programs/): a HuggingFace
+# Trainer on GPT-2 from its config (bf16, gradient accumulation 4), 4 layers x 256 tokens.
+mkdir -p $W/fw && cp $ROOT/capture/corpus/programs/*.py $W/fw/
+prove hf_small $W/fw -- python3 hf_trainer_gpt2.py --n-layer 4 --seq-len 256 --max-steps 80
+# Lightning's own demo LightningTransformer under Trainer.fit (bf16-mixed, closure).
+prove lightning $W/fw -- python3 lightning_transformer.py
 
 cd $W
 tar czf $OUT/plan_logs.tar.gz logs 2>/dev/null

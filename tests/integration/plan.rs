@@ -601,3 +601,44 @@ fn issue20_the_search_splits_a_chosen_module_whose_replay_sets_the_peak() {
     );
     assert!(!names.contains(&"Sequential_0"), "{names:?}");
 }
+
+/// `sample_traces/plan/measured_frameworks.jsonl`: plans applied with `capture --plan` to a
+/// HuggingFace `Trainer` program (GPT-2 from its config, 4 layers x 256 tokens, bf16,
+/// gradient accumulation 4; capture/corpus/plan_proof.sh `hf_small`), with torch's
+/// `max_memory_allocated` over the window's steps, re-predicted from the capture without a
+/// plan. Each GPT2Block runs four times an iteration (once per micro-batch): taken as one call,
+/// checkpointing every block was predicted to raise the peak (2.20 GB against 2.20 measured
+/// without a plan; 1.87 GB measured with it).
+#[test]
+fn plans_of_a_trainer_with_gradient_accumulation_are_predicted_per_micro_batch() {
+    let text = std::fs::read_to_string(root().join("sample_traces/plan/measured_frameworks.jsonl"))
+        .unwrap();
+    let mut checked = 0;
+    for line in text.lines() {
+        let (r, p, err) = repredict(line);
+        assert_eq!(r["missing"].as_array().map(Vec::len), Some(0), "{line}");
+        assert_eq!(
+            p.measured_peak_bytes,
+            r["base_peak_bytes"].as_i64().unwrap()
+        );
+        // Every block: within 1%. The 90% plan (the whole GPT2Model recomputed, and the LM
+        // head) is predicted 2.0% under what was measured: still open.
+        let bound = if r["plan"] == "every" { 0.01 } else { 0.025 };
+        assert!(
+            err.abs() < bound,
+            "{} {}: predicted {} measured {} ({:+.2}%)",
+            r["program"],
+            r["plan"],
+            p.predicted_peak_bytes,
+            r["measured_peak_bytes"],
+            100.0 * err
+        );
+        // The measured peak saved what the plan was for: under 90% of the peak without it.
+        assert!(
+            r["measured_peak_bytes"].as_f64().unwrap()
+                < 0.9 * r["base_peak_bytes"].as_f64().unwrap()
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 2);
+}
