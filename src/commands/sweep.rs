@@ -45,6 +45,27 @@ fn capture(
     out: &Path,
     plan: Option<PathBuf>,
 ) -> anyhow::Result<Option<u8>> {
+    Ok(match capture_run(args, what, program, out, plan)? {
+        Captured::Stopped(code) => Some(code),
+        Captured::Run { .. } => None,
+    })
+}
+
+/// How one capture of a sweep ended.
+enum Captured {
+    /// The user stopped it: the sweep stops with this exit code.
+    Stopped(u8),
+    /// It ran; `trace`: whether it wrote a Kineto trace.
+    Run { trace: bool },
+}
+
+fn capture_run(
+    args: &SweepArgs,
+    what: &str,
+    program: Vec<OsString>,
+    out: &Path,
+    plan: Option<PathBuf>,
+) -> anyhow::Result<Captured> {
     eprintln!("steptrace: sweep {what}: capturing into {}", out.display());
     let o = steptrace_capture::run(&args.capture_props(program, out.to_path_buf(), plan)?)?;
     if let Some(sig) = o.exit.forwarded_signal {
@@ -52,7 +73,9 @@ fn capture(
             "steptrace: sweep {what}: stopped by signal {sig}; the runs so far are in {}",
             args.out.display()
         );
-        return Ok(Some(u8::try_from(o.exit.code).unwrap_or(1).max(1)));
+        return Ok(Captured::Stopped(
+            u8::try_from(o.exit.code).unwrap_or(1).max(1),
+        ));
     }
     if o.exit.code != 0 {
         eprintln!(
@@ -60,7 +83,51 @@ fn capture(
             o.exit.code
         );
     }
-    Ok(None)
+    Ok(Captured::Run {
+        trace: o.manifest.files.contains_key("trace"),
+    })
+}
+
+/// A planned capture of `--budgets`, checked before the next starts: one that wrote no trace
+/// is run once more into a fresh directory beside it; `Ok(None)` when neither wrote one (the
+/// sweep goes on without that budget and names the directories).
+fn planned_capture(
+    args: &SweepArgs,
+    label: &str,
+    out: &Path,
+    plan: &Path,
+) -> anyhow::Result<Result<Option<PathBuf>, u8>> {
+    let what = format!("budget {label}");
+    let mut dir = out.to_path_buf();
+    for attempt in 0..2 {
+        if attempt == 1 {
+            dir = out.with_file_name(format!(
+                "{}_again",
+                out.file_name().unwrap_or_default().to_string_lossy()
+            ));
+            eprintln!(
+                "steptrace: sweep {what}: {} holds no trace; capturing once more",
+                out.display()
+            );
+        }
+        match capture_run(
+            args,
+            &what,
+            args.program.clone(),
+            &dir,
+            Some(plan.to_path_buf()),
+        )? {
+            Captured::Stopped(code) => return Ok(Err(code)),
+            Captured::Run { trace: true } => return Ok(Ok(Some(dir))),
+            Captured::Run { trace: false } => {}
+        }
+    }
+    eprintln!(
+        "steptrace: sweep {what}: no trace in {} nor {}; left out of the sweep",
+        out.display(),
+        dir.display()
+    );
+    Ok(Ok(None))
 }
 
 fn values(args: SweepArgs) -> anyhow::Result<u8> {
@@ -223,6 +290,8 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
     steptrace::report::plan::write(&args.out.join("plan_curve"), &curve, true)
         .map_err(steptrace::Error::Output)?;
     let mut dirs = Vec::new();
+    let mut measured_labels = Vec::new();
+    let mut lost = Vec::new();
     for (i, (label, w)) in labels.iter().zip(&wanted).enumerate() {
         let opts = match *w {
             Wanted::Budget(b) => options(Some(b), None),
@@ -239,30 +308,43 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
         let plan_dir = args.out.join(format!("plan_{}", slug(label)));
         steptrace::report::plan::write(&plan_dir, &p, true).map_err(steptrace::Error::Output)?;
         match args.runs.get(i) {
-            Some(run) => dirs.push(run.clone()),
+            Some(run) => {
+                dirs.push(run.clone());
+                measured_labels.push(label.clone());
+            }
             None => {
                 let out = args.out.join(format!("budget_{}", slug(label)));
-                if let Some(code) = capture(
-                    &args,
-                    &format!("budget {label}"),
-                    args.program.clone(),
-                    &out,
-                    Some(plan_dir.join("plan.json")),
-                )? {
-                    return Ok(code);
+                match planned_capture(&args, label, &out, &plan_dir.join("plan.json"))? {
+                    Err(code) => return Ok(code),
+                    Ok(Some(dir)) => {
+                        dirs.push(dir);
+                        measured_labels.push(label.clone());
+                    }
+                    Ok(None) => lost.push(format!("{label} ({})", out.display())),
                 }
-                dirs.push(out);
             }
         }
     }
     steptrace::ingest::source::drop_aside(trace);
-    let analyses = dirs
-        .iter()
-        .map(|d| analyze(d))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    // A run that cannot be analysed is left out with a line, as one without a trace is: the
+    // sweep's table and curve hold every budget measured.
+    let mut analyses = Vec::new();
+    let mut kept = Vec::new();
+    for (label, dir) in measured_labels.iter().zip(&dirs) {
+        match analyze(dir) {
+            Ok(a) => {
+                analyses.push(a);
+                kept.push((label.clone(), dir.clone()));
+            }
+            Err(e) => {
+                eprintln!("steptrace: sweep budget {label}: {e}; left out of the sweep");
+                lost.push(format!("{label} ({})", dir.display()));
+            }
+        }
+    }
     // The prediction is the one the run applied: the plan.json its capture copied in.
     let mut runs = Vec::new();
-    for ((label, dir), a) in labels.iter().zip(&dirs).zip(&analyses) {
+    for ((label, dir), a) in kept.iter().zip(&analyses) {
         let path = dir.join("plan.json");
         let text = std::fs::read_to_string(&path).map_err(|e| {
             anyhow::anyhow!(
@@ -287,7 +369,15 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
         .as_bytes(),
     )?;
     writeln!(out, "wrote {}", args.out.display())?;
-    Ok(0)
+    if lost.is_empty() {
+        Ok(0)
+    } else {
+        eprintln!(
+            "steptrace: sweep: not measured: {}; the table and curve hold the rest",
+            lost.join(", ")
+        );
+        Ok(1)
+    }
 }
 
 #[cfg(test)]

@@ -1335,3 +1335,29 @@ fi
         "{why}"
     );
 }
+
+/// A budget sweep never loses its runs: a planned capture that wrote no trace is run once more,
+/// and one that still writes none is left out with a line naming its directory, while the
+/// sweep's table is still written (it ended with exit 2 and nothing written when its
+/// every-block capture held no trace). Here the program writes no trace at all.
+#[test]
+fn a_budget_sweep_whose_planned_captures_write_no_trace_still_writes_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sweep");
+    let o = Command::new(bin())
+        .args(["sweep", "--budgets", "90%,every-block", "--base"])
+        .arg(crate::common::root().join("sample_traces/plan/gpt"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "sh", "-c", "true"])
+        .env("STEPTRACE_CACHE", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("capturing once more").count(), 2, "{err}");
+    assert!(err.contains("not measured: 90% ("), "{err}");
+    assert!(err.contains("every-block ("), "{err}");
+    assert!(out.join("budget_90pct_again").is_dir(), "{err}");
+    assert!(out.join("sweep_budgets.csv").is_file(), "{err}");
+}
