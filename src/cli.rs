@@ -48,8 +48,9 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_name = "GB/s", value_parser = gb_per_s)]
     pub(crate) bandwidth: Option<f64>,
     /// Evaluate these modules instead of choosing: instance names as the trace names them
-    /// (Block_3, or Block_3:swap), comma-separated; `every-block` for every instance of the
-    /// repeated block class.
+    /// (Block_3, or Block_3:swap) or qualified names as `model.named_modules()` gives them
+    /// (transformer.h.3, where the capture recorded them), comma-separated; `every-block` for
+    /// every instance of the repeated block class.
     #[arg(long, value_delimiter = ',')]
     pub(crate) modules: Vec<String>,
     /// Output directory [default: <input>.plan beside the input].
@@ -61,6 +62,10 @@ pub(crate) struct PlanArgs {
     /// Print nothing on success.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// Print the plan as Python to paste into the training program (checkpoint and swap
+    /// wrappers by qualified module name) instead of the table.
+    #[arg(long)]
+    pub(crate) print_policy: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

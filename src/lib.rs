@@ -167,6 +167,7 @@ fn run_analysis_with(
     let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
     analysis.summary.name = run_name(&props.input);
     analysis.summary.plan_probe = inputs.plan_probe;
+    analysis.module_fqns = inputs.module_fqns.clone();
     if !trace.kineto.ops.is_empty() {
         // A GPU-only trace's "step time" is the GPU span: nothing to compare.
         apply_program_step_time(

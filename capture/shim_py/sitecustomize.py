@@ -102,6 +102,10 @@ class _State:
         self.optimizer_seen = False
         self.backward_since_step = False
         self.forward_depth = 0
+        # Module names: profiler-style instance names and the qualified names they stand for.
+        self.module_seen = {}
+        self.module_counters = {}
+        self.fqn_of = {}
         self.nvtx_iteration_open = False
         self.done = False
         # Set by the SIGTERM handler: the process then ends as SIGTERM would once written.
@@ -685,6 +689,31 @@ def _optimizer_found():
         _S.forward_depth = 0
 
 
+def _name_module(module):
+    """Names a module at its first call as the profiler does (its class and the order in which
+    instances of that class were first called: `GPT2Block_3`, what plans name) beside its
+    fully qualified name under the model it was first called in (`transformer.h.3`, as
+    `model.named_modules()` gives it, "" for the model itself), into the status's
+    `module_fqns`: a plan's modules in the names users' code, Lightning, HF and torchtitan use."""
+    key = id(module)
+    if key in _S.module_seen:
+        return
+    _S.module_seen[key] = True
+    if _S.forward_depth == 0 and key not in _S.fqn_of:
+        try:
+            for name, m in module.named_modules():
+                _S.fqn_of.setdefault(id(m), name)
+        except Exception as exc:
+            _S.error("module names", exc)
+    cls = type(module).__name__
+    k = _S.module_counters.get(cls, 0)
+    _S.module_counters[cls] = k + 1
+    fqn = _S.fqn_of.get(key)
+    names = _S.status.setdefault("module_fqns", {})
+    if fqn is not None and len(names) < _MAX_READINGS:
+        names["%s_%d" % (cls, k)] = fqn
+
+
 def _install_hooks(torch):
     import functools
 
@@ -773,6 +802,7 @@ def _install_hooks(torch):
         _S.error("GradScaler hook", exc)
 
     def fwd_pre(module, args):
+        _name_module(module)
         if _S.forward_depth == 0:
             # Fallback boundary: a new top-level forward after a backward pass with no
             # optimizer step in between (hand-written updates).

@@ -580,6 +580,7 @@ fn finish(
             timing,
             reference: st.reference.clone(),
             plan_probe: st.plan_probe.clone(),
+            module_fqns: st.module_fqns.clone(),
             costs_ms: st.costs_ms.clone(),
         });
     }
@@ -773,6 +774,7 @@ mod tests {
                     timing: None,
                     reference: None,
                     plan_probe: None,
+                    module_fqns: Default::default(),
                     costs_ms: Default::default(),
                 })
                 .collect(),

@@ -104,6 +104,10 @@ pub struct RankFiles {
     /// and the pinned-copy bandwidth each way: `steptrace plan`'s step-time prediction.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_probe: Option<serde_json::Value>,
+    /// Each module's instance name as the profiler names it (`GPT2Block_3`) and its fully
+    /// qualified name (`transformer.h.3`): a plan's decisions in the names users' code uses.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub module_fqns: std::collections::BTreeMap<String, String>,
     /// What capture's own work cost, ms by piece: the shim's (inside the program's run) and
     /// `compress` (the launcher's, after it).
     pub costs_ms: std::collections::BTreeMap<String, f64>,

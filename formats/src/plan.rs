@@ -55,6 +55,11 @@ pub struct Decision {
     pub module: String,
     /// The instance name the capture shim matches (`Block_3`).
     pub instance: String,
+    /// Its fully qualified name as `model.named_modules()` gives it (`transformer.h.3`), where
+    /// the capture recorded the module tree: what users' code, Lightning, HF and torchtitan
+    /// name modules by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fqn: Option<String>,
     /// Its class (`Block`).
     #[serde(default)]
     pub class: String,
@@ -320,6 +325,7 @@ mod tests {
             decisions: vec![Decision {
                 module: "GPT_0/Block_3".into(),
                 instance: "Block_3".into(),
+                fqn: Some("h.3".into()),
                 class: "Block".into(),
                 action: Action::Recompute,
                 activation_bytes: 10,

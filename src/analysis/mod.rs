@@ -180,6 +180,9 @@ pub struct Summary {
 /// Everything analyze computes.
 #[derive(Debug, Clone)]
 pub struct Analysis {
+    /// Module instance names (`GPT2Block_3`) and their fully qualified names
+    /// (`transformer.h.3`), where the capture recorded the module tree (empty otherwise).
+    pub module_fqns: std::collections::BTreeMap<String, String>,
     /// The rebuilt step.
     pub step: Step,
     /// Per-node medians, in rank order.
@@ -442,6 +445,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         );
     }
     Analysis {
+        // Filled from the inputs by the caller, beside the run's name.
+        module_fqns: Default::default(),
         kernels,
         step,
         node_stats,

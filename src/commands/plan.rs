@@ -32,7 +32,10 @@ pub(crate) fn run(args: cli::PlanArgs) -> anyhow::Result<u8> {
         d.with_extension("plan")
     });
     steptrace::report::plan::write(&out, &p, !args.no_plots).map_err(steptrace::Error::Output)?;
-    if !args.quiet {
+    if args.print_policy {
+        let mut o = std::io::stdout().lock();
+        o.write_all(terminal_safe(&steptrace::report::plan::policy_code(&p)).as_bytes())?;
+    } else if !args.quiet {
         let mut o = std::io::stdout().lock();
         o.write_all(terminal_safe(&steptrace::report::plan::table(&p)).as_bytes())?;
         writeln!(o, "wrote {}", terminal_safe(&out.display().to_string()))?;

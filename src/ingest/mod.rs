@@ -73,6 +73,9 @@ pub struct Inputs {
     pub program_step_time: Option<ProgramStepTime>,
     /// What a plan's checkpoints and swaps cost on the capture's machine (from the manifest).
     pub plan_probe: Option<PlanProbe>,
+    /// Module instance names (`GPT2Block_3`) and their fully qualified names, where the
+    /// capture recorded them (from the manifest).
+    pub module_fqns: std::collections::BTreeMap<String, String>,
 }
 
 impl Inputs {
@@ -86,6 +89,7 @@ impl Inputs {
             side_files_optional: false,
             program_step_time: None,
             plan_probe: None,
+            module_fqns: Default::default(),
         }
     }
 }
@@ -213,6 +217,14 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
             path: manifest_path.clone(),
             what: format!("not a steptrace manifest: {e}"),
         })?;
+        let fqns_of = |r: Option<i64>| {
+            m.ranks
+                .iter()
+                .find(|x| r.is_none_or(|r| x.rank == r))
+                .map(|x| x.module_fqns.clone())
+                .unwrap_or_default()
+        };
+        let module_fqns = fqns_of(rank);
         let (files, step_time, plan_probe) = match rank {
             Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
                 Some(x) => {
@@ -264,6 +276,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 side_files_optional: false, // decided by `discover`
                 program_step_time: step_time,
                 plan_probe,
+                module_fqns,
             });
         }
     }
@@ -372,6 +385,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         side_files_optional: false, // decided by `discover`
         program_step_time: None,
         plan_probe: None,
+        module_fqns: Default::default(),
     })
 }
 

@@ -176,6 +176,7 @@ pub(super) fn decisions(
         decisions.push(Decision {
             module: cand.path.clone(),
             instance: cand.instance.clone(),
+            fqn: cand.fqn.clone(),
             class: cand.class.clone(),
             action: act,
             activation_bytes: cand.dropped_bytes,

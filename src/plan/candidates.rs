@@ -2,6 +2,7 @@
 //! events each action adds to each profiled iteration's measured memory, the time it adds,
 //! and the blocks it drops; the "every block" class users would checkpoint by hand.
 
+use super::call::{calls, one_call, CallEffects, Ctx};
 use super::*;
 use crate::analysis::memory::Memory;
 use crate::analysis::step::Step;
@@ -12,6 +13,8 @@ use crate::analysis::step::Step;
 pub(super) struct Candidate {
     pub(super) path: String,
     pub(super) instance: String,
+    /// Its fully qualified name, where the capture recorded it.
+    pub(super) fqn: Option<String>,
     pub(super) class: String,
     pub(super) depth: usize,
     /// Per iteration (index into `Ctx::iters`): the events each action adds.
@@ -90,58 +93,6 @@ pub(super) fn every_block_class(cands: &[Candidate]) -> Option<String> {
         .map(|(c, _)| c.to_owned())
 }
 
-/// What acting on one call of a module changes in its iteration.
-struct CallEffects {
-    /// Events a recompute adds.
-    rec: Vec<Added>,
-    /// Events a swap adds.
-    swp: Vec<Added>,
-    /// Blocks dropped.
-    dropped: Vec<usize>,
-    /// Their bytes.
-    bytes: i64,
-    /// Tensors a recompute keeps alive longer.
-    held: Vec<Held>,
-    /// Work a recompute adds.
-    rw: Vec<Work>,
-    /// Work a swap adds.
-    sw: Vec<Work>,
-}
-
-/// A module's forward and backward nodes in one iteration, split into calls: each run of
-/// forward nodes with the backward nodes that follow it before the module's next forward
-/// node. A backward node before any forward one (a straddling iteration) belongs to none.
-fn calls(
-    fwd: &[usize],
-    bwd: &[usize],
-    start: impl Fn(usize) -> i64,
-) -> Vec<(Vec<usize>, Vec<usize>)> {
-    let mut order: Vec<(i64, bool, usize)> = fwd
-        .iter()
-        .map(|&n| (start(n), false, n))
-        .chain(bwd.iter().map(|&n| (start(n), true, n)))
-        .collect();
-    order.sort_unstable();
-    let mut out: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
-    let mut cur: (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
-    for (_, backward, n) in order {
-        if backward {
-            if !cur.0.is_empty() {
-                cur.1.push(n);
-            }
-        } else {
-            if !cur.1.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-            cur.0.push(n);
-        }
-    }
-    if !cur.0.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
 /// Every module enclosing a forward node, with the events each action adds per iteration.
 pub(super) fn build_candidates(
     t: &Trace,
@@ -202,6 +153,19 @@ pub(super) fn build_candidates(
     }
     // By start, so each module's forward span is a range of it.
     fwd_seq_ops.sort_unstable();
+    let cx = Ctx {
+        t,
+        step,
+        mem,
+        ids,
+        made_by: &made_by,
+        eval_fns: &eval_fns,
+        fwd_seq_ops: &fwd_seq_ops,
+        cpu_scale,
+        htod,
+        dtoh,
+        ov,
+    };
     let paths: Vec<String> = paths.into_iter().collect();
     let composite: BTreeSet<&str> = paths
         .iter()
@@ -242,213 +206,7 @@ pub(super) fn build_candidates(
                 let op = |ni: usize| t.op(step.nodes[ni].op);
                 // What acting on one call of the module changes: its forward nodes `fwd`
                 // and the backward nodes `bwd` that undo them.
-                let one_call = |fwd: &[usize], bwd: &[usize]| -> Option<CallEffects> {
-                    let t0 = bwd.iter().map(|&ni| op(ni).start).min().expect("non-empty");
-                    let fs = fwd.iter().map(|&ni| op(ni).start).min().expect("non-empty");
-                    let fe = fwd.iter().map(|&ni| op(ni).end()).max().expect("non-empty");
-                    let in_fwd: BTreeSet<usize> = fwd.iter().copied().collect();
-                    let in_bwd: BTreeSet<usize> = bwd.iter().copied().collect();
-                    // The module's autograd nodes as they ran: a saved tensor is released when its
-                    // node is done, inside `evaluate_function` but after the ops under it.
-                    // Every autograd node of the module's forward ops (by sequence number), with
-                    // or without ops of its own under it (a view's backward has none).
-                    let span = fwd_seq_ops.partition_point(|o| o.0 < fs)
-                        ..fwd_seq_ops.partition_point(|o| o.0 <= fe);
-                    let mut bw_spans: Vec<(i64, i64)> = fwd_seq_ops[span]
-                        .iter()
-                        .filter(|&&(_, _, m)| under(t.kineto.str(m), path))
-                        .flat_map(|&(_, seq, _)| eval_fns.get(&seq).into_iter().flatten())
-                        .filter(|&&(st, _)| st > fe && st <= it.end)
-                        .copied()
-                        .chain(bwd.iter().map(|&ni| {
-                            let o = step.nodes[ni].op;
-                            t.ancestors(o)
-                                .find(|a| t.op_name(*a).starts_with(EVALUATE_FUNCTION))
-                                .map_or((op(ni).start, op(ni).end()), |a| {
-                                    (t.op(a).start, t.op(a).end())
-                                })
-                        }))
-                        .collect();
-                    bw_spans.sort_unstable();
-                    bw_spans.dedup();
-                    // The module's backward starts with its first autograd node: the recompute
-                    // runs when that node unpacks what it saved.
-                    let t0 = t0.min(bw_spans.first().map_or(t0, |s| s.0));
-                    // Spans of several threads may overlap: any that started by `ts` may hold it.
-                    let freed_by_module = |ts: i64| {
-                        let i = bw_spans.partition_point(|s| s.0 <= ts);
-                        bw_spans[..i].iter().any(|s| ts <= s.1)
-                    };
-                    // What its checkpoint frees.
-                    let mut dropped: Vec<(usize, i64, i64)> = Vec::new(); // (block, forward free, first bw use)
-                    for &p in fwd {
-                        for &bi in made_by.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
-                            let b = &mem.blocks[bi];
-                            if b.category != Category::Activation {
-                                continue;
-                            }
-                            let Some(freed) = b.free.filter(|&f| freed_by_module(f)) else {
-                                continue;
-                            };
-                            let (fw_free, bw_first) =
-                                match ids.and_then(|i| i.readers(step, mem, bi)) {
-                                    Some(r) => {
-                                        let r: Vec<usize> = r.collect();
-                                        if r.iter().any(|&ni| {
-                                            step.nodes[ni].phase == Phase::Backward
-                                                && !in_bwd.contains(&ni)
-                                        }) {
-                                            continue; // also saved outside the module
-                                        }
-                                        let fw_last = r
-                                            .iter()
-                                            .filter(|&&ni| step.nodes[ni].phase == Phase::Forward)
-                                            .map(|&ni| op(ni).end())
-                                            .max()
-                                            .unwrap_or(b.alloc);
-                                        let bw_first = r
-                                            .iter()
-                                            .filter(|&&ni| in_bwd.contains(&ni))
-                                            .map(|&ni| op(ni).start)
-                                            .min()
-                                            .unwrap_or(freed);
-                                        (fw_last.max(b.alloc), bw_first)
-                                    }
-                                    None => (fe.max(b.alloc), t0),
-                                };
-                            if fw_free >= t0 {
-                                continue;
-                            }
-                            dropped.push((bi, fw_free, bw_first.max(t0)));
-                        }
-                    }
-                    if dropped.is_empty() {
-                        return None;
-                    }
-                    let held = ids.map_or_else(Vec::new, |ids| {
-                        held_inputs(step, mem, ids, fwd, (it.start, fs), &bw_spans)
-                    });
-                    let dropped_set: BTreeSet<usize> = dropped.iter().map(|d| d.0).collect();
-                    let mut rec: Vec<Added> = Vec::new();
-                    let mut swp: Vec<Added> = Vec::new();
-                    for &(bi, fw_free, bw_first) in &dropped {
-                        let b = &mem.blocks[bi];
-                        let drop = Added {
-                            key: Key {
-                                ts: fw_free,
-                                tie: 2,
-                                seq: bi as u32,
-                            },
-                            bytes: -b.size,
-                            category: b.category,
-                        };
-                        rec.push(drop);
-                        swp.push(drop);
-                        swp.push(Added {
-                            key: Key {
-                                ts: bw_first,
-                                tie: 0,
-                                seq: bi as u32,
-                            },
-                            bytes: b.size,
-                            category: b.category,
-                        });
-                    }
-                    // The recompute: the module's forward events again at t0, the dropped blocks
-                    // kept, its temporaries freed where they were, the rest dropped at the end.
-                    let lo = t.memory.partition_point(|m| m.ts < fs);
-                    let hi = t.memory.partition_point(|m| m.ts <= fe);
-                    let mut live: BTreeMap<usize, i64> = BTreeMap::new();
-                    let mut seq = 0u32;
-                    // The replayed events all fall at t0, before the measured ones there, in order.
-                    let replay = |rec: &mut Vec<Added>, seq: &mut u32, bytes: i64, category| {
-                        rec.push(Added {
-                            key: Key {
-                                ts: t0,
-                                tie: 0,
-                                seq: *seq,
-                            },
-                            bytes,
-                            category,
-                        });
-                        *seq += 1;
-                    };
-                    for ei in lo..hi {
-                        let Some(bi) = mem.event_block(ei) else {
-                            continue;
-                        };
-                        let b = &mem.blocks[bi];
-                        let e = &t.memory[ei];
-                        if e.bytes > 0 {
-                            if b.producer.is_some_and(|p| in_fwd.contains(&p)) {
-                                replay(&mut rec, &mut seq, b.size, b.category);
-                                if !dropped_set.contains(&bi) {
-                                    live.insert(bi, b.size);
-                                }
-                            }
-                        } else if let Some(sz) = live.remove(&bi) {
-                            replay(&mut rec, &mut seq, -sz, b.category);
-                        }
-                    }
-                    for (bi, sz) in live {
-                        replay(&mut rec, &mut seq, -sz, mem.blocks[bi].category);
-                    }
-                    let bytes: i64 = dropped.iter().map(|d| mem.blocks[d.0].size).sum();
-                    // Its forward again (the ops' host time, scaled to the program's own speed, and
-                    // their GPU time) when its backward begins, and the checkpoint's own host work
-                    // per call and per op, half in the forward and half in the backward (about what
-                    // `capture/corpus/step_phases.py` measured on the GPT example's Blocks); the swap
-                    // hooks' host work split the same way, each block's copy out queued as its
-                    // producer ends and its copy back at its first backward reader.
-                    let ops = fwd.len() as f64;
-                    let replay_host: f64 = fwd
-                        .iter()
-                        .map(|&ni| step.nodes[ni].cpu_time as f64 * cpu_scale * 1e-9)
-                        .sum();
-                    let replay_gpu: f64 = fwd
-                        .iter()
-                        .map(|&ni| step.nodes[ni].gpu_time as f64 * 1e-9)
-                        .sum();
-                    let host = |ts: i64, host_s: f64| Work {
-                        ts,
-                        host_s,
-                        gpu_s: 0.0,
-                    };
-                    let own = ov.recompute_call_s + ov.recompute_per_op_s * ops;
-                    let rw = vec![
-                        host(fs, own / 2.0),
-                        Work {
-                            ts: t0,
-                            host_s: own / 2.0 + replay_host,
-                            gpu_s: replay_gpu,
-                        },
-                    ];
-                    let hooks = ov.swap_call_s + ov.swap_per_op_s * ops;
-                    let mut sw = vec![host(fs, hooks / 2.0), host(t0, hooks / 2.0)];
-                    for &(bi, _, bw_first) in &dropped {
-                        let b = &mem.blocks[bi];
-                        let made = b.producer.map_or(b.alloc, |p| op(p).end());
-                        sw.push(Work {
-                            ts: made,
-                            host_s: 0.0,
-                            gpu_s: b.size as f64 / (dtoh * 1e9),
-                        });
-                        sw.push(Work {
-                            ts: bw_first,
-                            host_s: 0.0,
-                            gpu_s: b.size as f64 / (htod * 1e9),
-                        });
-                    }
-                    Some(CallEffects {
-                        rec,
-                        swp,
-                        dropped: dropped.iter().map(|d| d.0).collect(),
-                        bytes,
-                        held,
-                        rw,
-                        sw,
-                    })
-                };
+                let one_call = |fwd: &[usize], bwd: &[usize]| one_call(&cx, path, it, fwd, bwd);
                 // Each call on its own: gradient accumulation runs the module once per
                 // micro-batch (forward, backward, forward, ...); taken as one call, its
                 // activations were dropped after the last micro-batch's forward and brought
@@ -492,6 +250,7 @@ pub(super) fn build_candidates(
             let mut dp: Vec<f64> = dropped_per_iter.iter().map(|&b| b as f64).collect();
             let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
             Some(Candidate {
+                fqn: a.module_fqns.get(&instance).cloned(),
                 class: class_of(&instance).to_owned(),
                 instance,
                 depth: depth_of(path),
@@ -513,7 +272,7 @@ pub(super) fn build_candidates(
 /// module's forward began at `fs`) and freed before the module's backward (`bw_spans`, its
 /// autograd nodes as they ran) ends. Parameters, gradients, optimizer state and workspaces
 /// outlive the step anyway.
-fn held_inputs(
+pub(super) fn held_inputs(
     step: &Step,
     mem: &Memory,
     ids: &liveness::Identities,

@@ -27,6 +27,7 @@
 //! plan's events added.
 
 mod build;
+mod call;
 mod candidates;
 mod cost;
 mod queue;
@@ -347,6 +348,7 @@ mod tests {
         let c = |path: &str, blocks: Vec<usize>| Candidate {
             path: path.into(),
             instance: path.into(),
+            fqn: None,
             class: "X".into(),
             depth: 0,
             added: vec![BTreeMap::new()],

@@ -198,7 +198,7 @@ pub(super) fn explicit(
         };
         let i = cands
             .iter()
-            .position(|c| c.instance == name || c.path == name)
+            .position(|c| c.instance == name || c.path == name || c.fqn.as_deref() == Some(name))
             .ok_or_else(|| Error::UnknownModule {
                 name: name.to_owned(),
                 known: {

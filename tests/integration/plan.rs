@@ -642,3 +642,61 @@ fn plans_of_a_trainer_with_gradient_accumulation_are_predicted_per_micro_batch()
     }
     assert_eq!(checked, 2);
 }
+
+/// Plans name each module as users' code does: the capture records, per module instance the
+/// profiler names (`GPT2Block_3`), its qualified name under the model (`transformer.h.3`,
+/// checked on the GPU machine against the model built as the program builds it:
+/// capture/corpus/check_fqns.py, 55 of 55 match). Every decision carries the name the
+/// capture recorded for its instance, `--modules` takes either name to the same plan, and
+/// `--print-policy` prints code that wraps the modules by those names.
+#[test]
+fn decisions_carry_the_qualified_names_the_capture_recorded() {
+    let sample = "sample_traces/plan/hf_trainer_small";
+    let m = crate::common::manifest(&root().join(sample));
+    let fqns = m["ranks"][0]["module_fqns"].as_object().unwrap().clone();
+    assert_eq!(fqns["GPT2Block_3"], "transformer.h.3");
+    let by_instance = plan(
+        sample,
+        &Options {
+            budget: Some("90%".parse().unwrap()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let every = plan(
+        sample,
+        &Options {
+            modules: Some(vec!["every-block".into()]),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for d in by_instance.decisions.iter().chain(&every.decisions) {
+        assert_eq!(
+            d.fqn.as_deref(),
+            fqns.get(&d.instance).and_then(|v| v.as_str()),
+            "{d:?}"
+        );
+    }
+    let by_name = plan(
+        sample,
+        &Options {
+            modules: Some(
+                every
+                    .decisions
+                    .iter()
+                    .map(|d| d.fqn.clone().unwrap())
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(by_name.predicted_peak_bytes, every.predicted_peak_bytes);
+    let code = steptrace::report::plan::policy_code(&every);
+    assert!(
+        code.contains(r#"for name in ["transformer.h.0", "transformer.h.1", "transformer.h.2", "transformer.h.3"]:"#),
+        "{code}"
+    );
+    assert!(code.contains("use_reentrant=False"), "{code}");
+}

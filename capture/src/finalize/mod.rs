@@ -162,6 +162,10 @@ pub struct ShimStatus {
     /// passed through to the manifest for `steptrace plan`.
     #[serde(default)]
     pub plan_probe: Option<serde_json::Value>,
+    /// Each module's profiler-style instance name (`GPT2Block_3`) and its fully qualified
+    /// name (`transformer.h.3`), from the Python shim's module hooks.
+    #[serde(default)]
+    pub module_fqns: std::collections::BTreeMap<String, String>,
     /// Step boundaries after the window, found by the rule's own step hooks (Python: the
     /// optimizer or GradScaler hook), on the clock of `timing_ns`.
     #[serde(default)]

@@ -198,3 +198,88 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
     super::rename_parts(dir)?;
     Ok(files)
 }
+
+/// The plan as Python a user pastes into the training program after the model is built
+/// (`model`: the module the capture's qualified names are under): each recomputed module's
+/// forward under non-reentrant `torch.utils.checkpoint`, each swapped one's under
+/// `torch.autograd.graph.save_on_cpu`, by qualified name. A module the capture did not name
+/// (a run captured before names were recorded) is listed by its instance name in a comment.
+pub fn policy_code(p: &Plan) -> String {
+    use crate::plan::Action;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# steptrace plan for {}: {} module(s); predicted peak {} (measured without the plan: {}), step {}.",
+        p.run,
+        p.decisions.len(),
+        human_bytes(p.predicted_peak_bytes),
+        human_bytes(p.measured_peak_bytes),
+        human_time(p.predicted_step_time_s)
+    );
+    let _ = writeln!(
+        o,
+        "# Paste after the model is built; `model` is the module the names below are under."
+    );
+    let names = |action: Action| -> Vec<String> {
+        p.decisions
+            .iter()
+            .filter(|d| d.action == action)
+            .filter_map(|d| d.fqn.as_ref().map(|f| format!("{f:?}")))
+            .collect()
+    };
+    let (rec, swp) = (names(Action::Recompute), names(Action::Swap));
+    let unnamed: Vec<&str> = p
+        .decisions
+        .iter()
+        .filter(|d| d.fqn.is_none())
+        .map(|d| d.instance.as_str())
+        .collect();
+    o.push_str("import torch\nfrom torch.utils.checkpoint import checkpoint\n\n");
+    if !rec.is_empty() {
+        o.push_str(
+            "def _recompute(module):\n    forward = module.forward\n    module.forward = lambda *a, **k: checkpoint(forward, *a, use_reentrant=False, **k)\n\n",
+        );
+    }
+    if !swp.is_empty() {
+        o.push_str(
+            "def _swap(module):\n    forward = module.forward\n    def swapped(*a, **k):\n        with torch.autograd.graph.save_on_cpu(pin_memory=True):\n            return forward(*a, **k)\n    module.forward = swapped\n\n",
+        );
+    }
+    if !rec.is_empty() {
+        let _ = writeln!(
+            o,
+            "for name in [{}]:\n    _recompute(model.get_submodule(name))",
+            rec.join(", ")
+        );
+    }
+    if !swp.is_empty() {
+        let _ = writeln!(
+            o,
+            "for name in [{}]:\n    _swap(model.get_submodule(name))",
+            swp.join(", ")
+        );
+    }
+    if !unnamed.is_empty() {
+        let _ = writeln!(
+            o,
+            "# Not named by the capture (capture again with this build to have their names): {}",
+            unnamed.join(", ")
+        );
+    }
+    // Every block recomputed is what frameworks offer as one switch.
+    let every = p.every_block.as_ref().is_some_and(|e| {
+        e.decisions == p.decisions.len()
+            && p.decisions.iter().all(|d| d.action == Action::Recompute)
+            && p.decisions.windows(2).all(|w| w[0].class == w[1].class)
+    });
+    if every {
+        let class = &p.decisions[0].class;
+        let _ = writeln!(
+            o,
+            "# This is every {class} recomputed: with HF Transformers, \
+             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{\"use_reentrant\": False}}) \
+             does the same for its blocks; with torchtitan, [activation_checkpoint] mode = \"full\"."
+        );
+    }
+    o
+}
