@@ -106,6 +106,11 @@ prove gpt $E -- python3 train_gpt.py --batch 16 --seq 512 --d 512 --layers 8 --s
 # Framework programs as their users write them (capture/corpus/programs/): a HuggingFace
 # Trainer on GPT-2 from its config (bf16, gradient accumulation 4), 4 layers x 256 tokens.
 mkdir -p $W/fw && cp $ROOT/capture/corpus/programs/*.py $W/fw/
+# The stand-in data the corpus's programs read (Lightning's demo reads fw/data/wikitext-2.txt;
+# with none there it tries to download it and exits on the GPU machine).
+if want lightning; then
+  cp -r $ROOT/.corpus/src/examples $W/ && python3 $ROOT/capture/corpus/make_data.py $W >$W/logs/make_data.log 2>&1
+fi
 prove hf_small $W/fw -- python3 hf_trainer_gpt2.py --n-layer 4 --seq-len 256 --max-steps 80
 # Lightning's own demo LightningTransformer under Trainer.fit (bf16-mixed, closure).
 prove lightning $W/fw -- python3 lightning_transformer.py
