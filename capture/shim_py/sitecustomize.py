@@ -106,6 +106,7 @@ class _State:
         self.module_seen = {}
         self.module_counters = {}
         self.fqn_of = {}
+        self.module_stack = []
         self.nvtx_iteration_open = False
         self.done = False
         # Set by the SIGTERM handler: the process then ends as SIGTERM would once written.
@@ -656,11 +657,15 @@ def _optimizer_ends_step(optimizer):
     return False
 
 
-def _optimizer_found():
+def _optimizer_found(drop_hooks=True):
     """Steps are marked by the optimizer (or its GradScaler) from now on: the module hooks of
-    the no-optimizer fallback go, unless an NVTX tool records their ranges (global module hooks
-    put every module call on its slow path)."""
+    the no-optimizer fallback go once a whole step has run (`drop_hooks`: at the end of the
+    optimizer's step, not its start, so that a closure's forward inside the first step still
+    names its modules), unless an NVTX tool records their ranges (global module hooks put every
+    module call on its slow path)."""
     if _S.optimizer_seen:
+        if drop_hooks:
+            _drop_module_hooks()
         return
     _S.optimizer_seen = True
     st = _S.status
@@ -682,36 +687,56 @@ def _optimizer_found():
         elif st["phase"] in ("window", "finished"):
             note += ": the window opened on them, so its first steps are micro-batches"
         st["notes"].append(note)
-    if not _S.nvtx_tool:
+    if drop_hooks:
+        _drop_module_hooks()
+
+
+def _drop_module_hooks():
+    if not _S.nvtx_tool and _S.module_hooks:
         for h in _S.module_hooks:
             h.remove()
         _S.module_hooks = []
         _S.forward_depth = 0
+        _S.module_stack = []
+
+
+def _profiler_name(counters, module):
+    """A module's name as the profiler gives it: its class's name and the order in which
+    instances of that class (the class itself: two classes of one name, Lightning's demo
+    `Transformer` and the `nn.Transformer` inside it, count apart and are both `Transformer_0`)
+    were first called."""
+    cls = type(module)
+    k = counters.get(cls, 0)
+    counters[cls] = k + 1
+    return "%s_%d" % (cls.__name__, k)
 
 
 def _name_module(module):
-    """Names a module at its first call as the profiler does (its class and the order in which
-    instances of that class were first called: `GPT2Block_3`, what plans name) beside its
-    fully qualified name under the model it was first called in (`transformer.h.3`, as
-    `model.named_modules()` gives it, "" for the model itself), into the status's
-    `module_fqns`: a plan's modules in the names users' code, Lightning, HF and torchtitan use."""
+    """Names a module at its first call as the profiler does (`GPT2Block_3`), with the path
+    of names of the modules it was called in (`GPT2LMHeadModel_0/GPT2Model_0/GPT2Block_3`, the
+    trace's module path: what plans name) and its fully qualified name under the model it was
+    first called in (`transformer.h.3`, as `model.named_modules()` gives it, "" for the model
+    itself), into the status's `module_fqns` by path: a plan's modules in the names users'
+    code, Lightning, HF and torchtitan use. Returns the module's path."""
     key = id(module)
-    if key in _S.module_seen:
-        return
-    _S.module_seen[key] = True
+    path = _S.module_seen.get(key)
+    if path is not None:
+        return path
     if _S.forward_depth == 0 and key not in _S.fqn_of:
         try:
             for name, m in module.named_modules():
                 _S.fqn_of.setdefault(id(m), name)
         except Exception as exc:
             _S.error("module names", exc)
-    cls = type(module).__name__
-    k = _S.module_counters.get(cls, 0)
-    _S.module_counters[cls] = k + 1
+    name = _profiler_name(_S.module_counters, module)
+    parent = _S.module_stack[-1] if _S.module_stack else None
+    path = name if parent is None else parent + "/" + name
+    _S.module_seen[key] = path
     fqn = _S.fqn_of.get(key)
     names = _S.status.setdefault("module_fqns", {})
     if fqn is not None and len(names) < _MAX_READINGS:
-        names["%s_%d" % (cls, k)] = fqn
+        names[path] = fqn
+    return path
 
 
 def _install_hooks(torch):
@@ -722,7 +747,7 @@ def _install_hooks(torch):
         # The optimizer marks steps from its first call on, before its step runs: a closure
         # it calls (LBFGS: up to 20 forward and backward passes a step) must not mark steps
         # of its own through the no-optimizer rule.
-        _optimizer_found()
+        _optimizer_found(drop_hooks=False)
         _S.opt_t0 = time.perf_counter_ns() if _S.status["phase"] == "timing" else None
 
     def opt_post(optimizer, args, kwargs):
@@ -802,7 +827,7 @@ def _install_hooks(torch):
         _S.error("GradScaler hook", exc)
 
     def fwd_pre(module, args):
-        _name_module(module)
+        _S.module_stack.append(_name_module(module))
         if _S.forward_depth == 0:
             # Fallback boundary: a new top-level forward after a backward pass with no
             # optimizer step in between (hand-written updates).
@@ -812,6 +837,8 @@ def _install_hooks(torch):
         _S.forward_depth += 1
 
     def fwd_post(module, args, output):
+        if _S.module_stack:
+            _S.module_stack.pop()
         _S.forward_depth = max(0, _S.forward_depth - 1)
         if _S.forward_depth == 0:
             _nvtx(pop=True)
@@ -991,7 +1018,12 @@ def _apply_plan(torch, path):
     version = int(plan.get("format_version", 1))
     if version > _PLAN_FORMAT_VERSION:
         raise ValueError("plan format version %d is newer than this shim reads (%d)" % (version, _PLAN_FORMAT_VERSION))
-    want = {d["instance"]: d["action"] for d in plan.get("decisions", [])}
+    # By the module's path where the plan gives it (two modules can share an instance name:
+    # classes of one name count apart), else by instance name.
+    want, by_instance = {}, {}
+    for d in plan.get("decisions", []):
+        want[d.get("module") or d["instance"]] = d["action"]
+        by_instance[d["instance"]] = d.get("module") or d["instance"]
     st = _S.status
     st["plan"] = {"file": os.path.basename(path), "wanted": sorted(want), "applied": [], "missing": []}
     if not want:
@@ -1002,7 +1034,7 @@ def _apply_plan(torch, path):
         st["plan"]["timed_both_ways"] = True
 
     counters = {}
-    seen = {}  # id(module) -> name; modules live as long as the program's model
+    seen = set()  # id(module); modules live as long as the program's model
 
     def wrap(module, action):
         module.forward = _planned_forward(torch, module.forward, action, lambda: module.parameters())
@@ -1013,15 +1045,18 @@ def _apply_plan(torch, path):
         key = id(module)
         if key in seen:
             return None
-        cls = type(module).__name__
-        k = counters.get(cls, 0)
-        counters[cls] = k + 1
-        name = "%s_%d" % (cls, k)
-        seen[key] = name
-        action = want.get(name)
-        if action in ("recompute", "swap"):
+        seen.add(key)
+        inst = _profiler_name(counters, module)
+        # Its path, as the module hooks (registered before this one, so called first) named
+        # it at this same first call; none where they are gone or never ran.
+        path_ = _S.module_seen.get(key)
+        if path_ is None:
+            # No path known: by its instance name (ambiguous only where two classes share one).
+            path_ = by_instance.get(inst)
+        action = want.get(path_) if path_ is not None else None
+        if action in ("recompute", "swap") and path_ not in st["plan"]["applied"]:
             wrap(module, action)
-            st["plan"]["applied"].append(name)
+            st["plan"]["applied"].append(path_)
             if len(st["plan"]["applied"]) == len(want) and handle is not None:
                 handle.remove()  # every module found: no global hook on every call
         return None

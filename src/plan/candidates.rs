@@ -76,7 +76,17 @@ pub(super) fn class_of(instance: &str) -> &str {
 /// the class with the most instances (two at least); ties go to the shallower, then by name.
 pub(super) fn every_block_class(cands: &[Candidate]) -> Option<String> {
     let mut by_class: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for c in cands.iter().filter(|c| c.composite && c.depth > 0) {
+    // Instances side by side: one inside another of its class name (Lightning's demo
+    // `Transformer` holding an `nn.Transformer`) is not a repeated block.
+    let nested = |c: &Candidate| {
+        cands
+            .iter()
+            .any(|o| o.class == c.class && o.path != c.path && under(&c.path, &o.path))
+    };
+    for c in cands
+        .iter()
+        .filter(|c| c.composite && c.depth > 0 && !nested(c))
+    {
         let e = by_class.entry(c.class.as_str()).or_insert((0, usize::MAX));
         e.0 += 1;
         e.1 = e.1.min(c.depth);
@@ -250,7 +260,13 @@ pub(super) fn build_candidates(
             let mut dp: Vec<f64> = dropped_per_iter.iter().map(|&b| b as f64).collect();
             let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
             Some(Candidate {
-                fqn: a.module_fqns.get(&instance).cloned(),
+                // By the module's path (captures name modules so: two classes may share an
+                // instance name), else by instance name (captures before paths were recorded).
+                fqn: a
+                    .module_fqns
+                    .get(path.as_str())
+                    .or_else(|| a.module_fqns.get(&instance))
+                    .cloned(),
                 class: class_of(&instance).to_owned(),
                 instance,
                 depth: depth_of(path),

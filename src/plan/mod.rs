@@ -263,7 +263,13 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     };
     let chosen: &[Choice] = if take == 0 { &[] } else { &rounds[take - 1] };
     let decisions = build::decisions(&ev, chosen, measured_peak);
-    debug_assert!(!dropped_twice(&candidates, chosen), "a block dropped twice");
+    // The search never takes a block twice; modules the user names may nest (a checkpoint
+    // inside a checkpointed module still lowers the peak of the outer one's recompute:
+    // Lightning's demo with both `Transformer`s recomputed, predicted within 0.04%).
+    debug_assert!(
+        opts.modules.is_some() || !dropped_twice(&candidates, chosen),
+        "a block dropped twice"
+    );
     let (peak, worst_iter) = ev.peak(chosen);
     let predicted_step = ev.step(chosen);
     let feasible = budget.is_none_or(|b| peak.bytes <= b);

@@ -168,6 +168,11 @@ pub(super) fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) ->
 pub(super) fn every_block_choices(cands: &[Candidate], class: &str) -> Vec<Choice> {
     (0..cands.len())
         .filter(|&i| cands[i].class == class)
+        .filter(|&i| {
+            !cands.iter().any(|o| {
+                o.class == class && o.path != cands[i].path && under(&cands[i].path, &o.path)
+            })
+        })
         .map(|i| (i, Action::Recompute))
         .collect()
 }

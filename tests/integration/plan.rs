@@ -22,8 +22,15 @@ fn plan(dir: &str, opts: &Options) -> Result<steptrace::plan::Plan, steptrace::E
 /// the record, the plan with its modules, and the predicted peak's error against the
 /// measured one.
 fn repredict(line: &str) -> (serde_json::Value, steptrace::plan::Plan, f64) {
+    repredict_by(line, "decisions")
+}
+
+/// [`repredict`] with the modules of the record's `key`: `applied` holds the paths the shim
+/// wrapped (`LightningTransformer_0/Transformer_0/Transformer_0`), which name a module where
+/// instance names are shared.
+fn repredict_by(line: &str, key: &str) -> (serde_json::Value, steptrace::plan::Plan, f64) {
     let r: serde_json::Value = serde_json::from_str(line).unwrap();
-    let decisions: Vec<String> = r["decisions"]
+    let decisions: Vec<String> = r[key]
         .as_array()
         .unwrap()
         .iter()
@@ -604,7 +611,9 @@ fn issue20_the_search_splits_a_chosen_module_whose_replay_sets_the_peak() {
 
 /// `sample_traces/plan/measured_frameworks.jsonl`: plans applied with `capture --plan` to a
 /// HuggingFace `Trainer` program (GPT-2 from its config, 4 layers x 256 tokens, bf16,
-/// gradient accumulation 4; capture/corpus/plan_proof.sh `hf_small`), with torch's
+/// gradient accumulation 4; capture/corpus/plan_proof.sh `hf_small`) and to Lightning's demo
+/// `LightningTransformer` (`lightning`, whose demo `Transformer` holds an `nn.Transformer`:
+/// two classes of one name, both `Transformer_0`, told apart by their paths), with torch's
 /// `max_memory_allocated` over the window's steps, re-predicted from the capture without a
 /// plan. Each GPT2Block runs four times an iteration (once per micro-batch): taken as one call,
 /// checkpointing every block was predicted to raise the peak (2.20 GB against 2.20 measured
@@ -615,15 +624,15 @@ fn plans_of_a_trainer_with_gradient_accumulation_are_predicted_per_micro_batch()
         .unwrap();
     let mut checked = 0;
     for line in text.lines() {
-        let (r, p, err) = repredict(line);
+        let (r, p, err) = repredict_by(line, "applied");
         assert_eq!(r["missing"].as_array().map(Vec::len), Some(0), "{line}");
         assert_eq!(
             p.measured_peak_bytes,
             r["base_peak_bytes"].as_i64().unwrap()
         );
-        // Every block: within 1%. The 90% plan (the whole GPT2Model recomputed, and the LM
-        // head) is predicted 2.0% under what was measured: still open.
-        let bound = if r["plan"] == "every" { 0.01 } else { 0.025 };
+        // Within 1%, but where the record names a known gap: the HF plan that recomputes the
+        // whole GPT2Model and the LM head is predicted 2.0% under what was measured (open).
+        let bound = r["known_gap_pct"].as_f64().map_or(0.01, |g| g / 100.0);
         assert!(
             err.abs() < bound,
             "{} {}: predicted {} measured {} ({:+.2}%)",
@@ -633,14 +642,19 @@ fn plans_of_a_trainer_with_gradient_accumulation_are_predicted_per_micro_batch()
             r["measured_peak_bytes"],
             100.0 * err
         );
-        // The measured peak saved what the plan was for: under 90% of the peak without it.
-        assert!(
-            r["measured_peak_bytes"].as_f64().unwrap()
-                < 0.9 * r["base_peak_bytes"].as_f64().unwrap()
-        );
+        // A plan for 90% of the peak met it when applied. (Every block recomputed is no
+        // budget: Lightning's whole model recomputed measured 1.3% over the peak without a
+        // plan, as predicted.)
+        if r["plan"] == "p90" {
+            assert!(
+                r["measured_peak_bytes"].as_f64().unwrap()
+                    <= 0.9 * r["base_peak_bytes"].as_f64().unwrap(),
+                "{line}"
+            );
+        }
         checked += 1;
     }
-    assert_eq!(checked, 2);
+    assert_eq!(checked, 5);
 }
 
 /// Plans name each module as users' code does: the capture records, per module instance the
