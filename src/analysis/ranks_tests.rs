@@ -107,6 +107,16 @@ fn a_lead_the_profiler_can_make_names_no_straggler() {
         drift.no_straggler_reason.unwrap(),
         "no straggler beyond profiler noise: rank 1 made each other rank wait 0.900 ms per profiled step, but its nodes took only 0.200 ms per step longer than the other ranks' (22% of the wait): it arrived late without being slower at its work (its host drifted behind, as the profiler's uneven cost makes it)"
     );
+    // The same late rank whose own optimizer step, with nothing recorded, is 5x the others':
+    // its host is slow in the program itself, so it is named although its profiled nodes
+    // explain little of the wait (FSDP2 on four ranks, rank 1's host slowed on purpose).
+    let mut v = vec![rank(0, 3000, &n), rank(1, 300, &[("a", 0.0012)])];
+    v[0].own_optimizer_step_s = Some(0.005);
+    v[1].own_optimizer_step_s = Some(0.025);
+    let slowed = combine(v, 5)
+        .straggler
+        .expect("a host slower with nothing recorded");
+    assert_eq!((slowed.rank, slowed.own_host_ratio), (1, Some(5.0)));
 }
 
 #[test]
