@@ -3,6 +3,11 @@
 
 use crate::common::samples;
 
+/// Per sample, one analysis: summary.json, node_stats.csv and iterations.csv held whole; every
+/// file analyze writes by name, size and content hash (FNV-1a 64 over the bytes, with the run's
+/// temporary folder, the checkout and the version written as placeholders in text files), so
+/// any change to any output, plots, Parquet and report.html included, shows; and the text of
+/// every other table or JSON file under 32 KiB held whole.
 #[test]
 fn sample_outputs_match_snapshots() {
     for s in samples() {
@@ -15,61 +20,32 @@ fn sample_outputs_match_snapshots() {
         insta::assert_snapshot!(format!("{name}__node_stats"), stats);
         let iters = std::fs::read_to_string(out.out_dir.join("iterations.csv")).unwrap();
         insta::assert_snapshot!(format!("{name}__iterations"), iters);
-    }
-}
-
-/// Every file analyze writes for every sample, by name, size and content hash (FNV-1a 64 over
-/// the bytes, with the run's temporary folder, the checkout and the version written as
-/// placeholders in text files): any change to any output, plots, Parquet and report.html included, shows here.
-/// The text of the small outputs is held whole above and in `sample_text_outputs_match`.
-#[test]
-fn every_output_file_of_every_sample_matches_its_digest() {
-    for s in samples() {
-        let name = s.file_name().unwrap().to_string_lossy().into_owned();
-        let (_d, out) = crate::common::analyze(&s);
-        let mut lines = Vec::new();
+        let mut digests = Vec::new();
         for path in files_under(&out.out_dir) {
             let rel = path
                 .strip_prefix(&out.out_dir)
                 .unwrap()
                 .display()
                 .to_string();
-            let bytes = normalized(&std::fs::read(&path).unwrap(), &out.out_dir);
-            lines.push(format!(
+            let raw = std::fs::read(&path).unwrap();
+            let bytes = normalized(&raw, &out.out_dir);
+            digests.push(format!(
                 "{rel}  {} bytes  {:016x}",
                 bytes.len(),
                 fnv1a(&bytes)
             ));
-        }
-        insta::assert_snapshot!(format!("{name}__all_outputs"), lines.join("\n"));
-    }
-}
-
-/// Text outputs under 32 KiB held whole (the tables' schemas and the JSON side files).
-#[test]
-fn sample_text_outputs_match() {
-    for s in samples() {
-        let name = s.file_name().unwrap().to_string_lossy().into_owned();
-        let (_d, out) = crate::common::analyze(&s);
-        for path in files_under(&out.out_dir) {
-            let rel = path
-                .strip_prefix(&out.out_dir)
-                .unwrap()
-                .display()
-                .to_string();
             let text_like = [".csv", ".json", ".txt", ".md"]
                 .iter()
                 .any(|e| rel.ends_with(e));
             // Those three are held above.
             let held = ["summary.json", "node_stats.csv", "iterations.csv"].contains(&rel.as_str());
-            let bytes = std::fs::read(&path).unwrap();
-            if !text_like || held || bytes.len() > 32 << 10 {
-                continue;
+            if text_like && !held && raw.len() <= 32 << 10 {
+                let text = String::from_utf8(bytes).unwrap();
+                let key = rel.replace(['/', '.'], "_");
+                insta::assert_snapshot!(format!("{name}__{key}"), text);
             }
-            let text = String::from_utf8(normalized(&bytes, &out.out_dir)).unwrap();
-            let key = rel.replace(['/', '.'], "_");
-            insta::assert_snapshot!(format!("{name}__{key}"), text);
         }
+        insta::assert_snapshot!(format!("{name}__all_outputs"), digests.join("\n"));
     }
 }
 
