@@ -727,6 +727,34 @@ int main() {
 
 /// Runs `body` in python3 after loading the Python shim as module `m` with a fresh state and a
 /// stand-in for torch (no GPU, no torch needed); returns the JSON `body` prints.
+/// A stand-in torch for [`drive_python_shim`]: the registries the shim's `_install_hooks`
+/// hooks into (optimizer pre/post, module forward pre/post), each hook kept with its handle in
+/// `registered[kind]`, and the hooks installed; `torch` is the stand-in.
+const STAND_IN_TORCH: &str = r#"
+import sys, time, types
+class Hook:
+    def __init__(self): self.removed = False
+    def remove(self): self.removed = True
+registered = {"opt_pre": [], "opt_post": [], "fwd_pre": [], "fwd_post": []}
+def registrar(kind):
+    def register(fn):
+        h = Hook(); registered[kind].append((fn, h)); return h
+    return register
+optim = types.ModuleType("torch.optim.optimizer")
+optim.register_optimizer_step_pre_hook = registrar("opt_pre")
+optim.register_optimizer_step_post_hook = registrar("opt_post")
+mod = types.ModuleType("torch.nn.modules.module")
+mod.register_module_forward_pre_hook = registrar("fwd_pre")
+mod.register_module_forward_hook = registrar("fwd_post")
+sys.modules.update({"torch.optim.optimizer": optim, "torch.nn.modules.module": mod})
+class GradScaler:
+    def update(self): pass
+torch = types.SimpleNamespace(autograd=types.SimpleNamespace(backward=lambda *a, **k: None),
+                              amp=types.SimpleNamespace(GradScaler=GradScaler))
+m._S.torch = torch
+m._install_hooks(torch)
+"#;
+
 fn drive_python_shim(body: &str) -> serde_json::Value {
     assert!(python_has("sys"), "no python3 here");
     let dir = tempfile::tempdir().unwrap();
@@ -1064,32 +1092,9 @@ fn issue17_the_python_shim_times_the_steps_after_the_window_with_its_step_hooks_
     // Issue 17: the program's step time over the rest of its run. After the window the
     // optimizer hooks stay (module hooks go) and each step, through the hooks the shim
     // installed, is one clock reading.
-    let v = drive_python_shim(
+    let v = drive_python_shim(&format!(
+        "{STAND_IN_TORCH}{}",
         r#"
-import sys, time, types
-class Hook:
-    def __init__(self): self.removed = False
-    def remove(self): self.removed = True
-# A stand-in torch with the registries the shim hooks into: what it registers is kept here.
-registered = {"opt_post": [], "module": []}
-def registrar(kind):
-    def register(fn):
-        h = Hook(); registered[kind].append((fn, h)); return h
-    return register
-optim = types.ModuleType("torch.optim.optimizer")
-optim.register_optimizer_step_pre_hook = registrar("opt_pre")
-optim.register_optimizer_step_post_hook = registrar("opt_post")
-registered["opt_pre"] = []
-mod = types.ModuleType("torch.nn.modules.module")
-mod.register_module_forward_pre_hook = registrar("module")
-mod.register_module_forward_hook = registrar("module")
-sys.modules.update({"torch.optim.optimizer": optim, "torch.nn.modules.module": mod})
-class GradScaler:
-    def update(self): pass
-torch = types.SimpleNamespace(autograd=types.SimpleNamespace(backward=lambda *a, **k: None),
-                              amp=types.SimpleNamespace(GradScaler=GradScaler))
-m._S.torch = torch
-m._install_hooks(torch)
 opt, scaler = object(), GradScaler()
 def train_step():
     torch.autograd.backward()
@@ -1106,9 +1111,9 @@ m._timing_readings()
 print(json.dumps({"phase": st["phase"], "after": st["after_window_ns"],
                   "start": st["after_window_start_ns"],
                   "step_hook_removed": any(h.removed for _, h in registered["opt_post"]),
-                  "module_hook_removed": all(h.removed for _, h in registered["module"])}))
-"#,
-    );
+                  "module_hook_removed": all(h.removed for k in ("fwd_pre", "fwd_post") for _, h in registered[k])}))
+"#
+    ));
     assert_eq!(v["phase"], "finished", "{v}");
     assert_eq!(
         (
@@ -1133,43 +1138,23 @@ print(json.dumps({"phase": st["phase"], "after": st["after_window_ns"],
 /// the window opened on them as on micro-batches).
 #[test]
 fn a_closure_called_many_times_inside_the_optimizer_step_is_one_step() {
-    let v = drive_python_shim(
+    let v = drive_python_shim(&format!(
+        "{STAND_IN_TORCH}{}",
         r#"
-import sys, types
-class Hook:
-    def remove(self): pass
-registered = {"opt_pre": [], "opt_post": [], "fwd_pre": [], "fwd_post": []}
-def registrar(kind):
-    def register(fn):
-        registered[kind].append(fn); return Hook()
-    return register
-optim = types.ModuleType("torch.optim.optimizer")
-optim.register_optimizer_step_pre_hook = registrar("opt_pre")
-optim.register_optimizer_step_post_hook = registrar("opt_post")
-mod = types.ModuleType("torch.nn.modules.module")
-mod.register_module_forward_pre_hook = registrar("fwd_pre")
-mod.register_module_forward_hook = registrar("fwd_post")
-sys.modules.update({"torch.optim.optimizer": optim, "torch.nn.modules.module": mod})
-class GradScaler:
-    def update(self): pass
-torch = types.SimpleNamespace(autograd=types.SimpleNamespace(backward=lambda *a, **k: None),
-                              amp=types.SimpleNamespace(GradScaler=GradScaler))
-m._S.torch = torch
-m._install_hooks(torch)
 opt, model = object(), object()
 def lbfgs_step(closures):
-    for fn in registered["opt_pre"]: fn(opt, (), {})
+    for fn, _ in registered["opt_pre"]: fn(opt, (), {})
     for _ in range(closures):
-        for fn in list(registered["fwd_pre"]): fn(model, ())
-        for fn in list(registered["fwd_post"]): fn(model, (), None)
+        for fn, _ in list(registered["fwd_pre"]): fn(model, ())
+        for fn, _ in list(registered["fwd_post"]): fn(model, (), None)
         torch.autograd.backward()
-    for fn in registered["opt_post"]: fn(opt, (), {})
+    for fn, _ in registered["opt_post"]: fn(opt, (), {})
 for closures in (20, 20, 8):
     lbfgs_step(closures)
 st = m._S.status
 print(json.dumps({"steps": st["steps"], "boundary": st["boundary"], "notes": st["notes"]}))
-"#,
-    );
+"#
+    ));
     assert_eq!(v["steps"], 3, "{v}");
     assert_eq!(v["boundary"], "optimizer_step", "{v}");
     assert_eq!(v["notes"], serde_json::json!([]), "{v}");
