@@ -72,20 +72,22 @@ pub(super) fn class_of(instance: &str) -> &str {
     }
 }
 
+/// Whether `c` sits inside another module of its class name: instances of a block class stand
+/// side by side, and one inside another (Lightning's demo `Transformer` holding an
+/// `nn.Transformer`) is not a repeated block.
+pub(super) fn inside_own_class(cands: &[Candidate], c: &Candidate) -> bool {
+    cands
+        .iter()
+        .any(|o| o.class == c.class && o.path != c.path && under(&c.path, &o.path))
+}
+
 /// The class users would checkpoint "every block" of: among modules with modules below them,
 /// the class with the most instances (two at least); ties go to the shallower, then by name.
 pub(super) fn every_block_class(cands: &[Candidate]) -> Option<String> {
     let mut by_class: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    // Instances side by side: one inside another of its class name (Lightning's demo
-    // `Transformer` holding an `nn.Transformer`) is not a repeated block.
-    let nested = |c: &Candidate| {
-        cands
-            .iter()
-            .any(|o| o.class == c.class && o.path != c.path && under(&c.path, &o.path))
-    };
     for c in cands
         .iter()
-        .filter(|c| c.composite && c.depth > 0 && !nested(c))
+        .filter(|c| c.composite && c.depth > 0 && !inside_own_class(cands, c))
     {
         let e = by_class.entry(c.class.as_str()).or_insert((0, usize::MAX));
         e.0 += 1;

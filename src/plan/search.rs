@@ -167,12 +167,7 @@ pub(super) fn greedy(ev: &Evaluator<'_>, policy: Policy, budget: Option<i64>) ->
 /// Every instance of the block class `class`, recomputed: the plan users write by hand.
 pub(super) fn every_block_choices(cands: &[Candidate], class: &str) -> Vec<Choice> {
     (0..cands.len())
-        .filter(|&i| cands[i].class == class)
-        .filter(|&i| {
-            !cands.iter().any(|o| {
-                o.class == class && o.path != cands[i].path && under(&cands[i].path, &o.path)
-            })
-        })
+        .filter(|&i| cands[i].class == class && !inside_own_class(cands, &cands[i]))
         .map(|i| (i, Action::Recompute))
         .collect()
 }
