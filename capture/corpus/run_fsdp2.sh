@@ -11,11 +11,15 @@
 #
 #   bash capture/corpus/run_fsdp2.sh                      # the corpus rows
 #   FSDP2_RUNS=samples bash capture/corpus/run_fsdp2.sh   # the committed samples and the slowed rank
+#   FSDP2_RUNS=four bash capture/corpus/run_fsdp2.sh      # four processes (a 4-GPU machine): the
+#       fp32 row with the default options, and the committed samples sample_traces/corpus/fsdp2_4_*
+#       (a short window, then rank 1's host slowed), trimmed by trim_run.py
 # (needs target/release/steptrace and .corpus/; writes $OUT/fsdp2_*.tar.gz)
 set -u
 # NVLink multicast stays off (the machine's rule; programs started here inherit it).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 nvidia-smi -L; python3 -c 'import torch;print("devices", torch.cuda.device_count(), torch.__version__)'
+NPROC=2; [ "${FSDP2_RUNS:-all}" = four ] && NPROC=4
 ROOT=$(pwd); ST=$ROOT/target/release/steptrace; W=/tmp/fsdp2; rm -rf $W; mkdir -p $W
 SRC=$ROOT/.corpus/src/examples/distributed/FSDP2
 now() { date +%s.%N; }
@@ -27,11 +31,11 @@ run() {
   fresh $name
   local t0=$(now)
   if [ $cap = 0 ]; then
-    timeout 300 torchrun --standalone --nproc-per-node 2 example.py "$@" >run.log 2>&1
+    timeout 300 torchrun --standalone --nproc-per-node $NPROC example.py "$@" >run.log 2>&1
     echo "$name plain rc=$? $(el $t0) s"
   else
     STEPTRACE_REFERENCE=$ref timeout 400 $ST capture --out $W/$name/run ${SCHEDULE_ARGS:-} \
-      -- torchrun --standalone --nproc-per-node 2 example.py "$@" >run.log 2>&1
+      -- torchrun --standalone --nproc-per-node $NPROC example.py "$@" >run.log 2>&1
     echo "$name capture rc=$? $(el $t0) s"; grep "^steptrace" run.log
     $ST analyze $W/$name/run --out $W/$name/an >analyze.log 2>&1; echo "$name analyze rc=$?"
     sed -n '/ranks (step/,$p' analyze.log | head -20
@@ -80,10 +84,21 @@ samples)
   kill $slow; pkill -f 'while True: pass'; wait $slow 2>/dev/null
   cat $W/slow.log
   keep="fsdp2_fp32_sample fsdp2_mp_sample fsdp2_fp32_slow";;
+four)
+  run fsdp2_4_fp32_plain 0 0
+  run fsdp2_4_fp32 1 1
+  SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=1" run fsdp2_4_mp 1 1 --mixed-precision
+  slow_rank1 7 & slow=$!
+  sleep 2
+  SCHEDULE_ARGS="--schedule skip_first=1,wait=1,warmup=1,active=2" run fsdp2_4_mp_slow 1 1 --mixed-precision
+  kill $slow; pkill -f '^python3 -c while'; wait $slow 2>/dev/null
+  cat $W/slow.log
+  for d in fsdp2_4_fp32 fsdp2_4_mp fsdp2_4_mp_slow; do python3 $ROOT/capture/corpus/trim_run.py $W/$d/run; done
+  keep="fsdp2_4_fp32 fsdp2_4_mp fsdp2_4_mp_slow";;
 esac
 cd $W
 for d in $keep; do
-  tar czf $OUT/$d.tar.gz $d/run $d/*.log $d/an/summary.json $d/an/ranks.csv 2>/dev/null
+  tar czf $OUT/$d.tar.gz $d/run $d/*.log $d/an/summary.json $d/an/ranks.csv $d/an/ranks.json 2>/dev/null
 done
 tar czf $OUT/fsdp2_logs.tar.gz */*.log $(ls neighbour.log slow.log 2>/dev/null)
 ls -la $OUT

@@ -50,7 +50,7 @@ pub(super) fn verdict(s: &Straggler) -> String {
     let wait = super::human_time(s.wait_per_step_s);
     let nodes = super::human_time(s.explained_per_step_s);
     let per_step = match (s.own_host_ratio, s.profiler_skew_s) {
-        (Some(r), _) if r >= 1.25 => format!(
+        (Some(r), _) if r >= crate::analysis::ranks::HOST_SLOWER => format!(
             " ({wait} per profiled step and waiting rank; with nothing recorded its host took {r:.1}x the other ranks' time for the same optimizer step)"
         ),
         (_, Some(k)) => format!(
