@@ -1,6 +1,7 @@
 """Make a large, structurally real CUDA memory snapshot pickle by repeating a sample's history.
 
     python3 benches/gen_snapshot.py sample_traces/resnet18/snapshot.pickle.gz OUT.pickle --mb 1000
+    python3 benches/gen_snapshot.py ... --reuse-addresses   # each copy at the same addresses
 
 The sample's `segments`, `allocator_settings` and `external_annotations` are kept; its
 `device_traces` history is written again and again, each copy shifted in time by the span of
@@ -103,6 +104,10 @@ def main():
     ap.add_argument("src")
     ap.add_argument("out")
     ap.add_argument("--mb", type=float, default=1000)
+    # Each copy at the sample's own addresses: a history that reuses its blocks as a training
+    # loop does, its memory bounded (with shifted addresses, what each copy leaves alive adds
+    # up: a view of it is one tall ramp).
+    ap.add_argument("--reuse-addresses", action="store_true")
     a = ap.parse_args()
     op = gzip.open if a.src.endswith(".gz") else open
     with op(a.src, "rb") as f:
@@ -127,7 +132,10 @@ def main():
         for c in range(copies):
             for off, field in w.patch:
                 (v,) = struct.unpack_from("<q", template, off)
-                v += c * span if field == "time_us" else c * (1 << 32)
+                if field == "time_us":
+                    v += c * span
+                elif not a.reuse_addresses:
+                    v += c * (1 << 32)
                 struct.pack_into("<q", body, off, v)
             f.write(body)
             f.write(b"e(" if c + 1 < copies else b"e")

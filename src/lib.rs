@@ -267,6 +267,89 @@ pub fn analyze(props: &AnalyzeProps) -> Result<Outcome, Error> {
     Ok(outcome)
 }
 
+/// What `analyze` of a memory snapshot on its own produced.
+#[derive(Debug)]
+pub struct SnapshotOutcome {
+    /// Where the files went.
+    pub out_dir: PathBuf,
+    /// The console summary.
+    pub console: String,
+    /// The analysis.
+    pub analysis: analysis::snapshot::SnapshotAnalysis,
+    /// Anomalies found.
+    pub diagnostics: Diagnostics,
+}
+
+/// Whether `analyze` of this input reads a memory snapshot on its own (a pickle, plain or
+/// gzip) rather than a trace or a run directory.
+pub fn is_snapshot_input(props: &AnalyzeProps) -> bool {
+    // A file named as a pickle is read as one, so that a broken one is told as such.
+    let named = props.input.is_file()
+        && props.input.file_name().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            let n = n.strip_suffix(".gz").unwrap_or(&n);
+            n.ends_with(".pickle") || n.ends_with(".pkl")
+        });
+    props.snapshot.is_none()
+        && props.exec_trace.is_none()
+        && (named || ingest::snapshot::looks_like_snapshot(&props.input))
+}
+
+/// Reads a memory snapshot, analyses it on its own and writes its outputs (the memory_viz
+/// workflow: a snapshot dumped with `torch.cuda.memory._dump_snapshot`, no trace).
+pub fn analyze_snapshot(props: &AnalyzeProps) -> Result<SnapshotOutcome, Error> {
+    let stage = |s: &str| {
+        if let Some(p) = props.progress {
+            p(s)
+        }
+    };
+    let out_dir = props.out.clone().unwrap_or_else(|| {
+        let name = props
+            .input
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stem = name
+            .trim_end_matches(".gz")
+            .trim_end_matches(".pickle")
+            .trim_end_matches(".pkl");
+        let stem = if stem.is_empty() { "snapshot" } else { stem };
+        props.input.with_file_name(format!("{stem}.steptrace"))
+    });
+    stage("reading the snapshot");
+    let mut diag = Diagnostics::default();
+    let s = ingest::snapshot::load(&props.input, &mut diag)?;
+    if s.legacy_layout {
+        diag.warn(
+            "legacy_snapshot",
+            format!(
+                "{}: a snapshot from before PyTorch 2.1 (no history in device_traces): only the state at its end is known",
+                props.input.display()
+            ),
+        );
+    } else if s.device_traces.iter().all(Vec::is_empty) {
+        diag.warn(
+            "snapshot_without_history",
+            format!(
+                "{}: no allocator history (record it with torch.cuda.memory._record_memory_history() before the steps): the peak is the state at the end",
+                props.input.display()
+            ),
+        );
+    }
+    stage("analysing");
+    let analysis = analysis::snapshot::analyze(&s);
+    stage("writing results");
+    let out = report::OutDir::prepare(&out_dir)?;
+    report::snapshot::write(out, &s, &analysis, &diag, !props.report.no_plots)?;
+    let console = report::snapshot::console(&analysis, &diag, props.top.max(1));
+    Ok(SnapshotOutcome {
+        out_dir,
+        console,
+        analysis,
+        diagnostics: diag,
+    })
+}
+
 /// Analyses a run and plans recomputation and swapping for it; writes nothing.
 pub fn plan_run(
     props: &AnalyzeProps,

@@ -9,6 +9,7 @@ pub mod liveness;
 pub mod memory;
 pub mod node_stats;
 pub mod ranks;
+pub mod snapshot;
 pub mod step;
 
 use serde::Serialize;

@@ -20,6 +20,9 @@ pub(crate) fn run(args: cli::AnalyzeArgs) -> anyhow::Result<u8> {
     // A distributed run: every rank, then the cross-rank outputs; a rank that
     // could not be analysed is a warning there, as a bad side file is.
     let outcome = match steptrace::distributed_run(&props) {
+        _ if steptrace::is_snapshot_input(&props) => {
+            steptrace::analyze_snapshot(&props).map(|o| (o.console, o.out_dir, Vec::new()))
+        }
         Some(run) => {
             steptrace::analyze_ranks(&props, &run).map(|o| (o.console, o.out_dir, Vec::new()))
         }

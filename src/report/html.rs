@@ -8,14 +8,14 @@ use super::{human_bytes, human_time, Error};
 use crate::analysis::Analysis;
 use crate::diagnostics::Diagnostics;
 
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-fn table(o: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+pub(super) fn table(o: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
     o.push_str("<table><thead><tr>");
     for h in head {
         let _ = write!(o, "<th>{}</th>", esc(h));
@@ -33,7 +33,7 @@ fn table(o: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>)
 
 /// Writes `report.html` into `dir`, inlining the SVG plots given (name, text), in order.
 /// The page's head, style and title heading.
-fn page_head(title: &str) -> String {
+pub(super) fn page_head(title: &str) -> String {
     let mut o = String::new();
     let _ = write!(
         o,

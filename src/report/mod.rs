@@ -21,6 +21,8 @@ pub mod out_dir;
 pub mod plan;
 pub mod plot;
 pub mod ranks;
+pub mod snapshot;
+mod snapshot_view;
 
 pub use console::{console_summary, human_bytes, human_time};
 pub use out_dir::OutDir;

@@ -9,6 +9,7 @@ mod gen_ranks;
 mod golden;
 mod hostile;
 mod liveness;
+mod memory_snapshot;
 mod outputs;
 mod plan;
 mod properties;

@@ -41,6 +41,21 @@ fn parse_action(s: &[u8]) -> Action {
     }
 }
 
+/// Whether `path` is a file that starts as a pickle does (after inflating, when gzip): the
+/// PROTO opcode of protocol 2 and later, which every snapshot torch writes starts with. A
+/// trace starts with `{`; this tells the two apart without reading either whole.
+pub fn looks_like_snapshot(path: &Path) -> bool {
+    use std::io::Read;
+    if !path.is_file() {
+        return false;
+    }
+    let mut head = [0u8; 1];
+    source::open_stream(path)
+        .and_then(|mut r| r.read_exact(&mut head))
+        .is_ok()
+        && head[0] == 0x80
+}
+
 /// Reads a snapshot pickle (plain or gzip). One cut short (a writer killed while it wrote)
 /// yields what it holds, with a warning, as a cut trace does.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {

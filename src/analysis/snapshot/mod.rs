@@ -1,0 +1,624 @@
+//! A memory snapshot on its own (the memory_viz workflow): each device's allocated and reserved
+//! memory over the recorded history, the peak and what is alive at it, where that memory was
+//! allocated (by Python frame, by C++ frame, by kind of code, and as collapsed stacks for a
+//! flame graph), the segments and their fragmentation as memory_viz's `stats` gives them,
+//! allocations the history never saw freed, and the annotated ranges (steps, optimizer) as
+//! phases.
+//!
+//! The replay follows memory_viz's Active Memory Timeline: the state at the snapshot's end is
+//! its segments' `active_allocated` blocks; walking the history back from there gives the state
+//! before its first entry, and walking it forward again gives the memory at every entry. A
+//! block counts from its `alloc` to its `free_completed` (the moment the allocator takes it
+//! back, as `torch.cuda.max_memory_allocated` counts), at the allocator's size for it.
+
+pub mod sites;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::model::snapshot::{Action, Snapshot, StackId};
+
+pub use sites::{collapsed_line, format_frame, torch_keeps_frame, Site, SiteKind, SITE_KINDS};
+
+/// Most points of a device's timeline kept for the outputs: beyond this, each bucket of
+/// entries keeps its highest point (so the peak and every spike stay visible).
+pub const TIMELINE_POINTS: usize = 10_000;
+
+/// Most leak-suspect sites and top sites listed.
+pub const TOP: usize = 50;
+
+/// Everything the snapshot analysis found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotAnalysis {
+    /// The snapshot's file name.
+    pub file: String,
+    /// History entries on all devices.
+    pub entries: usize,
+    /// Whether the snapshot predates PyTorch 2.1's timed `device_traces`.
+    pub legacy_layout: bool,
+    /// Earliest `time_us` of any entry or annotation (the zero of every `time_ms`).
+    pub t0_us: Option<i64>,
+    /// Per device with segments or history, by device index.
+    pub devices: Vec<DeviceMemory>,
+    /// The allocator's segments at the snapshot's end, memory_viz `stats`'s totals.
+    pub segments: SegmentTotals,
+    /// One row per segment at the end.
+    pub segment_rows: Vec<SegmentRow>,
+    /// Annotated ranges (`external_annotations`: `record_function` ranges the allocator saw).
+    pub phases: Vec<AnnotatedRange>,
+}
+
+/// One device's memory over the history.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceMemory {
+    /// Device index.
+    pub device: i64,
+    /// History entries.
+    pub entries: usize,
+    /// Allocated and reserved bytes over the history (at most [`TIMELINE_POINTS`]).
+    pub timeline: Vec<TimelinePoint>,
+    /// Allocated bytes before the first entry (blocks the history never saw made).
+    pub start_allocated_bytes: u64,
+    /// Allocated bytes at the end (the segments' active blocks).
+    pub end_allocated_bytes: u64,
+    /// Reserved bytes at the end (the segments' sizes).
+    pub end_reserved_bytes: u64,
+    /// Most reserved at any entry.
+    pub peak_reserved_bytes: u64,
+    /// The most allocated at once.
+    pub peak: Peak,
+    /// Blocks allocated within the history and alive at its end, grouped by stack, most
+    /// bytes first: what a leak looks like, and what a model's state looks like too.
+    pub never_freed: Vec<NeverFreed>,
+    /// Every allocation's interval, for the interactive view: made and freed at entry
+    /// indices (`None`: before the history / still alive at the end).
+    #[serde(skip)]
+    pub intervals: Vec<Interval>,
+}
+
+/// One point of the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TimelinePoint {
+    /// History entry index (the state after it).
+    pub entry: usize,
+    /// Unix-epoch µs of the entry, where recorded.
+    pub time_us: Option<i64>,
+    /// Bytes in allocated blocks.
+    pub allocated_bytes: u64,
+    /// Bytes in segments.
+    pub reserved_bytes: u64,
+}
+
+/// The most memory allocated at once on a device.
+#[derive(Debug, Clone, Serialize)]
+pub struct Peak {
+    /// Bytes allocated.
+    pub allocated_bytes: u64,
+    /// The entry after which it is reached first (`None`: before the first entry).
+    pub entry: Option<usize>,
+    /// Its time, where recorded.
+    pub time_us: Option<i64>,
+    /// The innermost annotated range around it (`ProfilerStep#3`, `Optimizer.step#...`).
+    pub phase: Option<String>,
+    /// Blocks alive at it, largest first.
+    pub alive: Vec<AliveBlock>,
+    /// Bytes alive at it by the code that allocated them.
+    pub by_kind: Vec<KindBytes>,
+    /// Bytes alive at it by innermost Python frame of the program (or of a library).
+    pub by_python_frame: Vec<Site>,
+    /// Bytes alive at it by innermost C++ frame that is not allocator or dispatcher plumbing.
+    pub by_cpp_frame: Vec<Site>,
+    /// Bytes alive at it by whole stack, in torch's flame-graph form (`_memory_viz memory`).
+    pub stacks: Vec<(String, u64)>,
+}
+
+/// Bytes of one kind of code.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KindBytes {
+    /// The kind.
+    pub kind: SiteKind,
+    /// Bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+}
+
+/// A block alive at the peak.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AliveBlock {
+    /// Address.
+    pub addr: u64,
+    /// Bytes (the allocator's block size).
+    pub size: u64,
+    /// CUDA stream.
+    pub stream: i64,
+    /// Where it was allocated.
+    #[serde(skip)]
+    pub stack: StackId,
+    /// The entry that made it (`None`: before the history).
+    pub made_at: Option<usize>,
+    /// The entry that freed it (`None`: alive at the end).
+    pub freed_at: Option<usize>,
+    /// What kind of code made it.
+    pub kind: SiteKind,
+}
+
+/// An allocation's life, in history entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    /// Address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Made at (`None`: before the history).
+    pub made: Option<u32>,
+    /// Freed at (`None`: alive at the end).
+    pub freed: Option<u32>,
+    /// Where it was allocated.
+    pub stack: StackId,
+}
+
+/// Blocks of one stack allocated within the history and never freed in it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NeverFreed {
+    /// The stack, torch's flame-graph form.
+    pub stack: String,
+    /// Innermost frame of the program's own code.
+    pub site: String,
+    /// What kind of code.
+    pub kind: SiteKind,
+    /// Blocks.
+    pub blocks: usize,
+    /// Bytes.
+    pub bytes: u64,
+    /// First and last entry that made one.
+    pub first_entry: usize,
+    /// Last.
+    pub last_entry: usize,
+}
+
+/// memory_viz `stats` (`segsum`) totals at the snapshot's end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SegmentTotals {
+    /// Segments.
+    pub segments: usize,
+    /// Bytes reserved from CUDA.
+    pub reserved_bytes: u64,
+    /// Bytes the program asked for, in active blocks.
+    pub allocated_bytes: u64,
+    /// Bytes inside active blocks beyond what was asked for (the allocator's rounding).
+    pub free_internal_bytes: u64,
+    /// Bytes in inactive blocks (cached, free for reuse).
+    pub free_external_bytes: u64,
+    /// Share of the free bytes that are rounding, %.
+    pub internal_pct: Option<f64>,
+    /// The largest free (inactive) block, bytes: the largest allocation that fits without a
+    /// new segment.
+    pub largest_free_block_bytes: u64,
+    /// Free bytes outside the largest free block, as a share of all free bytes, %
+    /// (fragmentation: 0 when free memory is one piece).
+    pub fragmentation_pct: Option<f64>,
+}
+
+/// One segment at the end.
+#[derive(Debug, Clone, Serialize)]
+pub struct SegmentRow {
+    /// Device.
+    pub device: i64,
+    /// Base address.
+    pub address: u64,
+    /// Stream.
+    pub stream: i64,
+    /// `large` or `small` pool.
+    pub pool: String,
+    /// Bytes.
+    pub total_bytes: u64,
+    /// Asked-for bytes in active blocks.
+    pub allocated_bytes: u64,
+    /// Rounding inside active blocks.
+    pub free_internal_bytes: u64,
+    /// Inactive blocks.
+    pub free_external_bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+    /// Active blocks.
+    pub active_blocks: usize,
+}
+
+/// An annotated range from `external_annotations`.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnnotatedRange {
+    /// Range name.
+    pub name: String,
+    /// Device.
+    pub device: i64,
+    /// Start, Unix-epoch µs.
+    pub start_us: i64,
+    /// End (`None`: no END recorded).
+    pub end_us: Option<i64>,
+}
+
+/// Analyses a snapshot.
+pub fn analyze(s: &Snapshot) -> SnapshotAnalysis {
+    let mut devices: Vec<i64> = s.segments.iter().map(|g| g.device).collect();
+    devices.extend(
+        s.device_traces
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.is_empty())
+            .map(|(i, _)| i as i64),
+    );
+    devices.sort_unstable();
+    devices.dedup();
+    let phases = phases(s);
+    let t0_us = s
+        .device_traces
+        .iter()
+        .flatten()
+        .filter_map(|e| e.time_us)
+        .chain(s.annotations.iter().map(|a| a.time_us))
+        .min();
+    let devices = devices
+        .into_iter()
+        .map(|d| device_memory(s, d, &phases))
+        .collect();
+    let (segments, segment_rows) = segment_totals(s);
+    SnapshotAnalysis {
+        file: s
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        entries: s.device_traces.iter().map(Vec::len).sum(),
+        legacy_layout: s.legacy_layout,
+        t0_us,
+        devices,
+        segments,
+        segment_rows,
+        phases,
+    }
+}
+
+/// A block alive during the replay: size, stream, stack, the entry that made it.
+type Live = (u64, i64, StackId, Option<usize>);
+
+fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> DeviceMemory {
+    let empty = Vec::new();
+    let trace = usize::try_from(device)
+        .ok()
+        .and_then(|d| s.device_traces.get(d))
+        .unwrap_or(&empty);
+    // The end: active blocks of this device's segments.
+    let mut end: FxHashMap<u64, Live> = FxHashMap::default();
+    let mut end_reserved = 0u64;
+    for g in s.segments.iter().filter(|g| g.device == device) {
+        end_reserved += g.total_size;
+        for b in &g.blocks {
+            if s.str(b.state) == "active_allocated" {
+                end.insert(b.address, (b.size, g.stream, b.stack, None));
+            }
+        }
+    }
+    let end_allocated: u64 = end.values().map(|l| l.0).sum();
+    // Back to the start.
+    let mut start = end.clone();
+    let mut reserved = end_reserved;
+    for e in trace.iter().rev() {
+        match e.action {
+            Action::Alloc => {
+                start.remove(&e.addr);
+            }
+            Action::FreeCompleted => {
+                start.insert(e.addr, (e.size, e.stream, e.stack, None));
+            }
+            Action::SegmentAlloc | Action::SegmentMap => reserved = reserved.saturating_sub(e.size),
+            Action::SegmentFree | Action::SegmentUnmap => reserved += e.size,
+            _ => {}
+        }
+    }
+    let start_allocated: u64 = start.values().map(|l| l.0).sum();
+    // Forward: the memory after each entry, the peak, and every allocation's interval.
+    let mut live = start.clone();
+    let mut made: FxHashMap<u64, (u64, Option<u32>, StackId)> =
+        start.iter().map(|(&a, l)| (a, (l.0, None, l.2))).collect();
+    let mut intervals = Vec::new();
+    let mut allocated = start_allocated;
+    let (mut peak, mut peak_at) = (allocated, None);
+    let mut peak_reserved = reserved;
+    let bucket = trace.len().div_ceil(TIMELINE_POINTS).max(1);
+    let mut timeline = Vec::with_capacity(trace.len().min(TIMELINE_POINTS) + 1);
+    let mut best_in_bucket: Option<TimelinePoint> = None;
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                if let Some(old) = live.insert(e.addr, (e.size, e.stream, e.stack, Some(i))) {
+                    // Made again without a free in between (a history that dropped
+                    // entries): the older block is gone.
+                    allocated -= old.0;
+                }
+                allocated += e.size;
+                if let Some((size, m, st)) = made.insert(e.addr, (e.size, Some(i as u32), e.stack))
+                {
+                    intervals.push(Interval {
+                        addr: e.addr,
+                        size,
+                        made: m,
+                        freed: Some(i as u32),
+                        stack: st,
+                    });
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some(old) = live.remove(&e.addr) {
+                    allocated -= old.0;
+                }
+                if let Some((size, m, st)) = made.remove(&e.addr) {
+                    intervals.push(Interval {
+                        addr: e.addr,
+                        size,
+                        made: m,
+                        freed: Some(i as u32),
+                        stack: st,
+                    });
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
+            Action::SegmentFree | Action::SegmentUnmap => {
+                reserved = reserved.saturating_sub(e.size)
+            }
+            _ => {}
+        }
+        if allocated > peak {
+            peak = allocated;
+            peak_at = Some(i);
+        }
+        peak_reserved = peak_reserved.max(reserved);
+        let p = TimelinePoint {
+            entry: i,
+            time_us: e.time_us,
+            allocated_bytes: allocated,
+            reserved_bytes: reserved,
+        };
+        if best_in_bucket.is_none_or(|b| p.allocated_bytes > b.allocated_bytes) {
+            best_in_bucket = Some(p);
+        }
+        if (i + 1) % bucket == 0 || i + 1 == trace.len() {
+            timeline.extend(best_in_bucket.take());
+        }
+    }
+    for (addr, (size, m, st)) in made {
+        intervals.push(Interval {
+            addr,
+            size,
+            made: m,
+            freed: None,
+            stack: st,
+        });
+    }
+    intervals.sort_unstable_by_key(|v| (v.made, v.addr, v.freed));
+    // Alive at the peak: the start state walked forward to it.
+    let mut at_peak = start;
+    if let Some(p) = peak_at {
+        for (i, e) in trace[..=p].iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    at_peak.insert(e.addr, (e.size, e.stream, e.stack, Some(i)));
+                }
+                Action::FreeCompleted => {
+                    at_peak.remove(&e.addr);
+                }
+                _ => {}
+            }
+        }
+    }
+    let freed_at: FxHashMap<(u64, u32), u32> = intervals
+        .iter()
+        .filter_map(|v| Some(((v.addr, v.made?), v.freed?)))
+        .collect();
+    let mut alive: Vec<AliveBlock> = at_peak
+        .into_iter()
+        .map(|(addr, (size, stream, stack, made_at))| AliveBlock {
+            addr,
+            size,
+            stream,
+            stack,
+            made_at,
+            freed_at: made_at
+                .and_then(|m| freed_at.get(&(addr, m as u32)))
+                .map(|&f| f as usize),
+            kind: sites::kind(s, s.stack(stack)),
+        })
+        .collect();
+    alive.sort_unstable_by_key(|b| (std::cmp::Reverse(b.size), b.addr));
+    let time_us = peak_at.and_then(|i| trace[i].time_us);
+    let peak = Peak {
+        allocated_bytes: peak,
+        entry: peak_at,
+        time_us,
+        phase: time_us.and_then(|t| innermost_phase(phases, device, t)),
+        by_kind: by_kind(&alive),
+        by_python_frame: sites::top_sites(s, &alive, sites::python_site),
+        by_cpp_frame: sites::top_sites(s, &alive, sites::cpp_site),
+        stacks: sites::collapsed(s, alive.iter().map(|b| (b.stream, b.stack, b.size))),
+        alive,
+    };
+    DeviceMemory {
+        device,
+        entries: trace.len(),
+        timeline,
+        start_allocated_bytes: start_allocated,
+        end_allocated_bytes: end_allocated,
+        end_reserved_bytes: end_reserved,
+        peak_reserved_bytes: peak_reserved,
+        peak,
+        never_freed: never_freed(s, &intervals),
+        intervals,
+    }
+}
+
+fn by_kind(alive: &[AliveBlock]) -> Vec<KindBytes> {
+    let mut v: Vec<KindBytes> = SITE_KINDS
+        .iter()
+        .map(|&kind| KindBytes {
+            kind,
+            bytes: 0,
+            blocks: 0,
+        })
+        .collect();
+    for b in alive {
+        let k = &mut v[b.kind as usize];
+        k.bytes += b.size;
+        k.blocks += 1;
+    }
+    v.retain(|k| k.blocks > 0);
+    v.sort_by_key(|k| (std::cmp::Reverse(k.bytes), k.kind));
+    v
+}
+
+fn never_freed(s: &Snapshot, intervals: &[Interval]) -> Vec<NeverFreed> {
+    let mut by_stack: FxHashMap<StackId, NeverFreed> = FxHashMap::default();
+    for v in intervals.iter().filter(|v| v.freed.is_none()) {
+        let Some(m) = v.made else { continue };
+        let m = m as usize;
+        let n = by_stack.entry(v.stack).or_insert_with(|| NeverFreed {
+            stack: collapsed_line(s, 0, v.stack),
+            site: sites::python_site(s, s.stack(v.stack))
+                .or_else(|| sites::cpp_site(s, s.stack(v.stack)))
+                .unwrap_or_else(|| sites::NO_STACK.to_owned()),
+            kind: sites::kind(s, s.stack(v.stack)),
+            blocks: 0,
+            bytes: 0,
+            first_entry: m,
+            last_entry: m,
+        });
+        n.blocks += 1;
+        n.bytes += v.size;
+        n.first_entry = n.first_entry.min(m);
+        n.last_entry = n.last_entry.max(m);
+    }
+    let mut v: Vec<NeverFreed> = by_stack.into_values().collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.stack.cmp(&b.stack)));
+    v.truncate(TOP);
+    v
+}
+
+fn phases(s: &Snapshot) -> Vec<AnnotatedRange> {
+    let mut open: FxHashMap<(i64, &str), Vec<usize>> = FxHashMap::default();
+    let mut v: Vec<AnnotatedRange> = Vec::new();
+    let mut ann: Vec<_> = s.annotations.iter().collect();
+    ann.sort_by_key(|a| (a.time_us, !a.start));
+    for a in ann {
+        let name = s.str(a.name);
+        if a.start {
+            open.entry((a.device, name)).or_default().push(v.len());
+            v.push(AnnotatedRange {
+                name: name.to_owned(),
+                device: a.device,
+                start_us: a.time_us,
+                end_us: None,
+            });
+        } else if let Some(i) = open.get_mut(&(a.device, name)).and_then(Vec::pop) {
+            v[i].end_us = Some(a.time_us);
+        }
+    }
+    v
+}
+
+/// The shortest range on `device` around `t`.
+fn innermost_phase(phases: &[AnnotatedRange], device: i64, t: i64) -> Option<String> {
+    phases
+        .iter()
+        .filter(|p| p.device == device && p.start_us <= t && p.end_us.is_some_and(|e| t <= e))
+        .min_by_key(|p| p.end_us.unwrap_or(i64::MAX) - p.start_us)
+        .map(|p| p.name.clone())
+}
+
+fn segment_totals(s: &Snapshot) -> (SegmentTotals, Vec<SegmentRow>) {
+    let mut t = SegmentTotals {
+        segments: s.segments.len(),
+        ..Default::default()
+    };
+    let mut rows = Vec::with_capacity(s.segments.len());
+    for g in &s.segments {
+        let mut r = SegmentRow {
+            device: g.device,
+            address: g.address,
+            stream: g.stream,
+            pool: g
+                .segment_type
+                .map(|p| s.str(p).to_owned())
+                .unwrap_or_default(),
+            total_bytes: g.total_size,
+            allocated_bytes: 0,
+            free_internal_bytes: 0,
+            free_external_bytes: 0,
+            blocks: g.blocks.len(),
+            active_blocks: 0,
+        };
+        for b in &g.blocks {
+            if s.str(b.state) == "active_allocated" {
+                let asked = b.requested_size.unwrap_or(b.size).min(b.size);
+                r.allocated_bytes += asked;
+                r.free_internal_bytes += b.size - asked;
+                r.active_blocks += 1;
+            } else {
+                r.free_external_bytes += b.size;
+                if s.str(b.state) == "inactive" {
+                    t.largest_free_block_bytes = t.largest_free_block_bytes.max(b.size);
+                }
+            }
+        }
+        t.reserved_bytes += g.total_size;
+        t.allocated_bytes += r.allocated_bytes;
+        t.free_internal_bytes += r.free_internal_bytes;
+        t.free_external_bytes += r.free_external_bytes;
+        rows.push(r);
+    }
+    let free = t.free_internal_bytes + t.free_external_bytes;
+    if free > 0 {
+        t.internal_pct = Some(100.0 * t.free_internal_bytes as f64 / free as f64);
+    }
+    if t.free_external_bytes > 0 {
+        t.fragmentation_pct = Some(
+            100.0
+                * (t.free_external_bytes - t.largest_free_block_bytes.min(t.free_external_bytes))
+                    as f64
+                / t.free_external_bytes as f64,
+        );
+    }
+    rows.sort_by_key(|r| (r.device, r.address));
+    (t, rows)
+}
+
+/// memory_viz `memory`'s flame-graph lines for the state at the snapshot's end: every block
+/// of every segment, active or not, at what was asked for, and the rest as `<gaps>`. As torch
+/// does, an inactive block keeps the size last asked of it, which can exceed the block (it
+/// was split since): its gap is then negative.
+pub fn end_stacks(s: &Snapshot) -> Vec<(String, i64)> {
+    let mut m: FxHashMap<String, i64> = FxHashMap::default();
+    for g in &s.segments {
+        for b in &g.blocks {
+            let state = s.str(b.state);
+            let asked = b.requested_size.unwrap_or(b.size) as i64;
+            let prefix = format!("stream_{};{state};", g.stream);
+            *m.entry(format!("{prefix}{}", sites::fragment(s, b.stack)))
+                .or_default() += asked;
+            let gaps = b.size as i64 - asked;
+            if gaps != 0 {
+                *m.entry(format!("{prefix}<gaps>")).or_default() += gaps;
+            }
+        }
+    }
+    let mut v: Vec<(String, i64)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+fn sorted(m: FxHashMap<String, u64>) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,306 @@
+//! Where a block was allocated, from its stack: frames formatted and filtered as torch's
+//! `_memory_viz` formats them (so that flame graphs and references line up), the innermost
+//! frame of the program's own Python code and the innermost C++ frame beyond the allocator's
+//! plumbing, and the kind of code (optimizer, backward, forward, ...).
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::AliveBlock;
+use crate::model::snapshot::{FrameId, Snapshot, StackId};
+
+/// What a block without frames is called (torch's word).
+pub const NO_STACK: &str = "<non-python>";
+
+/// What kind of code allocated a block, from its frames alone (no trace to say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteKind {
+    /// `torch.optim` (or `torch::optim`) outside a closure's forward: optimizer state and
+    /// the step's temporaries.
+    Optimizer,
+    /// The autograd engine: gradients and the backward's temporaries.
+    Backward,
+    /// Inside an `nn.Module`'s forward.
+    ModuleForward,
+    /// `torch.utils.data`: batches made by the data loader (pinned copies, collation).
+    DataLoading,
+    /// Moving or building the model (`Module.to`/`cuda`, a module's `__init__`): parameters
+    /// and buffers.
+    ModelSetup,
+    /// cuBLAS/cuBLASLt workspaces.
+    Workspace,
+    /// Python frames, none of the above: the program's own code (inputs, caches).
+    Program,
+    /// No frames recorded: made on a thread without Python (the autograd engine's device
+    /// threads with `stacks="python"`) or before stacks were recorded.
+    NoStack,
+    /// C++ frames only, none of the above.
+    Other,
+}
+
+/// Every kind, in output order (the enum's order; `SiteKind as usize` indexes it).
+pub const SITE_KINDS: [SiteKind; 9] = [
+    SiteKind::Optimizer,
+    SiteKind::Backward,
+    SiteKind::ModuleForward,
+    SiteKind::DataLoading,
+    SiteKind::ModelSetup,
+    SiteKind::Workspace,
+    SiteKind::Program,
+    SiteKind::NoStack,
+    SiteKind::Other,
+];
+
+impl SiteKind {
+    /// The name in outputs.
+    pub fn name(self) -> &'static str {
+        match self {
+            SiteKind::Optimizer => "optimizer",
+            SiteKind::Backward => "backward",
+            SiteKind::ModuleForward => "module_forward",
+            SiteKind::DataLoading => "data_loading",
+            SiteKind::ModelSetup => "model_setup",
+            SiteKind::Workspace => "workspace",
+            SiteKind::Program => "program",
+            SiteKind::NoStack => "no_stack",
+            SiteKind::Other => "other",
+        }
+    }
+}
+
+/// Bytes alive at the peak by one site.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Site {
+    /// `file.py:line:function` (torch's form).
+    pub site: String,
+    /// The kind of code most of its bytes came from.
+    pub kind: SiteKind,
+    /// Bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+}
+
+/// torch's `_frame_filter`: frames `_memory_viz` leaves out of its flame graphs (the
+/// interpreter's and the dispatcher's plumbing).
+pub fn torch_keeps_frame(name: &str, filename: &str) -> bool {
+    const FUNCTIONS: [&str; 8] = [
+        "unwind::unwind",
+        "CapturedTraceback::gather",
+        "gather_with_cpp",
+        "_start",
+        "__libc_start_main",
+        "PyEval_",
+        "PyObject_",
+        "PyFunction_",
+    ];
+    const FILES: [&str; 10] = [
+        "core/boxing",
+        "/Register",
+        "/Redispatch",
+        "pythonrun.c",
+        "Modules/main.c",
+        "Objects/call.c",
+        "Objects/methodobject.c",
+        "pycore_ceval.h",
+        "ceval.c",
+        "cpython/abstract.h",
+    ];
+    !FUNCTIONS.iter().any(|f| name.contains(f)) && !FILES.iter().any(|f| filename.contains(f))
+}
+
+/// torch's `_frame_fmt`: `file:line:function`, the file without its folder.
+pub fn format_frame(s: &Snapshot, f: FrameId) -> String {
+    let fr = &s.frames[f.0 as usize];
+    let file = s.str(fr.filename);
+    let file = file.rsplit('/').next().unwrap_or(file);
+    format!("{file}:{}:{}", fr.line, s.str(fr.name))
+}
+
+/// A stack as torch's flame-graph lines give it: kept frames, outermost first, `;`-joined
+/// ([`NO_STACK`] for none).
+pub fn fragment(s: &Snapshot, stack: StackId) -> String {
+    let frames = s.stack(stack);
+    if frames.is_empty() {
+        return NO_STACK.to_owned();
+    }
+    let kept: Vec<String> = frames
+        .iter()
+        .rev()
+        .filter(|&&f| {
+            let fr = &s.frames[f.0 as usize];
+            torch_keeps_frame(s.str(fr.name), s.str(fr.filename))
+        })
+        .map(|&f| format_frame(s, f))
+        .collect();
+    kept.join(";")
+}
+
+/// One flame-graph line for an active block: `stream_N;active_allocated;frames`.
+pub fn collapsed_line(s: &Snapshot, stream: i64, stack: StackId) -> String {
+    format!("stream_{stream};active_allocated;{}", fragment(s, stack))
+}
+
+/// Bytes by flame-graph line, most first (ties by line).
+pub(super) fn collapsed(
+    s: &Snapshot,
+    blocks: impl Iterator<Item = (i64, StackId, u64)>,
+) -> Vec<(String, u64)> {
+    let mut by_key: FxHashMap<(i64, StackId), u64> = FxHashMap::default();
+    for (stream, stack, size) in blocks {
+        *by_key.entry((stream, stack)).or_default() += size;
+    }
+    // Distinct stacks can format alike (frames torch leaves out): summed by line.
+    let mut by_line: FxHashMap<String, u64> = FxHashMap::default();
+    for ((stream, stack), size) in by_key {
+        *by_line.entry(collapsed_line(s, stream, stack)).or_default() += size;
+    }
+    super::sorted(by_line)
+}
+
+fn is_python(file: &str) -> bool {
+    file.ends_with(".py")
+}
+
+/// torch's own files, by the package's folder.
+fn in_torch(file: &str) -> bool {
+    file.contains("/torch/") || file.starts_with("torch/")
+}
+
+/// The innermost Python frame of the program (outside torch), else the innermost Python frame.
+pub fn python_site(s: &Snapshot, frames: &[FrameId]) -> Option<String> {
+    let file = |f: &FrameId| s.str(s.frames[f.0 as usize].filename);
+    let py = || frames.iter().filter(|f| is_python(file(f)));
+    py().find(|f| !in_torch(file(f)))
+        .or_else(|| py().next())
+        .map(|&f| format_frame(s, f))
+}
+
+/// The innermost C++ frame that is not the allocator's, the dispatcher's or the
+/// interpreter's plumbing.
+pub fn cpp_site(s: &Snapshot, frames: &[FrameId]) -> Option<String> {
+    const PLUMBING: [&str; 14] = [
+        "CachingAllocator",
+        "c10::",
+        "at::detail::",
+        "empty",
+        "_ops::",
+        "wrapper",
+        "Dispatch",
+        "dispatch",
+        "boxed",
+        "Boxed",
+        "make_tensor",
+        "at::TensorBase",
+        "THPVariable",
+        "torch::autograd::python",
+    ];
+    frames
+        .iter()
+        .find(|&&f| {
+            let fr = &s.frames[f.0 as usize];
+            let (name, file) = (s.str(fr.name), s.str(fr.filename));
+            !is_python(file)
+                && name != "??"
+                && torch_keeps_frame(name, file)
+                && !PLUMBING.iter().any(|p| name.contains(p))
+        })
+        .map(|&f| {
+            let fr = &s.frames[f.0 as usize];
+            // C++ names run to hundreds of characters of template arguments: cut at the
+            // argument list.
+            let name = s.str(fr.name);
+            let short = name.split('(').next().unwrap_or(name);
+            short.to_owned()
+        })
+}
+
+/// The kind of code that made a block, from its frames (innermost first).
+pub fn kind(s: &Snapshot, frames: &[FrameId]) -> SiteKind {
+    if frames.is_empty() {
+        return SiteKind::NoStack;
+    }
+    let mut in_forward = false;
+    let mut python = false;
+    for f in frames {
+        let fr = &s.frames[f.0 as usize];
+        let (name, file) = (s.str(fr.name), s.str(fr.filename));
+        python |= is_python(file);
+        if name.contains("setWorkspaceForHandle")
+            || name.contains("getCUDABlasLtWorkspace")
+            || name.contains("getNewWorkspace")
+        {
+            return SiteKind::Workspace;
+        }
+        let module_call = file.ends_with("nn/modules/module.py")
+            && matches!(name, "_call_impl" | "_wrapped_call_impl" | "inner");
+        // A module's forward inside an optimizer's step is a closure's forward (LBFGS,
+        // Lightning's training step): not the optimizer's.
+        if (file.contains("/optim/") || name.contains("torch::optim::")) && !in_forward {
+            return SiteKind::Optimizer;
+        }
+        if file.contains("utils/data/") {
+            return SiteKind::DataLoading;
+        }
+        if (file.ends_with("nn/modules/module.py")
+            && matches!(name, "_apply" | "cuda" | "to" | "<lambda>"))
+            || name.contains("torch::nn::Module::to")
+            || (file.contains("/nn/modules/") && name == "__init__")
+        {
+            return SiteKind::ModelSetup;
+        }
+        if name.contains("torch::autograd::Engine")
+            || (file.contains("autograd/") && name == "backward")
+            || (file.ends_with("_tensor.py") && name == "backward")
+        {
+            return SiteKind::Backward;
+        }
+        in_forward |= module_call;
+    }
+    if in_forward {
+        SiteKind::ModuleForward
+    } else if python {
+        SiteKind::Program
+    } else {
+        SiteKind::Other
+    }
+}
+
+/// Bytes alive by site, most first, at most [`super::TOP`]; blocks without a site are
+/// listed as [`NO_STACK`].
+pub(super) fn top_sites(
+    s: &Snapshot,
+    alive: &[AliveBlock],
+    site_of: fn(&Snapshot, &[FrameId]) -> Option<String>,
+) -> Vec<Site> {
+    let mut by_stack: FxHashMap<StackId, Option<String>> = FxHashMap::default();
+    let mut by_site: FxHashMap<String, (u64, usize, FxHashMap<SiteKind, u64>)> =
+        FxHashMap::default();
+    for b in alive {
+        let site = by_stack
+            .entry(b.stack)
+            .or_insert_with(|| site_of(s, s.stack(b.stack)))
+            .clone()
+            .unwrap_or_else(|| NO_STACK.to_owned());
+        let e = by_site.entry(site).or_default();
+        e.0 += b.size;
+        e.1 += 1;
+        *e.2.entry(b.kind).or_default() += b.size;
+    }
+    let mut v: Vec<Site> = by_site
+        .into_iter()
+        .map(|(site, (bytes, blocks, kinds))| Site {
+            site,
+            kind: kinds
+                .into_iter()
+                .max_by_key(|&(k, b)| (b, std::cmp::Reverse(k)))
+                .map_or(SiteKind::Other, |(k, _)| k),
+            bytes,
+            blocks,
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    v.truncate(super::TOP);
+    v
+}

@@ -1,0 +1,480 @@
+//! Outputs of a memory snapshot analysed on its own (`steptrace analyze snap.pickle.gz`):
+//! summary.json, the timeline, what is alive at the peak and where it was allocated, flame-graph
+//! stacks (flamegraph.pl's input, as torch's `_memory_viz memory` writes them), the segments,
+//! what the history never saw freed, the annotated ranges, and report.html with the
+//! interactive memory view.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::console::human_bytes;
+use super::csv_rows::{csv_err, csv_writer};
+use super::out_dir::OutDir;
+use super::{io, write_json, Error};
+use crate::analysis::snapshot::{self as snap, SnapshotAnalysis};
+use crate::diagnostics::Diagnostics;
+use crate::model::snapshot::Snapshot;
+
+/// The files written, besides `report.html` (unless turned off).
+pub const FILES: [&str; 9] = [
+    "summary.json",
+    "memory_timeline.csv",
+    "peak_allocations.csv",
+    "top_sites.csv",
+    "stacks_at_peak.txt",
+    "stacks_at_end.txt",
+    "segments.csv",
+    "never_freed.csv",
+    "phases.csv",
+];
+
+/// summary.json of a snapshot: the names a trace's summary uses where they mean the same.
+#[derive(Debug, Serialize)]
+struct Summary<'a> {
+    kind: &'static str,
+    snapshot: &'a str,
+    entries: usize,
+    legacy_layout: bool,
+    /// The most allocated at once on any device.
+    peak_allocated_bytes: u64,
+    /// The most reserved at once on any device.
+    peak_reserved_bytes: u64,
+    devices: Vec<DeviceSummary<'a>>,
+    segments: &'a snap::SegmentTotals,
+    phases: usize,
+    warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct DeviceSummary<'a> {
+    device: i64,
+    entries: usize,
+    peak_allocated_bytes: u64,
+    peak_entry: Option<usize>,
+    peak_time_ms: Option<f64>,
+    peak_phase: Option<&'a str>,
+    peak_reserved_bytes: u64,
+    start_allocated_bytes: u64,
+    end_allocated_bytes: u64,
+    end_reserved_bytes: u64,
+    alive_at_peak: usize,
+    by_kind: &'a [snap::KindBytes],
+    top_python_frames: &'a [snap::Site],
+    top_cpp_frames: &'a [snap::Site],
+    never_freed_bytes: u64,
+}
+
+/// ms since the snapshot's first recorded time.
+fn rel_ms(a: &SnapshotAnalysis, t: Option<i64>) -> Option<f64> {
+    Some((t? - a.t0_us?) as f64 / 1e3)
+}
+
+fn ms_text(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.3}")).unwrap_or_default()
+}
+
+/// Writes every output of a snapshot analysis into `out` and commits them.
+pub fn write(
+    mut out: OutDir,
+    s: &Snapshot,
+    a: &SnapshotAnalysis,
+    diag: &Diagnostics,
+    html: bool,
+) -> Result<(), Error> {
+    let clearing = out.clear_previous(&s.path);
+    let dir = out.path().to_path_buf();
+    let summary = Summary {
+        kind: "memory_snapshot",
+        snapshot: &a.file,
+        entries: a.entries,
+        legacy_layout: a.legacy_layout,
+        peak_allocated_bytes: a
+            .devices
+            .iter()
+            .map(|d| d.peak.allocated_bytes)
+            .max()
+            .unwrap_or(0),
+        peak_reserved_bytes: a
+            .devices
+            .iter()
+            .map(|d| d.peak_reserved_bytes)
+            .max()
+            .unwrap_or(0),
+        devices: a
+            .devices
+            .iter()
+            .map(|d| DeviceSummary {
+                device: d.device,
+                entries: d.entries,
+                peak_allocated_bytes: d.peak.allocated_bytes,
+                peak_entry: d.peak.entry,
+                peak_time_ms: rel_ms(a, d.peak.time_us),
+                peak_phase: d.peak.phase.as_deref(),
+                peak_reserved_bytes: d.peak_reserved_bytes,
+                start_allocated_bytes: d.start_allocated_bytes,
+                end_allocated_bytes: d.end_allocated_bytes,
+                end_reserved_bytes: d.end_reserved_bytes,
+                alive_at_peak: d.peak.alive.len(),
+                by_kind: &d.peak.by_kind,
+                top_python_frames: &d.peak.by_python_frame[..d.peak.by_python_frame.len().min(10)],
+                top_cpp_frames: &d.peak.by_cpp_frame[..d.peak.by_cpp_frame.len().min(10)],
+                never_freed_bytes: d.never_freed.iter().map(|n| n.bytes).sum(),
+            })
+            .collect(),
+        segments: &a.segments,
+        phases: a.phases.len(),
+        warnings: diag.lines(),
+    };
+    write_timeline(&dir.join("memory_timeline.csv"), a)?;
+    write_peak_allocations(&dir.join("peak_allocations.csv"), s, a)?;
+    write_top_sites(&dir.join("top_sites.csv"), a)?;
+    write_stacks(
+        &dir.join("stacks_at_peak.txt"),
+        a.devices.iter().flat_map(|d| {
+            let prefix = (a.devices.len() > 1).then(|| format!("device_{};", d.device));
+            d.peak
+                .stacks
+                .iter()
+                .map(move |(l, b)| (format!("{}{l}", prefix.as_deref().unwrap_or("")), *b as i64))
+        }),
+    )?;
+    write_stacks(
+        &dir.join("stacks_at_end.txt"),
+        snap::end_stacks(s).into_iter(),
+    )?;
+    write_segments(&dir.join("segments.csv"), a)?;
+    write_never_freed(&dir.join("never_freed.csv"), a)?;
+    write_phases(&dir.join("phases.csv"), a)?;
+    if html {
+        super::snapshot_view::write(&dir.join("report.html"), s, a)?;
+    }
+    write_json(&dir.join("summary.json"), &summary)?;
+    if let Some(h) = clearing {
+        let _ = h.join();
+    }
+    out.commit()
+}
+
+fn write_timeline(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error> {
+    let mut w = csv_writer(p)?;
+    let e = csv_err(p);
+    w.write_record([
+        "device",
+        "entry",
+        "time_ms",
+        "allocated_bytes",
+        "reserved_bytes",
+    ])
+    .map_err(&e)?;
+    for d in &a.devices {
+        for t in &d.timeline {
+            w.write_record([
+                d.device.to_string(),
+                t.entry.to_string(),
+                ms_text(rel_ms(a, t.time_us)),
+                t.allocated_bytes.to_string(),
+                t.reserved_bytes.to_string(),
+            ])
+            .map_err(&e)?;
+        }
+    }
+    w.flush().map_err(io(p))
+}
+
+fn write_peak_allocations(
+    p: &std::path::Path,
+    s: &Snapshot,
+    a: &SnapshotAnalysis,
+) -> Result<(), Error> {
+    let mut w = csv_writer(p)?;
+    let e = csv_err(p);
+    w.write_record([
+        "device",
+        "address",
+        "bytes",
+        "stream",
+        "kind",
+        "made_at_entry",
+        "freed_at_entry",
+        "python_frame",
+        "cpp_frame",
+        "stack",
+    ])
+    .map_err(&e)?;
+    let opt = |v: Option<usize>| v.map(|v| v.to_string()).unwrap_or_default();
+    for d in &a.devices {
+        for b in &d.peak.alive {
+            let frames = s.stack(b.stack);
+            w.write_record([
+                d.device.to_string(),
+                format!("0x{:x}", b.addr),
+                b.size.to_string(),
+                b.stream.to_string(),
+                b.kind.name().to_owned(),
+                opt(b.made_at),
+                opt(b.freed_at),
+                snap::sites::python_site(s, frames).unwrap_or_default(),
+                snap::sites::cpp_site(s, frames).unwrap_or_default(),
+                snap::sites::fragment(s, b.stack),
+            ])
+            .map_err(&e)?;
+        }
+    }
+    w.flush().map_err(io(p))
+}
+
+fn write_top_sites(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error> {
+    let mut w = csv_writer(p)?;
+    let e = csv_err(p);
+    w.write_record([
+        "device",
+        "by",
+        "site",
+        "kind",
+        "bytes",
+        "blocks",
+        "pct_of_peak",
+    ])
+    .map_err(&e)?;
+    for d in &a.devices {
+        let pct = |b: u64| {
+            if d.peak.allocated_bytes == 0 {
+                String::new()
+            } else {
+                format!("{:.2}", 100.0 * b as f64 / d.peak.allocated_bytes as f64)
+            }
+        };
+        for k in &d.peak.by_kind {
+            w.write_record([
+                d.device.to_string(),
+                "kind".into(),
+                k.kind.name().into(),
+                k.kind.name().into(),
+                k.bytes.to_string(),
+                k.blocks.to_string(),
+                pct(k.bytes),
+            ])
+            .map_err(&e)?;
+        }
+        for (by, sites) in [
+            ("python_frame", &d.peak.by_python_frame),
+            ("cpp_frame", &d.peak.by_cpp_frame),
+        ] {
+            for x in sites.iter() {
+                w.write_record([
+                    d.device.to_string(),
+                    by.into(),
+                    x.site.clone(),
+                    x.kind.name().into(),
+                    x.bytes.to_string(),
+                    x.blocks.to_string(),
+                    pct(x.bytes),
+                ])
+                .map_err(&e)?;
+            }
+        }
+    }
+    w.flush().map_err(io(p))
+}
+
+/// Flame-graph lines, `stack bytes` each (flamegraph.pl's collapsed form).
+fn write_stacks(
+    p: &std::path::Path,
+    lines: impl Iterator<Item = (String, i64)>,
+) -> Result<(), Error> {
+    let mut w = std::io::BufWriter::new(super::create(p)?);
+    for (l, b) in lines {
+        writeln!(w, "{l} {b}").map_err(io(p))?;
+    }
+    w.flush().map_err(io(p))
+}
+
+fn write_segments(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error> {
+    let mut w = csv_writer(p)?;
+    let e = csv_err(p);
+    w.write_record([
+        "device",
+        "address",
+        "stream",
+        "pool",
+        "total_bytes",
+        "allocated_bytes",
+        "free_internal_bytes",
+        "free_external_bytes",
+        "blocks",
+        "active_blocks",
+    ])
+    .map_err(&e)?;
+    for r in &a.segment_rows {
+        w.write_record([
+            r.device.to_string(),
+            format!("0x{:x}", r.address),
+            r.stream.to_string(),
+            r.pool.clone(),
+            r.total_bytes.to_string(),
+            r.allocated_bytes.to_string(),
+            r.free_internal_bytes.to_string(),
+            r.free_external_bytes.to_string(),
+            r.blocks.to_string(),
+            r.active_blocks.to_string(),
+        ])
+        .map_err(&e)?;
+    }
+    w.flush().map_err(io(p))
+}
+
+fn write_never_freed(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error> {
+    let mut w = csv_writer(p)?;
+    let e = csv_err(p);
+    w.write_record([
+        "device",
+        "site",
+        "kind",
+        "blocks",
+        "bytes",
+        "first_entry",
+        "last_entry",
+        "stack",
+    ])
+    .map_err(&e)?;
+    for d in &a.devices {
+        for n in &d.never_freed {
+            w.write_record([
+                d.device.to_string(),
+                n.site.clone(),
+                n.kind.name().into(),
+                n.blocks.to_string(),
+                n.bytes.to_string(),
+                n.first_entry.to_string(),
+                n.last_entry.to_string(),
+                n.stack.clone(),
+            ])
+            .map_err(&e)?;
+        }
+    }
+    w.flush().map_err(io(p))
+}
+
+fn write_phases(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error> {
+    let mut w = csv_writer(p)?;
+    let e = csv_err(p);
+    w.write_record(["device", "name", "start_ms", "end_ms"])
+        .map_err(&e)?;
+    for r in &a.phases {
+        w.write_record([
+            r.device.to_string(),
+            r.name.clone(),
+            ms_text(rel_ms(a, Some(r.start_us))),
+            ms_text(rel_ms(a, r.end_us)),
+        ])
+        .map_err(&e)?;
+    }
+    w.flush().map_err(io(p))
+}
+
+/// The console summary of a snapshot.
+pub fn console(a: &SnapshotAnalysis, diag: &Diagnostics, top: usize) -> String {
+    let mut o = String::new();
+    let span = a.devices.iter().filter_map(|d| {
+        let last = d.timeline.last()?.time_us?;
+        rel_ms(a, Some(last))
+    });
+    let span = span.fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    o += &format!(
+        "{}: memory snapshot, {} device{}, {} history entries{}\n",
+        a.file,
+        a.devices.len(),
+        if a.devices.len() == 1 { "" } else { "s" },
+        a.entries,
+        span.map(|s| format!(" over {s:.1} ms")).unwrap_or_default()
+    );
+    let hb = |b: u64| human_bytes(b as i64);
+    for d in &a.devices {
+        let p = &d.peak;
+        let at = match (p.entry, rel_ms(a, p.time_us)) {
+            (Some(e), Some(t)) => format!(" at +{t:.3} ms (entry {e})"),
+            (Some(e), None) => format!(" after entry {e}"),
+            (None, _) => " before the history's first entry".to_owned(),
+        };
+        o += &format!(
+            "device {}: peak {} allocated{at}{}; reserved at most {}; at the end {} allocated, {} reserved\n",
+            d.device,
+            hb(p.allocated_bytes),
+            p.phase.as_ref().map(|ph| format!(", in {ph}")).unwrap_or_default(),
+            hb(d.peak_reserved_bytes),
+            hb(d.end_allocated_bytes),
+            hb(d.end_reserved_bytes),
+        );
+        if p.allocated_bytes == 0 {
+            continue;
+        }
+        let pct = |b: u64| 100.0 * b as f64 / p.allocated_bytes as f64;
+        let kinds: Vec<String> = p
+            .by_kind
+            .iter()
+            .map(|k| format!("{} {} ({:.0}%)", k.kind.name(), hb(k.bytes), pct(k.bytes)))
+            .collect();
+        o += &format!(
+            "  at the peak, by the code that allocated it: {}\n",
+            kinds.join(", ")
+        );
+        for (what, sites) in [
+            ("Python frame", &p.by_python_frame),
+            ("C++ frame", &p.by_cpp_frame),
+        ] {
+            if sites.iter().all(|x| x.site == snap::sites::NO_STACK) {
+                continue;
+            }
+            o += &format!("  at the peak, by {what}:\n");
+            for x in sites.iter().take(top) {
+                o += &format!(
+                    "    {:>10} {:>5.1}%  {:<14} {}\n",
+                    hb(x.bytes),
+                    pct(x.bytes),
+                    x.kind.name(),
+                    super::console::truncate(&x.site, 90)
+                );
+            }
+        }
+        if !d.never_freed.is_empty() {
+            let total: u64 = d.never_freed.iter().map(|n| n.bytes).sum();
+            o += &format!(
+                "  allocated within the history and never freed in it: {} in {} stack{} (never_freed.csv); most: {} {} ({} blocks)\n",
+                hb(total),
+                d.never_freed.len(),
+                if d.never_freed.len() == 1 { "" } else { "s" },
+                hb(d.never_freed[0].bytes),
+                super::console::truncate(&d.never_freed[0].site, 70),
+                d.never_freed[0].blocks
+            );
+        }
+    }
+    let g = &a.segments;
+    o += &format!(
+        "segments at the end: {}, {} reserved, {} asked for, {} free ({} of it rounding inside blocks){}\n",
+        g.segments,
+        hb(g.reserved_bytes),
+        hb(g.allocated_bytes),
+        hb(g.free_internal_bytes + g.free_external_bytes),
+        g.internal_pct.map(|p| format!("{p:.1}%")).unwrap_or_else(|| "none".into()),
+        match g.fragmentation_pct {
+            Some(f) => format!(
+                "; largest free block {}, {f:.0}% of the cached free memory outside it",
+                hb(g.largest_free_block_bytes)
+            ),
+            None => String::new(),
+        }
+    );
+    if !a.phases.is_empty() {
+        o += &format!(
+            "{} annotated ranges (phases.csv), e.g. {}\n",
+            a.phases.len(),
+            a.phases[0].name
+        );
+    }
+    for w in diag.lines() {
+        o += &format!("warning: {w}\n");
+    }
+    o
+}

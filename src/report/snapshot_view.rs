@@ -1,0 +1,311 @@
+//! report.html of a memory snapshot: the headline figures and tables, and the interactive
+//! memory view (`assets/memory_view.js`, embedded with its data: the page works offline and
+//! from disk). The data is bounded whatever the snapshot's size: the [`MAX_DRAWN`] largest
+//! allocations one by one, the timeline at most `TIMELINE_POINTS` points a device, and every
+//! smaller allocation as one band.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::console::human_bytes;
+use super::html::{esc, page_head, table};
+use super::Error;
+use crate::analysis::snapshot::{self as snap, SnapshotAnalysis, SITE_KINDS};
+use crate::model::snapshot::{Snapshot, StackId};
+
+/// Allocations drawn one by one (memory_viz draws 15,000 at most by default and summarises
+/// the rest); the view lays each out in the browser, in time proportional to this times the
+/// allocations alive at once.
+pub(super) const MAX_DRAWN: usize = 5_000;
+
+const SCRIPT: &str = include_str!("assets/memory_view.js");
+
+#[derive(Serialize)]
+struct Data {
+    kinds: Vec<&'static str>,
+    stacks: Vec<Vec<String>>,
+    smaller_note: String,
+    devices: Vec<DeviceData>,
+}
+
+#[derive(Serialize)]
+struct DeviceData {
+    device: i64,
+    entries: usize,
+    timeline: Timeline,
+    peak: PeakData,
+    phases: Vec<PhaseData>,
+    allocs: Allocs,
+}
+
+#[derive(Serialize, Default)]
+struct Timeline {
+    entry: Vec<usize>,
+    time_ms: Vec<Option<f64>>,
+    allocated: Vec<u64>,
+    reserved: Vec<u64>,
+}
+
+#[derive(Serialize)]
+struct PeakData {
+    entry: i64,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct PhaseData {
+    name: String,
+    start: usize,
+    end: usize,
+    /// Not inside another range.
+    outer: bool,
+}
+
+#[derive(Serialize, Default)]
+struct Allocs {
+    made: Vec<i64>,
+    freed: Vec<i64>,
+    size: Vec<u64>,
+    stack: Vec<u32>,
+    kind: Vec<u8>,
+}
+
+/// The view's data for every device.
+fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
+    let mut stacks: Vec<Vec<String>> = Vec::new();
+    let mut stack_index: FxHashMap<StackId, (u32, u8)> = FxHashMap::default();
+    let mut smaller = (0usize, 0u64);
+    let mut devices = Vec::new();
+    for d in &a.devices {
+        let mut drawn: Vec<&snap::Interval> = d.intervals.iter().collect();
+        if drawn.len() > MAX_DRAWN {
+            drawn.select_nth_unstable_by_key(MAX_DRAWN - 1, |v| {
+                (std::cmp::Reverse(v.size), v.made, v.addr)
+            });
+            let rest = &drawn[MAX_DRAWN..];
+            smaller.0 += rest.len();
+            smaller.1 = smaller
+                .1
+                .max(rest.iter().map(|v| v.size).max().unwrap_or(0));
+            drawn.truncate(MAX_DRAWN);
+        }
+        drawn.sort_unstable_by_key(|v| (v.made, v.addr));
+        let mut allocs = Allocs::default();
+        for v in drawn {
+            let (id, kind) = *stack_index.entry(v.stack).or_insert_with(|| {
+                let frames: Vec<String> = s
+                    .stack(v.stack)
+                    .iter()
+                    .filter(|&&f| {
+                        let fr = &s.frames[f.0 as usize];
+                        snap::torch_keeps_frame(s.str(fr.name), s.str(fr.filename))
+                    })
+                    .map(|&f| snap::format_frame(s, f))
+                    .collect();
+                stacks.push(frames);
+                (
+                    stacks.len() as u32 - 1,
+                    snap::sites::kind(s, s.stack(v.stack)) as u8,
+                )
+            });
+            allocs.made.push(v.made.map_or(-1, i64::from));
+            allocs.freed.push(v.freed.map_or(-1, i64::from));
+            allocs.size.push(v.size);
+            allocs.stack.push(id);
+            allocs.kind.push(kind);
+        }
+        let mut timeline = Timeline::default();
+        for p in &d.timeline {
+            timeline.entry.push(p.entry);
+            timeline
+                .time_ms
+                .push(p.time_us.zip(a.t0_us).map(|(t, z)| (t - z) as f64 / 1e3));
+            timeline.allocated.push(p.allocated_bytes);
+            timeline.reserved.push(p.reserved_bytes);
+        }
+        let trace = usize::try_from(d.device)
+            .ok()
+            .and_then(|i| s.device_traces.get(i))
+            .map_or(&[][..], |t| &t[..]);
+        // Entry index of a time: entries are recorded in time order.
+        let entry_at = |t: i64| trace.partition_point(|e| e.time_us.is_some_and(|x| x < t));
+        let mut phases: Vec<PhaseData> = a
+            .phases
+            .iter()
+            .filter(|p| p.device == d.device)
+            .filter_map(|p| {
+                Some(PhaseData {
+                    name: p.name.clone(),
+                    start: entry_at(p.start_us),
+                    end: entry_at(p.end_us?),
+                    outer: true,
+                })
+            })
+            .collect();
+        // Outermost: no longer range holds it (ranges come in time order, outer first).
+        phases.sort_by_key(|p| (p.start, std::cmp::Reverse(p.end)));
+        let mut reach = None;
+        for p in &mut phases {
+            if reach.is_some_and(|r| p.end <= r) {
+                p.outer = false;
+            } else {
+                reach = Some(p.end);
+            }
+        }
+        devices.push(DeviceData {
+            device: d.device,
+            entries: d.entries,
+            timeline,
+            peak: PeakData {
+                entry: d.peak.entry.map_or(-1, |e| e as i64),
+                bytes: d.peak.allocated_bytes,
+            },
+            phases,
+            allocs,
+        });
+    }
+    Data {
+        kinds: SITE_KINDS.iter().map(|k| k.name()).collect(),
+        stacks,
+        smaller_note: if smaller.0 == 0 {
+            "allocations too small to draw at this zoom".into()
+        } else {
+            format!(
+                "{} allocations of {} or less, beyond the {MAX_DRAWN} largest a device drawn one by one",
+                smaller.0,
+                human_bytes(smaller.1 as i64)
+            )
+        },
+        devices,
+    }
+}
+
+/// Writes report.html.
+pub(super) fn write(path: &Path, s: &Snapshot, a: &SnapshotAnalysis) -> Result<(), Error> {
+    let mut o = page_head(&a.file);
+    o.push_str(
+        "<style>.mv{position:relative;margin:1em 0}.mv canvas{width:100%;height:440px;border:1px solid #ddd;cursor:crosshair}\
+         .mv .tip{position:absolute;display:none;background:#fff;border:1px solid #888;padding:6px;font-size:12px;max-width:360px;pointer-events:none;z-index:2}\
+         .mv .pinned{font-size:12px;margin-top:.5em}.st{font-family:monospace;font-size:11px}\
+         .legend span{display:inline-block;margin-right:1em;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}</style>",
+    );
+    let hb = |b: u64| human_bytes(b as i64);
+    table(
+        &mut o,
+        &["", ""],
+        [
+            vec!["snapshot".into(), a.file.clone()],
+            vec!["history entries".into(), a.entries.to_string()],
+            vec![
+                "segments at the end".into(),
+                format!(
+                    "{} · {} reserved · {} asked for · {} free ({} rounding)",
+                    a.segments.segments,
+                    hb(a.segments.reserved_bytes),
+                    hb(a.segments.allocated_bytes),
+                    hb(a.segments.free_internal_bytes + a.segments.free_external_bytes),
+                    hb(a.segments.free_internal_bytes)
+                ),
+            ],
+        ]
+        .into_iter(),
+    );
+    o.push_str("<div class=legend>");
+    for k in SITE_KINDS {
+        let _ = write!(o, "<span><i class=\"k-{0}\"></i>{0}</span>", k.name());
+    }
+    o.push_str("<span><i style=\"background:#ddd\"></i>smaller allocations</span></div>");
+    for d in &a.devices {
+        let p = &d.peak;
+        let _ = write!(
+            o,
+            "<h2>Device {}: peak {} allocated{}</h2>\
+             <div class=mv id=\"memory-view-{}\"><label><input type=checkbox class=reserved> reserved</label> \
+             <button class=zoom-peak>zoom to the peak</button> <button class=zoom-reset>whole history</button> \
+             <span style=\"font-size:12px;color:#555\">wheel: zoom · drag: pan · hover: an allocation · click: pin it</span>\
+             <canvas></canvas><div class=tip></div><div class=pinned></div></div>",
+            d.device,
+            hb(p.allocated_bytes),
+            p.phase
+                .as_ref()
+                .map(|ph| format!(" in {}", esc(ph)))
+                .unwrap_or_default(),
+            d.device
+        );
+        o.push_str("<h3>At the peak, by the code that allocated it</h3>");
+        table(
+            &mut o,
+            &["kind", "bytes", "blocks"],
+            p.by_kind
+                .iter()
+                .map(|k| vec![k.kind.name().into(), hb(k.bytes), k.blocks.to_string()]),
+        );
+        for (what, sites) in [
+            ("Python frame", &p.by_python_frame),
+            ("C++ frame", &p.by_cpp_frame),
+        ] {
+            if sites.is_empty() {
+                continue;
+            }
+            let _ = write!(o, "<h3>At the peak, by {what}</h3>");
+            table(
+                &mut o,
+                &["site", "kind", "bytes", "blocks"],
+                sites.iter().take(15).map(|x| {
+                    vec![
+                        x.site.clone(),
+                        x.kind.name().into(),
+                        hb(x.bytes),
+                        x.blocks.to_string(),
+                    ]
+                }),
+            );
+        }
+        if !d.never_freed.is_empty() {
+            o.push_str("<h3>Allocated within the history and never freed in it</h3>");
+            table(
+                &mut o,
+                &["site", "kind", "bytes", "blocks", "entries"],
+                d.never_freed.iter().take(15).map(|n| {
+                    vec![
+                        n.site.clone(),
+                        n.kind.name().into(),
+                        hb(n.bytes),
+                        n.blocks.to_string(),
+                        format!("{}-{}", n.first_entry, n.last_entry),
+                    ]
+                }),
+            );
+        }
+    }
+    let json = serde_json::to_string(&data(s, a))
+        .map_err(|e| Error::from(crate::file_error::FileError::new(path, e.into())))?;
+    // `</` would end the script element early.
+    let json = json.replace("</", "<\\/");
+    o.push_str("<style>");
+    for (k, c) in KIND_COLORS {
+        let _ = write!(o, ".k-{k}{{background:{c}}}");
+    }
+    o.push_str("</style>");
+    let _ = writeln!(
+        o,
+        "<script id=\"steptrace-memory\" type=\"application/json\">{json}</script><script>{SCRIPT}</script></body></html>"
+    );
+    super::write_file(path, o.as_bytes())
+}
+
+/// The kinds' colours, the script's own.
+const KIND_COLORS: [(&str, &str); 9] = [
+    ("optimizer", "#e6550d"),
+    ("backward", "#3182bd"),
+    ("module_forward", "#31a354"),
+    ("data_loading", "#756bb1"),
+    ("model_setup", "#636363"),
+    ("workspace", "#bcbd22"),
+    ("program", "#17becf"),
+    ("no_stack", "#9ecae1"),
+    ("other", "#fdae6b"),
+];
