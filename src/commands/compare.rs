@@ -7,6 +7,15 @@ use crate::console::terminal_safe;
 use crate::cli;
 
 pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
+    let snapshot = |r: &std::path::PathBuf| {
+        steptrace::is_snapshot_input(&steptrace::AnalyzeProps {
+            input: r.clone(),
+            ..Default::default()
+        })
+    };
+    if args.runs.iter().any(snapshot) {
+        return snapshots(args, snapshot);
+    }
     let mut analyses = Vec::new();
     for r in &args.runs {
         let props = steptrace::AnalyzeProps {
@@ -50,6 +59,50 @@ pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
         {
             out.write_all(terminal_safe(&line).as_bytes())?;
         }
+    }
+    writeln!(out, "\nwrote {}", args.out.display())?;
+    Ok(0)
+}
+
+/// Memory snapshots side by side: what grew at the peak (memory_viz's `compare`).
+fn snapshots(
+    args: cli::CompareArgs,
+    snapshot: impl Fn(&std::path::PathBuf) -> bool,
+) -> anyhow::Result<u8> {
+    if let Some(r) = args.runs.iter().find(|r| !snapshot(r)) {
+        anyhow::bail!(
+            "{}: not a memory snapshot: compare snapshots with snapshots, runs with runs",
+            r.display()
+        );
+    }
+    if args.runs.len() < 2 {
+        anyhow::bail!("compare needs two snapshots or more");
+    }
+    let mut analyses = Vec::new();
+    let mut warnings = Vec::new();
+    for r in &args.runs {
+        let mut diag = steptrace::diagnostics::Diagnostics::default();
+        let s = steptrace::ingest::snapshot::load(r, &mut diag)?;
+        analyses.push(steptrace::analysis::snapshot::analyze(&s));
+        warnings.extend(diag.lines());
+    }
+    let labels: Vec<String> = args
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            args.labels.get(i).cloned().unwrap_or_else(|| {
+                r.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            })
+        })
+        .collect();
+    let text = steptrace::report::snapshot::write_compare(&args.out, &labels, &analyses, 10)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(terminal_safe(&text).as_bytes())?;
+    for w in warnings {
+        eprintln!("steptrace: warning: {w}");
     }
     writeln!(out, "\nwrote {}", args.out.display())?;
     Ok(0)

@@ -261,7 +261,7 @@ fn write_top_sites(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Erro
             ("python_frame", &d.peak.by_python_frame),
             ("cpp_frame", &d.peak.by_cpp_frame),
         ] {
-            for x in sites.iter() {
+            for x in sites.iter().take(snap::TOP) {
                 w.write_record([
                     d.device.to_string(),
                     by.into(),
@@ -477,4 +477,89 @@ pub fn console(a: &SnapshotAnalysis, diag: &Diagnostics, top: usize) -> String {
         o += &format!("warning: {w}\n");
     }
     o
+}
+
+/// `steptrace compare` of memory snapshots: compare_snapshots.csv in `dir` (every row of
+/// [`snap::compare`] of each snapshot against the first), and the console text: each one's
+/// peak, then what grew most at the peak by kind, Python frame and C++ frame.
+pub fn write_compare(
+    dir: &std::path::Path,
+    labels: &[String],
+    analyses: &[SnapshotAnalysis],
+    top: usize,
+) -> Result<String, Error> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let p = dir.join("compare_snapshots.csv");
+    let mut w = csv_writer(&p)?;
+    let e = csv_err(&p);
+    w.write_record([
+        "baseline",
+        "label",
+        "device",
+        "by",
+        "site",
+        "base_bytes",
+        "bytes",
+        "delta_bytes",
+    ])
+    .map_err(&e)?;
+    let hb = |b: u64| human_bytes(b as i64);
+    let mut o = String::new();
+    for (l, a) in labels.iter().zip(analyses) {
+        for d in &a.devices {
+            o += &format!(
+                "{l}: device {} peak {} allocated{}, {} reserved at most\n",
+                d.device,
+                hb(d.peak.allocated_bytes),
+                d.peak
+                    .phase
+                    .as_ref()
+                    .map(|p| format!(" in {p}"))
+                    .unwrap_or_default(),
+                hb(d.peak_reserved_bytes)
+            );
+        }
+    }
+    let (base_label, base) = (&labels[0], &analyses[0]);
+    for (l, a) in labels.iter().zip(analyses).skip(1) {
+        let rows = snap::compare(base, a);
+        for r in &rows {
+            w.write_record([
+                base_label.clone(),
+                l.clone(),
+                r.device.to_string(),
+                r.by.to_owned(),
+                r.site.clone(),
+                r.base_bytes.to_string(),
+                r.bytes.to_string(),
+                r.delta().to_string(),
+            ])
+            .map_err(&e)?;
+        }
+        for by in ["kind", "python_frame", "cpp_frame"] {
+            let grew: Vec<&snap::Growth> = rows
+                .iter()
+                .filter(|r| r.by == by && r.delta() > 0)
+                .take(top)
+                .collect();
+            if grew.is_empty() {
+                continue;
+            }
+            o += &format!("grew at the peak from {base_label} to {l}, by {by}:\n");
+            for r in grew {
+                o += &format!(
+                    "  device {} {:>11} ({} -> {})  {}\n",
+                    r.device,
+                    format!("+{}", human_bytes(r.delta())),
+                    hb(r.base_bytes),
+                    hb(r.bytes),
+                    super::console::truncate(&r.site, 90)
+                );
+            }
+        }
+    }
+    w.flush().map_err(io(&p))?;
+    drop(w);
+    super::rename_parts(dir)?;
+    Ok(o)
 }

@@ -164,3 +164,40 @@ fn the_memory_view_draws_a_million_entries_and_shows_stacks_on_hover() {
         .unwrap();
     assert!(status.success());
 }
+
+/// `steptrace compare A.pickle B.pickle`: what grew at the peak. The rows by kind of code
+/// partition each peak, as the rows by whole stack do: their changes add up to the change of
+/// the peak.
+#[test]
+fn comparing_two_snapshots_says_what_grew_at_the_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        "sample_traces/gpt_bf16/snapshot.pickle.gz",
+        "sample_traces/gpt_bf16_ckpt/snapshot.pickle.gz",
+    );
+    let out = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["compare", "--labels", "plain,ckpt", "--out"])
+        .arg(dir.path())
+        .arg(root().join(a))
+        .arg(root().join(b))
+        .assert()
+        .success();
+    let console = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        console.contains("grew at the peak from plain to ckpt, by kind:"),
+        "{console}"
+    );
+    let refs = reference();
+    let peak = |p: &str| refs[p]["peak"][0]["peak_allocated_bytes"].as_i64().unwrap();
+    let (h, rows) = crate::common::csv(&dir.path().join("compare_snapshots.csv"));
+    let c = |n: &str| crate::common::col(&h, n);
+    for by in ["kind", "stack"] {
+        let sum: i64 = rows
+            .iter()
+            .filter(|r| r[c("by")] == by)
+            .map(|r| r[c("delta_bytes")].parse::<i64>().unwrap())
+            .sum();
+        assert_eq!(sum, peak(b) - peak(a), "{by}");
+    }
+}

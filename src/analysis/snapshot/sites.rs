@@ -267,8 +267,8 @@ pub fn kind(s: &Snapshot, frames: &[FrameId]) -> SiteKind {
     }
 }
 
-/// Bytes alive by site, most first, at most [`super::TOP`]; blocks without a site are
-/// listed as [`NO_STACK`].
+/// Bytes alive by site, most first (every site: outputs keep the top ones, a comparison needs
+/// them all); blocks without a site are listed as [`NO_STACK`].
 pub(super) fn top_sites(
     s: &Snapshot,
     alive: &[AliveBlock],
@@ -301,6 +301,5 @@ pub(super) fn top_sites(
         })
         .collect();
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
-    v.truncate(super::TOP);
     v
 }
