@@ -47,6 +47,21 @@ def median_of(runs, cmd, env=None):
     return statistics.median(r[0] for r in res), max(r[1] for r in res)
 
 
+def write_members(src, dst, piece=4 << 20, level=6):
+    """`src` gzipped as capture writes it (formats/src/gzip_members.rs)."""
+    import struct, zlib
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        while True:
+            p = fi.read(piece)
+            if not p:
+                break
+            c = zlib.compressobj(level, zlib.DEFLATED, -15)
+            d = c.compress(p) + c.flush()
+            n = 20 + len(d) + 8
+            fo.write(bytes([0x1F, 0x8B, 8, 4, 0, 0, 0, 0, 0, 255, 8, 0]) + b"ST" + bytes([4, 0]) + struct.pack("<I", n))
+            fo.write(d + struct.pack("<II", zlib.crc32(p), len(p)))
+
+
 def make_trace(work, mb):
     path = os.path.join(work, f"trace_{mb}mb.json")
     if os.path.exists(path):
@@ -68,11 +83,19 @@ def main():
     ap.add_argument("--work", default="/tmp/steptrace-bench")
     ap.add_argument("--big", type=int, default=0)
     ap.add_argument("--snapshot", type=int, default=0)
+    # With --snapshot: also Python's pickle.load of the same file (what every other viewer
+    # does first) and torch's `_memory_viz trace_plot` (the file torch/cuda/_memory_viz.py of
+    # PyTorch, pure Python, given by path: it needs no torch to run), each once.
+    ap.add_argument("--snapshot-baselines", action="store_true")
+    ap.add_argument("--memory-viz", help="path of torch/cuda/_memory_viz.py")
+    # The in-process ingest row needs the `stages` example, a build of its own (polars again).
+    ap.add_argument("--no-ingest-row", action="store_true")
     ap.add_argument("--perfetto", help="a trace_processor_shell binary")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
-    subprocess.run(["cargo", "build", "--release", "-q", "--example", "stages"], cwd=ROOT, check=True)
+    if a.snapshot and not a.no_ingest_row:
+        subprocess.run(["cargo", "build", "--release", "-q", "--example", "stages"], cwd=ROOT, check=True)
     st = os.path.join(ROOT, "target/release/steptrace")
     hta_py = None
     if a.hta:
@@ -83,7 +106,7 @@ def main():
         hta_py = os.path.join(venv, "bin/python")
     rows = []
     checks = []
-    for mb in [int(x) for x in a.sizes.split(",")]:
+    for mb in [int(x) for x in a.sizes.split(",") if x]:
         path = make_trace(a.work, mb)
         size = os.path.getsize(path) / 1e6
         # The name torch.profiler's tensorboard_trace_handler gives a compressed trace.
@@ -91,8 +114,14 @@ def main():
         if not os.path.exists(gz):
             with open(path, "rb") as fi, gzip.open(gz, "wb", compresslevel=6) as fo:
                 shutil.copyfileobj(fi, fo)
+        # The form `steptrace capture` writes (formats/src/gzip_members.rs): members of 4 MiB
+        # of input, each saying its length in an extra field, zlib level 6.
+        cgz = path[: -len(".json")] + ".capture.json.gz"
+        if not os.path.exists(cgz):
+            write_members(path, cgz)
         out = os.path.join(a.work, "out")
         out_gz = os.path.join(a.work, "out_gz")
+        out_cgz = os.path.join(a.work, "out_cgz")
         lean = ["--no-plots", "--no-annotated-trace"]
         r = {}
         # Interleaved, so that every row meets the machine in the same state: on a shared VM
@@ -110,6 +139,8 @@ def main():
             "  no plots/annotated trace -j2": [st, "analyze", "-q", "-j", "2", "--out", out + "_lean"] + lean + [path],
             "  no plots/annotated trace -j1": [st, "analyze", "-q", "-j", "1", "--out", out + "_lean"] + lean + [path],
             "  no plots/annotated trace .gz": [st, "analyze", "-q", "-j", "2", "--out", out_gz + "_lean"] + lean + [gz],
+            "steptrace analyze (default) capture's .gz": [st, "analyze", "-q", "-j", "2", "--out", out_cgz, cgz],
+            "  no plots/annotated trace capture's .gz": [st, "analyze", "-q", "-j", "2", "--out", out_cgz + "_lean"] + lean + [cgz],
         }
         nothp = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.hugetlb=0")
         res = {k: [] for k in cmds}
@@ -125,6 +156,13 @@ def main():
         # The annotated traces load in Python (gzip + json) with every original event, and
         # with --perfetto in Perfetto's trace processor (the input queried there once).
         n_in = len(perfetto_check.json_events(path))
+        # The capture-form file loads in Python's gzip + json with every event.
+        n_c = len(perfetto_check.json_events(cgz))
+        checks.append(f"{os.path.basename(cgz)}: loads in Python (gzip + json), {n_c} events of {n_in}")
+        assert n_c == n_in
+        if a.perfetto:
+            ok, lines, _ = perfetto_check.check(a.perfetto, perfetto_check.load(a.perfetto, path), cgz, perfetto_check.json_events(cgz))
+            checks.append(f"{os.path.basename(cgz)} in Perfetto's trace processor: " + ("loads, every check passed" if ok else "FAILED"))
         tp_in = perfetto_check.load(a.perfetto, path) if a.perfetto else None
         for o, name in ((out, "annotated.pt.trace.json"), (out_gz, "annotated.pt.trace.json.gz")):
             evs = perfetto_check.json_events(os.path.join(o, name))
@@ -196,13 +234,24 @@ def main():
         subprocess.run(["sh", "-c", f"cat {snap} > /dev/null"], check=True)
         stages = os.path.join(ROOT, "target/release/examples/stages")
         loads = []
-        for _ in range(a.runs):
+        for _ in range(0 if a.no_ingest_row else a.runs):
             p = subprocess.run(["/usr/bin/time", "-f", "%M", stages, snap], capture_output=True, text=True, check=True)
             load = float(p.stdout.split("load (read+unpickle+extract) ")[1].split("s")[0])
             loads.append((load, int(p.stderr.strip().splitlines()[-1]) / 1024))
-        w = statistics.median(x[0] for x in loads)
-        rss = max(x[1] for x in loads)
-        rows.append((f"{size:.0f} MB", "snapshot ingest (in-process)", w, rss, float("nan"), rss / size))
+        if loads:
+            w = statistics.median(x[0] for x in loads)
+            rss = max(x[1] for x in loads)
+            rows.append((f"{size:.0f} MB", "snapshot ingest (in-process)", w, rss, float("nan"), rss / size))
+        out = os.path.join(a.work, "out_snapshot")
+        w, rss = median_of(a.runs, [st, "analyze", "--out", out, "-q", snap])
+        rows.append((f"{size:.0f} MB", "steptrace analyze SNAPSHOT (default)", w, rss, float("nan"), rss / size))
+        if a.snapshot_baselines:
+            w, rss = median_of(1, [sys.executable, "-c", f"import pickle; pickle.load(open({snap!r}, 'rb'))"])
+            rows.append((f"{size:.0f} MB", "python pickle.load", w, rss, float("nan"), rss / size))
+            if a.memory_viz:
+                html = os.path.join(a.work, "trace_plot.html")
+                w, rss = median_of(1, [sys.executable, a.memory_viz, "trace_plot", snap, "-o", html])
+                rows.append((f"{size:.0f} MB", "torch _memory_viz trace_plot", w, rss, float("nan"), rss / size))
     print(f"{'input':>8}  {'what':<44} {'wall s':>8} {'peak RSS MB':>12} {'x default -j2':>16} {'RSS/size':>9}")
     for t, k, w, rss, ratio, rr in rows:
         print(f"{t:>8}  {k:<44} {w:>8.3f} {rss:>12.0f} {ratio:>16.2f} {rr:>9.2f}")

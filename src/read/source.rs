@@ -244,11 +244,80 @@ impl std::fmt::Display for InflateError {
 pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
     let mut file = std::io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?);
     let gz = is_gzip(std::io::BufRead::fill_buf(&mut file)?);
+    if gz {
+        // A file capture wrote: its members inflated a batch at a time on all threads.
+        let raw = open(path)?;
+        if let Some((members, _)) = steptrace_formats::gzip_members::members(&raw) {
+            return Ok(Box::new(MembersReader {
+                raw,
+                members,
+                next: 0,
+                ready: std::collections::VecDeque::new(),
+                at: 0,
+            }));
+        }
+    }
     Ok(if gz {
         Box::new(flate2::bufread::MultiGzDecoder::new(file))
     } else {
         Box::new(file)
     })
+}
+
+/// The inflated text of a file of [`steptrace_formats::gzip_members`], read in order while
+/// the members are inflated a batch at a time on all threads: at most a batch (two members a
+/// thread) is held, not the whole text. A member that does not inflate is an error to the
+/// reader; a file cut inside a member ends after the whole ones.
+struct MembersReader {
+    raw: Bytes,
+    members: Vec<steptrace_formats::gzip_members::Member>,
+    next: usize,
+    ready: std::collections::VecDeque<Vec<u8>>,
+    at: usize,
+}
+
+impl Read for MembersReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use rayon::prelude::*;
+        while self.ready.front().is_none_or(|b| self.at >= b.len()) {
+            if self.ready.pop_front().is_some() {
+                self.at = 0;
+                continue;
+            }
+            if self.next >= self.members.len() {
+                return Ok(0);
+            }
+            let batch = (2 * rayon::current_num_threads()).max(1);
+            let end = (self.next + batch).min(self.members.len());
+            let raw = &self.raw;
+            let out: Vec<std::io::Result<Vec<u8>>> = self.members[self.next..end]
+                .par_iter()
+                .map(|m| {
+                    let mut v = vec![0u8; m.inflated];
+                    let mut d = flate2::Decompress::new(false);
+                    let st = d
+                        .decompress(m.deflate(raw), &mut v, flate2::FlushDecompress::Finish)
+                        .map_err(std::io::Error::other)?;
+                    if st != flate2::Status::StreamEnd || d.total_out() as usize != m.inflated {
+                        return Err(std::io::Error::other(format!(
+                            "gzip member at byte {} does not inflate to its stated size",
+                            m.offset
+                        )));
+                    }
+                    Ok(v)
+                })
+                .collect();
+            for v in out {
+                self.ready.push_back(v?);
+            }
+            self.next = end;
+        }
+        let b = &self.ready[0];
+        let n = buf.len().min(b.len() - self.at);
+        buf[..n].copy_from_slice(&b[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Inflates a (possibly multi-member) gzip stream. An unexpected end of stream is not an error:
@@ -263,6 +332,18 @@ fn inflate(
     limit: Option<u64>,
 ) -> Result<(Vec<u8>, bool), InflateError> {
     const PIECE: usize = 1 << 20;
+    // A file capture wrote: its members say where they are and what they inflate to.
+    if let Some((members, cut)) = steptrace_formats::gzip_members::members(raw) {
+        let mut out = inflate_members(raw, &members, expect, limit)?;
+        if cut {
+            // The member the file ends in: what of it inflates (a writer killed mid-file).
+            let end = members.last().map_or(0, |m| m.offset + m.len);
+            if let Ok((tail, _)) = inflate(&raw[end..], Expect::Any, limit) {
+                out.extend_from_slice(&tail);
+            }
+        }
+        return Ok((out, cut));
+    }
     let hint = inflated_size_hint(raw).min(limit.map_or(usize::MAX, |l| l as usize));
     let mut out: Vec<u8> = Vec::new();
     out.try_reserve_exact(hint.max(PIECE))
@@ -311,6 +392,68 @@ fn inflate(
     }
 }
 
+/// Inflates the members of a file capture wrote ([`steptrace_formats::gzip_members`]) on every
+/// core, each into its own part of one buffer sized from their ISIZE fields; each member's
+/// CRC-32 and size are checked.
+fn inflate_members(
+    raw: &[u8],
+    members: &[steptrace_formats::gzip_members::Member],
+    expect: Expect,
+    limit: Option<u64>,
+) -> Result<Vec<u8>, InflateError> {
+    use rayon::prelude::*;
+    let total: usize = members.iter().map(|m| m.inflated).sum();
+    if let Some(l) = limit.filter(|&l| total as u64 > l) {
+        return Err(InflateError::TooLarge(l));
+    }
+    // The first member first: a file that is not what was expected is refused before the
+    // rest is inflated.
+    let mut out: Vec<u8> = Vec::new();
+    out.try_reserve_exact(total)
+        .map_err(|_| InflateError::OutOfMemory(0))?;
+    // Zeroed pages cost nothing until written (the allocator maps them zeroed).
+    out.resize(total, 0);
+    let mut parts: Vec<(&steptrace_formats::gzip_members::Member, &mut [u8])> =
+        Vec::with_capacity(members.len());
+    let mut rest = &mut out[..];
+    for m in members {
+        let (part, tail) = rest.split_at_mut(m.inflated);
+        parts.push((m, part));
+        rest = tail;
+    }
+    let one = |(m, part): &mut (&steptrace_formats::gzip_members::Member, &mut [u8])| {
+        let mut d = flate2::Decompress::new(false);
+        let status = d
+            .decompress(m.deflate(raw), part, flate2::FlushDecompress::Finish)
+            .map_err(|e| InflateError::Corrupt(e.to_string()))?;
+        if status != flate2::Status::StreamEnd || d.total_out() as usize != m.inflated {
+            return Err(InflateError::Corrupt(format!(
+                "gzip member at byte {} does not inflate to its stated size",
+                m.offset
+            )));
+        }
+        let mut crc = flate2::Crc::new();
+        crc.update(part);
+        if crc.sum() != m.crc32(raw) {
+            return Err(InflateError::Corrupt(format!(
+                "gzip member at byte {}: invalid checksum",
+                m.offset
+            )));
+        }
+        Ok(())
+    };
+    let only = parts.len() == 1;
+    if let Some(first) = parts.first_mut() {
+        one(first)?;
+        let head = &first.1[..first.1.len().min(INFLATE_CHECK_BYTES)];
+        if let Some(why) = expect.refuse(head, only) {
+            return Err(InflateError::NotExpected(why));
+        }
+    }
+    parts.par_iter_mut().skip(1).try_for_each(|p| one(p))?;
+    Ok(out)
+}
+
 /// The buffer to reserve for the inflated bytes. A gzip member ends with its uncompressed size
 /// mod 2^32 (ISIZE); for the usual single-member trace under 4 GiB that is exact, and it saves
 /// regrowing (and copying) a buffer of hundreds of MB. A truncated or multi-member file can
@@ -346,6 +489,67 @@ mod tests {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         enc.write_all(data).unwrap();
         enc.finish().unwrap()
+    }
+
+    /// A file as capture writes it: members that say their length, inflated on all threads.
+    fn members_of(data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        steptrace_formats::gzip_members::write(&mut &data[..], &mut out, 1, 2).unwrap();
+        out
+    }
+
+    fn trace_text(n: usize) -> Vec<u8> {
+        let mut v = b"{\"traceEvents\": [".to_vec();
+        let mut i = 0u64;
+        while v.len() < n {
+            v.extend_from_slice(format!("{{\"ph\": \"X\", \"ts\": {i}}},\n").as_bytes());
+            i += 7;
+        }
+        v
+    }
+
+    #[test]
+    fn capture_gzip_members_inflate_in_parallel_to_the_same_bytes_and_checks_hold() {
+        let data = trace_text(9 << 20);
+        let file = members_of(&data);
+        assert!(steptrace_formats::gzip_members::members(&file).is_some());
+        let (out, cut) = inflate(&file, Expect::JsonObject, None).unwrap();
+        assert!(!cut);
+        assert!(out == data);
+        // A byte of the second member's stream changed: its CRC or its stream says so.
+        let (m, _) = steptrace_formats::gzip_members::members(&file).unwrap();
+        let mut bad = file.clone();
+        bad[m[1].offset + 200] ^= 0x55;
+        assert!(matches!(
+            inflate(&bad, Expect::JsonObject, None),
+            Err(InflateError::Corrupt(_))
+        ));
+        // Cut inside the last member: the whole members and what of the last inflates.
+        let cut_at = m[2].offset + m[2].len / 2;
+        let (out, cut) = inflate(&file[..cut_at], Expect::JsonObject, None).unwrap();
+        assert!(cut);
+        assert!(out.len() > m[0].inflated + m[1].inflated && data.starts_with(&out));
+        // Not what was expected: refused on the first member.
+        assert!(matches!(
+            inflate(&members_of(b"\x80\x02}q"), Expect::JsonObject, None),
+            Err(InflateError::NotExpected(_))
+        ));
+        // Past the limit: refused from the members' sizes, before inflating.
+        assert!(matches!(
+            inflate(&file, Expect::JsonObject, Some(1 << 20)),
+            Err(InflateError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn a_stream_over_capture_gzip_members_yields_the_text_in_order() {
+        let data = trace_text(11 << 20);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("trace.json.gz");
+        std::fs::write(&p, members_of(&data)).unwrap();
+        let mut back = Vec::new();
+        open_stream(&p).unwrap().read_to_end(&mut back).unwrap();
+        assert!(back == data);
     }
 
     #[test]

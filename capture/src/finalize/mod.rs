@@ -12,17 +12,17 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// Gzips `path` into `path.gz` and removes the original. Returns the new file name.
+/// Gzips `path` into `path.gz` and removes the original. Returns the new file name. The file
+/// is ordinary gzip in members of a few MB that say their length
+/// ([`steptrace_formats::gzip_members`]), which analyze inflates on every core.
 pub fn gzip_file(path: &Path) -> std::io::Result<PathBuf> {
     let gz = PathBuf::from(format!("{}.gz", path.display()));
     {
         let mut r = BufReader::new(File::open(path)?);
-        let mut w = flate2::write::GzEncoder::new(
-            BufWriter::new(File::create(&gz)?),
-            flate2::Compression::new(6),
-        );
-        std::io::copy(&mut r, &mut w)?;
-        w.finish()?.flush()?;
+        let mut w = BufWriter::new(File::create(&gz)?);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        steptrace_formats::gzip_members::write(&mut r, &mut w, 6, threads)?;
+        w.flush()?;
     }
     std::fs::remove_file(path)?;
     Ok(gz)

@@ -1,0 +1,208 @@
+//! The gzip files capture writes (`trace.json.gz`, `exec_trace.json.gz`, snapshots): ordinary
+//! multi-member gzip (RFC 1952) that every tool reads (Python's `gzip`, Perfetto,
+//! chrome://tracing, HolisticTraceAnalysis), cut into members of [`PIECE`] bytes of input so
+//! that a reader can inflate them on every core. Each member's header carries, in an extra
+//! field (FEXTRA, subfield `ST`, as BGZF's `BC` does for its blocks), the member's whole length
+//! in bytes: a reader hops from member to member without inflating any, and a tool that knows
+//! nothing of it skips the field, as RFC 1952 asks.
+//!
+//! Member layout: `1f 8b 08 04` (FEXTRA set), MTIME 0, XFL 0, OS 255, XLEN 8, then the subfield
+//! `S T 04 00` and the member's length (u32 LE), the raw deflate stream, CRC-32 and ISIZE.
+
+use std::io::{self, Read, Write};
+
+/// Input bytes per member: big enough that a member's header and trailer (26 bytes) and the
+/// deflate stream's restart cost nothing measurable, small enough to spread a 100 MB trace
+/// over many cores.
+pub const PIECE: usize = 4 << 20;
+
+/// The subfield id in each member's extra field.
+pub const SUBFIELD: [u8; 2] = *b"ST";
+
+/// Header bytes before the deflate stream.
+pub const HEADER_LEN: usize = 20;
+
+/// Bytes after it (CRC-32 and ISIZE).
+pub const TRAILER_LEN: usize = 8;
+
+/// One member of a file: where it is, and how much it inflates to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    /// Offset of its header in the file.
+    pub offset: usize,
+    /// Its whole length (header, deflate stream, trailer).
+    pub len: usize,
+    /// Inflated bytes (ISIZE: exact for members under 4 GiB, which [`PIECE`] keeps them).
+    pub inflated: usize,
+}
+
+impl Member {
+    /// The raw deflate stream.
+    pub fn deflate<'a>(&self, file: &'a [u8]) -> &'a [u8] {
+        &file[self.offset + HEADER_LEN..self.offset + self.len - TRAILER_LEN]
+    }
+
+    /// The CRC-32 of the inflated bytes, from the trailer.
+    pub fn crc32(&self, file: &[u8]) -> u32 {
+        let t = self.offset + self.len - TRAILER_LEN;
+        u32::from_le_bytes(file[t..t + 4].try_into().unwrap_or([0; 4]))
+    }
+}
+
+/// A member's header for a member `len` bytes long in all.
+pub fn header(len: u32) -> [u8; HEADER_LEN] {
+    let l = len.to_le_bytes();
+    [
+        0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 255, 8, 0, SUBFIELD[0], SUBFIELD[1], 4, 0, l[0], l[1], l[2],
+        l[3],
+    ]
+}
+
+/// The members of `file` when every one carries the `ST` length (a file capture wrote);
+/// `None` for any other gzip file (one stream, or members without it), which is then read
+/// serially. A file cut short ends at its last whole member: `Some` with those, and `true`.
+pub fn members(file: &[u8]) -> Option<(Vec<Member>, bool)> {
+    let mut v = Vec::new();
+    let mut at = 0;
+    while at < file.len() {
+        let h = file.get(at..at + HEADER_LEN);
+        let len = match h {
+            Some(h)
+                if h[..4] == [0x1f, 0x8b, 8, 4]
+                    && h[10..12] == [8, 0]
+                    && h[12..14] == SUBFIELD
+                    && h[14..16] == [4, 0] =>
+            {
+                u32::from_le_bytes([h[16], h[17], h[18], h[19]]) as usize
+            }
+            // A cut header after whole members: the file ends early.
+            None if !v.is_empty() => return Some((v, true)),
+            _ => return None,
+        };
+        if len < HEADER_LEN + TRAILER_LEN {
+            return None;
+        }
+        if at + len > file.len() {
+            return (!v.is_empty()).then_some((v, true));
+        }
+        let t = at + len - 4;
+        let inflated = u32::from_le_bytes(file[t..t + 4].try_into().ok()?) as usize;
+        v.push(Member {
+            offset: at,
+            len,
+            inflated,
+        });
+        at += len;
+    }
+    (!v.is_empty()).then_some((v, false))
+}
+
+/// One member for `piece`: header, raw deflate at `level` (0-9), CRC-32, ISIZE.
+pub fn member(piece: &[u8], level: u32) -> Vec<u8> {
+    let mut c = flate2::Compress::new(flate2::Compression::new(level), false);
+    let mut out = Vec::with_capacity(HEADER_LEN + piece.len() / 3 + 64);
+    out.extend_from_slice(&[0; HEADER_LEN]);
+    loop {
+        out.reserve((piece.len() / 4).max(1 << 16));
+        let before = c.total_in() as usize;
+        let status = c
+            .compress_vec(&piece[before..], &mut out, flate2::FlushCompress::Finish)
+            .expect("deflate of an in-memory buffer cannot fail");
+        if status == flate2::Status::StreamEnd {
+            break;
+        }
+    }
+    let mut crc = flate2::Crc::new();
+    crc.update(piece);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(&(piece.len() as u32).to_le_bytes());
+    let len = out.len() as u32;
+    out[..HEADER_LEN].copy_from_slice(&header(len));
+    out
+}
+
+/// Compresses `input` into `out` as members of [`PIECE`] bytes, `threads` pieces at a time.
+pub fn write(input: &mut impl Read, out: &mut impl Write, level: u32, threads: usize) -> io::Result<()> {
+    let threads = threads.max(1);
+    let mut wrote_any = false;
+    loop {
+        // A batch of pieces, read here, compressed side by side, written in order.
+        let mut pieces: Vec<Vec<u8>> = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let mut p = Vec::with_capacity(PIECE);
+            input.by_ref().take(PIECE as u64).read_to_end(&mut p)?;
+            if p.is_empty() {
+                break;
+            }
+            pieces.push(p);
+        }
+        if pieces.is_empty() {
+            break;
+        }
+        let done = pieces.len() < threads || pieces.last().is_some_and(|p| p.len() < PIECE);
+        let members: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let hs: Vec<_> = pieces
+                .iter()
+                .map(|p| s.spawn(move || member(p, level)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("a compression thread panicked"))
+                .collect()
+        });
+        for m in members {
+            out.write_all(&m)?;
+        }
+        wrote_any = true;
+        if done {
+            break;
+        }
+    }
+    if !wrote_any {
+        // An empty input is one empty member, as gzip writes it.
+        out.write_all(&member(&[], level))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|i| b"{\"ph\": \"X\", \"name\": \"aten::mm\"}, "[i % 31])
+            .collect()
+    }
+
+    #[test]
+    fn members_inflate_with_an_ordinary_gzip_reader_and_are_found_without_inflating() {
+        for n in [0, 10, PIECE, PIECE + 1, 2 * PIECE + 12345] {
+            let input = text(n);
+            let mut out = Vec::new();
+            write(&mut &input[..], &mut out, 6, 3).unwrap();
+            let mut back = Vec::new();
+            flate2::read::MultiGzDecoder::new(&out[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, input, "{n}");
+            let (m, cut) = members(&out).expect("members");
+            assert!(!cut);
+            assert_eq!(m.len(), n.div_ceil(PIECE).max(1));
+            assert_eq!(m.iter().map(|x| x.inflated).sum::<usize>(), n);
+            assert_eq!(m.last().map(|x| x.offset + x.len), Some(out.len()));
+        }
+    }
+
+    #[test]
+    fn a_file_cut_short_keeps_its_whole_members_and_other_gzip_is_not_taken_for_members() {
+        let input = text(2 * PIECE + 7);
+        let mut out = Vec::new();
+        write(&mut &input[..], &mut out, 1, 2).unwrap();
+        let (m, cut) = members(&out[..out.len() - 5]).unwrap();
+        assert!(cut);
+        assert_eq!(m.len(), 2);
+        let mut plain = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+        plain.write_all(&input).unwrap();
+        assert_eq!(members(&plain.finish().unwrap()), None);
+    }
+}
