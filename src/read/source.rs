@@ -239,6 +239,11 @@ impl std::fmt::Display for InflateError {
     }
 }
 
+/// A file's bytes as they are on disk (mapped where it can be), not inflated.
+pub fn read_raw(path: &Path) -> std::io::Result<Bytes> {
+    open(path)
+}
+
 /// The decompressed text of `path` as a stream, for a second pass that should not hold the
 /// whole text (the annotated trace): the file itself, or its gzip members inflated as read.
 pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {

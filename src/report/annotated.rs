@@ -446,6 +446,50 @@ impl<R: Read> Read for Spliced<R> {
     }
 }
 
+/// A gzip input in the members capture writes ([`steptrace_formats::gzip_members`]): its
+/// members before the one where the added events go are copied as they are (no inflating, no
+/// compressing), and only that member and those after it (a few MB: the events go in after
+/// the last one) are inflated, spliced and compressed again, as members of the same form.
+/// `None` for any other input.
+fn splice_members(
+    src: &Path,
+    out: &mut impl Write,
+    span: EventsSpan,
+    extras: &[u8],
+) -> Option<std::io::Result<()>> {
+    let raw = source::read_raw(src).ok()?;
+    let (members, cut) = steptrace_formats::gzip_members::members(&raw)?;
+    if cut {
+        return None;
+    }
+    // The member holding the insertion point (the last, when it is the very end).
+    let mut k = members.len() - 1;
+    let mut inflated = 0usize;
+    for (i, m) in members.iter().enumerate() {
+        if inflated + m.inflated > span.insert_at {
+            k = i;
+            break;
+        }
+        inflated += m.inflated;
+    }
+    let before: usize = members[..k].iter().map(|m| m.inflated).sum();
+    let mut tail = Vec::new();
+    let from = members[k].offset;
+    if let Err(e) = flate2::read::MultiGzDecoder::new(&raw[from..]).read_to_end(&mut tail) {
+        return Some(Err(e));
+    }
+    let at = span.insert_at.checked_sub(before)?.min(tail.len());
+    Some((|| {
+        out.write_all(&raw[..from])?;
+        let mut text = Vec::with_capacity(tail.len() + extras.len() + 8);
+        text.extend_from_slice(&tail[..at]);
+        text.extend_from_slice(&middle(span, extras));
+        text.extend_from_slice(&tail[at..]);
+        let threads = rayon::current_num_threads();
+        steptrace_formats::gzip_members::write(&mut &text[..], out, super::gzip::GZ_LEVEL, threads)
+    })())
+}
+
 /// Writes the annotated trace to `path` (see [`file_name`]). A plain trace is copied by the
 /// kernel (`copy_file_range`: no pass through this process's memory) with the added events put
 /// in at one point; a gzip trace is inflated as a stream and compressed on all threads, so
@@ -493,6 +537,12 @@ pub fn write(
     }
     let extras = extra_events(t, a);
     let mut f = std::io::BufWriter::with_capacity(1 << 16, super::create(path)?);
+    if !compact && span.complete {
+        if let Some(done) = splice_members(src_path, &mut f, span, &extras) {
+            done.map_err(io(path))?;
+            return f.flush().map_err(io(path));
+        }
+    }
     if compact {
         let src = source::read(src_path).map_err(|e| {
             Error::from(FileError::new(
@@ -574,6 +624,49 @@ mod tests {
                 assert!(out.ends_with(&text[span.insert_at..]));
                 assert_eq!(v["traceName"], "t");
             }
+        }
+    }
+
+    /// A trace in capture's gzip members: the members before the insertion point are copied
+    /// byte for byte, and the whole inflates to the original text with the events put in,
+    /// wherever the insertion point falls (in the first member, a middle one, the last).
+    #[test]
+    fn capture_gzip_members_are_copied_up_to_the_added_events() {
+        use steptrace_formats::gzip_members::{members, write, PIECE};
+        let mut text = b"{\"traceEvents\": [".to_vec();
+        let mut i = 0;
+        while text.len() < 3 * PIECE {
+            text.extend_from_slice(format!("{{\"ph\": \"X\", \"ts\": {i}}},\n").as_bytes());
+            i += 1;
+        }
+        text.extend_from_slice(b"{}]}\n");
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("t.json.gz");
+        let mut gz = Vec::new();
+        write(&mut &text[..], &mut gz, 1, 2).unwrap();
+        std::fs::write(&src, &gz).unwrap();
+        let (m, _) = members(&gz).unwrap();
+        for insert_at in [100, PIECE + 5, text.len() - 3] {
+            let span = EventsSpan {
+                insert_at,
+                has_elements: true,
+                complete: true,
+            };
+            let mut out = Vec::new();
+            splice_members(&src, &mut out, span, b"{\"x\":1}")
+                .unwrap()
+                .unwrap();
+            let k = insert_at / PIECE;
+            assert_eq!(&out[..m[k].offset], &gz[..m[k].offset], "{insert_at}");
+            assert!(members(&out).is_some());
+            let mut back = Vec::new();
+            flate2::read::MultiGzDecoder::new(&out[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            let mut want = text[..insert_at].to_vec();
+            want.extend_from_slice(b",\n{\"x\":1}");
+            want.extend_from_slice(&text[insert_at..]);
+            assert!(back == want, "{insert_at}");
         }
     }
 }

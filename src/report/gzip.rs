@@ -10,7 +10,7 @@ const GZ_BLOCK: usize = 2 << 20;
 
 /// zlib level of the annotated trace's gzip, chosen by measurement (`examples/gzip_levels.rs`,
 /// docs/performance.md).
-const GZ_LEVEL: u32 = 1;
+pub(super) const GZ_LEVEL: u32 = 1;
 
 /// Reads up to `n` blocks of [`GZ_BLOCK`] bytes (fewer at the end of the input).
 fn read_blocks(r: &mut impl Read, n: usize) -> std::io::Result<Vec<Vec<u8>>> {
