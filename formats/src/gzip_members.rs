@@ -53,7 +53,25 @@ impl Member {
 pub fn header(len: u32) -> [u8; HEADER_LEN] {
     let l = len.to_le_bytes();
     [
-        0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 255, 8, 0, SUBFIELD[0], SUBFIELD[1], 4, 0, l[0], l[1], l[2],
+        0x1f,
+        0x8b,
+        8,
+        4,
+        0,
+        0,
+        0,
+        0,
+        0,
+        255,
+        8,
+        0,
+        SUBFIELD[0],
+        SUBFIELD[1],
+        4,
+        0,
+        l[0],
+        l[1],
+        l[2],
         l[3],
     ]
 }
@@ -122,7 +140,12 @@ pub fn member(piece: &[u8], level: u32) -> Vec<u8> {
 }
 
 /// Compresses `input` into `out` as members of [`PIECE`] bytes, `threads` pieces at a time.
-pub fn write(input: &mut impl Read, out: &mut impl Write, level: u32, threads: usize) -> io::Result<()> {
+pub fn write(
+    input: &mut impl Read,
+    out: &mut impl Write,
+    level: u32,
+    threads: usize,
+) -> io::Result<()> {
     let threads = threads.max(1);
     let mut wrote_any = false;
     loop {

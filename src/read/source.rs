@@ -455,7 +455,7 @@ fn inflate_members(
             return Err(InflateError::NotExpected(why));
         }
     }
-    parts.par_iter_mut().skip(1).try_for_each(|p| one(p))?;
+    parts.par_iter_mut().skip(1).try_for_each(one)?;
     Ok(out)
 }
 
