@@ -58,6 +58,11 @@ fn exit_code(err: &anyhow::Error) -> u8 {
         Some(steptrace::Error::Plan(
             steptrace::plan::Error::BadBudget(_) | steptrace::plan::Error::UnknownModule { .. },
         )) => 2,
+        // `--out` naming a file, or a folder that is a link: bad usage, as README says.
+        Some(steptrace::Error::Output(
+            steptrace::report::Error::NotADirectory { .. }
+            | steptrace::report::Error::SymlinkedFolder { .. },
+        )) => 2,
         Some(_) => 1,
         None => 1,
     }

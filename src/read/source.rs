@@ -153,6 +153,9 @@ impl Expect {
             },
             Expect::Pickle => match head.first() {
                 Some(0x80 | b'(' | b'}' | b']' | b'l' | b'd') => None,
+                Some(b'{') => Some(
+                    "not a memory snapshot pickle: it starts with '{', as JSON does (a trace or a manifest?)",
+                ),
                 Some(_) => Some("not a pickle (its first byte is no pickle opcode)"),
                 None => None,
             },
@@ -191,7 +194,13 @@ pub fn read_expecting(path: &Path, expect: Expect) -> Result<Source, Error> {
             truncated_gzip,
         })
     } else {
-        // A plain file costs nothing more to read whole: its parser names what is wrong.
+        // A plain file costs nothing more to read whole: its parser names what is wrong;
+        // a pickle's opcodes would name a JSON file's `{` badly, so that is said here.
+        if expect == Expect::Pickle {
+            if let Some(why) = expect.refuse(&raw[..raw.len().min(INFLATE_CHECK_BYTES)], true) {
+                return Err(format(why.to_owned()));
+            }
+        }
         Ok(Source {
             bytes: raw,
             file_len,

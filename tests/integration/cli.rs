@@ -285,8 +285,8 @@ fn unwritable_outputs_give_one_deterministic_error() {
     }
 }
 
-/// Issue 19: `--out` naming a file is one line saying so, exit 1, and the OS text is not
-/// printed twice.
+/// `--out` naming a file is one line saying so, exit 2 (bad usage, as README says), and the
+/// OS text is not printed twice.
 #[test]
 fn issue19_out_naming_a_file_says_not_a_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -298,7 +298,7 @@ fn issue19_out_naming_a_file_says_not_a_directory() {
         .arg(root().join("sample_traces/resnet18"))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     one_line_error(&out.stderr, "results: not a directory");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
 }
@@ -398,4 +398,23 @@ fn issue20_plan_writes_its_files_and_compare_sets_prediction_beside_measurement(
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     one_line_error(&o.stderr, "lots");
+}
+
+/// A JSON file given where the snapshot goes (a manifest as the second argument) is named as
+/// such, in one line, exit 2: not "unknown pickle opcode 0x7b".
+#[test]
+fn a_json_file_given_as_the_snapshot_is_said_to_be_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = steptrace()
+        .args(["analyze", "--no-plots", "--out"])
+        .arg(dir.path().join("o"))
+        .arg(root().join("sample_traces/resnet18/trace.json.gz"))
+        .arg(root().join("sample_traces/resnet18/manifest.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    one_line_error(
+        &out.stderr,
+        "manifest.json: not a memory snapshot pickle: it starts with '{'",
+    );
 }

@@ -224,7 +224,7 @@ fn a_plots_folder_that_is_a_link_is_refused() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(
         err.contains("plots") && err.contains("symbolic link"),
