@@ -42,6 +42,9 @@ pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
     out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
     // A run captured with --plan: the plan's prediction against what it measured.
     for (r, run) in args.runs.iter().zip(&runs) {
+        if !r.is_dir() {
+            continue;
+        }
         let path = r.join("plan.json");
         let text = match steptrace::file_error::read_side_file(
             &path,

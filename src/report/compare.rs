@@ -34,17 +34,27 @@ pub fn table(runs: &[Run<'_>]) -> String {
     let base = runs.first().map(|r| &r.analysis.summary);
     for r in runs {
         let s = &r.analysis.summary;
-        let peak = s.peak_allocated_bytes.unwrap_or(0) as f64;
         let b = base.expect("non-empty");
+        // What a run did not measure is n/a, not 0 (and no change is computed against it).
+        let (peak, peak_change) = match (s.peak_allocated_bytes, b.peak_allocated_bytes) {
+            (Some(p), Some(q)) => (human_bytes(p), pct(p as f64, q as f64)),
+            (Some(p), None) => (human_bytes(p), String::new()),
+            (None, _) => ("n/a".to_owned(), String::new()),
+        };
+        let flops = if s.flops_per_iteration == 0 && s.bytes_per_iteration == 0 {
+            "n/a".to_owned()
+        } else {
+            super::flops::human_flops(s.flops_per_iteration as f64)
+        };
         let _ = writeln!(
             o,
             "{:<28} {:>12} {:>9} {:>12} {:>9} {:>11}",
             r.label,
-            human_bytes(peak as i64),
-            pct(peak, b.peak_allocated_bytes.unwrap_or(0) as f64),
+            peak,
+            peak_change,
             human_time(s.step_time_s),
             pct(s.step_time_s, b.step_time_s),
-            super::flops::human_flops(s.flops_per_iteration as f64)
+            flops
         );
     }
     o
@@ -76,17 +86,20 @@ pub fn write(
     let base = &runs[0].analysis.summary;
     for r in runs {
         let s = &r.analysis.summary;
-        let peak = s.peak_allocated_bytes.unwrap_or(0);
+        let peak_change = match (s.peak_allocated_bytes, base.peak_allocated_bytes) {
+            (Some(p), Some(q)) => pct(p as f64, q as f64).trim_end_matches('%').to_owned(),
+            _ => String::new(),
+        };
         let mut rec = vec![
             r.label.clone(),
             s.name.clone(),
-            peak.to_string(),
+            s.peak_allocated_bytes
+                .map(|p| p.to_string())
+                .unwrap_or_default(),
             super::secs(s.step_time_s),
             super::secs(s.gpu_busy_s),
             s.flops_per_iteration.to_string(),
-            pct(peak as f64, base.peak_allocated_bytes.unwrap_or(0) as f64)
-                .trim_end_matches('%')
-                .to_owned(),
+            peak_change,
             pct(s.step_time_s, base.step_time_s)
                 .trim_end_matches('%')
                 .to_owned(),

@@ -91,12 +91,16 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             o += "no memory data: the trace holds no allocator events (record with profile_memory=True)\n"
         }
     }
-    o += &format!(
-        "FLOPs per iteration {} (FlopCounterMode convention {}), {} moved\n",
-        flops::human_flops(s.flops_per_iteration as f64),
-        flops::human_flops(s.matmul_flops_per_iteration as f64),
-        human_bytes(s.bytes_per_iteration as i64)
-    );
+    if s.flops_per_iteration == 0 && s.bytes_per_iteration == 0 {
+        o += "no FLOPs counted: the trace records no operator input shapes (record with record_shapes=True)\n";
+    } else {
+        o += &format!(
+            "FLOPs per iteration {} (FlopCounterMode convention {}), {} moved\n",
+            flops::human_flops(s.flops_per_iteration as f64),
+            flops::human_flops(s.matmul_flops_per_iteration as f64),
+            human_bytes(s.bytes_per_iteration as i64)
+        );
+    }
     if !s.peak_breakdown_bytes.is_empty() {
         let parts: Vec<String> = s
             .peak_breakdown_bytes
@@ -106,14 +110,17 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             .collect();
         o += &format!("at the peak: {}\n", parts.join(", "));
     }
-    o += &format!(
-        "{} activations (liveness from {})\n",
-        s.activations,
-        match s.liveness_source {
-            crate::analysis::liveness::Source::ExecutionTrace => "the Execution Trace",
-            crate::analysis::liveness::Source::MemoryEvents => "allocator events",
-        }
-    );
+    // Without memory data or an Execution Trace there is nothing to find activations from.
+    if s.activations > 0 || s.peak_allocated_bytes.is_some() {
+        o += &format!(
+            "{} activations (liveness from {})\n",
+            s.activations,
+            match s.liveness_source {
+                crate::analysis::liveness::Source::ExecutionTrace => "the Execution Trace",
+                crate::analysis::liveness::Source::MemoryEvents => "allocator events",
+            }
+        );
+    }
     if cpu_only {
         cpu_table(&mut o, a, top);
     } else {

@@ -167,16 +167,22 @@ pub(super) fn write(
     let mut o = page_head(&s.name);
     o.push_str("<h2>Summary</h2>");
     table(&mut o, &["", ""], summary_rows(s).into_iter());
-    o.push_str("<h2>Memory at the peak</h2>");
-    table(
-        &mut o,
-        &["category", "bytes", ""],
-        s.peak_breakdown_bytes
-            .iter()
-            .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),
-    );
+    if s.peak_allocated_bytes.is_some() {
+        o.push_str("<h2>Memory at the peak</h2>");
+        table(
+            &mut o,
+            &["category", "bytes", ""],
+            s.peak_breakdown_bytes
+                .iter()
+                .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),
+        );
+    } else {
+        o.push_str("<p>No memory data: the trace holds no allocator events (record with <code>profile_memory=True</code>).</p>");
+    }
     top_nodes(&mut o, a);
-    largest_activations(&mut o, a);
+    if !a.liveness.activations.is_empty() {
+        largest_activations(&mut o, a);
+    }
     plots(&mut o, svgs);
     let lines = diag.lines();
     if !lines.is_empty() {

@@ -484,3 +484,66 @@ fn parquet_tables_hold_the_csv_values() {
         assert_eq!(acts.height(), out.analysis.liveness.activations.len());
     }
 }
+
+/// A trace recorded without `profile_memory` and `record_shapes` (as most traces people hand
+/// over are): the console says what is missing in one line each, no plot or table of memory or
+/// FLOPs is drawn empty, and compare says n/a, not "0 B" and "-100%".
+#[test]
+fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = std::fs::File::open(root().join("sample_traces/resnet18/trace.json.gz")).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_reader(flate2::read::GzDecoder::new(f)).unwrap();
+    let evs = v["traceEvents"].as_array_mut().unwrap();
+    evs.retain(|e| e["name"] != "[memory]");
+    for e in evs.iter_mut() {
+        if let Some(a) = e.get_mut("args").and_then(|a| a.as_object_mut()) {
+            for k in [
+                "Input Dims",
+                "Input type",
+                "Input Strides",
+                "Concrete Inputs",
+            ] {
+                a.remove(k);
+            }
+        }
+    }
+    let trace = dir.path().join("bare.json");
+    std::fs::write(&trace, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = dir.path().join("out");
+    let o = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["analyze", "--out"])
+        .arg(&out)
+        .arg(&trace)
+        .assert()
+        .success();
+    let console = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    assert!(console.contains("no memory data: the trace holds no allocator events"));
+    assert!(console.contains("no FLOPs counted: the trace records no operator input shapes"));
+    assert!(!console.contains("FLOPs per iteration 0") && !console.contains("0 activations"));
+    let plots: Vec<String> = std::fs::read_dir(out.join("plots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".svg"))
+        .collect();
+    assert_eq!(plots, ["node_runtime.svg"], "{plots:?}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(!html.contains("Memory at the peak") && !html.contains("Largest activations"));
+    assert!(html.contains("No memory data"));
+    let cmp = dir.path().join("cmp");
+    let o = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["compare", "--out"])
+        .arg(&cmp)
+        .arg(root().join("sample_traces/resnet18"))
+        .arg(&trace)
+        .assert()
+        .success();
+    let table = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    let row = table.lines().find(|l| l.starts_with("bare")).unwrap();
+    assert!(
+        row.contains("n/a") && !row.contains("0 B") && !row.contains("-100"),
+        "{row}"
+    );
+}

@@ -20,7 +20,16 @@ fn rank_rows(points: &[(u32, f64, f64)], x_digits: usize, y_digits: usize) -> Ve
 
 /// The chosen plots (all when `which` is empty), in [`PLOTS`] order.
 pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<Job> {
-    let want = |n: &str| which.is_empty() || which.iter().any(|w| w == n);
+    // What the input holds decides as well: no memory plots without memory data, no roofline
+    // without FLOPs (an empty chart reads as "nothing allocated", "nothing computed").
+    let memory = a.summary.peak_allocated_bytes.is_some();
+    let holds = |n: &str| match n {
+        "memory_vs_rank" | "memory_over_time" | "peak_breakdown" => memory,
+        "activations" => !a.liveness.activations.is_empty(),
+        "roofline" => a.summary.flops_per_iteration > 0,
+        _ => true,
+    };
+    let want = |n: &str| holds(n) && (which.is_empty() || which.iter().any(|w| w == n));
     let mut jobs = Vec::new();
     let name = &a.summary.name;
     if want("memory_vs_rank") {
