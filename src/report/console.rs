@@ -149,7 +149,7 @@ fn cpu_table(o: &mut String, a: &Analysis, top: usize) {
     );
     *o += &format!(
         "{:>5}  {:<60} {:>11} {:>7}\n",
-        "rank", "node", "CPU time", "CPU %"
+        "order", "node", "CPU time", "CPU %"
     );
     for n in by_time.iter().take(top) {
         *o += &format!(
@@ -174,7 +174,7 @@ fn gpu_table(o: &mut String, a: &Analysis, top: usize) {
     *o += &format!("\nTop {top} nodes by GPU time (median per iteration)\n");
     *o += &format!(
         "{:>5}  {:<60} {:>10} {:>7} {:>8} {:>11}\n",
-        "rank", "node", "GPU time", "GPU %", "kernels", "CPU time"
+        "order", "node", "GPU time", "GPU %", "kernels", "CPU time"
     );
     for n in by_time.iter().take(top) {
         *o += &format!(
@@ -204,7 +204,7 @@ fn mem_table(o: &mut String, a: &Analysis, top: usize) {
     *o += &format!("\nTop {top} nodes by memory allocated (median per iteration)\n");
     *o += &format!(
         "{:>5}  {:<60} {:>11} {:>11} {:>10}\n",
-        "rank", "node", "allocated", "peak", "type"
+        "order", "node", "allocated", "peak", "type"
     );
     for n in by_mem.iter().take(top) {
         *o += &format!(

@@ -37,7 +37,7 @@ where
     };
     let mut c = chart(root, &caption, 0f64..xmax, 0f64..ymax)?;
     c.configure_mesh()
-        .x_desc("node rank")
+        .x_desc("node, in execution order")
         .y_desc("MiB")
         .label_style(("sans-serif", 14))
         .draw()?;
@@ -144,7 +144,7 @@ where
     let ymax = d.points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.1;
     let mut c = chart(root, &d.title, 0f64..xmax, 0f64..ymax)?;
     c.configure_mesh()
-        .x_desc("node rank")
+        .x_desc("node, in execution order")
         .y_desc(&d.y_desc)
         .label_style(("sans-serif", 14))
         .draw()?;
@@ -207,7 +207,7 @@ where
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
         c.configure_mesh()
-            .x_desc("creation rank")
+            .x_desc("made by the node, in execution order")
             .y_desc(ydesc)
             .label_style(("sans-serif", 12))
             .draw()?;
@@ -366,6 +366,6 @@ pub fn mem_vs_rank_data(a: &Analysis, gpu_mem_bytes: Option<i64>) -> MemVsRank {
         gpu_mib: gpu_mem_bytes
             .or(a.summary.device_memory_bytes)
             .map(|b| b as f64 / MIB),
-        title: format!("{}: memory vs execution rank", a.summary.name),
+        title: format!("{}: memory vs execution order of the nodes", a.summary.name),
     }
 }
