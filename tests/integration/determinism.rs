@@ -44,3 +44,36 @@ fn one_and_four_threads_write_identical_files() {
         }
     }
 }
+
+/// A memory snapshot analysed alone: every file the same at 1 and 4 threads.
+#[test]
+fn a_snapshot_alone_writes_identical_files_at_one_and_four_threads() {
+    let snap = crate::common::root().join("sample_traces/gpt_bf16/snapshot.pickle.gz");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |threads: usize, out: std::path::PathBuf| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let props = steptrace::AnalyzeProps {
+            input: snap.clone(),
+            out: Some(out.clone()),
+            top: 10,
+            ..Default::default()
+        };
+        let o = pool
+            .install(|| steptrace::analyze_snapshot(&props))
+            .unwrap();
+        std::fs::write(out.join("console.txt"), o.console).unwrap();
+        out
+    };
+    let (a, b) = (run(1, dir.path().join("t1")), run(4, dir.path().join("t4")));
+    for f in steptrace::report::snapshot::FILES
+        .iter()
+        .chain(&["report.html", "console.txt"])
+    {
+        let x = std::fs::read(a.join(f)).unwrap();
+        let y = std::fs::read(b.join(f)).unwrap();
+        assert!(x == y, "{f} differs between 1 and 4 threads");
+    }
+}

@@ -49,6 +49,54 @@ fn sample_outputs_match_snapshots() {
     }
 }
 
+/// Each sample's memory snapshot analysed alone (`analyze snapshot.pickle.gz`): every file by
+/// name, size and hash, and the small text files whole.
+#[test]
+fn snapshot_alone_outputs_match_snapshots() {
+    for s in samples() {
+        let snap = s.join("snapshot.pickle.gz");
+        if !snap.is_file() {
+            continue;
+        }
+        let name = s.file_name().unwrap().to_string_lossy().into_owned();
+        let dir = tempfile::tempdir().unwrap();
+        let out = steptrace::analyze_snapshot(&steptrace::AnalyzeProps {
+            input: snap,
+            out: Some(dir.path().join("out")),
+            top: 10,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut digests = Vec::new();
+        for path in files_under(&out.out_dir) {
+            let rel = path
+                .strip_prefix(&out.out_dir)
+                .unwrap()
+                .display()
+                .to_string();
+            let raw = std::fs::read(&path).unwrap();
+            let bytes = normalized(&raw, &out.out_dir);
+            digests.push(format!(
+                "{rel}  {} bytes  {:016x}",
+                bytes.len(),
+                fnv1a(&bytes)
+            ));
+            let text_like = [".csv", ".json", ".txt"].iter().any(|e| rel.ends_with(e));
+            if text_like && raw.len() <= 32 << 10 {
+                let key = rel.replace(['/', '.'], "_");
+                insta::assert_snapshot!(
+                    format!("{name}__snapshot_alone__{key}"),
+                    String::from_utf8(bytes).unwrap()
+                );
+            }
+        }
+        insta::assert_snapshot!(
+            format!("{name}__snapshot_alone__all_outputs"),
+            digests.join("\n")
+        );
+    }
+}
+
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
