@@ -29,10 +29,11 @@ pub fn kineto(data: &[u8]) {
     let _ = crate::report::console_summary(&t, &a, &diag, 5);
 }
 
-/// A memory snapshot pickle.
+/// A memory snapshot pickle, then its analysis alone (`analyze snapshot.pickle`).
 /// Panics when what is built is not proportional to the input (memo references
 /// multiplied records): every segment, block, history entry, frame and stack needs bytes of
-/// its own in the pickle.
+/// its own in the pickle; and when the analysis panics, or a snapshot compared with itself
+/// shows a change.
 pub fn pickle(data: &[u8]) {
     let mut d = Diagnostics::default();
     if let Ok(s) = crate::ingest::snapshot::from_bytes(Path::new("fuzz.pickle"), data, &mut d) {
@@ -47,6 +48,13 @@ pub fn pickle(data: &[u8]) {
             "{records} records from {} bytes",
             data.len()
         );
+        let a = crate::analysis::snapshot::analyze(&s);
+        let _ = crate::analysis::snapshot::end_stacks(&s);
+        assert!(crate::analysis::snapshot::compare(&a, &a).is_empty());
+        for d in &a.devices {
+            let alive: u64 = d.peak.alive.iter().map(|b| b.size).sum();
+            assert_eq!(alive, d.peak.allocated_bytes);
+        }
     }
 }
 
