@@ -196,8 +196,8 @@ pub fn read_expecting(path: &Path, expect: Expect) -> Result<Source, Error> {
     } else {
         // A plain file costs nothing more to read whole: its parser names what is wrong;
         // a pickle's opcodes would name a JSON file's `{` badly, so that is said here.
-        if expect == Expect::Pickle {
-            if let Some(why) = expect.refuse(&raw[..raw.len().min(INFLATE_CHECK_BYTES)], true) {
+        if expect == Expect::Pickle && raw.first() == Some(&b'{') {
+            if let Some(why) = expect.refuse(&raw[..1], true) {
                 return Err(format(why.to_owned()));
             }
         }
