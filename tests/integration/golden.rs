@@ -20,32 +20,9 @@ fn sample_outputs_match_snapshots() {
         insta::assert_snapshot!(format!("{name}__node_stats"), stats);
         let iters = std::fs::read_to_string(out.out_dir.join("iterations.csv")).unwrap();
         insta::assert_snapshot!(format!("{name}__iterations"), iters);
-        let mut digests = Vec::new();
-        for path in files_under(&out.out_dir) {
-            let rel = path
-                .strip_prefix(&out.out_dir)
-                .unwrap()
-                .display()
-                .to_string();
-            let raw = std::fs::read(&path).unwrap();
-            let bytes = normalized(&raw, &out.out_dir);
-            digests.push(format!(
-                "{rel}  {} bytes  {:016x}",
-                bytes.len(),
-                fnv1a(&bytes)
-            ));
-            let text_like = [".csv", ".json", ".txt", ".md"]
-                .iter()
-                .any(|e| rel.ends_with(e));
-            // Those three are held above.
-            let held = ["summary.json", "node_stats.csv", "iterations.csv"].contains(&rel.as_str());
-            if text_like && !held && raw.len() <= 32 << 10 {
-                let text = String::from_utf8(bytes).unwrap();
-                let key = rel.replace(['/', '.'], "_");
-                insta::assert_snapshot!(format!("{name}__{key}"), text);
-            }
-        }
-        insta::assert_snapshot!(format!("{name}__all_outputs"), digests.join("\n"));
+        // The three held above are not held again.
+        let held = ["summary.json", "node_stats.csv", "iterations.csv"];
+        assert_outputs(&out.out_dir, &name, &held);
     }
 }
 
@@ -67,34 +44,35 @@ fn snapshot_alone_outputs_match_snapshots() {
             ..Default::default()
         })
         .unwrap();
-        let mut digests = Vec::new();
-        for path in files_under(&out.out_dir) {
-            let rel = path
-                .strip_prefix(&out.out_dir)
-                .unwrap()
-                .display()
-                .to_string();
-            let raw = std::fs::read(&path).unwrap();
-            let bytes = normalized(&raw, &out.out_dir);
-            digests.push(format!(
-                "{rel}  {} bytes  {:016x}",
-                bytes.len(),
-                fnv1a(&bytes)
-            ));
-            let text_like = [".csv", ".json", ".txt"].iter().any(|e| rel.ends_with(e));
-            if text_like && raw.len() <= 32 << 10 {
-                let key = rel.replace(['/', '.'], "_");
-                insta::assert_snapshot!(
-                    format!("{name}__snapshot_alone__{key}"),
-                    String::from_utf8(bytes).unwrap()
-                );
-            }
-        }
-        insta::assert_snapshot!(
-            format!("{name}__snapshot_alone__all_outputs"),
-            digests.join("\n")
-        );
+        assert_outputs(&out.out_dir, &format!("{name}__snapshot_alone"), &[]);
     }
+}
+
+/// Every file under `dir` by name, size and hash as `{prefix}__all_outputs`, and each text
+/// file under 32 KiB not in `held` whole as `{prefix}__{its name}`.
+fn assert_outputs(dir: &std::path::Path, prefix: &str, held: &[&str]) {
+    let mut digests = Vec::new();
+    for path in files_under(dir) {
+        let rel = path.strip_prefix(dir).unwrap().display().to_string();
+        let raw = std::fs::read(&path).unwrap();
+        let bytes = normalized(&raw, dir);
+        digests.push(format!(
+            "{rel}  {} bytes  {:016x}",
+            bytes.len(),
+            fnv1a(&bytes)
+        ));
+        let text_like = [".csv", ".json", ".txt", ".md"]
+            .iter()
+            .any(|e| rel.ends_with(e));
+        if text_like && !held.contains(&rel.as_str()) && raw.len() <= 32 << 10 {
+            let key = rel.replace(['/', '.'], "_");
+            insta::assert_snapshot!(
+                format!("{prefix}__{key}"),
+                String::from_utf8(bytes).unwrap()
+            );
+        }
+    }
+    insta::assert_snapshot!(format!("{prefix}__all_outputs"), digests.join("\n"));
 }
 
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -5,6 +5,21 @@ use std::path::Path;
 
 use crate::common::{col, csv, json, root};
 
+/// Each rank's peak equals torch's `max_memory_allocated` over the window's steps (the
+/// reference capture measured beside it, in the manifest).
+fn assert_peaks_are_torch(out: &steptrace::RanksOutcome, m: &serde_json::Value) {
+    for r in &out.ranks.ranks {
+        let peaks = &m["ranks"][r.rank as usize]["reference"]["window_step_peaks_bytes"];
+        let want = peaks
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p.as_i64())
+            .max();
+        assert_eq!(r.peak_allocated_bytes, want, "rank {}", r.rank);
+    }
+}
+
 fn analyze_all(input: &Path) -> (tempfile::TempDir, steptrace::RanksOutcome) {
     let dir = tempfile::tempdir().unwrap();
     let props = steptrace::AnalyzeProps {
@@ -487,17 +502,7 @@ fn fsdp2_example_captured_short_names_the_slowed_rank_and_no_other() {
     let (_dir, even) = analyze_all(&root().join("sample_traces/corpus/fsdp2_mp"));
     assert!(even.ranks.straggler.is_none(), "{}", even.console);
     // Each rank's peak is torch's max_memory_allocated over the window's steps.
-    let m = manifest("fsdp2_mp");
-    for r in &even.ranks.ranks {
-        let peaks = &m["ranks"][r.rank as usize]["reference"]["window_step_peaks_bytes"];
-        let want = peaks
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|p| p.as_i64())
-            .max();
-        assert_eq!(r.peak_allocated_bytes, want, "rank {}", r.rank);
-    }
+    assert_peaks_are_torch(&even, &manifest("fsdp2_mp"));
     let why = even.ranks.no_straggler_reason.clone().unwrap();
     assert!(
         why.starts_with("no straggler beyond profiler noise: rank 0"),
@@ -564,17 +569,7 @@ fn fsdp2_example_on_four_ranks_names_the_slowed_rank_and_no_other() {
     assert!(even.ranks.straggler.is_none(), "{}", even.console);
     let why = even.ranks.no_straggler_reason.clone().unwrap();
     assert!(why.contains("drifted behind"), "{why}");
-    let m = json(&dir.join("fsdp2_4_mp/manifest.json"));
-    for r in &even.ranks.ranks {
-        let peaks = &m["ranks"][r.rank as usize]["reference"]["window_step_peaks_bytes"];
-        let want = peaks
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|p| p.as_i64())
-            .max();
-        assert_eq!(r.peak_allocated_bytes, want, "rank {}", r.rank);
-    }
+    assert_peaks_are_torch(&even, &json(&dir.join("fsdp2_4_mp/manifest.json")));
     let (_d, slow) = analyze_all(&dir.join("fsdp2_4_mp_slow"));
     let s = slow
         .ranks

@@ -85,47 +85,19 @@ fn is_module_call(name: &str, file: &str) -> bool {
         && matches!(name, "_call_impl" | "_wrapped_call_impl" | "inner")
 }
 
-/// Category of a block made before the window, from its allocation stack.
+/// Category of a block made before the window, from its allocation stack: the kind of code
+/// that made it ([`crate::analysis::snapshot::sites::kind`], the one reading of frames), as
+/// the tensor it most likely is. No frames: allocated off the Python thread, by the autograd
+/// engine's device threads; what survives to the window from there is last step's gradients.
 pub(super) fn category_from_frames(s: &Snapshot, frames: &[FrameId]) -> Category {
-    // C++ stacks (libtorch, or `stacks="all"`) name the workspace's own allocation.
-    if frames.iter().any(|f| {
-        let name = s.str(s.frames[f.0 as usize].name);
-        name.contains("setWorkspaceForHandle")
-            || name.contains("getCUDABlasLtWorkspace")
-            || name.contains("getNewWorkspace")
-    }) {
-        return Category::Workspace;
+    use crate::analysis::snapshot::SiteKind as K;
+    match crate::analysis::snapshot::sites::kind(s, frames) {
+        K::Workspace => Category::Workspace,
+        K::NoStack | K::Backward => Category::Grad,
+        K::Optimizer => Category::OptState,
+        K::ModelSetup => Category::Param,
+        K::ModuleForward | K::DataLoading | K::Program | K::Other => Category::Other,
     }
-    if frames.is_empty() {
-        // Allocated off the Python thread: the autograd engine's device threads. What survives
-        // to the window from there is last step's gradients.
-        return Category::Grad;
-    }
-    // Frames run from the innermost out. A module's forward inside an optimizer's step is a
-    // closure's forward pass (Lightning's training step, LBFGS): what it makes is not
-    // optimizer state.
-    let mut in_forward = false;
-    for f in frames {
-        let fr = &s.frames[f.0 as usize];
-        let (name, file) = (s.str(fr.name), s.str(fr.filename));
-        in_forward |= is_module_call(name, file);
-        if (file.contains("/optim/") || name.contains("torch::optim::")) && !in_forward {
-            return Category::OptState;
-        }
-        if (file.ends_with("nn/modules/module.py")
-            && matches!(name, "_apply" | "cuda" | "to" | "<lambda>"))
-            || name.contains("torch::nn::Module::to")
-            || (file.contains("/nn/modules/") && name == "__init__")
-        {
-            return Category::Param;
-        }
-        if name.contains("torch::autograd::Engine")
-            || (file.contains("autograd/") && name == "backward")
-        {
-            return Category::Grad;
-        }
-    }
-    Category::Other
 }
 
 /// Names the blocks made before the window whose allocation recorded no stack, from the

@@ -337,30 +337,14 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
                     allocated -= old.0;
                 }
                 allocated += e.size;
-                if let Some((size, m, st)) = made.insert(e.addr, (e.size, Some(i as u32), e.stack))
-                {
-                    intervals.push(Interval {
-                        addr: e.addr,
-                        size,
-                        made: m,
-                        freed: Some(i as u32),
-                        stack: st,
-                    });
-                }
+                let older = made.insert(e.addr, (e.size, Some(i as u32), e.stack));
+                ended(&mut intervals, e.addr, older, i);
             }
             Action::FreeCompleted => {
                 if let Some(old) = live.remove(&e.addr) {
                     allocated -= old.0;
                 }
-                if let Some((size, m, st)) = made.remove(&e.addr) {
-                    intervals.push(Interval {
-                        addr: e.addr,
-                        size,
-                        made: m,
-                        freed: Some(i as u32),
-                        stack: st,
-                    });
-                }
+                ended(&mut intervals, e.addr, made.remove(&e.addr), i);
             }
             Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
             Action::SegmentFree | Action::SegmentUnmap => {
@@ -453,6 +437,25 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
         peak,
         never_freed: never_freed(s, &intervals),
         intervals,
+    }
+}
+
+/// The life of the block at `addr` (size, made at, stack), if one was alive there, ended at
+/// entry `at`.
+fn ended(
+    intervals: &mut Vec<Interval>,
+    addr: u64,
+    block: Option<(u64, Option<u32>, StackId)>,
+    at: usize,
+) {
+    if let Some((size, made, stack)) = block {
+        intervals.push(Interval {
+            addr,
+            size,
+            made,
+            freed: Some(at as u32),
+            stack,
+        });
     }
 }
 

@@ -221,22 +221,26 @@ pub fn kind(s: &Snapshot, frames: &[FrameId]) -> SiteKind {
     if frames.is_empty() {
         return SiteKind::NoStack;
     }
+    // C++ stacks (libtorch, or `stacks="all"`) name the workspace's own allocation, wherever
+    // it sits in the stack.
+    if frames.iter().any(|f| {
+        let name = s.str(s.frames[f.0 as usize].name);
+        name.contains("setWorkspaceForHandle")
+            || name.contains("getCUDABlasLtWorkspace")
+            || name.contains("getNewWorkspace")
+    }) {
+        return SiteKind::Workspace;
+    }
     let mut in_forward = false;
     let mut python = false;
     for f in frames {
         let fr = &s.frames[f.0 as usize];
         let (name, file) = (s.str(fr.name), s.str(fr.filename));
         python |= is_python(file);
-        if name.contains("setWorkspaceForHandle")
-            || name.contains("getCUDABlasLtWorkspace")
-            || name.contains("getNewWorkspace")
-        {
-            return SiteKind::Workspace;
-        }
-        let module_call = file.ends_with("nn/modules/module.py")
-            && matches!(name, "_call_impl" | "_wrapped_call_impl" | "inner");
         // A module's forward inside an optimizer's step is a closure's forward (LBFGS,
         // Lightning's training step): not the optimizer's.
+        in_forward |= file.ends_with("nn/modules/module.py")
+            && matches!(name, "_call_impl" | "_wrapped_call_impl" | "inner");
         if (file.contains("/optim/") || name.contains("torch::optim::")) && !in_forward {
             return SiteKind::Optimizer;
         }
@@ -256,7 +260,6 @@ pub fn kind(s: &Snapshot, frames: &[FrameId]) -> SiteKind {
         {
             return SiteKind::Backward;
         }
-        in_forward |= module_call;
     }
     if in_forward {
         SiteKind::ModuleForward
