@@ -16,10 +16,8 @@ use super::Error;
 use crate::analysis::snapshot::{self as snap, SnapshotAnalysis, SITE_KINDS};
 use crate::model::snapshot::{Snapshot, StackId};
 
-/// Allocations drawn one by one (memory_viz draws 15,000 at most by default and summarises
-/// the rest); the view lays each out in the browser, in time proportional to this times the
-/// allocations alive at once.
-pub(super) const MAX_DRAWN: usize = 5_000;
+/// Allocations drawn one by one: those the analysis keeps.
+const MAX_DRAWN: usize = snap::KEPT_INTERVALS;
 
 const SCRIPT: &str = include_str!("assets/memory_view.js");
 
@@ -80,19 +78,12 @@ fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
     let mut smaller = (0usize, 0u64);
     let mut devices = Vec::new();
     for d in &a.devices {
-        let mut drawn: Vec<&snap::Interval> = d.intervals.iter().collect();
-        if drawn.len() > MAX_DRAWN {
-            drawn.select_nth_unstable_by_key(MAX_DRAWN - 1, |v| {
-                (std::cmp::Reverse(v.size), v.made, v.addr)
-            });
-            let rest = &drawn[MAX_DRAWN..];
-            smaller.0 += rest.len();
-            smaller.1 = smaller
-                .1
-                .max(rest.iter().map(|v| v.size).max().unwrap_or(0));
-            drawn.truncate(MAX_DRAWN);
+        // The analysis kept the largest allocations, in the order they were made.
+        let drawn = &d.intervals;
+        if d.allocations > drawn.len() {
+            smaller.0 += d.allocations - drawn.len();
+            smaller.1 = smaller.1.max(d.largest_not_kept);
         }
-        drawn.sort_unstable_by_key(|v| (v.made, v.addr));
         let mut allocs = Allocs::default();
         for v in drawn {
             let (id, kind) = *stack_index.entry(v.stack).or_insert_with(|| {

@@ -27,6 +27,10 @@ pub const TIMELINE_POINTS: usize = 10_000;
 /// Most never-freed stacks kept, and top sites written.
 pub const TOP: usize = 50;
 
+/// Allocations kept one by one for the interactive view (memory_viz draws 15,000 at most by
+/// default and summarises the rest); the view lays each out in the browser.
+pub const KEPT_INTERVALS: usize = 5_000;
+
 /// Everything the snapshot analysis found.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotAnalysis {
@@ -70,10 +74,15 @@ pub struct DeviceMemory {
     /// Blocks allocated within the history and alive at its end, grouped by stack, most
     /// bytes first: what a leak looks like, and what a model's state looks like too.
     pub never_freed: Vec<NeverFreed>,
-    /// Every allocation's interval, for the interactive view: made and freed at entry
-    /// indices (`None`: before the history / still alive at the end).
+    /// The [`KEPT_INTERVALS`] largest allocations of the history (ties: the earliest made),
+    /// each with its life in entries, in the order they were made: what the interactive view
+    /// draws one by one. Only these are kept, whatever the history's length.
     #[serde(skip)]
     pub intervals: Vec<Interval>,
+    /// Allocations in the history in all (alive at its start, or made in it).
+    pub allocations: usize,
+    /// The largest allocation not among [`DeviceMemory::intervals`], bytes.
+    pub largest_not_kept: u64,
 }
 
 /// One point of the timeline.
@@ -321,7 +330,8 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
     let mut live = start.clone();
     let mut made: FxHashMap<u64, (u64, Option<u32>, StackId)> =
         start.iter().map(|(&a, l)| (a, (l.0, None, l.2))).collect();
-    let mut intervals = Vec::new();
+    let mut intervals = Largest::new(KEPT_INTERVALS);
+    let mut never_freed_made: Vec<Interval> = Vec::new();
     let mut allocated = start_allocated;
     let (mut peak, mut peak_at) = (allocated, None);
     let mut peak_reserved = reserved;
@@ -371,15 +381,22 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
         }
     }
     for (addr, (size, m, st)) in made {
-        intervals.push(Interval {
+        let v = Interval {
             addr,
             size,
             made: m,
             freed: None,
             stack: st,
-        });
+        };
+        if m.is_some() {
+            never_freed_made.push(v);
+        }
+        intervals.push(v);
     }
+    let (allocations, largest_not_kept) = (intervals.seen, intervals.largest_dropped);
+    let mut intervals = intervals.into_vec();
     intervals.sort_unstable_by_key(|v| (v.made, v.addr, v.freed));
+    never_freed_made.sort_unstable_by_key(|v| (v.made, v.addr));
     // Alive at the peak: the start state walked forward to it.
     let mut at_peak = start;
     if let Some(p) = peak_at {
@@ -395,10 +412,18 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
             }
         }
     }
-    let freed_at: FxHashMap<(u64, u32), u32> = intervals
-        .iter()
-        .filter_map(|v| Some(((v.addr, v.made?), v.freed?)))
-        .collect();
+    // When each block alive at the peak is freed: the first free (or new block) at its
+    // address after the peak.
+    let mut freed_at: FxHashMap<u64, usize> = FxHashMap::default();
+    if let Some(p) = peak_at {
+        for (i, e) in trace.iter().enumerate().skip(p + 1) {
+            if matches!(e.action, Action::Alloc | Action::FreeCompleted)
+                && at_peak.contains_key(&e.addr)
+            {
+                freed_at.entry(e.addr).or_insert(i);
+            }
+        }
+    }
     let mut alive: Vec<AliveBlock> = at_peak
         .into_iter()
         .map(|(addr, (size, stream, stack, made_at))| AliveBlock {
@@ -407,9 +432,7 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
             stream,
             stack,
             made_at,
-            freed_at: made_at
-                .and_then(|m| freed_at.get(&(addr, m as u32)))
-                .map(|&f| f as usize),
+            freed_at: freed_at.get(&addr).copied(),
             kind: sites::kind(s, s.stack(stack)),
         })
         .collect();
@@ -435,15 +458,17 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
         end_reserved_bytes: end_reserved,
         peak_reserved_bytes: peak_reserved,
         peak,
-        never_freed: never_freed(s, &intervals),
+        never_freed: never_freed(s, &never_freed_made),
         intervals,
+        allocations,
+        largest_not_kept,
     }
 }
 
 /// The life of the block at `addr` (size, made at, stack), if one was alive there, ended at
 /// entry `at`.
 fn ended(
-    intervals: &mut Vec<Interval>,
+    intervals: &mut Largest,
     addr: u64,
     block: Option<(u64, Option<u32>, StackId)>,
     at: usize,
@@ -456,6 +481,65 @@ fn ended(
             freed: Some(at as u32),
             stack,
         });
+    }
+}
+
+/// The `k` largest of the intervals pushed (ties: the earliest made, then the lowest address),
+/// in a heap whose top is the least of them; with how many were pushed and the largest left out.
+struct Largest {
+    k: usize,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<Ranked>>,
+    seen: usize,
+    largest_dropped: u64,
+}
+
+/// An interval ordered by how much it is wanted: larger, then made earlier, then lower.
+#[derive(PartialEq, Eq)]
+struct Ranked(Interval);
+
+impl Ord for Ranked {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        let key = |v: &Interval| {
+            (
+                v.size,
+                std::cmp::Reverse(v.made),
+                std::cmp::Reverse(v.addr),
+                std::cmp::Reverse(v.freed),
+                std::cmp::Reverse(v.stack),
+            )
+        };
+        key(&self.0).cmp(&key(&o.0))
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Largest {
+    fn new(k: usize) -> Self {
+        Largest {
+            k,
+            heap: std::collections::BinaryHeap::with_capacity(k + 1),
+            seen: 0,
+            largest_dropped: 0,
+        }
+    }
+
+    fn push(&mut self, v: Interval) {
+        self.seen += 1;
+        self.heap.push(std::cmp::Reverse(Ranked(v)));
+        if self.heap.len() > self.k {
+            if let Some(std::cmp::Reverse(Ranked(out))) = self.heap.pop() {
+                self.largest_dropped = self.largest_dropped.max(out.size);
+            }
+        }
+    }
+
+    fn into_vec(self) -> Vec<Interval> {
+        self.heap.into_iter().map(|r| r.0 .0).collect()
     }
 }
 
@@ -480,7 +564,7 @@ fn by_kind(alive: &[AliveBlock]) -> Vec<KindBytes> {
 
 fn never_freed(s: &Snapshot, intervals: &[Interval]) -> Vec<NeverFreed> {
     let mut by_stack: FxHashMap<StackId, NeverFreed> = FxHashMap::default();
-    for v in intervals.iter().filter(|v| v.freed.is_none()) {
+    for v in intervals {
         let Some(m) = v.made else { continue };
         let m = m as usize;
         let n = by_stack.entry(v.stack).or_insert_with(|| NeverFreed {
