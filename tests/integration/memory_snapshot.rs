@@ -201,3 +201,26 @@ fn comparing_two_snapshots_says_what_grew_at_the_peak() {
         assert_eq!(sum, peak(b) - peak(a), "{by}");
     }
 }
+
+/// A snapshot pickled with protocol 5 (Python 3.14's default; memory_viz cannot read those,
+/// pytorch#183842) reads to the same analysis as the protocol-2 original.
+#[test]
+fn a_protocol_5_snapshot_reads_as_its_protocol_2_original() {
+    let analyze = |p: &str| {
+        let mut diag = steptrace::diagnostics::Diagnostics::default();
+        let s = steptrace::ingest::snapshot::load(&root().join(p), &mut diag).unwrap();
+        assert!(diag.lines().is_empty(), "{:?}", diag.lines());
+        let a = snapshot::analyze(&s);
+        (
+            a.segments,
+            a.devices
+                .iter()
+                .map(|d| (d.peak.allocated_bytes, d.peak.entry, d.peak.stacks.clone()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        analyze("tests/data/gpt_bf16_snapshot_protocol5.pickle.gz"),
+        analyze("sample_traces/gpt_bf16/snapshot.pickle.gz")
+    );
+}
