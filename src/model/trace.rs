@@ -259,6 +259,9 @@ fn build_forest(
     diag: &mut Diagnostics,
 ) -> Vec<Option<OpId>> {
     use rayon::prelude::*;
+    // Times in the warning are from the first op, in ms: epoch nanoseconds say nothing.
+    let t0 = ops.iter().map(|o| o.start).min().unwrap_or(0);
+    let ms = |t: i64| (t - t0) as f64 / 1e6;
     // Each thread's ops nest on their own: one thread's parents on each core, each as a list
     // beside the thread's ops, then laid out by op id.
     let per_thread: Vec<(Vec<Option<OpId>>, u64, String)> = thread_ops
@@ -281,8 +284,9 @@ fn build_forest(
                         overlaps += u64::from(counted);
                         if counted && example.is_empty() {
                             example = format!(
-                                "a range at {} ns starts inside the one at {} ns and ends after it",
-                                op.start, t.start
+                                "a range at +{:.3} ms starts inside the one at +{:.3} ms (from the trace's first op) and ends after it",
+                                ms(op.start),
+                                ms(t.start)
                             );
                         }
                         stack.pop();
