@@ -162,6 +162,7 @@ pub(super) fn write(
     svgs: &[(&str, String)],
     a: &Analysis,
     diag: &Diagnostics,
+    memory_view: Option<String>,
 ) -> Result<(), Error> {
     let s = &a.summary;
     let mut o = page_head(&s.name);
@@ -184,6 +185,9 @@ pub(super) fn write(
         largest_activations(&mut o, a);
     }
     plots(&mut o, svgs);
+    if let Some(v) = memory_view {
+        o.push_str(&v);
+    }
     let lines = diag.lines();
     if !lines.is_empty() {
         o.push_str("<h2>Warnings</h2><ul>");

@@ -250,7 +250,13 @@ pub fn write_into(
             .zip(svgs)
             .filter_map(|(j, s)| Some((j.name(), s.into_inner().ok()??)))
             .collect();
-        html::write(dir, &svgs, a, diag)?;
+        // A run with a memory snapshot: its whole history, interactively.
+        let view = t
+            .snapshot
+            .as_ref()
+            .filter(|s| !s.legacy_layout)
+            .map(|s| snapshot_view::section(s, &crate::analysis::snapshot::analyze(s)));
+        html::write(dir, &svgs, a, diag, view)?;
         times.push(("report.html".into(), t0.elapsed().as_secs_f64()));
     }
     out.commit()?;

@@ -177,12 +177,6 @@ fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
 /// Writes report.html.
 pub(super) fn write(path: &Path, s: &Snapshot, a: &SnapshotAnalysis) -> Result<(), Error> {
     let mut o = page_head(&a.file);
-    o.push_str(
-        "<style>.mv{position:relative;margin:1em 0}.mv canvas{width:100%;height:440px;border:1px solid #ddd;cursor:crosshair}\
-         .mv .tip{position:absolute;display:none;background:#fff;border:1px solid #888;padding:6px;font-size:12px;max-width:360px;pointer-events:none;z-index:2}\
-         .mv .pinned{font-size:12px;margin-top:.5em}.st{font-family:monospace;font-size:11px}\
-         .legend span{display:inline-block;margin-right:1em;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}</style>",
-    );
     let hb = |b: u64| human_bytes(b as i64);
     table(
         &mut o,
@@ -204,28 +198,20 @@ pub(super) fn write(path: &Path, s: &Snapshot, a: &SnapshotAnalysis) -> Result<(
         ]
         .into_iter(),
     );
-    o.push_str("<div class=legend>");
-    for k in SITE_KINDS {
-        let _ = write!(o, "<span><i class=\"k-{0}\"></i>{0}</span>", k.name());
-    }
-    o.push_str("<span><i style=\"background:#ddd\"></i>smaller allocations</span></div>");
+    legend(&mut o);
     for d in &a.devices {
         let p = &d.peak;
         let _ = write!(
             o,
-            "<h2>Device {}: peak {} allocated{}</h2>\
-             <div class=mv id=\"memory-view-{}\"><label><input type=checkbox class=reserved> reserved</label> \
-             <button class=zoom-peak>zoom to the peak</button> <button class=zoom-reset>whole history</button> \
-             <span style=\"font-size:12px;color:#555\">wheel: zoom · drag: pan · hover: an allocation · click: pin it</span>\
-             <canvas></canvas><div class=tip></div><div class=pinned></div></div>",
+            "<h2>Device {}: peak {} allocated{}</h2>",
             d.device,
             hb(p.allocated_bytes),
             p.phase
                 .as_ref()
                 .map(|ph| format!(" in {}", esc(ph)))
                 .unwrap_or_default(),
-            d.device
         );
+        view_div(&mut o, d.device);
         o.push_str("<h3>At the peak, by the code that allocated it</h3>");
         table(
             &mut o,
@@ -272,8 +258,16 @@ pub(super) fn write(path: &Path, s: &Snapshot, a: &SnapshotAnalysis) -> Result<(
             );
         }
     }
-    let json = serde_json::to_string(&data(s, a))
-        .map_err(|e| Error::from(crate::file_error::FileError::new(path, e.into())))?;
+    o.push_str(&script(s, a));
+    o.push_str("</body></html>\n");
+    super::write_file(path, o.as_bytes())
+}
+
+/// The view's style, data and script, to end a page whose `memory-view-N` divs it fills.
+fn script(s: &Snapshot, a: &SnapshotAnalysis) -> String {
+    let mut o = String::from(STYLE);
+    // The data is plain numbers and strings: it always serialises.
+    let json = serde_json::to_string(&data(s, a)).unwrap_or_else(|_| "{}".into());
     // `</` would end the script element early.
     let json = json.replace("</", "<\\/");
     o.push_str("<style>");
@@ -281,12 +275,57 @@ pub(super) fn write(path: &Path, s: &Snapshot, a: &SnapshotAnalysis) -> Result<(
         let _ = write!(o, ".k-{k}{{background:{c}}}");
     }
     o.push_str("</style>");
-    let _ = writeln!(
+    let _ = write!(
         o,
-        "<script id=\"steptrace-memory\" type=\"application/json\">{json}</script><script>{SCRIPT}</script></body></html>"
+        "<script id=\"steptrace-memory\" type=\"application/json\">{json}</script><script>{SCRIPT}</script>"
     );
-    super::write_file(path, o.as_bytes())
+    o
 }
+
+/// One device's view: controls, the canvas, the tooltip and the pinned panel.
+fn view_div(o: &mut String, device: i64) {
+    let _ = write!(
+        o,
+        "<div class=mv id=\"memory-view-{device}\"><label><input type=checkbox class=reserved> reserved</label> \
+         <button class=zoom-peak>zoom to the peak</button> <button class=zoom-reset>whole history</button> \
+         <span style=\"font-size:12px;color:#555\">wheel: zoom · drag: pan · hover: an allocation · click: pin it</span>\
+         <canvas></canvas><div class=tip></div><div class=pinned></div></div>"
+    );
+}
+
+/// The legend of the kinds' colours.
+fn legend(o: &mut String) {
+    o.push_str("<div class=legend>");
+    for k in SITE_KINDS {
+        let _ = write!(o, "<span><i class=\"k-{0}\"></i>{0}</span>", k.name());
+    }
+    o.push_str("<span><i style=\"background:#ddd\"></i>smaller allocations</span></div>");
+}
+
+/// The section a trace's report.html gets when the run has a memory snapshot: its history as
+/// the interactive view, device by device.
+pub(super) fn section(s: &Snapshot, a: &SnapshotAnalysis) -> String {
+    let mut o = String::from(
+        "<h2>Memory over the snapshot's history</h2><p>The allocator's history from the memory snapshot (all of it, not only the profiled window), drawn as memory_viz's Active Memory Timeline.</p>",
+    );
+    legend(&mut o);
+    for d in &a.devices {
+        let _ = write!(
+            o,
+            "<h3>Device {}: peak {} allocated</h3>",
+            d.device,
+            human_bytes(d.peak.allocated_bytes as i64)
+        );
+        view_div(&mut o, d.device);
+    }
+    o.push_str(&script(s, a));
+    o
+}
+
+const STYLE: &str = "<style>.mv{position:relative;margin:1em 0}.mv canvas{width:100%;height:440px;border:1px solid #ddd;cursor:crosshair}\
+     .mv .tip{position:absolute;display:none;background:#fff;border:1px solid #888;padding:6px;font-size:12px;max-width:360px;pointer-events:none;z-index:2}\
+     .mv .pinned{font-size:12px;margin-top:.5em}.st{font-family:monospace;font-size:11px}\
+     .legend span{display:inline-block;margin-right:1em;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}</style>";
 
 /// The kinds' colours, the script's own.
 const KIND_COLORS: [(&str, &str); 9] = [

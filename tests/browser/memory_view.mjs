@@ -40,6 +40,8 @@ try {
     }
     if (best < 0) return null;
     const root = document.getElementById("memory-view-" + dev.device);
+    // In a run's report the view follows the plots: bring it on screen first.
+    root.scrollIntoView({ block: "center" });
     // A few entries around the peak across the whole width: one pixel is then a fraction
     // of an entry, and the point is on the allocation whatever the rounding.
     root.zoomTo(p - 2, p + 3);

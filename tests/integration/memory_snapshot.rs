@@ -224,3 +224,13 @@ fn a_protocol_5_snapshot_reads_as_its_protocol_2_original() {
         analyze("sample_traces/gpt_bf16/snapshot.pickle.gz")
     );
 }
+
+/// A run with a trace and a snapshot: its report.html carries the snapshot's history as the
+/// interactive view (one per device), after the plots.
+#[test]
+fn a_run_with_a_snapshot_has_the_memory_view_in_its_report() {
+    let (_d, out) = crate::common::analyze(&root().join("sample_traces/resnet18"));
+    let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
+    assert!(html.contains("id=\"memory-view-0\"") && html.contains("id=\"steptrace-memory\""));
+    assert!(html.find("<h2>Plots</h2>") < html.find("memory-view-0"));
+}
