@@ -433,8 +433,13 @@ pub fn analyze_ranks(
     run: &ingest::RankLayout,
 ) -> Result<RanksOutcome, Error> {
     if let Some(why) = &run.refused {
+        let manifest = props.input.join("manifest.json");
         return Err(Error::Input(ingest::Error::Discovery {
-            path: props.input.join("manifest.json"),
+            path: if manifest.is_file() {
+                manifest
+            } else {
+                props.input.clone()
+            },
             what: why.clone(),
         }));
     }

@@ -19,7 +19,8 @@ pub struct RankLayout {
     /// a `world_size` in the traces that disagrees with the ranks found.
     pub warnings: Vec<String>,
     /// Why the directory cannot be analysed as ranks: a manifest whose ranks name one trace
-    /// file twice (each would be analysed in full, and merged as two ranks).
+    /// file twice (each would be analysed in full, and merged as two ranks), or traces of
+    /// jobs of different sizes.
     pub refused: Option<String>,
 }
 
@@ -92,7 +93,32 @@ pub fn rank_layout(dir: &Path) -> RankLayout {
                 .map(|x| x.rank)
                 .collect()
         }
-        None => traces.iter().map(|t| t.rank).collect(),
+        None => {
+            // Traces that say they are of jobs of different sizes are not ranks of one job
+            // (HolisticTraceAnalysis's test folders hold such pairs: rank 3 of 8 on an A100
+            // beside rank 1 of 2 on a V100).
+            let mut worlds: Vec<i64> = traces.iter().filter_map(|t| t.world_size).collect();
+            worlds.sort_unstable();
+            worlds.dedup();
+            if worlds.len() > 1 {
+                let each: Vec<String> = traces
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "rank {} of {} ({})",
+                            t.rank,
+                            t.world_size.map_or("?".into(), |w| w.to_string()),
+                            t.path.file_name().unwrap_or_default().to_string_lossy()
+                        )
+                    })
+                    .collect();
+                refused = Some(format!(
+                    "its traces are of different jobs ({}): analyse each file on its own, or one rank with --rank N",
+                    each.join(", ")
+                ));
+            }
+            traces.iter().map(|t| t.rank).collect()
+        }
     };
     ranks.sort_unstable();
     ranks.dedup();

@@ -590,3 +590,33 @@ fn fsdp2_example_on_four_ranks_names_the_slowed_rank_and_no_other() {
         }
     }
 }
+
+/// A folder holding traces of two different jobs (rank 3 of 8 beside rank 1 of 2, as in
+/// HolisticTraceAnalysis's test data) is not analysed as one two-rank run with a straggler:
+/// one line names both, exit 2.
+#[test]
+fn traces_of_different_jobs_are_not_merged_as_ranks_of_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, rank, world) in [("a.json", 3, 8), ("b.json", 1, 2)] {
+        let t = serde_json::json!({
+            "schemaVersion": 1,
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 5}]
+        });
+        std::fs::write(dir.path().join(name), t.to_string()).unwrap();
+    }
+    let out = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["analyze", "--out"])
+        .arg(dir.path().join("out"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("different jobs (rank 1 of 2 (b.json), rank 3 of 8 (a.json))"),
+        "{err}"
+    );
+}
