@@ -489,6 +489,27 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
     use crate::analysis::ranks::RankResult;
     let s = Frame::read(p.to_path_buf())?;
     let rank = s.i64_first("rank")?;
+    // The rank its name says (`rank<N>.summary.parquet`) is the one it holds: a rank's files
+    // copied under another's name would count it twice.
+    let named = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .and_then(|n| {
+            n.strip_prefix("rank")?
+                .split('.')
+                .next()?
+                .parse::<i64>()
+                .ok()
+        });
+    if named.is_some_and(|n| n != rank) {
+        return Err(Error::from(FileError::new(
+            p,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("holds rank {rank}, not the rank its name says"),
+            ),
+        )));
+    }
     let sibling = |what: &str| p.with_file_name(format!("rank{rank}.{what}.parquet"));
     let it = Frame::read(sibling("iterations"))?;
     let nd = Frame::read(sibling("nodes"))?;
@@ -571,7 +592,29 @@ pub fn read_ranks(
     // Ranks are read on all threads: a thousand ranks are four thousand small files. The
     // first error in name order is the one reported, whatever the threads.
     let read: Vec<Result<_, Error>> = names.par_iter().map(|p| read_rank(p)).collect();
-    let mut out = read.into_iter().collect::<Result<Vec<_>, Error>>()?;
+    let out = read.into_iter().collect::<Result<Vec<_>, Error>>()?;
+    // Each rank once: a folder given twice would count its ranks twice (waits doubled, no
+    // word of it).
+    let bad = |p: &std::path::Path, what: String| {
+        Error::from(FileError::new(
+            p,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, what),
+        ))
+    };
+    let mut seen: std::collections::BTreeMap<i64, &std::path::Path> = Default::default();
+    for (p, r) in names.iter().zip(&out) {
+        if let Some(first) = seen.insert(r.rank, p) {
+            return Err(bad(
+                p,
+                format!(
+                    "rank {} again (also in {}): each rank once (a folder given twice?)",
+                    r.rank,
+                    first.display()
+                ),
+            ));
+        }
+    }
+    let mut out = out;
     out.sort_by_key(|r| r.rank);
     Ok(out)
 }

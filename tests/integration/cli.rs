@@ -337,6 +337,54 @@ fn merge_without_or_with_damaged_rank_results_says_which() {
     one_line_error(&merge(), "rank3.summary.parquet");
 }
 
+/// `merge` counts each rank once: a folder given twice, or a rank's results copied under
+/// another rank's name, is one line naming the file, not a run of twice the ranks.
+#[test]
+fn merge_refuses_a_rank_twice_or_under_another_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = dir.path().join("ranks");
+    let o = steptrace()
+        .args([
+            "analyze",
+            "-q",
+            "--no-plots",
+            "--rank",
+            "0",
+            "--rank-output",
+        ])
+        .arg(&ranks)
+        .arg("--out")
+        .arg(dir.path().join("a0"))
+        .arg(root().join("sample_traces/ddp_mlp"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let merge = |dirs: &[&std::path::Path]| {
+        let mut c = steptrace();
+        c.arg("merge");
+        for d in dirs {
+            c.arg(d);
+        }
+        c.arg("--out").arg(dir.path().join("m")).output().unwrap()
+    };
+    assert!(merge(&[&ranks]).status.success());
+    let twice = merge(&[&ranks, &ranks]);
+    assert!(!twice.status.success());
+    one_line_error(&twice.stderr, "rank 0 again");
+    // rank 0's files copied as rank 1's.
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for e in std::fs::read_dir(&ranks).unwrap() {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        if let Some(rest) = n.strip_prefix("rank0.") {
+            std::fs::copy(ranks.join(&n), copy.join(format!("rank1.{rest}"))).unwrap();
+        }
+    }
+    let renamed = merge(&[&ranks, &copy]);
+    assert!(!renamed.status.success());
+    one_line_error(&renamed.stderr, "holds rank 0, not the rank its name says");
+}
+
 /// `plan` then `compare` of a run holding the plan it applied (issue 20): the plan's files are
 /// written under their final names, and compare prints the prediction beside the measurement.
 /// A budget that is not a size is bad usage (exit 2).
