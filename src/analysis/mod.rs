@@ -152,6 +152,9 @@ pub struct Summary {
     pub flops_per_iteration: u64,
     /// FLOPs of one iteration in FlopCounterMode's convention (matmul, convolution, attention).
     pub matmul_flops_per_iteration: u64,
+    /// GPU and CPU time per iteration by phase (forward, backward, optimizer, data loading,
+    /// ...): its nodes' medians summed.
+    pub time_by_phase: std::collections::BTreeMap<&'static str, node_stats::PhaseTime>,
     /// All FLOPs per iteration by phase.
     pub flops_by_phase: std::collections::BTreeMap<&'static str, u64>,
     /// FLOPs per iteration by phase in FlopCounterMode's convention (matmul, convolution,
@@ -401,6 +404,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
             .iter()
             .map(|r| r.matmul_flops)
             .fold(0, u64::saturating_add),
+        time_by_phase: node_stats::time_by_phase(&node_stats),
         flops_by_phase,
         matmul_flops_by_phase,
         bytes_per_iteration: flop_rows.iter().map(|r| r.bytes).sum(),

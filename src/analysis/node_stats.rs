@@ -175,3 +175,24 @@ pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> 
     );
     stats
 }
+
+/// GPU and CPU time of one phase's nodes per iteration (medians summed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct PhaseTime {
+    /// GPU time (kernels, copies, sets) of its nodes, s.
+    pub gpu_s: f64,
+    /// Host time of its nodes, s.
+    pub cpu_s: f64,
+}
+
+/// Each phase's share of an iteration: its nodes' median GPU and CPU times, summed. Nodes are
+/// the outermost ops of each thread, so nothing is counted twice.
+pub fn time_by_phase(stats: &[NodeStat]) -> std::collections::BTreeMap<&'static str, PhaseTime> {
+    let mut m = std::collections::BTreeMap::new();
+    for n in stats {
+        let e: &mut PhaseTime = m.entry(n.gtype.as_str()).or_default();
+        e.gpu_s += n.median_run_time_s;
+        e.cpu_s += n.median_cpu_time_s;
+    }
+    m
+}

@@ -78,6 +78,9 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             human_time(s.gpu_time_s)
         );
     }
+    if let Some(line) = phase_line(s, cpu_only) {
+        o += &line;
+    }
     match s.peak_allocated_bytes {
         Some(p) => {
             o += &format!(
@@ -268,6 +271,43 @@ fn finish_console(mut o: String, diag: &Diagnostics) -> String {
         }
     }
     o
+}
+
+/// Each phase's time per iteration, in the order a step runs them: GPU time of its nodes (and
+/// their host time), or host time alone for a CPU-only trace.
+pub(super) fn phase_line(s: &crate::analysis::Summary, cpu_only: bool) -> Option<String> {
+    const ORDER: [&str; 6] = [
+        "data_loading",
+        "forward",
+        "backward",
+        "zero_grad",
+        "optimizer",
+        "other",
+    ];
+    let parts: Vec<String> = ORDER
+        .iter()
+        .filter_map(|k| {
+            let t = s.time_by_phase.get(k)?;
+            (t.gpu_s > 0.0 || t.cpu_s > 0.0).then(|| {
+                if cpu_only {
+                    format!("{k} {}", human_time(t.cpu_s))
+                } else {
+                    format!("{k} {} ({} host)", human_time(t.gpu_s), human_time(t.cpu_s))
+                }
+            })
+        })
+        .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "per iteration by phase ({}): {}\n",
+            if cpu_only {
+                "host time of its nodes"
+            } else {
+                "GPU time of its nodes, and their host time"
+            },
+            parts.join(", ")
+        )
+    })
 }
 
 /// `s` in at most `n` characters. A node name (`phase:module/…/op#k`) keeps its phase and its

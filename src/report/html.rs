@@ -217,6 +217,14 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
         vec!["step time (median)".into(), human_time(s.step_time_s)],
         vec!["GPU busy (median)".into(), human_time(s.gpu_busy_s)],
         vec![
+            "by phase, per iteration".into(),
+            super::console::phase_line(s, s.gpu_busy_s == 0.0)
+                .map(|l| l.split_once(": ").map_or(l.clone(), |x| x.1.to_owned()))
+                .unwrap_or_default()
+                .trim_end()
+                .to_owned(),
+        ],
+        vec![
             "peak allocated".into(),
             s.peak_allocated_bytes.map_or(String::new(), human_bytes),
         ],

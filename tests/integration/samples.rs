@@ -710,3 +710,27 @@ fn a_cpu_only_trace_gets_cpu_nodes_ranked_by_cpu_time() {
         "{first_row}"
     );
 }
+
+/// The time by phase covers the iteration: its GPU times add up to the iteration's GPU time
+/// (within 5%: medians of nodes against the median of sums, and GPU work no node launched),
+/// and the phases a training step runs are there.
+#[test]
+fn time_by_phase_covers_the_iterations_gpu_time() {
+    for s in crate::common::samples() {
+        let (_d, out) = crate::common::analyze(&s);
+        let sum = &out.analysis.summary;
+        let gpu: f64 = sum.time_by_phase.values().map(|t| t.gpu_s).sum();
+        assert!(
+            (gpu - sum.gpu_time_s).abs() <= 0.05 * sum.gpu_time_s,
+            "{s:?}: phases {gpu} s against {} s",
+            sum.gpu_time_s
+        );
+        for p in ["forward", "backward", "optimizer"] {
+            assert!(
+                sum.time_by_phase.get(p).is_some_and(|t| t.cpu_s > 0.0),
+                "{s:?}: no {p} in {:?}",
+                sum.time_by_phase
+            );
+        }
+    }
+}
