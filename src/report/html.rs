@@ -203,7 +203,7 @@ pub(super) fn write(
 
 /// The report's summary table: what was analysed and the headline figures.
 fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
-    vec![
+    let mut rows = vec![
         vec!["trace".into(), s.trace.clone()],
         vec!["device".into(), s.device.clone().unwrap_or_default()],
         vec![
@@ -224,31 +224,36 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
                 .trim_end()
                 .to_owned(),
         ],
-        vec![
-            "peak allocated".into(),
-            s.peak_allocated_bytes.map_or(String::new(), human_bytes),
-        ],
-        vec![
+    ];
+    // What the input does not hold is left out, not shown blank or as 0.
+    if let Some(p) = s.peak_allocated_bytes {
+        rows.push(vec!["peak allocated".into(), human_bytes(p)]);
+        rows.push(vec![
             "peak at".into(),
             format!(
                 "{} ({})",
                 s.peak_node.clone().unwrap_or_default(),
                 s.peak_iteration.clone().unwrap_or_default()
             ),
-        ],
-        vec![
+        ]);
+    }
+    if s.flops_per_iteration > 0 || s.bytes_per_iteration > 0 {
+        rows.push(vec![
             "FLOPs per iteration".into(),
             super::flops::human_flops(s.flops_per_iteration as f64),
-        ],
-        vec![
+        ]);
+        rows.push(vec![
             "FlopCounterMode FLOPs per iteration".into(),
             super::flops::human_flops(s.matmul_flops_per_iteration as f64),
-        ],
-        vec![
+        ]);
+    }
+    if s.activations > 0 || s.peak_allocated_bytes.is_some() {
+        rows.push(vec![
             "activations".into(),
             format!("{} (liveness from {:?})", s.activations, s.liveness_source),
-        ],
-    ]
+        ]);
+    }
+    rows
 }
 
 /// The 20 nodes with the most GPU time.
@@ -260,21 +265,31 @@ fn top_nodes(o: &mut String, a: &Analysis) {
             .then(x.rank.cmp(&y.rank))
     });
     o.push_str("<h2>Top nodes by GPU time</h2>");
+    // Without memory data a peak column would read 0 B on every row.
+    let memory = a.summary.peak_allocated_bytes.is_some();
+    let head: &[&str] = if memory {
+        &[
+            "order", "node", "phase", "GPU time", "kernels", "peak", "type",
+        ]
+    } else {
+        &["order", "node", "phase", "GPU time", "kernels"]
+    };
     table(
         o,
-        &[
-            "rank", "node", "phase", "GPU time", "kernels", "peak", "type",
-        ],
+        head,
         by_time.iter().take(20).map(|n| {
-            vec![
+            let mut row = vec![
                 n.rank.to_string(),
                 n.node_name.clone(),
                 n.gtype.as_str().into(),
                 human_time(n.median_run_time_s),
                 n.kernels.to_string(),
-                human_bytes(n.median_peak_mem_bytes),
-                n.node_type.as_str().into(),
-            ]
+            ];
+            if memory {
+                row.push(human_bytes(n.median_peak_mem_bytes));
+                row.push(n.node_type.as_str().into());
+            }
+            row
         }),
     );
 }

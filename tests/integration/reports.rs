@@ -531,6 +531,15 @@ fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(!html.contains("Memory at the peak") && !html.contains("Largest activations"));
     assert!(html.contains("No memory data"));
+    // No blank or zero rows for what was not recorded.
+    for absent in [
+        "<td>peak at</td>",
+        "<td>0 B</td>",
+        "<td>FLOPs per iteration</td>",
+        "<td>activations</td>",
+    ] {
+        assert!(!html.contains(absent), "{absent}");
+    }
     let cmp = dir.path().join("cmp");
     let o = assert_cmd::Command::cargo_bin("steptrace")
         .unwrap()
