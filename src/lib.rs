@@ -106,7 +106,7 @@ pub fn default_out_dir(input: &Path) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "trace".into());
     let mut stem = name.as_str();
-    for ext in [".gz", ".json", ".pt.trace"] {
+    for ext in [".gz", ".json", ".pt.trace", ".pickle", ".pkl"] {
         stem = stem.strip_suffix(ext).unwrap_or(stem);
     }
     let stem = if stem.is_empty() { "trace" } else { stem };
@@ -283,16 +283,46 @@ pub struct SnapshotOutcome {
 /// Whether `analyze` of this input reads a memory snapshot on its own (a pickle, plain or
 /// gzip) rather than a trace or a run directory.
 pub fn is_snapshot_input(props: &AnalyzeProps) -> bool {
-    // A file named as a pickle is read as one, so that a broken one is told as such.
-    let named = props.input.is_file()
-        && props.input.file_name().is_some_and(|n| {
+    props.snapshot.is_none() && props.exec_trace.is_none() && is_snapshot_file(&props.input)
+}
+
+/// Whether `path` is a memory snapshot file: named as a pickle (so that a broken one is told
+/// as such), or starting as one.
+pub fn is_snapshot_file(path: &Path) -> bool {
+    let named = path.is_file()
+        && path.file_name().is_some_and(|n| {
             let n = n.to_string_lossy();
             let n = n.strip_suffix(".gz").unwrap_or(&n);
             n.ends_with(".pickle") || n.ends_with(".pkl")
         });
-    props.snapshot.is_none()
-        && props.exec_trace.is_none()
-        && (named || ingest::snapshot::looks_like_snapshot(&props.input))
+    named || ingest::snapshot::looks_like_snapshot(path)
+}
+
+/// Reads a memory snapshot for analysis on its own, warning where its history cannot say
+/// what the analysis reports (a layout from before PyTorch 2.1, no history recorded).
+pub fn load_snapshot(
+    path: &Path,
+    diag: &mut Diagnostics,
+) -> Result<model::snapshot::Snapshot, Error> {
+    let s = ingest::snapshot::load(path, diag)?;
+    if s.legacy_layout {
+        diag.warn(
+            "legacy_snapshot",
+            format!(
+                "{}: a snapshot from before PyTorch 2.1 (no history in device_traces): only the state at its end is known",
+                path.display()
+            ),
+        );
+    } else if s.device_traces.iter().all(Vec::is_empty) {
+        diag.warn(
+            "snapshot_without_history",
+            format!(
+                "{}: no allocator history (record it with torch.cuda.memory._record_memory_history() before the steps): the peak is the state at the end",
+                path.display()
+            ),
+        );
+    }
+    Ok(s)
 }
 
 /// Reads a memory snapshot, analyses it on its own and writes its outputs (the memory_viz
@@ -303,39 +333,13 @@ pub fn analyze_snapshot(props: &AnalyzeProps) -> Result<SnapshotOutcome, Error> 
             p(s)
         }
     };
-    let out_dir = props.out.clone().unwrap_or_else(|| {
-        let name = props
-            .input
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let stem = name
-            .trim_end_matches(".gz")
-            .trim_end_matches(".pickle")
-            .trim_end_matches(".pkl");
-        let stem = if stem.is_empty() { "snapshot" } else { stem };
-        props.input.with_file_name(format!("{stem}.steptrace"))
-    });
+    let out_dir = props
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out_dir(&props.input));
     stage("reading the snapshot");
     let mut diag = Diagnostics::default();
-    let s = ingest::snapshot::load(&props.input, &mut diag)?;
-    if s.legacy_layout {
-        diag.warn(
-            "legacy_snapshot",
-            format!(
-                "{}: a snapshot from before PyTorch 2.1 (no history in device_traces): only the state at its end is known",
-                props.input.display()
-            ),
-        );
-    } else if s.device_traces.iter().all(Vec::is_empty) {
-        diag.warn(
-            "snapshot_without_history",
-            format!(
-                "{}: no allocator history (record it with torch.cuda.memory._record_memory_history() before the steps): the peak is the state at the end",
-                props.input.display()
-            ),
-        );
-    }
+    let s = load_snapshot(&props.input, &mut diag)?;
     stage("analysing");
     let analysis = analysis::snapshot::analyze(&s);
     stage("writing results");

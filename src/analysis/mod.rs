@@ -181,6 +181,14 @@ pub struct Summary {
     pub warnings: Vec<String>,
 }
 
+impl Summary {
+    /// Whether FLOPs and bytes were counted at all: a trace recorded without input shapes
+    /// gives neither, and its 0 is "not measured", not "nothing computed".
+    pub fn flops_counted(&self) -> bool {
+        self.flops_per_iteration > 0 || self.bytes_per_iteration > 0
+    }
+}
+
 /// Everything analyze computes.
 #[derive(Debug, Clone)]
 pub struct Analysis {

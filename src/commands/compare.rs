@@ -7,14 +7,8 @@ use crate::console::terminal_safe;
 use crate::cli;
 
 pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
-    let snapshot = |r: &std::path::PathBuf| {
-        steptrace::is_snapshot_input(&steptrace::AnalyzeProps {
-            input: r.clone(),
-            ..Default::default()
-        })
-    };
-    if args.runs.iter().any(snapshot) {
-        return snapshots(args, snapshot);
+    if args.runs.iter().any(|r| steptrace::is_snapshot_file(r)) {
+        return snapshots(args);
     }
     let mut analyses = Vec::new();
     for r in &args.runs {
@@ -68,11 +62,8 @@ pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
 }
 
 /// Memory snapshots side by side: what grew at the peak (memory_viz's `compare`).
-fn snapshots(
-    args: cli::CompareArgs,
-    snapshot: impl Fn(&std::path::PathBuf) -> bool,
-) -> anyhow::Result<u8> {
-    if let Some(r) = args.runs.iter().find(|r| !snapshot(r)) {
+fn snapshots(args: cli::CompareArgs) -> anyhow::Result<u8> {
+    if let Some(r) = args.runs.iter().find(|r| !steptrace::is_snapshot_file(r)) {
         anyhow::bail!(
             "{}: not a memory snapshot: compare snapshots with snapshots, runs with runs",
             r.display()
@@ -85,7 +76,7 @@ fn snapshots(
     let mut warnings = Vec::new();
     for r in &args.runs {
         let mut diag = steptrace::diagnostics::Diagnostics::default();
-        let s = steptrace::ingest::snapshot::load(r, &mut diag)?;
+        let s = steptrace::load_snapshot(r, &mut diag)?;
         analyses.push(steptrace::analysis::snapshot::analyze(&s));
         warnings.extend(diag.lines());
     }

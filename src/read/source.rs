@@ -280,7 +280,7 @@ pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
 
 /// The inflated text of a file of [`steptrace_formats::gzip_members`], read in order while
 /// the members are inflated a batch at a time on all threads: at most a batch (two members a
-/// thread) is held, not the whole text. A member that does not inflate is an error to the
+/// thread; the first batch one member) is held, not the whole text. A member that does not inflate is an error to the
 /// reader; a file cut inside a member ends after the whole ones.
 struct MembersReader {
     raw: Bytes,
@@ -301,7 +301,13 @@ impl Read for MembersReader {
             if self.next >= self.members.len() {
                 return Ok(0);
             }
-            let batch = (2 * rayon::current_num_threads()).max(1);
+            // One member first (a reader after the header alone, as directory discovery
+            // is, inflates 4 MiB, not a batch), then two a thread at a time.
+            let batch = if self.next == 0 {
+                1
+            } else {
+                (2 * rayon::current_num_threads()).max(1)
+            };
             let end = (self.next + batch).min(self.members.len());
             let raw = &self.raw;
             let out: Vec<std::io::Result<Vec<u8>>> = self.members[self.next..end]

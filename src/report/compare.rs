@@ -41,7 +41,7 @@ pub fn table(runs: &[Run<'_>]) -> String {
             (Some(p), None) => (human_bytes(p), String::new()),
             (None, _) => ("n/a".to_owned(), String::new()),
         };
-        let flops = if s.flops_per_iteration == 0 && s.bytes_per_iteration == 0 {
+        let flops = if !s.flops_counted() {
             "n/a".to_owned()
         } else {
             super::flops::human_flops(s.flops_per_iteration as f64)

@@ -94,7 +94,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             o += "no memory data: the trace holds no allocator events (record with profile_memory=True)\n"
         }
     }
-    if s.flops_per_iteration == 0 && s.bytes_per_iteration == 0 {
+    if !s.flops_counted() {
         o += "no FLOPs counted: the trace records no operator input shapes (record with record_shapes=True)\n";
     } else {
         o += &format!(
@@ -274,8 +274,8 @@ fn finish_console(mut o: String, diag: &Diagnostics) -> String {
 }
 
 /// Each phase's time per iteration, in the order a step runs them: GPU time of its nodes (and
-/// their host time), or host time alone for a CPU-only trace.
-pub(super) fn phase_line(s: &crate::analysis::Summary, cpu_only: bool) -> Option<String> {
+/// their host time), or host time alone for a CPU-only trace; phases with none left out.
+pub(super) fn phase_parts(s: &crate::analysis::Summary, cpu_only: bool) -> Vec<String> {
     const ORDER: [&str; 6] = [
         "data_loading",
         "forward",
@@ -284,7 +284,7 @@ pub(super) fn phase_line(s: &crate::analysis::Summary, cpu_only: bool) -> Option
         "optimizer",
         "other",
     ];
-    let parts: Vec<String> = ORDER
+    ORDER
         .iter()
         .filter_map(|k| {
             let t = s.time_by_phase.get(k)?;
@@ -296,7 +296,12 @@ pub(super) fn phase_line(s: &crate::analysis::Summary, cpu_only: bool) -> Option
                 }
             })
         })
-        .collect();
+        .collect()
+}
+
+/// The console's line of [`phase_parts`].
+fn phase_line(s: &crate::analysis::Summary, cpu_only: bool) -> Option<String> {
+    let parts = phase_parts(s, cpu_only);
     (!parts.is_empty()).then(|| {
         format!(
             "per iteration by phase ({}): {}\n",

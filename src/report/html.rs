@@ -218,11 +218,7 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
         vec!["GPU busy (median)".into(), human_time(s.gpu_busy_s)],
         vec![
             "by phase, per iteration".into(),
-            super::console::phase_line(s, s.gpu_busy_s == 0.0)
-                .map(|l| l.split_once(": ").map_or(l.clone(), |x| x.1.to_owned()))
-                .unwrap_or_default()
-                .trim_end()
-                .to_owned(),
+            super::console::phase_parts(s, s.gpu_busy_s == 0.0).join(", "),
         ],
     ];
     // What the input does not hold is left out, not shown blank or as 0.
@@ -237,7 +233,7 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
             ),
         ]);
     }
-    if s.flops_per_iteration > 0 || s.bytes_per_iteration > 0 {
+    if s.flops_counted() {
         rows.push(vec![
             "FLOPs per iteration".into(),
             super::flops::human_flops(s.flops_per_iteration as f64),

@@ -24,6 +24,8 @@ const SCRIPT: &str = include_str!("assets/memory_view.js");
 #[derive(Serialize)]
 struct Data {
     kinds: Vec<&'static str>,
+    /// Each kind's colour (the legend's too): the one table of them.
+    colors: Vec<&'static str>,
     stacks: Vec<Vec<String>>,
     smaller_note: String,
     devices: Vec<DeviceData>,
@@ -160,6 +162,7 @@ fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
     }
     Data {
         kinds: SITE_KINDS.iter().map(|k| k.name()).collect(),
+        colors: SITE_KINDS.iter().map(|&k| kind_color(k)).collect(),
         stacks,
         smaller_note: if smaller.0 == 0 {
             "allocations too small to draw at this zoom".into()
@@ -271,8 +274,8 @@ fn script(s: &Snapshot, a: &SnapshotAnalysis) -> String {
     // `</` would end the script element early.
     let json = json.replace("</", "<\\/");
     o.push_str("<style>");
-    for (k, c) in KIND_COLORS {
-        let _ = write!(o, ".k-{k}{{background:{c}}}");
+    for k in SITE_KINDS {
+        let _ = write!(o, ".k-{}{{background:{}}}", k.name(), kind_color(k));
     }
     o.push_str("</style>");
     let _ = write!(
@@ -327,15 +330,18 @@ const STYLE: &str = "<style>.mv{position:relative;margin:1em 0}.mv canvas{width:
      .mv .pinned{font-size:12px;margin-top:.5em}.st{font-family:monospace;font-size:11px}\
      .legend span{display:inline-block;margin-right:1em;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}</style>";
 
-/// The kinds' colours, the script's own.
-const KIND_COLORS: [(&str, &str); 9] = [
-    ("optimizer", "#e6550d"),
-    ("backward", "#3182bd"),
-    ("module_forward", "#31a354"),
-    ("data_loading", "#756bb1"),
-    ("model_setup", "#636363"),
-    ("workspace", "#bcbd22"),
-    ("program", "#17becf"),
-    ("no_stack", "#9ecae1"),
-    ("other", "#fdae6b"),
-];
+/// A kind's colour in the view and its legend.
+fn kind_color(k: snap::SiteKind) -> &'static str {
+    use snap::SiteKind as K;
+    match k {
+        K::Optimizer => "#e6550d",
+        K::Backward => "#3182bd",
+        K::ModuleForward => "#31a354",
+        K::DataLoading => "#756bb1",
+        K::ModelSetup => "#636363",
+        K::Workspace => "#bcbd22",
+        K::Program => "#17becf",
+        K::NoStack => "#9ecae1",
+        K::Other => "#fdae6b",
+    }
+}

@@ -328,8 +328,6 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
     let start_allocated: u64 = start.values().map(|l| l.0).sum();
     // Forward: the memory after each entry, the peak, and every allocation's interval.
     let mut live = start.clone();
-    let mut made: FxHashMap<u64, (u64, Option<u32>, StackId)> =
-        start.iter().map(|(&a, l)| (a, (l.0, None, l.2))).collect();
     let mut intervals = Largest::new(KEPT_INTERVALS);
     let mut never_freed_made: Vec<Interval> = Vec::new();
     let mut allocated = start_allocated;
@@ -341,20 +339,15 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
     for (i, e) in trace.iter().enumerate() {
         match e.action {
             Action::Alloc => {
-                if let Some(old) = live.insert(e.addr, (e.size, e.stream, e.stack, Some(i))) {
-                    // Made again without a free in between (a history that dropped
-                    // entries): the older block is gone.
-                    allocated -= old.0;
-                }
+                // Made again without a free in between (a history that dropped entries):
+                // the older block is gone.
+                let older = live.insert(e.addr, (e.size, e.stream, e.stack, Some(i)));
                 allocated += e.size;
-                let older = made.insert(e.addr, (e.size, Some(i as u32), e.stack));
-                ended(&mut intervals, e.addr, older, i);
+                ended(&mut intervals, &mut allocated, e.addr, older, i);
             }
             Action::FreeCompleted => {
-                if let Some(old) = live.remove(&e.addr) {
-                    allocated -= old.0;
-                }
-                ended(&mut intervals, e.addr, made.remove(&e.addr), i);
+                let old = live.remove(&e.addr);
+                ended(&mut intervals, &mut allocated, e.addr, old, i);
             }
             Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
             Action::SegmentFree | Action::SegmentUnmap => {
@@ -380,11 +373,11 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
             timeline.extend(best_in_bucket.take());
         }
     }
-    for (addr, (size, m, st)) in made {
+    for (addr, (size, _, st, m)) in live {
         let v = Interval {
             addr,
             size,
-            made: m,
+            made: m.map(|m| m as u32),
             freed: None,
             stack: st,
         };
@@ -465,19 +458,15 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
     }
 }
 
-/// The life of the block at `addr` (size, made at, stack), if one was alive there, ended at
-/// entry `at`.
-fn ended(
-    intervals: &mut Largest,
-    addr: u64,
-    block: Option<(u64, Option<u32>, StackId)>,
-    at: usize,
-) {
-    if let Some((size, made, stack)) = block {
+/// The block that was alive at `addr`, if one was, ended at entry `at`: its bytes leave the
+/// allocated total and its life is offered to the kept intervals.
+fn ended(intervals: &mut Largest, allocated: &mut u64, addr: u64, block: Option<Live>, at: usize) {
+    if let Some((size, _, stack, made)) = block {
+        *allocated -= size;
         intervals.push(Interval {
             addr,
             size,
-            made,
+            made: made.map(|m| m as u32),
             freed: Some(at as u32),
             stack,
         });

@@ -7,11 +7,6 @@
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("steptrace-memory").textContent);
-  const KIND_COLORS = {
-    optimizer: "#e6550d", backward: "#3182bd", module_forward: "#31a354",
-    data_loading: "#756bb1", model_setup: "#636363", workspace: "#bcbd22",
-    program: "#17becf", no_stack: "#9ecae1", other: "#fdae6b",
-  };
   const fmtBytes = (b) => {
     const u = ["B", "KiB", "MiB", "GiB", "TiB"];
     let i = 0;
@@ -127,7 +122,7 @@
         for (let k = xs.length - 1; k >= 1; k--) { ctx.lineTo(sx(xs[k]), sy(ys[k] + h)); ctx.lineTo(sx(xs[k]), sy(ys[k - 1] + h)); }
         ctx.lineTo(sx(xs[0]), sy(ys[0] + h));
         ctx.closePath();
-        ctx.fillStyle = i === hover || i === pinned ? "#d62728" : KIND_COLORS[data.kinds[a.kind[i]]] || "#999";
+        ctx.fillStyle = i === hover || i === pinned ? "#d62728" : data.colors[a.kind[i]] || "#999";
         ctx.fill();
       }
       // Allocated and reserved outlines, the peak.
