@@ -400,7 +400,12 @@ pub fn write_rank_output(props: &AnalyzeProps, o: &Outcome, dir: &Path) -> Resul
 /// `dirs`, without reading any trace: `ranks.csv` and `ranks.json` into `out`.
 #[cfg(feature = "parquet")]
 pub fn merge(dirs: &[PathBuf], out: &Path, top: usize) -> Result<RanksOutcome, Error> {
-    let results = report::frames::read_ranks(dirs)?;
+    // What merge reads is its input: a folder or table it cannot read is said as such (exit 2
+    // in the binary, as for any unreadable input), not as a failure to write.
+    let results = report::frames::read_ranks(dirs).map_err(|e| match e {
+        report::Error::Io(f) => Error::Input(ingest::Error::Io(f)),
+        other => Error::Output(other),
+    })?;
     if results.is_empty() {
         return Err(Error::Analysis {
             path: dirs.first().cloned().unwrap_or_default(),

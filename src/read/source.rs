@@ -368,46 +368,61 @@ fn inflate(
     let mut out: Vec<u8> = Vec::new();
     out.try_reserve_exact(hint.max(PIECE))
         .map_err(|_| InflateError::OutOfMemory(0))?;
-    // Over a slice, the decoder's reader is what it has not consumed yet.
-    let mut dec = flate2::bufread::MultiGzDecoder::new(raw);
     let mut checked = expect == Expect::Any;
+    let mut rest: &[u8] = raw;
+    // One member at a time, so that what follows the last can be seen: zero bytes there are
+    // padding (`gzip -d` ignores them; block devices and some writers add them), anything else
+    // is the next member.
     loop {
-        if out.capacity() - out.len() < PIECE {
-            out.try_reserve(PIECE.max(out.len() / 2))
-                .map_err(|_| InflateError::OutOfMemory(out.len()))?;
-        }
-        // read_to_end fills the spare capacity without zeroing it first and, on an error,
-        // keeps what it appended: the readable prefix of a cut stream. The spare room is at
-        // least a piece and `take` stops it there, so it never grows the buffer itself.
-        let n = match (&mut dec).take(PIECE as u64).read_to_end(&mut out) {
-            Ok(n) => n,
-            Err(e) => {
-                let text = e.to_string();
-                // A member's trailer check failing, or deflate data that stops making sense
-                // with input left, is corruption; running out of input is a cut.
-                let check = text.contains("checksum") || text.contains("matching size");
-                return if e.kind() == std::io::ErrorKind::OutOfMemory {
-                    Err(InflateError::OutOfMemory(out.len()))
-                } else if e.kind() == std::io::ErrorKind::UnexpectedEof
-                    || (!check && dec.get_ref().is_empty())
-                {
-                    Ok((out, true))
-                } else {
-                    Err(InflateError::Corrupt(text))
-                };
+        // Over a slice, the decoder's reader is what it has not consumed yet.
+        let mut dec = flate2::bufread::GzDecoder::new(rest);
+        loop {
+            if out.capacity() - out.len() < PIECE {
+                out.try_reserve(PIECE.max(out.len() / 2))
+                    .map_err(|_| InflateError::OutOfMemory(out.len()))?;
             }
-        };
-        if !checked && (out.len() >= INFLATE_CHECK_BYTES || n == 0) {
-            if let Some(why) = expect.refuse(&out[..out.len().min(INFLATE_CHECK_BYTES)], n == 0) {
-                return Err(InflateError::NotExpected(why));
+            // read_to_end fills the spare capacity without zeroing it first and, on an error,
+            // keeps what it appended: the readable prefix of a cut stream. The spare room is
+            // at least a piece and `take` stops it there, so it never grows the buffer itself.
+            let n = match (&mut dec).take(PIECE as u64).read_to_end(&mut out) {
+                Ok(n) => n,
+                Err(e) => {
+                    let text = e.to_string();
+                    // A member's trailer check failing, or deflate data that stops making
+                    // sense with input left, is corruption; running out of input is a cut.
+                    let check = text.contains("checksum") || text.contains("matching size");
+                    return if e.kind() == std::io::ErrorKind::OutOfMemory {
+                        Err(InflateError::OutOfMemory(out.len()))
+                    } else if e.kind() == std::io::ErrorKind::UnexpectedEof
+                        || (!check && dec.get_ref().is_empty())
+                    {
+                        Ok((out, true))
+                    } else {
+                        Err(InflateError::Corrupt(text))
+                    };
+                }
+            };
+            if !checked && out.len() >= INFLATE_CHECK_BYTES {
+                if let Some(why) = expect.refuse(&out[..INFLATE_CHECK_BYTES], false) {
+                    return Err(InflateError::NotExpected(why));
+                }
+                checked = true;
             }
-            checked = true;
+            if n == 0 {
+                break;
+            }
+            if let Some(l) = limit.filter(|&l| out.len() as u64 > l) {
+                return Err(InflateError::TooLarge(l));
+            }
         }
-        if n == 0 {
+        rest = dec.into_inner();
+        if rest.iter().all(|&b| b == 0) {
+            if !checked {
+                if let Some(why) = expect.refuse(&out, true) {
+                    return Err(InflateError::NotExpected(why));
+                }
+            }
             return Ok((out, false));
-        }
-        if let Some(l) = limit.filter(|&l| out.len() as u64 > l) {
-            return Err(InflateError::TooLarge(l));
         }
     }
 }
@@ -428,11 +443,7 @@ fn inflate_members(
     }
     // The first member first: a file that is not what was expected is refused before the
     // rest is inflated.
-    let mut out: Vec<u8> = Vec::new();
-    out.try_reserve_exact(total)
-        .map_err(|_| InflateError::OutOfMemory(0))?;
-    // Zeroed pages cost nothing until written (the allocator maps them zeroed).
-    out.resize(total, 0);
+    let mut out = zeroed(total).ok_or(InflateError::OutOfMemory(0))?;
     let mut parts: Vec<(&steptrace_formats::gzip_members::Member, &mut [u8])> =
         Vec::with_capacity(members.len());
     let mut rest = &mut out[..];
@@ -472,6 +483,26 @@ fn inflate_members(
     }
     parts.par_iter_mut().skip(1).try_for_each(one)?;
     Ok(out)
+}
+
+/// `len` zero bytes, or `None` where memory cannot be had. Asked of the allocator as zeroed
+/// memory: a buffer this large is fresh pages from the kernel, zero already, so nothing is
+/// written until the inflate threads fill it (their page faults spread over them). Filling a
+/// reserved `Vec` with `resize` wrote every byte on one thread before the parallel inflate
+/// began.
+fn zeroed(len: usize) -> Option<Vec<u8>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+    // SAFETY: `layout` has a non-zero size (checked above).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` comes from the global allocator with the layout a `Vec<u8>` of capacity
+    // `len` uses (size `len`, alignment 1), and all `len` bytes are initialised (zero).
+    Some(unsafe { Vec::from_raw_parts(p, len, len) })
 }
 
 /// The buffer to reserve for the inflated bytes. A gzip member ends with its uncompressed size
@@ -728,6 +759,27 @@ mod tests {
         let owned = Bytes::from(data.clone());
         owned.release(0..owned.len());
         assert!(owned[..] == data[..], "bytes in memory changed");
+    }
+
+    #[test]
+    fn members_then_zero_padding_inflate_whole_and_other_trailing_bytes_do_not() {
+        let (a, b) = (b"{\"traceEvents\": [".to_vec(), b"]}".to_vec());
+        let mut two = gz(&a);
+        two.extend_from_slice(&gz(&b));
+        let whole = [a.clone(), b.clone()].concat();
+        for pad in [0usize, 1, 7, 512] {
+            let mut z = two.clone();
+            z.resize(z.len() + pad, 0);
+            let (out, cut) = inflate(&z, Expect::JsonObject, None).unwrap();
+            assert_eq!(out, whole, "{pad} bytes of padding");
+            assert!(!cut, "{pad} bytes of padding read as a cut");
+        }
+        let mut junk = two.clone();
+        junk.extend_from_slice(b"\0\0 not a gzip member header");
+        assert!(matches!(
+            inflate(&junk, Expect::Any, None),
+            Err(InflateError::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -317,24 +317,31 @@ fn issue19_os_error_text_is_printed_once() {
 }
 
 /// Issue 18: `merge` over a directory with no rank results, or with a damaged one, says so in
-/// one line naming it and exits 1 (no trace involved: these are results, not inputs).
+/// one line naming it. A folder holding no results is nothing to merge (exit 1); a damaged or
+/// unreadable one is an unreadable input (exit 2, as README's exit codes say for any input).
 #[test]
 fn merge_without_or_with_damaged_rank_results_says_which() {
     let dir = tempfile::tempdir().unwrap();
-    let merge = || {
+    let merge = |input: &std::path::Path, code: i32| {
         let out = steptrace()
             .arg("merge")
-            .arg(dir.path())
+            .arg(input)
             .arg("--out")
             .arg(dir.path().join("m"))
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stderr
     };
-    one_line_error(&merge(), "no rank results");
+    one_line_error(&merge(dir.path(), 1), "no rank results");
+    one_line_error(&merge(&dir.path().join("absent"), 2), "absent");
     std::fs::write(dir.path().join("rank3.summary.parquet"), b"PAR1 not really").unwrap();
-    one_line_error(&merge(), "rank3.summary.parquet");
+    one_line_error(&merge(dir.path(), 2), "rank3.summary.parquet");
 }
 
 /// `merge` counts each rank once: a folder given twice, or a rank's results copied under
@@ -369,7 +376,7 @@ fn merge_refuses_a_rank_twice_or_under_another_name() {
     };
     assert!(merge(&[&ranks]).status.success());
     let twice = merge(&[&ranks, &ranks]);
-    assert!(!twice.status.success());
+    assert_eq!(twice.status.code(), Some(2));
     one_line_error(&twice.stderr, "rank 0 again");
     // rank 0's files copied as rank 1's.
     let copy = dir.path().join("copy");
@@ -381,7 +388,7 @@ fn merge_refuses_a_rank_twice_or_under_another_name() {
         }
     }
     let renamed = merge(&[&ranks, &copy]);
-    assert!(!renamed.status.success());
+    assert_eq!(renamed.status.code(), Some(2));
     one_line_error(&renamed.stderr, "holds rank 0, not the rank its name says");
 }
 

@@ -169,10 +169,17 @@ impl Partial {
         let dur = match time_ns(&ev.dur) {
             Ok(d) if d >= 0 => d,
             Err(BadTime::Missing) => 0,
-            _ => {
+            bad => {
                 let dur = ev.dur.0.as_deref().unwrap_or_default();
+                // A duration past what nanoseconds in an i64 hold (292 years) is not negative:
+                // each is named for what it is.
+                let kind = if matches!(bad, Err(BadTime::OutOfRange)) {
+                    "duration_out_of_range"
+                } else {
+                    "negative_duration"
+                };
                 self.anomalies.push((
-                    "negative_duration",
+                    kind,
                     format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
                 ));
                 0

@@ -451,6 +451,15 @@ mod tests {
         assert_eq!(t.header.time_convention, TimeConvention::AbsoluteEpoch);
     }
 
+    #[test]
+    fn a_duration_too_long_for_nanoseconds_is_out_of_range_not_negative() {
+        let text = r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"c","pid":1,"tid":1,"ts":3,"dur":1e18}]}"#;
+        let (t, d) = parse(text);
+        assert_eq!(t.ops[0].dur, 0);
+        assert_eq!(d.count("duration_out_of_range"), 1, "{:?}", d.lines());
+        assert_eq!(d.count("negative_duration"), 0);
+    }
+
     /// `text` parsed in 64 KiB pieces twice: from a mapped file, whose pieces are released as
     /// the parse goes, and from memory, which nothing releases.
     fn mapped_and_in_memory(text: Vec<u8>) -> [(KinetoTrace, Diagnostics); 2] {
