@@ -282,93 +282,18 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         },
         || flops::compute(t, &step),
     );
-    let mut peaks = t.device_name().and_then(flops::peaks_for);
-    if !opts.peak_tflops.is_empty() || opts.peak_bandwidth_gbps.is_some() {
-        let mut p = peaks.unwrap_or(flops::Peaks {
-            device: "override".into(),
-            tflops: Vec::new(),
-            bandwidth_gbps: 0.0,
-        });
-        for &(d, v) in &opts.peak_tflops {
-            p.tflops.retain(|(x, _)| *x != d);
-            p.tflops.push((d, v));
-        }
-        p.tflops.sort_by_key(|(d, _)| *d);
-        if let Some(b) = opts.peak_bandwidth_gbps {
-            p.bandwidth_gbps = b;
-        }
-        peaks = Some(p);
-    } else if peaks.is_none() {
-        if let Some(name) = t.device_name() {
-            diag.warn(
-                "unknown_gpu_peaks",
-                format!("no peak table entry for '{name}': pass --peak-tflops and --peak-bw for the roofline"),
-            );
-        }
-    }
+    let peaks = device_peaks(t, opts, diag);
     let flop_rows = flops::rows(t, &step, &node_flops, &node_stats, peaks.as_ref());
     let n_iter = step.iterations.len().max(1) as u64;
     let matmul_flops_by_op = by_type.into_iter().map(|(k, v)| (k, v / n_iter)).collect();
-    let mut flops_by_phase = std::collections::BTreeMap::new();
-    let mut matmul_flops_by_phase = std::collections::BTreeMap::new();
-    for r in &flop_rows {
-        *flops_by_phase.entry(r.gtype).or_insert(0u64) += r.flops;
-        *matmul_flops_by_phase.entry(r.gtype).or_insert(0u64) += r.matmul_flops;
-    }
+    let (flops_by_phase, matmul_flops_by_phase) = flops_by_phase(&flop_rows);
     let snapshot = t.snapshot.as_ref().map(|_| snapshot_join(t, &step, diag));
     let execution_trace = exec_trace_join(t);
 
-    let step_ns: Vec<f64> = step
-        .iterations
-        .iter()
-        .map(|i| (i.end - i.start) as f64)
-        .collect();
-    let step_times: Vec<f64> = step_ns.iter().map(|&v| ns_to_s(v)).collect();
-    let mut v = step_ns.clone();
-    let step_time_s = ns_to_s(median(&mut v).unwrap_or(0.0));
-    let mut busy: Vec<f64> = step.iterations.iter().map(|i| i.gpu_busy as f64).collect();
-    let mut gt: Vec<f64> = step.iterations.iter().map(|i| i.gpu_time as f64).collect();
-
-    // The peak: the first event carrying the largest total inside any iteration.
-    let mut peak: Option<(i64, i64)> = None; // (bytes, ts)
-    for it in &step.iterations {
-        let lo = t.memory.partition_point(|m| m.ts < it.start);
-        for m in t.memory[lo..].iter().take_while(|m| m.ts <= it.end) {
-            // A negative total is an unknown one (absent or out of range).
-            if m.total_allocated >= 0 && peak.is_none_or(|(b, _)| m.total_allocated > b) {
-                peak = Some((m.total_allocated, m.ts));
-            }
-        }
-    }
+    let times = StepTimes::of(&step);
+    let peak = memory_peak(t, &step);
     let (peak_node, peak_iteration) = match peak {
-        Some((_, ts)) => {
-            let it = step
-                .iterations
-                .iter()
-                .find(|i| ts >= i.start && ts <= i.end);
-            let node = it.and_then(|it| {
-                let nodes = &step.nodes[it.nodes.clone()];
-                // Innermost in time: the latest-starting node that contains the event.
-                let inside = nodes
-                    .iter()
-                    .filter(|n| {
-                        let o = t.op(n.op);
-                        o.start <= ts && ts <= o.end()
-                    })
-                    .max_by_key(|n| (t.op(n.op).start, n.rank))
-                    .map(|n| n.name.clone());
-                // Memory allocated outside any op (a compiled graph's buffers are allocated
-                // without the dispatcher): the node that ran last before it.
-                inside.or_else(|| {
-                    nodes
-                        .iter()
-                        .filter(|n| t.op(n.op).start <= ts)
-                        .max_by_key(|n| (t.op(n.op).end(), n.rank))
-                        .map(|n| format!("{} (allocated after it, outside any op)", n.name))
-                })
-            });
-            (node, it.map(|i| i.label.clone()))
-        }
+        Some((_, ts)) => peak_place(t, &step, ts),
         None => (None, None),
     };
     let dev = t.device.unwrap_or(0);
@@ -381,8 +306,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         iteration_detection: step.detection,
         iteration_labels: step.iterations.iter().map(|i| i.label.clone()).collect(),
         nodes_per_iteration: node_stats.len(),
-        step_time_s,
-        step_time_instrumented_s: step_time_s,
+        step_time_s: times.median_s,
+        step_time_instrumented_s: times.median_s,
         step_time_source: "instrumented",
         profiler_overhead: None,
         plan_timed_both_ways: None,
@@ -391,9 +316,9 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         plan_probe: None,
         gpu_breakdown: kernels::Temporal::default(),
         collective_overlap: Default::default(),
-        step_times_s: step_times,
-        gpu_busy_s: ns_to_s(median(&mut busy).unwrap_or(0.0)),
-        gpu_time_s: ns_to_s(median(&mut gt).unwrap_or(0.0)),
+        step_times_s: times.each_s,
+        gpu_busy_s: times.gpu_busy_s,
+        gpu_time_s: times.gpu_time_s,
         peak_allocated_bytes: peak.map(|p| p.0),
         peak_node,
         peak_iteration,
@@ -419,14 +344,9 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         flops_from_execution_trace: t.exec_trace.is_some(),
         peaks,
         liveness_source: live.source,
-        peak_breakdown_bytes: match peak {
-            Some((bytes, ts)) => memory::CATEGORIES
-                .iter()
-                .zip(mem.breakdown_at(ts, bytes))
-                .map(|(c, b)| (c.key(), b))
-                .collect(),
-            None => Default::default(),
-        },
+        peak_breakdown_bytes: peak
+            .map(|(bytes, ts)| mem.breakdown_by_key(ts, bytes))
+            .unwrap_or_default(),
         activations: live.activations.len(),
         unexplained_before_window_bytes: mem.unexplained_before,
         swap_bandwidth: live.bandwidth,
@@ -443,19 +363,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let mut summary = summary;
     (summary.gpu_breakdown, summary.collective_overlap) = kernels::temporal(t, &step);
     if t.kineto.ops.is_empty() {
-        // A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
-        // whole trace.
-        summary.step_time_s = ns_to_s(kernels.span_ns as f64);
-        summary.step_time_instrumented_s = summary.step_time_s;
-        summary.gpu_busy_s = ns_to_s(kernels.busy_ns as f64);
-        summary.gpu_time_s = ns_to_s(kernels.kernel_ns as f64);
-        diag.warn(
-            "no_cpu_operators",
-            format!(
-                "{}: no CPU operators (a GPU-only trace): kernel-level results only (kernels.csv, streams.csv), over the whole trace",
-                summary.trace
-            ),
-        );
+        gpu_only_figures(&mut summary, &kernels, diag);
     }
     Analysis {
         // Filled from the inputs by the caller, beside the run's name.
@@ -471,6 +379,137 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         liveness: live,
         collectives,
     }
+}
+
+/// The iterations' times: each, and the medians of the span, the GPU's busy time and its
+/// kernel time.
+struct StepTimes {
+    each_s: Vec<f64>,
+    median_s: f64,
+    gpu_busy_s: f64,
+    gpu_time_s: f64,
+}
+
+impl StepTimes {
+    fn of(step: &Step) -> Self {
+        let its = &step.iterations;
+        let mut span: Vec<f64> = its.iter().map(|i| (i.end - i.start) as f64).collect();
+        let each_s = span.iter().map(|&v| ns_to_s(v)).collect();
+        let mut busy: Vec<f64> = its.iter().map(|i| i.gpu_busy as f64).collect();
+        let mut gt: Vec<f64> = its.iter().map(|i| i.gpu_time as f64).collect();
+        let med = |v: &mut [f64]| ns_to_s(median(v).unwrap_or(0.0));
+        StepTimes {
+            each_s,
+            median_s: med(&mut span),
+            gpu_busy_s: med(&mut busy),
+            gpu_time_s: med(&mut gt),
+        }
+    }
+}
+
+/// The device's peak rates (the table's entry for its name), with `--peak-tflops` and
+/// `--peak-bw` laid over them; a device the table does not know is warned about once.
+fn device_peaks(t: &Trace, opts: &Options, diag: &mut Diagnostics) -> Option<flops::Peaks> {
+    let peaks = t.device_name().and_then(flops::peaks_for);
+    if opts.peak_tflops.is_empty() && opts.peak_bandwidth_gbps.is_none() {
+        if peaks.is_none() {
+            if let Some(name) = t.device_name() {
+                diag.warn(
+                    "unknown_gpu_peaks",
+                    format!("no peak table entry for '{name}': pass --peak-tflops and --peak-bw for the roofline"),
+                );
+            }
+        }
+        return peaks;
+    }
+    let mut p = peaks.unwrap_or(flops::Peaks {
+        device: "override".into(),
+        tflops: Vec::new(),
+        bandwidth_gbps: 0.0,
+    });
+    for &(d, v) in &opts.peak_tflops {
+        p.tflops.retain(|(x, _)| *x != d);
+        p.tflops.push((d, v));
+    }
+    p.tflops.sort_by_key(|(d, _)| *d);
+    if let Some(b) = opts.peak_bandwidth_gbps {
+        p.bandwidth_gbps = b;
+    }
+    Some(p)
+}
+
+/// Per-iteration FLOPs by phase name.
+type PhaseFlops = std::collections::BTreeMap<&'static str, u64>;
+
+/// FLOPs and matmul FLOPs per iteration, summed by phase.
+fn flops_by_phase(rows: &[flops::FlopRow]) -> (PhaseFlops, PhaseFlops) {
+    let (mut all, mut matmul) = (PhaseFlops::new(), PhaseFlops::new());
+    for r in rows {
+        *all.entry(r.gtype).or_insert(0) += r.flops;
+        *matmul.entry(r.gtype).or_insert(0) += r.matmul_flops;
+    }
+    (all, matmul)
+}
+
+/// The peak: the first event carrying the largest total inside any iteration, as (bytes,
+/// time). A negative total is an unknown one (absent or out of range).
+fn memory_peak(t: &Trace, step: &Step) -> Option<(i64, i64)> {
+    let mut peak: Option<(i64, i64)> = None;
+    for it in &step.iterations {
+        let lo = t.memory.partition_point(|m| m.ts < it.start);
+        for m in t.memory[lo..].iter().take_while(|m| m.ts <= it.end) {
+            if m.total_allocated >= 0 && peak.is_none_or(|(b, _)| m.total_allocated > b) {
+                peak = Some((m.total_allocated, m.ts));
+            }
+        }
+    }
+    peak
+}
+
+/// The node running at `ts` (innermost in time: the latest-starting one that contains it) and
+/// the iteration's label.
+fn peak_place(t: &Trace, step: &Step, ts: i64) -> (Option<String>, Option<String>) {
+    let it = step
+        .iterations
+        .iter()
+        .find(|i| ts >= i.start && ts <= i.end);
+    let node = it.and_then(|it| {
+        let nodes = &step.nodes[it.nodes.clone()];
+        let inside = nodes
+            .iter()
+            .filter(|n| {
+                let o = t.op(n.op);
+                o.start <= ts && ts <= o.end()
+            })
+            .max_by_key(|n| (t.op(n.op).start, n.rank))
+            .map(|n| n.name.clone());
+        // Memory allocated outside any op (a compiled graph's buffers are allocated without
+        // the dispatcher): the node that ran last before it.
+        inside.or_else(|| {
+            nodes
+                .iter()
+                .filter(|n| t.op(n.op).start <= ts)
+                .max_by_key(|n| (t.op(n.op).end(), n.rank))
+                .map(|n| format!("{} (allocated after it, outside any op)", n.name))
+        })
+    });
+    (node, it.map(|i| i.label.clone()))
+}
+
+/// A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the whole
+/// trace.
+fn gpu_only_figures(summary: &mut Summary, kernels: &kernels::Kernels, diag: &mut Diagnostics) {
+    summary.step_time_s = ns_to_s(kernels.span_ns as f64);
+    summary.step_time_instrumented_s = summary.step_time_s;
+    summary.gpu_busy_s = ns_to_s(kernels.busy_ns as f64);
+    summary.gpu_time_s = ns_to_s(kernels.kernel_ns as f64);
+    diag.warn(
+        "no_cpu_operators",
+        format!(
+            "{}: no CPU operators (a GPU-only trace): kernel-level results only (kernels.csv, streams.csv), over the whole trace",
+            summary.trace
+        ),
+    );
 }
 
 /// Lines up the snapshot's clock with the trace's, through `ProfilerStep#N` annotations and

@@ -371,12 +371,40 @@ struct Frame {
     df: DataFrame,
 }
 
+/// The most rows each of a rank's tables may declare, checked against the count in the file's
+/// footer before any row is read: a 10 KB file can declare 10^8 rows (a run-length-encoded
+/// column), and reading them all aborted a merge at 6.3 GB. Far above what steptrace writes:
+/// one summary row, a row per profiled step, a row per node of the step (84k in the largest
+/// corpus run), a row per collective call of the window, a row per kind of collective.
+#[derive(Debug, Clone, Copy)]
+enum MaxRows {
+    Summary = 1,
+    Iterations = 1 << 20,
+    Nodes = 1 << 22,
+    Collectives = 1 << 24,
+    Overlap = 1 << 16,
+}
+
 impl Frame {
-    fn read(path: std::path::PathBuf) -> Result<Frame, Error> {
+    /// The table in `path`, refused before any row is read when its file declares more than
+    /// `max_rows` (see [`MaxRows`]).
+    fn read(path: std::path::PathBuf, max_rows: MaxRows) -> Result<Frame, Error> {
         let f = std::fs::File::open(&path).map_err(super::io(&path))?;
-        let df = ParquetReader::new(f)
-            .finish()
-            .map_err(|e| Frame::bad(&path, e))?;
+        let mut reader = ParquetReader::new(f);
+        let rows = reader.num_rows().map_err(|e| Frame::bad(&path, e))?;
+        if rows > max_rows as usize {
+            return Err(Error::from(FileError::new(
+                &path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "declares {rows} rows, more than a rank's table of this kind holds (at most {}): not a table steptrace wrote",
+                        max_rows as usize
+                    ),
+                ),
+            )));
+        }
+        let df = reader.finish().map_err(|e| Frame::bad(&path, e))?;
         Ok(Frame { path, df })
     }
 
@@ -487,7 +515,7 @@ fn read_calls(f: &Frame) -> Result<Vec<crate::analysis::collectives::Call>, Erro
 fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, Error> {
     use crate::analysis::kernels::Temporal;
     use crate::analysis::ranks::RankResult;
-    let s = Frame::read(p.to_path_buf())?;
+    let s = Frame::read(p.to_path_buf(), MaxRows::Summary)?;
     let rank = s.i64_first("rank")?;
     // The rank its name says (`rank<N>.summary.parquet`) is the one it holds: a rank's files
     // copied under another's name would count it twice.
@@ -511,8 +539,8 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
         )));
     }
     let sibling = |what: &str| p.with_file_name(format!("rank{rank}.{what}.parquet"));
-    let it = Frame::read(sibling("iterations"))?;
-    let nd = Frame::read(sibling("nodes"))?;
+    let it = Frame::read(sibling("iterations"), MaxRows::Iterations)?;
+    let nd = Frame::read(sibling("nodes"), MaxRows::Nodes)?;
     let (gpu, cpu) = (nd.f64s("median_run_time_s")?, nd.f64s("median_cpu_time_s")?);
     let nodes = nd
         .strs("node")?
@@ -523,7 +551,7 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
     // Written since collectives were matched; a rank written before has none.
     let calls = sibling("collectives");
     let collectives = if calls.exists() {
-        read_calls(&Frame::read(calls)?)?
+        read_calls(&Frame::read(calls, MaxRows::Collectives)?)?
     } else {
         Vec::new()
     };
@@ -539,7 +567,7 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
         collective_overlap: {
             let p = sibling("collective_overlap");
             if p.exists() {
-                read_collective_overlap(&Frame::read(p)?)?
+                read_collective_overlap(&Frame::read(p, MaxRows::Overlap)?)?
             } else {
                 Default::default()
             }
@@ -617,4 +645,28 @@ pub fn read_ranks(
     let mut out = out;
     out.sort_by_key(|r| r.rank);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_declaring_more_rows_than_its_kind_holds_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rank0.summary.parquet");
+        let mut df = df!("rank" => [0i64, 0]).unwrap();
+        ParquetWriter::new(std::fs::File::create(&p).unwrap())
+            .finish(&mut df)
+            .unwrap();
+        let e = Frame::read(p.clone(), MaxRows::Summary)
+            .err()
+            .expect("two summary rows refused")
+            .to_string();
+        assert!(
+            e.contains("declares 2 rows") && e.contains("rank0.summary.parquet"),
+            "{e}"
+        );
+        assert_eq!(Frame::read(p, MaxRows::Iterations).unwrap().df.height(), 2);
+    }
 }

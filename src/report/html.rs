@@ -15,12 +15,18 @@ pub(super) fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// An HTML table of `rows` under the headings `head`; a table of name-value pairs passes
+/// headings that are all empty and gets no heading row (a blank grey bar otherwise).
 pub(super) fn table(o: &mut String, head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
-    o.push_str("<table><thead><tr>");
-    for h in head {
-        let _ = write!(o, "<th>{}</th>", esc(h));
+    o.push_str("<table>");
+    if head.iter().any(|h| !h.is_empty()) {
+        o.push_str("<thead><tr>");
+        for h in head {
+            let _ = write!(o, "<th>{}</th>", esc(h));
+        }
+        o.push_str("</tr></thead>");
     }
-    o.push_str("</tr></thead><tbody>");
+    o.push_str("<tbody>");
     for r in rows {
         o.push_str("<tr>");
         for c in r {
@@ -172,7 +178,7 @@ pub(super) fn write(
         o.push_str("<h2>Memory at the peak</h2>");
         table(
             &mut o,
-            &["category", "bytes", ""],
+            &["category", "bytes", "size"],
             s.peak_breakdown_bytes
                 .iter()
                 .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),

@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::step::Step;
 use crate::diagnostics::Diagnostics;
 use crate::model::kineto::ThreadId;
-use crate::model::snapshot::Action;
+use crate::model::snapshot::{Action, Snapshot, StackId, TraceEntry};
 use crate::model::Trace;
 
 mod naming;
@@ -202,27 +202,12 @@ pub fn round_block(bytes: i64) -> i64 {
 
 /// Builds the blocks and their categories from the events' [`replay`].
 pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -> Memory {
-    let idx = NodeIndex::new(t, step);
     let Replay {
         blocks: made,
         mut event_block,
         early_frees,
     } = replay;
-    // Each event's node and iteration are independent searches, made on all threads.
-    let place: Vec<(Option<usize>, Option<u32>)> = t
-        .memory
-        .par_iter()
-        .map(|m| {
-            // Iterations are in time order and do not overlap.
-            let k = step.iterations.partition_point(|it| it.end < m.ts);
-            let iteration = step
-                .iterations
-                .get(k)
-                .filter(|it| m.ts >= it.start)
-                .map(|it| it.index);
-            (idx.at(m.thread, m.ts), iteration)
-        })
-        .collect();
+    let place = place_events(t, step);
     let blocks: Vec<Block> = made
         .par_iter()
         .map(|&(a, f)| {
@@ -241,26 +226,10 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
             b
         })
         .collect();
-    // (addr, bytes, ts, node, event index) of frees of blocks made before the window.
-    let early_frees: Vec<(u64, i64, i64, Option<usize>, usize)> = early_frees
-        .into_iter()
-        .map(|ei| {
-            let m = &t.memory[ei];
-            (m.addr, -m.bytes, m.ts, place[ei].0, ei)
-        })
-        .collect();
 
     // Blocks made before the window.
     let before_total = t.memory.first().map_or(0, |m| m.total_allocated - m.bytes);
-    let t0 = t.memory.first().map_or(0, |m| m.ts);
-    let mut pre: Vec<Block> = Vec::new();
-    // Per block of `pre`: allocated with no stack recorded, and the bytes asked for (a block
-    // can be larger: the allocator keeps a remainder too small to split).
-    let mut stackless: Vec<(bool, i64)> = Vec::new();
-    // Per block of `pre`: what it is if nothing else names it and it lives through the window.
-    let mut kept_as: Vec<Option<Category>> = Vec::new();
-    let mut from_snapshot = false;
-    if let Some(s) = t.snapshot.as_ref().filter(|s| {
+    let snapshot = t.snapshot.as_ref().filter(|s| {
         if s.legacy_layout {
             diag.warn(
                 "legacy_snapshot",
@@ -271,106 +240,14 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
             );
         }
         !s.legacy_layout
-    }) {
-        let dev = t.device.unwrap_or(0).max(0) as usize;
-        if let Some(entries) = s.device_traces.get(dev) {
-            from_snapshot = true;
-            let t0_us = t.kineto.epoch_us(t0);
-            let mut alive: FxHashMap<u64, (u64, crate::model::snapshot::TraceEntry)> =
-                FxHashMap::default();
-            for e in entries {
-                let Some(ts) = e.time_us else { continue };
-                if ts as f64 >= t0_us {
-                    break;
-                }
-                match e.action {
-                    Action::Alloc => {
-                        alive.insert(e.addr, (e.size, e.clone()));
-                    }
-                    Action::FreeRequested | Action::FreeCompleted => {
-                        alive.remove(&e.addr);
-                    }
-                    _ => {}
-                }
-            }
-            // The segments hold every block alive when the snapshot was taken, each with the
-            // stack it was allocated from, whether or not the history saw it: turning history
-            // off clears it (capture pauses it while timing steps), and it may start late.
-            let seg_blocks: FxHashMap<u64, &crate::model::snapshot::Block> = s
-                .segments
-                .iter()
-                .filter(|g| g.device.max(0) as usize == dev)
-                .flat_map(|g| &g.blocks)
-                .filter(|b| s.str(b.state).starts_with("active"))
-                .map(|b| (b.address, b))
-                .collect();
-            let mut last_alloc: FxHashMap<u64, Option<i64>> = FxHashMap::default();
-            for e in entries.iter().filter(|e| e.action == Action::Alloc) {
-                last_alloc.insert(e.addr, e.time_us);
-            }
-            let mut v: Vec<_> = alive.into_values().collect();
-            v.sort_by_key(|(_, e)| (e.time_us, e.addr));
-            for (requested, e) in v {
-                // History records the requested size; the allocator (and the trace's Total
-                // Allocated) counts the block's, which the segments give while it lives.
-                let requested = round_block(requested as i64);
-                let size = match seg_blocks.get(&e.addr) {
-                    Some(b) if last_alloc.get(&e.addr) == Some(&e.time_us) => b.size as i64,
-                    _ => requested,
-                };
-                stackless.push((s.stack(e.stack).is_empty(), requested));
-                kept_as.push(kept_category(s, s.stack(e.stack)));
-                pre.push(Block {
-                    addr: e.addr,
-                    size,
-                    alloc: i64::MIN,
-                    free: None,
-                    category: category_from_frames(s, s.stack(e.stack)),
-                    producer: None,
-                    freer: None,
-                    iteration: None,
-                });
-            }
-            // A block alive at the snapshot that the history never saw allocated was made
-            // before the history began. When the history reaches into the window, that is
-            // before the window too, unless the trace saw it made.
-            let history_reaches_window = entries
-                .iter()
-                .rev()
-                .find_map(|e| e.time_us)
-                .is_some_and(|ts| ts as f64 >= t0_us);
-            if history_reaches_window {
-                let open_at_end: rustc_hash::FxHashSet<u64> = made
-                    .iter()
-                    .filter(|(_, f)| f.is_none())
-                    .map(|&(a, _)| t.memory[a].addr)
-                    .collect();
-                let mut unseen: Vec<_> = seg_blocks
-                    .values()
-                    .filter(|b| !last_alloc.contains_key(&b.address))
-                    .filter(|b| !open_at_end.contains(&b.address))
-                    .collect();
-                unseen.sort_by_key(|b| b.address);
-                for b in unseen {
-                    kept_as.push(kept_category(s, s.stack(b.stack)));
-                    stackless.push((
-                        s.stack(b.stack).is_empty(),
-                        round_block(b.requested_size.unwrap_or(b.size) as i64),
-                    ));
-                    pre.push(Block {
-                        addr: b.address,
-                        size: b.size as i64,
-                        alloc: i64::MIN,
-                        free: None,
-                        category: category_from_frames(s, s.stack(b.stack)),
-                        producer: None,
-                        freer: None,
-                        iteration: None,
-                    });
-                }
-            }
-        }
-    }
+    });
+    let pre_window = snapshot.and_then(|s| PreWindow::from_snapshot(t, s, &made));
+    let from_snapshot = pre_window.is_some();
+    let PreWindow {
+        blocks: mut pre,
+        stackless,
+        kept_as,
+    } = pre_window.unwrap_or_default();
     // Match early frees to pre-window blocks; what the snapshot did not have stays unnamed.
     let mut by_addr: FxHashMap<u64, usize> =
         pre.iter().enumerate().map(|(i, b)| (b.addr, i)).collect();
@@ -379,14 +256,15 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
     for e in event_block.iter_mut().flatten() {
         *e += shift;
     }
-    for (addr, bytes, ts, node, ei) in early_frees {
-        match by_addr.remove(&addr) {
+    for ei in early_frees {
+        let m = &t.memory[ei];
+        match by_addr.remove(&m.addr) {
             Some(i) => {
-                pre[i].free = Some(ts);
-                pre[i].freer = node;
+                pre[i].free = Some(m.ts);
+                pre[i].freer = place[ei].0;
                 event_block[ei] = Some(i);
             }
-            None => unmatched += bytes,
+            None => unmatched -= m.bytes,
         }
     }
     if from_snapshot {
@@ -431,6 +309,134 @@ pub fn compute(t: &Trace, step: &Step, replay: Replay, diag: &mut Diagnostics) -
     }
 }
 
+/// Each memory event's node (on its thread, at its time) and iteration: independent
+/// searches, made on all threads.
+fn place_events(t: &Trace, step: &Step) -> Vec<(Option<usize>, Option<u32>)> {
+    let idx = NodeIndex::new(t, step);
+    t.memory
+        .par_iter()
+        .map(|m| {
+            // Iterations are in time order and do not overlap.
+            let k = step.iterations.partition_point(|it| it.end < m.ts);
+            let iteration = step
+                .iterations
+                .get(k)
+                .filter(|it| m.ts >= it.start)
+                .map(|it| it.index);
+            (idx.at(m.thread, m.ts), iteration)
+        })
+        .collect()
+}
+
+/// The blocks alive when the window opened, read from the snapshot.
+#[derive(Default)]
+struct PreWindow {
+    blocks: Vec<Block>,
+    /// Per block: allocated with no stack recorded, and the bytes asked for (a block can be
+    /// larger: the allocator keeps a remainder too small to split).
+    stackless: Vec<(bool, i64)>,
+    /// Per block: what it is if nothing else names it and it lives through the window.
+    kept_as: Vec<Option<Category>>,
+}
+
+impl PreWindow {
+    fn push(&mut self, s: &Snapshot, addr: u64, size: i64, requested: i64, stack: StackId) {
+        let frames = s.stack(stack);
+        self.stackless.push((frames.is_empty(), requested));
+        self.kept_as.push(kept_category(s, frames));
+        self.blocks.push(Block {
+            addr,
+            size,
+            alloc: i64::MIN,
+            free: None,
+            category: category_from_frames(s, frames),
+            producer: None,
+            freer: None,
+            iteration: None,
+        });
+    }
+
+    /// The blocks the snapshot shows alive at the trace's first memory event on the trace's
+    /// device; `None` when it has no history for that device. `made`: the window's blocks
+    /// (allocation and free event indices).
+    fn from_snapshot(t: &Trace, s: &Snapshot, made: &[(usize, Option<usize>)]) -> Option<Self> {
+        let dev = t.device.unwrap_or(0).max(0) as usize;
+        let entries = s.device_traces.get(dev)?;
+        let t0 = t.memory.first().map_or(0, |m| m.ts);
+        let t0_us = t.kineto.epoch_us(t0);
+        let mut alive: FxHashMap<u64, (u64, &TraceEntry)> = FxHashMap::default();
+        for e in entries {
+            let Some(ts) = e.time_us else { continue };
+            if ts as f64 >= t0_us {
+                break;
+            }
+            match e.action {
+                Action::Alloc => {
+                    alive.insert(e.addr, (e.size, e));
+                }
+                Action::FreeRequested | Action::FreeCompleted => {
+                    alive.remove(&e.addr);
+                }
+                _ => {}
+            }
+        }
+        // The segments hold every block alive when the snapshot was taken, each with the
+        // stack it was allocated from, whether or not the history saw it: turning history
+        // off clears it (capture pauses it while timing steps), and it may start late.
+        let seg_blocks: FxHashMap<u64, &crate::model::snapshot::Block> = s
+            .segments
+            .iter()
+            .filter(|g| g.device.max(0) as usize == dev)
+            .flat_map(|g| &g.blocks)
+            .filter(|b| s.str(b.state).starts_with("active"))
+            .map(|b| (b.address, b))
+            .collect();
+        let mut last_alloc: FxHashMap<u64, Option<i64>> = FxHashMap::default();
+        for e in entries.iter().filter(|e| e.action == Action::Alloc) {
+            last_alloc.insert(e.addr, e.time_us);
+        }
+        let mut pre = PreWindow::default();
+        let mut v: Vec<_> = alive.into_values().collect();
+        v.sort_by_key(|(_, e)| (e.time_us, e.addr));
+        for (requested, e) in v {
+            // History records the requested size; the allocator (and the trace's Total
+            // Allocated) counts the block's, which the segments give while it lives.
+            let requested = round_block(requested as i64);
+            let size = match seg_blocks.get(&e.addr) {
+                Some(b) if last_alloc.get(&e.addr) == Some(&e.time_us) => b.size as i64,
+                _ => requested,
+            };
+            pre.push(s, e.addr, size, requested, e.stack);
+        }
+        // A block alive at the snapshot that the history never saw allocated was made before
+        // the history began. When the history reaches into the window, that is before the
+        // window too, unless the trace saw it made.
+        let history_reaches_window = entries
+            .iter()
+            .rev()
+            .find_map(|e| e.time_us)
+            .is_some_and(|ts| ts as f64 >= t0_us);
+        if history_reaches_window {
+            let open_at_end: rustc_hash::FxHashSet<u64> = made
+                .iter()
+                .filter(|(_, f)| f.is_none())
+                .map(|&(a, _)| t.memory[a].addr)
+                .collect();
+            let mut unseen: Vec<_> = seg_blocks
+                .values()
+                .filter(|b| !last_alloc.contains_key(&b.address))
+                .filter(|b| !open_at_end.contains(&b.address))
+                .collect();
+            unseen.sort_by_key(|b| b.address);
+            for b in unseen {
+                let requested = round_block(b.requested_size.unwrap_or(b.size) as i64);
+                pre.push(s, b.address, b.size as i64, requested, b.stack);
+            }
+        }
+        Some(pre)
+    }
+}
+
 impl Memory {
     /// Bytes by category alive at `ts` (trace ns), given the allocator's total then: what the
     /// blocks do not explain is OTHER, so the parts always add up to `total`.
@@ -444,6 +450,19 @@ impl Memory {
         let known: i64 = b.iter().sum();
         b[Category::Other.index()] += total - known;
         b
+    }
+
+    /// [`Memory::breakdown_at`] keyed by each category's summary name.
+    pub fn breakdown_by_key(
+        &self,
+        ts: i64,
+        total: i64,
+    ) -> std::collections::BTreeMap<&'static str, i64> {
+        CATEGORIES
+            .iter()
+            .zip(self.breakdown_at(ts, total))
+            .map(|(c, b)| (c.key(), b))
+            .collect()
     }
 
     /// For every node (index into `step.nodes`, `n` of them): the category holding most of the

@@ -16,7 +16,7 @@ pub mod sites;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot, StackId};
+use crate::model::snapshot::{Action, Snapshot, StackId, TraceEntry};
 
 pub use sites::{collapsed_line, format_frame, torch_keeps_frame, Site, SiteKind, SITE_KINDS};
 
@@ -291,25 +291,68 @@ pub fn analyze(s: &Snapshot) -> SnapshotAnalysis {
 /// A block alive during the replay: size, stream, stack, the entry that made it.
 type Live = (u64, i64, StackId, Option<usize>);
 
+/// Blocks alive by address.
+type LiveMap = FxHashMap<u64, Live>;
+
 fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> DeviceMemory {
     let empty = Vec::new();
     let trace = usize::try_from(device)
         .ok()
         .and_then(|d| s.device_traces.get(d))
         .unwrap_or(&empty);
-    // The end: active blocks of this device's segments.
-    let mut end: FxHashMap<u64, Live> = FxHashMap::default();
-    let mut end_reserved = 0u64;
+    let (end, end_reserved) = end_state(s, device);
+    let end_allocated: u64 = end.values().map(|l| l.0).sum();
+    let (start, start_reserved) = walk_back(trace, &end, end_reserved);
+    let start_allocated: u64 = start.values().map(|l| l.0).sum();
+    let fwd = walk_forward(trace, start.clone(), start_allocated, start_reserved);
+    let alive = alive_at_peak(s, trace, start, fwd.peak_at);
+    let time_us = fwd.peak_at.and_then(|i| trace[i].time_us);
+    let peak = Peak {
+        allocated_bytes: fwd.peak,
+        entry: fwd.peak_at,
+        time_us,
+        phase: time_us.and_then(|t| innermost_phase(phases, device, t)),
+        by_kind: by_kind(&alive),
+        by_python_frame: sites::top_sites(s, &alive, sites::python_site),
+        by_cpp_frame: sites::top_sites(s, &alive, sites::cpp_site),
+        stacks: sites::collapsed(s, alive.iter().map(|b| (b.stream, b.stack, b.size))),
+        alive,
+    };
+    DeviceMemory {
+        device,
+        entries: trace.len(),
+        timeline: fwd.timeline,
+        start_allocated_bytes: start_allocated,
+        end_allocated_bytes: end_allocated,
+        end_reserved_bytes: end_reserved,
+        peak_reserved_bytes: fwd.peak_reserved,
+        peak,
+        never_freed: never_freed(s, &fwd.never_freed_made),
+        intervals: fwd.intervals,
+        allocations: fwd.allocations,
+        largest_not_kept: fwd.largest_not_kept,
+    }
+}
+
+/// The state the snapshot was taken in: the active blocks of `device`'s segments, and the
+/// bytes those segments reserve.
+fn end_state(s: &Snapshot, device: i64) -> (LiveMap, u64) {
+    let mut end = LiveMap::default();
+    let mut reserved = 0u64;
     for g in s.segments.iter().filter(|g| g.device == device) {
-        end_reserved += g.total_size;
+        reserved += g.total_size;
         for b in &g.blocks {
             if s.str(b.state) == "active_allocated" {
                 end.insert(b.address, (b.size, g.stream, b.stack, None));
             }
         }
     }
-    let end_allocated: u64 = end.values().map(|l| l.0).sum();
-    // Back to the start.
+    (end, reserved)
+}
+
+/// The state before the history's first entry: the end state with the history undone, last
+/// entry first (an allocation removed, a free put back, segments given back or taken).
+fn walk_back(trace: &[TraceEntry], end: &LiveMap, end_reserved: u64) -> (LiveMap, u64) {
     let mut start = end.clone();
     let mut reserved = end_reserved;
     for e in trace.iter().rev() {
@@ -325,12 +368,36 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
             _ => {}
         }
     }
-    let start_allocated: u64 = start.values().map(|l| l.0).sum();
-    // Forward: the memory after each entry, the peak, and every allocation's interval.
-    let mut live = start.clone();
+    (start, reserved)
+}
+
+/// What the history shows played forward from its start state.
+struct Forward {
+    /// Allocated bytes at the peak, and the entry after which they were reached (`None`:
+    /// before the first).
+    peak: u64,
+    peak_at: Option<usize>,
+    peak_reserved: u64,
+    /// The bucket maxima of the allocated bytes.
+    timeline: Vec<TimelinePoint>,
+    /// The largest allocations' lives, in order made.
+    intervals: Vec<Interval>,
+    /// Blocks the history made and never freed, in order made.
+    never_freed_made: Vec<Interval>,
+    /// Every allocation seen, and the largest left out of `intervals`.
+    allocations: usize,
+    largest_not_kept: u64,
+}
+
+/// Plays the history forward from `live` (holding `allocated` bytes, `reserved` reserved):
+/// the memory after each entry, the peak, and every allocation's interval.
+fn walk_forward(
+    trace: &[TraceEntry],
+    mut live: LiveMap,
+    mut allocated: u64,
+    mut reserved: u64,
+) -> Forward {
     let mut intervals = Largest::new(KEPT_INTERVALS);
-    let mut never_freed_made: Vec<Interval> = Vec::new();
-    let mut allocated = start_allocated;
     let (mut peak, mut peak_at) = (allocated, None);
     let mut peak_reserved = reserved;
     let bucket = trace.len().div_ceil(TIMELINE_POINTS).max(1);
@@ -373,6 +440,7 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
             timeline.extend(best_in_bucket.take());
         }
     }
+    let mut never_freed_made: Vec<Interval> = Vec::new();
     for (addr, (size, _, st, m)) in live {
         let v = Interval {
             addr,
@@ -390,8 +458,28 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
     let mut intervals = intervals.into_vec();
     intervals.sort_unstable_by_key(|v| (v.made, v.addr, v.freed));
     never_freed_made.sort_unstable_by_key(|v| (v.made, v.addr));
-    // Alive at the peak: the start state walked forward to it.
-    let mut at_peak = start;
+    Forward {
+        peak,
+        peak_at,
+        peak_reserved,
+        timeline,
+        intervals,
+        never_freed_made,
+        allocations,
+        largest_not_kept,
+    }
+}
+
+/// The blocks alive at the peak (the start state walked forward to entry `peak_at`), largest
+/// first, each with the entry that frees it: the first free (or new block) at its address
+/// after the peak.
+fn alive_at_peak(
+    s: &Snapshot,
+    trace: &[TraceEntry],
+    mut at_peak: LiveMap,
+    peak_at: Option<usize>,
+) -> Vec<AliveBlock> {
+    let mut freed_at: FxHashMap<u64, usize> = FxHashMap::default();
     if let Some(p) = peak_at {
         for (i, e) in trace[..=p].iter().enumerate() {
             match e.action {
@@ -404,11 +492,6 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
                 _ => {}
             }
         }
-    }
-    // When each block alive at the peak is freed: the first free (or new block) at its
-    // address after the peak.
-    let mut freed_at: FxHashMap<u64, usize> = FxHashMap::default();
-    if let Some(p) = peak_at {
         for (i, e) in trace.iter().enumerate().skip(p + 1) {
             if matches!(e.action, Action::Alloc | Action::FreeCompleted)
                 && at_peak.contains_key(&e.addr)
@@ -430,32 +513,7 @@ fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> Device
         })
         .collect();
     alive.sort_unstable_by_key(|b| (std::cmp::Reverse(b.size), b.addr));
-    let time_us = peak_at.and_then(|i| trace[i].time_us);
-    let peak = Peak {
-        allocated_bytes: peak,
-        entry: peak_at,
-        time_us,
-        phase: time_us.and_then(|t| innermost_phase(phases, device, t)),
-        by_kind: by_kind(&alive),
-        by_python_frame: sites::top_sites(s, &alive, sites::python_site),
-        by_cpp_frame: sites::top_sites(s, &alive, sites::cpp_site),
-        stacks: sites::collapsed(s, alive.iter().map(|b| (b.stream, b.stack, b.size))),
-        alive,
-    };
-    DeviceMemory {
-        device,
-        entries: trace.len(),
-        timeline,
-        start_allocated_bytes: start_allocated,
-        end_allocated_bytes: end_allocated,
-        end_reserved_bytes: end_reserved,
-        peak_reserved_bytes: peak_reserved,
-        peak,
-        never_freed: never_freed(s, &never_freed_made),
-        intervals,
-        allocations,
-        largest_not_kept,
-    }
+    alive
 }
 
 /// The block that was alive at `addr`, if one was, ended at entry `at`: its bytes leave the
