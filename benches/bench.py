@@ -47,19 +47,10 @@ def median_of(runs, cmd, env=None):
     return statistics.median(r[0] for r in res), max(r[1] for r in res)
 
 
-def write_members(src, dst, piece=4 << 20, level=6):
-    """`src` gzipped as capture writes it (formats/src/gzip_members.rs)."""
-    import struct, zlib
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        while True:
-            p = fi.read(piece)
-            if not p:
-                break
-            c = zlib.compressobj(level, zlib.DEFLATED, -15)
-            d = c.compress(p) + c.flush()
-            n = 20 + len(d) + 8
-            fo.write(bytes([0x1F, 0x8B, 8, 4, 0, 0, 0, 0, 0, 255, 8, 0]) + b"ST" + bytes([4, 0]) + struct.pack("<I", n))
-            fo.write(d + struct.pack("<II", zlib.crc32(p), len(p)))
+def write_members(src, dst):
+    """`src` gzipped by capture's own writer (formats/examples/gzip_members.rs)."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "steptrace-formats", "--example", "gzip_members"], cwd=ROOT, check=True)
+    subprocess.run([os.path.join(ROOT, "target/release/examples/gzip_members"), src, dst], check=True)
 
 
 def make_trace(work, mb):
@@ -114,8 +105,8 @@ def main():
         if not os.path.exists(gz):
             with open(path, "rb") as fi, gzip.open(gz, "wb", compresslevel=6) as fo:
                 shutil.copyfileobj(fi, fo)
-        # The form `steptrace capture` writes (formats/src/gzip_members.rs): members of 4 MiB
-        # of input, each saying its length in an extra field, zlib level 6.
+        # The form `steptrace capture` writes (formats/src/gzip_members.rs), by its own writer:
+        # members of 4 MiB of input, each saying its length in an extra field, zlib level 6.
         cgz = path[: -len(".json")] + ".capture.json.gz"
         if not os.path.exists(cgz):
             write_members(path, cgz)

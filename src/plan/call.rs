@@ -93,60 +93,90 @@ pub(super) fn one_call(
     fwd: &[usize],
     bwd: &[usize],
 ) -> Option<CallEffects> {
-    let Ctx {
-        t,
-        step,
-        mem,
-        ids,
-        made_by,
-        eval_fns,
-        fwd_seq_ops,
-        cpu_scale,
-        htod,
-        dtoh,
-        ov,
-    } = *cx;
+    let (t, step, mem) = (cx.t, cx.step, cx.mem);
     let op = |ni: usize| t.op(step.nodes[ni].op);
     let t0 = bwd.iter().map(|&ni| op(ni).start).min().expect("non-empty");
     let fs = fwd.iter().map(|&ni| op(ni).start).min().expect("non-empty");
     let fe = fwd.iter().map(|&ni| op(ni).end()).max().expect("non-empty");
-    let in_fwd: BTreeSet<usize> = fwd.iter().copied().collect();
-    let in_bwd: BTreeSet<usize> = bwd.iter().copied().collect();
-    // The module's autograd nodes as they ran: a saved tensor is released when its
-    // node is done, inside `evaluate_function` but after the ops under it.
-    // Every autograd node of the module's forward ops (by sequence number), with
-    // or without ops of its own under it (a view's backward has none).
-    let span =
-        fwd_seq_ops.partition_point(|o| o.0 < fs)..fwd_seq_ops.partition_point(|o| o.0 <= fe);
-    let mut bw_spans: Vec<(i64, i64)> = fwd_seq_ops[span]
+    let bw_spans = backward_spans(cx, path, it, (fs, fe), bwd);
+    // The module's backward starts with its first autograd node: the recompute
+    // runs when that node unpacks what it saved.
+    let t0 = t0.min(bw_spans.first().map_or(t0, |s| s.0));
+    let dropped = dropped_blocks(cx, fwd, bwd, &bw_spans, fe, t0);
+    if dropped.is_empty() {
+        return None;
+    }
+    let held = cx.ids.map_or_else(Vec::new, |ids| {
+        held_inputs(step, mem, ids, fwd, (it.start, fs), &bw_spans)
+    });
+    let (rec, swp) = added_events(cx, fwd, &dropped, (fs, fe), t0);
+    let (rw, sw) = added_work(cx, fwd, &dropped, fs, t0);
+    Some(CallEffects {
+        rec,
+        swp,
+        dropped: dropped.iter().map(|d| d.0).collect(),
+        bytes: dropped.iter().map(|d| mem.blocks[d.0].size).sum(),
+        held,
+        rw,
+        sw,
+    })
+}
+
+/// The module's autograd nodes as they ran, by start: a saved tensor is released when its
+/// node is done, inside `evaluate_function` but after the ops under it. Every autograd node
+/// of the module's forward ops (by sequence number; forward from `fs` to `fe`), with or
+/// without ops of its own under it (a view's backward has none), and those of `bwd`.
+fn backward_spans(
+    cx: &Ctx<'_>,
+    path: &str,
+    it: &crate::analysis::step::Iteration,
+    (fs, fe): (i64, i64),
+    bwd: &[usize],
+) -> Vec<(i64, i64)> {
+    let (t, step) = (cx.t, cx.step);
+    let ops = cx.fwd_seq_ops;
+    let span = ops.partition_point(|o| o.0 < fs)..ops.partition_point(|o| o.0 <= fe);
+    let mut bw_spans: Vec<(i64, i64)> = ops[span]
         .iter()
         .filter(|&&(_, _, m)| under(t.kineto.str(m), path))
-        .flat_map(|&(_, seq, _)| eval_fns.get(&seq).into_iter().flatten())
+        .flat_map(|&(_, seq, _)| cx.eval_fns.get(&seq).into_iter().flatten())
         .filter(|&&(st, _)| st > fe && st <= it.end)
         .copied()
         .chain(bwd.iter().map(|&ni| {
             let o = step.nodes[ni].op;
+            let own = t.op(o);
             t.ancestors(o)
                 .find(|a| t.op_name(*a).starts_with(EVALUATE_FUNCTION))
-                .map_or((op(ni).start, op(ni).end()), |a| {
-                    (t.op(a).start, t.op(a).end())
-                })
+                .map_or((own.start, own.end()), |a| (t.op(a).start, t.op(a).end()))
         }))
         .collect();
     bw_spans.sort_unstable();
     bw_spans.dedup();
-    // The module's backward starts with its first autograd node: the recompute
-    // runs when that node unpacks what it saved.
-    let t0 = t0.min(bw_spans.first().map_or(t0, |s| s.0));
+    bw_spans
+}
+
+/// The activations a checkpoint of the call frees, as (block, when the forward is done with
+/// it, its first backward use): blocks the call's forward made, freed by the module's own
+/// backward (`bw_spans`), read by no backward outside it, and done with before `t0`.
+fn dropped_blocks(
+    cx: &Ctx<'_>,
+    fwd: &[usize],
+    bwd: &[usize],
+    bw_spans: &[(i64, i64)],
+    fe: i64,
+    t0: i64,
+) -> Vec<(usize, i64, i64)> {
+    let (t, step, mem) = (cx.t, cx.step, cx.mem);
+    let op = |ni: usize| t.op(step.nodes[ni].op);
+    let in_bwd: BTreeSet<usize> = bwd.iter().copied().collect();
     // Spans of several threads may overlap: any that started by `ts` may hold it.
     let freed_by_module = |ts: i64| {
         let i = bw_spans.partition_point(|s| s.0 <= ts);
         bw_spans[..i].iter().any(|s| ts <= s.1)
     };
-    // What its checkpoint frees.
-    let mut dropped: Vec<(usize, i64, i64)> = Vec::new(); // (block, forward free, first bw use)
+    let mut dropped = Vec::new();
     for &p in fwd {
-        for &bi in made_by.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+        for &bi in cx.made_by.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
             let b = &mem.blocks[bi];
             if b.category != Category::Activation {
                 continue;
@@ -154,7 +184,7 @@ pub(super) fn one_call(
             let Some(freed) = b.free.filter(|&f| freed_by_module(f)) else {
                 continue;
             };
-            let (fw_free, bw_first) = match ids.and_then(|i| i.readers(step, mem, bi)) {
+            let (fw_free, bw_first) = match cx.ids.and_then(|i| i.readers(step, mem, bi)) {
                 Some(r) => {
                     let r: Vec<usize> = r.collect();
                     if r.iter()
@@ -184,16 +214,24 @@ pub(super) fn one_call(
             dropped.push((bi, fw_free, bw_first.max(t0)));
         }
     }
-    if dropped.is_empty() {
-        return None;
-    }
-    let held = ids.map_or_else(Vec::new, |ids| {
-        held_inputs(step, mem, ids, fwd, (it.start, fs), &bw_spans)
-    });
-    let dropped_set: BTreeSet<usize> = dropped.iter().map(|d| d.0).collect();
+    dropped
+}
+
+/// The allocator events a recompute and a swap of the call add: each dropped block freed
+/// when the forward is done with it; the swap brings it back at its first backward use; the
+/// recompute replays the module's forward events (from `fs` to `fe`) at `t0`, the dropped
+/// blocks kept, its temporaries freed where they were, the rest dropped at the end.
+fn added_events(
+    cx: &Ctx<'_>,
+    fwd: &[usize],
+    dropped: &[(usize, i64, i64)],
+    (fs, fe): (i64, i64),
+    t0: i64,
+) -> (Vec<Added>, Vec<Added>) {
+    let (t, mem) = (cx.t, cx.mem);
     let mut rec: Vec<Added> = Vec::new();
     let mut swp: Vec<Added> = Vec::new();
-    for &(bi, fw_free, bw_first) in &dropped {
+    for &(bi, fw_free, bw_first) in dropped {
         let b = &mem.blocks[bi];
         let drop = Added {
             key: Key {
@@ -216,8 +254,8 @@ pub(super) fn one_call(
             category: b.category,
         });
     }
-    // The recompute: the module's forward events again at t0, the dropped blocks
-    // kept, its temporaries freed where they were, the rest dropped at the end.
+    let in_fwd: BTreeSet<usize> = fwd.iter().copied().collect();
+    let dropped_set: BTreeSet<usize> = dropped.iter().map(|d| d.0).collect();
     let lo = t.memory.partition_point(|m| m.ts < fs);
     let hi = t.memory.partition_point(|m| m.ts <= fe);
     let mut live: BTreeMap<usize, i64> = BTreeMap::new();
@@ -240,8 +278,7 @@ pub(super) fn one_call(
             continue;
         };
         let b = &mem.blocks[bi];
-        let e = &t.memory[ei];
-        if e.bytes > 0 {
+        if t.memory[ei].bytes > 0 {
             if b.producer.is_some_and(|p| in_fwd.contains(&p)) {
                 replay(&mut rec, &mut seq, b.size, b.category);
                 if !dropped_set.contains(&bi) {
@@ -255,17 +292,27 @@ pub(super) fn one_call(
     for (bi, sz) in live {
         replay(&mut rec, &mut seq, -sz, mem.blocks[bi].category);
     }
-    let bytes: i64 = dropped.iter().map(|d| mem.blocks[d.0].size).sum();
-    // Its forward again (the ops' host time, scaled to the program's own speed, and
-    // their GPU time) when its backward begins, and the checkpoint's own host work
-    // per call and per op, half in the forward and half in the backward (about what
-    // `capture/corpus/step_phases.py` measured on the GPT example's Blocks); the swap
-    // hooks' host work split the same way, each block's copy out queued as its
-    // producer ends and its copy back at its first backward reader.
+    (rec, swp)
+}
+
+/// The work a recompute and a swap of the call add. Its forward again (the ops' host time,
+/// scaled to the program's own speed, and their GPU time) when its backward begins, and the
+/// checkpoint's own host work per call and per op, half in the forward and half in the
+/// backward (about what `capture/corpus/step_phases.py` measured on the GPT example's
+/// Blocks); the swap hooks' host work split the same way, each block's copy out queued as its
+/// producer ends and its copy back at its first backward reader.
+fn added_work(
+    cx: &Ctx<'_>,
+    fwd: &[usize],
+    dropped: &[(usize, i64, i64)],
+    fs: i64,
+    t0: i64,
+) -> (Vec<Work>, Vec<Work>) {
+    let (t, step, mem, ov) = (cx.t, cx.step, cx.mem, &cx.ov);
     let ops = fwd.len() as f64;
     let replay_host: f64 = fwd
         .iter()
-        .map(|&ni| step.nodes[ni].cpu_time as f64 * cpu_scale * 1e-9)
+        .map(|&ni| step.nodes[ni].cpu_time as f64 * cx.cpu_scale * 1e-9)
         .sum();
     let replay_gpu: f64 = fwd
         .iter()
@@ -287,27 +334,19 @@ pub(super) fn one_call(
     ];
     let hooks = ov.swap_call_s + ov.swap_per_op_s * ops;
     let mut sw = vec![host(fs, hooks / 2.0), host(t0, hooks / 2.0)];
-    for &(bi, _, bw_first) in &dropped {
+    for &(bi, _, bw_first) in dropped {
         let b = &mem.blocks[bi];
-        let made = b.producer.map_or(b.alloc, |p| op(p).end());
+        let made = b.producer.map_or(b.alloc, |p| t.op(step.nodes[p].op).end());
         sw.push(Work {
             ts: made,
             host_s: 0.0,
-            gpu_s: b.size as f64 / (dtoh * 1e9),
+            gpu_s: b.size as f64 / (cx.dtoh * 1e9),
         });
         sw.push(Work {
             ts: bw_first,
             host_s: 0.0,
-            gpu_s: b.size as f64 / (htod * 1e9),
+            gpu_s: b.size as f64 / (cx.htod * 1e9),
         });
     }
-    Some(CallEffects {
-        rec,
-        swp,
-        dropped: dropped.iter().map(|d| d.0).collect(),
-        bytes,
-        held,
-        rw,
-        sw,
-    })
+    (rw, sw)
 }

@@ -241,7 +241,7 @@ pub(super) fn op_flops_as(
     et: Option<&ExecNode>,
 ) -> Option<OpFlops> {
     let base = name.trim_start_matches("aten::");
-    let d = |i: usize| args.get(i).map(|a| a.dims.as_slice()).unwrap_or(&[]);
+    let d = |i: usize| dims(args, i);
     let mm = |a: &[i64], b: &[i64]| -> u64 {
         match (a.len(), b.len()) {
             (2, 2) => sat([2, prod(a), dim(b[1])]),
@@ -284,94 +284,21 @@ pub(super) fn op_flops_as(
             OpFlops { matmul: v, all: v }
         }
         "conv" => {
-            let c = |i: usize| args.get(i).map(Arg::ints).unwrap_or_default();
-            let (x, w) = (d(0), d(1));
-            let p = if base == "cudnn_convolution" {
-                ConvParams {
-                    stride: c(3),
-                    padding: c(2),
-                    dilation: c(4),
-                    transposed: false,
-                    output_padding: vec![],
-                    groups: c(5).first().copied().unwrap_or(1),
-                }
-            } else {
-                ConvParams {
-                    stride: c(3),
-                    padding: c(4),
-                    dilation: c(5),
-                    transposed: args.get(6).is_some_and(|a| a.concrete == "True"),
-                    output_padding: c(7),
-                    groups: c(8).first().copied().unwrap_or(1),
-                }
-            };
-            let out = conv_out_shape(x, w, &p);
-            let v = conv_flop_count(x, w, &out, p.transposed);
+            let v = conv_flops(base, args);
             OpFlops { matmul: v, all: v }
         }
         "conv_backward" => {
-            let (go, x, w) = (d(0), d(1), d(2));
-            let transposed = args.get(7).is_some_and(|a| a.concrete == "True");
-            let mask = args
-                .get(10)
-                .map(Arg::bools)
-                .unwrap_or_else(|| vec![true, true, false]);
-            let mut v = 0;
-            if mask.first().copied().unwrap_or(true) {
-                v += conv_flop_count(go, w, x, !transposed);
-            }
-            if mask.get(1).copied().unwrap_or(true) {
-                v += if transposed {
-                    conv_flop_count(&swap01(go), &swap01(x), &swap01(w), false)
-                } else {
-                    conv_flop_count(&swap01(x), &swap01(go), &swap01(w), false)
-                };
-            }
+            let v = conv_backward_flops(args);
             OpFlops { matmul: v, all: v }
         }
         "sdpa" | "sdpa_backward" => {
-            let off = usize::from(fam == "sdpa_backward");
-            let (q, k, v) = (d(off), d(off + 1), d(off + 2));
-            if q.len() != 4 || k.len() != 4 || v.len() != 4 {
-                return Some(OpFlops::default());
-            }
-            let (b, h, sq, dq) = (dim(q[0]), dim(q[1]), dim(q[2]), dim(q[3]));
-            let (sk, dv) = (dim(k[2]), dim(v[3]));
-            let heads = if fam == "sdpa" {
-                dq.saturating_add(dv)
-            } else {
-                sat([3, dq]).saturating_add(sat([2, dv]))
-            };
-            let x = sat([2, b, h, sq, sk, heads]);
+            let x = sdpa_flops(fam == "sdpa_backward", args);
             OpFlops { matmul: x, all: x }
         }
-        "optimizer" => {
-            // Tensor lists are empty in Kineto's Input Dims; the ET has their sizes.
-            let elems: u64 = match et {
-                Some(e) => {
-                    // The ET flattens every tensor list; one list's elements is the total over
-                    // the number of lists.
-                    let total = e.inputs.iter().map(|t| t.numel.max(0) as u64).sum::<u64>();
-                    let n_lists = args.iter().filter(|a| a.ty == "TensorList").count().max(1);
-                    total / n_lists as u64
-                }
-                None => 0,
-            };
-            // Per element: fused Adam(W) ~ 16 operations; one foreach op ~ 1 (addcmul/addcdiv/
-            // lerp ~ 2-3).
-            let per: u64 = if base.starts_with("_fused_adam") {
-                16
-            } else if base.contains("addcmul") || base.contains("addcdiv") || base.contains("lerp")
-            {
-                3
-            } else {
-                1
-            };
-            OpFlops {
-                matmul: 0,
-                all: per.saturating_mul(elems),
-            }
-        }
+        "optimizer" => OpFlops {
+            matmul: 0,
+            all: optimizer_flops(base, args, et),
+        },
         "norm" => OpFlops {
             matmul: 0,
             all: in_numel().saturating_mul(5),
@@ -399,6 +326,104 @@ pub(super) fn op_flops_as(
         },
     };
     Some(f)
+}
+
+/// The shape of argument `i` (empty where it has none).
+fn dims(args: &[Arg], i: usize) -> &[i64] {
+    args.get(i).map(|a| a.dims.as_slice()).unwrap_or(&[])
+}
+
+/// A forward convolution's FLOPs, from its input and weight shapes and its parameters (the
+/// argument order of `cudnn_convolution` differs from `convolution`'s).
+fn conv_flops(base: &str, args: &[Arg]) -> u64 {
+    let c = |i: usize| args.get(i).map(Arg::ints).unwrap_or_default();
+    let (x, w) = (dims(args, 0), dims(args, 1));
+    let p = if base == "cudnn_convolution" {
+        ConvParams {
+            stride: c(3),
+            padding: c(2),
+            dilation: c(4),
+            transposed: false,
+            output_padding: vec![],
+            groups: c(5).first().copied().unwrap_or(1),
+        }
+    } else {
+        ConvParams {
+            stride: c(3),
+            padding: c(4),
+            dilation: c(5),
+            transposed: args.get(6).is_some_and(|a| a.concrete == "True"),
+            output_padding: c(7),
+            groups: c(8).first().copied().unwrap_or(1),
+        }
+    };
+    let out = conv_out_shape(x, w, &p);
+    conv_flop_count(x, w, &out, p.transposed)
+}
+
+/// `convolution_backward`'s FLOPs: the input gradient and the weight gradient, each where its
+/// output mask asks for it.
+fn conv_backward_flops(args: &[Arg]) -> u64 {
+    let (go, x, w) = (dims(args, 0), dims(args, 1), dims(args, 2));
+    let transposed = args.get(7).is_some_and(|a| a.concrete == "True");
+    let mask = args
+        .get(10)
+        .map(Arg::bools)
+        .unwrap_or_else(|| vec![true, true, false]);
+    let mut v = 0;
+    if mask.first().copied().unwrap_or(true) {
+        v += conv_flop_count(go, w, x, !transposed);
+    }
+    if mask.get(1).copied().unwrap_or(true) {
+        v += if transposed {
+            conv_flop_count(&swap01(go), &swap01(x), &swap01(w), false)
+        } else {
+            conv_flop_count(&swap01(x), &swap01(go), &swap01(w), false)
+        };
+    }
+    v
+}
+
+/// Scaled dot-product attention's FLOPs (forward, or `backward` with the gradient first).
+fn sdpa_flops(backward: bool, args: &[Arg]) -> u64 {
+    let off = usize::from(backward);
+    let (q, k, v) = (dims(args, off), dims(args, off + 1), dims(args, off + 2));
+    if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+        return 0;
+    }
+    let (b, h, sq, dq) = (dim(q[0]), dim(q[1]), dim(q[2]), dim(q[3]));
+    let (sk, dv) = (dim(k[2]), dim(v[3]));
+    let heads = if backward {
+        sat([3, dq]).saturating_add(sat([2, dv]))
+    } else {
+        dq.saturating_add(dv)
+    };
+    sat([2, b, h, sq, sk, heads])
+}
+
+/// An optimizer op's FLOPs: operations per element times the elements of one tensor list.
+fn optimizer_flops(base: &str, args: &[Arg], et: Option<&ExecNode>) -> u64 {
+    // Tensor lists are empty in Kineto's Input Dims; the ET has their sizes.
+    let elems: u64 = match et {
+        Some(e) => {
+            // The ET flattens every tensor list; one list's elements is the total over the
+            // number of lists.
+            let total = e.inputs.iter().map(|t| t.numel.max(0) as u64).sum::<u64>();
+            let n_lists = args.iter().filter(|a| a.ty == "TensorList").count().max(1);
+            total / n_lists as u64
+        }
+        None => 0,
+    };
+    // Per element: fused Adam(W) ~ 16 operations; one foreach op ~ 1 (addcmul/addcdiv/lerp
+    // ~ 2-3).
+    let per: u64 = if base.starts_with("_fused_adam") {
+        16
+    } else if base.contains("addcmul") || base.contains("addcdiv") || base.contains("lerp") {
+        3
+    } else {
+        1
+    };
+    per.saturating_mul(elems)
 }
 
 #[cfg(test)]
