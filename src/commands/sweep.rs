@@ -250,20 +250,7 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
         .map(|b| wanted(b).map_err(steptrace::Error::Plan))
         .collect::<Result<_, _>>()?;
     let labels: Vec<String> = args.budgets.iter().map(|b| b.trim().to_owned()).collect();
-    if !args.runs.is_empty() {
-        if args.runs.len() != wanted.len() {
-            anyhow::bail!(
-                "--runs: {} directories for {} budgets",
-                args.runs.len(),
-                wanted.len()
-            );
-        }
-        if args.base.is_none() {
-            anyhow::bail!("--runs with --budgets needs --base, the capture without a plan");
-        }
-    } else if args.program.is_empty() {
-        anyhow::bail!("give the program after `--`, or --base and --runs");
-    }
+    check_budget_inputs(&args, wanted.len())?;
     let base = match &args.base {
         Some(b) => b.clone(),
         None => {
@@ -326,38 +313,15 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
         }
     }
     steptrace::ingest::source::drop_aside(trace);
-    // A run that cannot be analysed is left out with a line, as one without a trace is: the
-    // sweep's table and curve hold every budget measured.
-    let mut analyses = Vec::new();
-    let mut kept = Vec::new();
-    for (label, dir) in measured_labels.iter().zip(&dirs) {
-        match analyze(dir) {
-            Ok(a) => {
-                analyses.push(a);
-                kept.push((label.clone(), dir.clone()));
-            }
-            Err(e) => {
-                eprintln!("steptrace: sweep budget {label}: {e}; left out of the sweep");
-                lost.push(format!("{label} ({})", dir.display()));
-            }
-        }
-    }
-    // The prediction is the one the run applied: the plan.json its capture copied in.
-    let mut runs = Vec::new();
-    for ((label, dir), a) in kept.iter().zip(&analyses) {
-        let path = dir.join("plan.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: {e} (a run of --budgets is one captured with --plan)",
-                path.display()
-            )
-        })?;
-        runs.push(
-            PlannedRun::from_plan_json(label, &text, a).ok_or_else(|| {
-                anyhow::anyhow!("{}: not a plan with predictions", path.display())
-            })?,
-        );
-    }
+    let measured = measured_runs(&measured_labels, &dirs, &mut lost)?;
+    let runs = measured
+        .iter()
+        .map(|m| {
+            PlannedRun::from_plan_json(&m.label, &m.plan_json, &m.analysis).ok_or_else(|| {
+                anyhow::anyhow!("{}: not a plan with predictions", m.plan_path.display())
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     steptrace::report::plan::write_budget_sweep(&args.out, &curve, &base_analysis, &runs)
         .map_err(steptrace::Error::Output)?;
     let mut out = std::io::stdout().lock();
@@ -378,6 +342,68 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
         );
         Ok(1)
     }
+}
+
+/// `--runs` (one per budget, with `--base`) or a program to capture: what `--budgets` needs.
+fn check_budget_inputs(args: &SweepArgs, budgets: usize) -> anyhow::Result<()> {
+    if !args.runs.is_empty() {
+        if args.runs.len() != budgets {
+            anyhow::bail!(
+                "--runs: {} directories for {budgets} budgets",
+                args.runs.len()
+            );
+        }
+        if args.base.is_none() {
+            anyhow::bail!("--runs with --budgets needs --base, the capture without a plan");
+        }
+    } else if args.program.is_empty() {
+        anyhow::bail!("give the program after `--`, or --base and --runs");
+    }
+    Ok(())
+}
+
+/// A budget's run, analysed, with the plan.json its capture copied in (the prediction it
+/// applied).
+struct Measured {
+    label: String,
+    analysis: Analysis,
+    plan_path: std::path::PathBuf,
+    plan_json: String,
+}
+
+/// Each measured run, analysed, with its plan. A run that cannot be analysed is left out with
+/// a line, as one without a trace is (added to `lost`): the sweep's table and curve hold every
+/// budget measured.
+fn measured_runs(
+    labels: &[String],
+    dirs: &[std::path::PathBuf],
+    lost: &mut Vec<String>,
+) -> anyhow::Result<Vec<Measured>> {
+    let mut runs = Vec::new();
+    for (label, dir) in labels.iter().zip(dirs) {
+        let analysis = match analyze(dir) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("steptrace: sweep budget {label}: {e}; left out of the sweep");
+                lost.push(format!("{label} ({})", dir.display()));
+                continue;
+            }
+        };
+        let plan_path = dir.join("plan.json");
+        let plan_json = std::fs::read_to_string(&plan_path).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (a run of --budgets is one captured with --plan)",
+                plan_path.display()
+            )
+        })?;
+        runs.push(Measured {
+            label: label.clone(),
+            analysis,
+            plan_path,
+            plan_json,
+        });
+    }
+    Ok(runs)
 }
 
 #[cfg(test)]
