@@ -603,7 +603,6 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
 pub fn read_ranks(
     dirs: &[std::path::PathBuf],
 ) -> Result<Vec<crate::analysis::ranks::RankResult>, Error> {
-    use rayon::prelude::*;
     let mut names: Vec<std::path::PathBuf> = Vec::new();
     for d in dirs {
         let rd = std::fs::read_dir(d).map_err(super::io(d))?;
@@ -618,8 +617,22 @@ pub fn read_ranks(
         names.extend(here);
     }
     // Ranks are read on all threads: a thousand ranks are four thousand small files. The
-    // first error in name order is the one reported, whatever the threads.
-    let read: Vec<Result<_, Error>> = names.par_iter().map(|p| read_rank(p)).collect();
+    // first error in name order is the one reported, whatever the threads. Not on rayon's
+    // workers: polars reads on its own pool, and a rayon worker waiting for it runs other
+    // ranks' reads meanwhile, each on top of the last; at about a thousand ranks the stack
+    // overflowed. Plain threads, a run of names each, wait without taking other work.
+    let threads = rayon::current_num_threads().max(1);
+    let per_thread = names.len().div_ceil(threads).max(1);
+    let read: Vec<Result<_, Error>> = std::thread::scope(|sc| {
+        let parts: Vec<_> = names
+            .chunks(per_thread)
+            .map(|part| sc.spawn(move || part.iter().map(|p| read_rank(p)).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
     let out = read.into_iter().collect::<Result<Vec<_>, Error>>()?;
     // Each rank once: a folder given twice would count its ranks twice (waits doubled, no
     // word of it).
@@ -668,5 +681,39 @@ mod tests {
             "{e}"
         );
         assert_eq!(Frame::read(p, MaxRows::Iterations).unwrap().df.height(), 2);
+    }
+
+    /// 1,500 ranks: read on rayon's workers, the reads nested while each waited on polars'
+    /// pool, and a merge of 1,024-2,000 ranks overflowed its stack in most runs.
+    #[test]
+    fn reading_thousands_of_ranks_does_not_nest_reads_on_one_stack() {
+        use crate::analysis::ranks::RankResult;
+        let dir = tempfile::tempdir().unwrap();
+        let n = 1500;
+        for rank in 0..n {
+            let r = RankResult {
+                rank,
+                trace: format!("trace_rank{rank}.json"),
+                iterations: 1,
+                step_time_s: 0.01,
+                step_time_instrumented_s: 0.01,
+                step_times_s: vec![0.01],
+                profiler_cost_s: None,
+                own_optimizer_step_s: None,
+                gpu: Default::default(),
+                collective_overlap: Default::default(),
+                peak_allocated_bytes: Some(rank),
+                nodes: vec![("forward:n".into(), 0.001, 0.002)],
+                collectives: Vec::new(),
+            };
+            write_rank(dir.path(), &r).unwrap();
+        }
+        crate::report::rename_parts(dir.path()).unwrap();
+        let read = read_ranks(&[dir.path().to_path_buf()]).unwrap();
+        assert_eq!(read.len(), n as usize);
+        assert!(read
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.rank == i as i64 && r.peak_allocated_bytes == Some(i as i64)));
     }
 }
