@@ -87,8 +87,26 @@ impl From<Vec<u8>> for Bytes {
 /// files are read: a mapping costs more to set up than it saves.
 const MAP_AT_LEAST: u64 = 1 << 20;
 
+/// Refuses what is not a regular file before opening it: opening a FIFO waits for a writer
+/// (an `analyze` of one hung), and a pipe such as `<(zcat …)` reads once, while the annotated
+/// trace reads its input a second time (it failed after the whole analysis, "the trace
+/// changed"). A link to a regular file is followed.
+fn regular_file(path: &Path) -> std::io::Result<()> {
+    let m = std::fs::metadata(path)?;
+    if m.is_file() {
+        return Ok(());
+    }
+    let what = if m.is_dir() {
+        "a directory, not a file"
+    } else {
+        "not a regular file (a pipe, socket or device): steptrace reads its inputs from files; write it to one first"
+    };
+    Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, what))
+}
+
 /// The whole file at `path`: mapped when large, read otherwise.
 fn open(path: &Path) -> std::io::Result<Bytes> {
+    regular_file(path)?;
     let file = std::fs::File::open(path)?;
     let len = file.metadata()?.len();
     if len >= MAP_AT_LEAST && file.metadata()?.is_file() {
@@ -256,6 +274,7 @@ pub fn read_raw(path: &Path) -> std::io::Result<Bytes> {
 /// The decompressed text of `path` as a stream, for a second pass that should not hold the
 /// whole text (the annotated trace): the file itself, or its gzip members inflated as read.
 pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
+    regular_file(path)?;
     let mut file = std::io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?);
     let gz = is_gzip(std::io::BufRead::fill_buf(&mut file)?);
     if gz {
@@ -780,6 +799,34 @@ mod tests {
             inflate(&junk, Expect::Any, None),
             Err(InflateError::Corrupt(_))
         ));
+    }
+
+    /// A FIFO given as the input is refused before it is opened (opening one waits for a
+    /// writer: `analyze` of one hung). The read runs on a thread, so that a regression fails
+    /// the test instead of hanging it.
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_before_it_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("trace.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = fifo.clone();
+        std::thread::spawn(move || {
+            let r = read(&p).map(|_| ()).map_err(|e| e.to_string());
+            let _ = tx.send(r);
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the read of a FIFO returned");
+        let e = r.expect_err("a FIFO is not read");
+        assert!(
+            e.contains("not a regular file") && e.contains("trace.json"),
+            "{e}"
+        );
+        assert!(open_stream(&fifo).is_err());
     }
 
     #[test]
