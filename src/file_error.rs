@@ -46,8 +46,8 @@ pub fn read_side_file(path: &Path, max_bytes: u64) -> Result<Option<Vec<u8>>, Fi
             std::io::Error::new(std::io::ErrorKind::InvalidData, what),
         )
     };
-    if !m.is_file() {
-        return Err(refuse("not a regular file".into()));
+    if let Some(why) = not_regular(&m) {
+        return Err(refuse(why.into()));
     }
     if m.len() > max_bytes {
         return Err(refuse(format!(
@@ -67,6 +67,27 @@ pub fn read_side_file(path: &Path, max_bytes: u64) -> Result<Option<Vec<u8>>, Fi
     Ok(Some(bytes))
 }
 
+/// Why a file with metadata `m` is not read as an input (a FIFO would hang the open or the
+/// read, a pipe reads once, a directory is no file); `None` for a regular file. Metadata
+/// follows links, so a link to a regular file is one.
+pub(crate) fn not_regular(m: &std::fs::Metadata) -> Option<&'static str> {
+    if m.is_file() {
+        None
+    } else if m.is_dir() {
+        Some("a directory, not a file")
+    } else {
+        Some("not a regular file (a pipe, socket or device): steptrace reads its inputs from files; write it to one first")
+    }
+}
+
+/// Makes a FIFO at `path` (tests of inputs that must not be opened).
+#[cfg(all(test, unix))]
+pub(crate) fn make_fifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
 /// The most a manifest.json holds: a few KB per rank; 64 MiB is thousands of ranks.
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
@@ -82,9 +103,7 @@ mod tests {
     fn side_files_that_are_not_small_regular_files_are_refused_without_reading() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("manifest.json");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        make_fifo(&fifo);
         let e = read_side_file(&fifo, 100).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
         let zero = dir.path().join("plan.json");

@@ -87,21 +87,15 @@ impl From<Vec<u8>> for Bytes {
 /// files are read: a mapping costs more to set up than it saves.
 const MAP_AT_LEAST: u64 = 1 << 20;
 
-/// Refuses what is not a regular file before opening it: opening a FIFO waits for a writer
-/// (an `analyze` of one hung), and a pipe such as `<(zcat …)` reads once, while the annotated
-/// trace reads its input a second time (it failed after the whole analysis, "the trace
-/// changed"). A link to a regular file is followed.
+/// Refuses what is not a regular file before opening it ([`crate::file_error::not_regular`]):
+/// opening a FIFO waits for a writer (an `analyze` of one hung), and a pipe such as
+/// `<(zcat …)` reads once, while the annotated trace reads its input a second time (it failed
+/// after the whole analysis, "the trace changed").
 fn regular_file(path: &Path) -> std::io::Result<()> {
-    let m = std::fs::metadata(path)?;
-    if m.is_file() {
-        return Ok(());
+    match crate::file_error::not_regular(&std::fs::metadata(path)?) {
+        None => Ok(()),
+        Some(why) => Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why)),
     }
-    let what = if m.is_dir() {
-        "a directory, not a file"
-    } else {
-        "not a regular file (a pipe, socket or device): steptrace reads its inputs from files; write it to one first"
-    };
-    Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, what))
 }
 
 /// The whole file at `path`: mapped when large, read otherwise.
@@ -809,9 +803,7 @@ mod tests {
     fn a_fifo_is_refused_before_it_is_opened() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("trace.json");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        crate::file_error::make_fifo(&fifo);
         let (tx, rx) = std::sync::mpsc::channel();
         let p = fifo.clone();
         std::thread::spawn(move || {
