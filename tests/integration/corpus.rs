@@ -222,3 +222,43 @@ fn libtorch_dataloader_on_the_main_thread_is_data_loading_and_iterations_line_up
     let first = &out.analysis.step.nodes[out.analysis.step.iterations[1].nodes.start];
     assert!(first.name.starts_with("data_loading:"), "{}", first.name);
 }
+
+/// The frameworks issue, item 1, in a loop with neither optimizer nor DataLoader ranges:
+/// pytorch/examples' word_language_model (unchanged) updates its parameters by hand
+/// (`p.data.add_`) and builds the next batch from tensors already on the GPU (`get_batch`'s
+/// slices and view, `repackage_hidden`'s detaches: host-only ops) before the next forward,
+/// where the step boundary falls. Those ops are the tail after the update's last GPU work:
+/// data loading, not optimizer work (the rule `data_tail` in analysis/step/build.rs; without
+/// it all five are `optimizer:`).
+#[test]
+fn hand_written_update_then_batch_slicing_is_data_loading_not_optimizer() {
+    let d = crate::common::root().join("sample_traces/corpus/py_word_lm");
+    let (_t, out) = analyze(&d);
+    let nodes = &out.analysis.node_stats;
+    let names = |p: &str| -> Vec<String> {
+        nodes
+            .iter()
+            .filter(|n| n.node_name.starts_with(p))
+            .map(|n| n.node_name.clone())
+            .collect()
+    };
+    assert_eq!(
+        names("data_loading:"),
+        [
+            "data_loading:aten::slice#0",
+            "data_loading:aten::slice#1",
+            "data_loading:aten::view#0",
+            "data_loading:aten::detach#0",
+            "data_loading:aten::detach#1",
+        ]
+    );
+    let batch_ops = ["aten::slice", "aten::view", "aten::detach"];
+    for n in names("optimizer:") {
+        assert!(!batch_ops.iter().any(|op| n.contains(op)), "{n}");
+    }
+    // The update is still the optimizer's, and every node is in every iteration.
+    assert!(names("optimizer:")
+        .iter()
+        .any(|n| n.starts_with("optimizer:aten::add_")));
+    assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
+}

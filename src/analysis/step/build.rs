@@ -159,8 +159,11 @@ impl Ctx<'_> {
                 }
             }
         }
-        // A loop without ranges (libtorch): after the backward pass, the optimizer's update
-        // launches GPU work; the host-only ops after the last of it build the next batch.
+        // A loop without optimizer ranges (a hand-written update; libtorch): after the
+        // backward pass the update launches GPU work, and the host-only ops after the last of
+        // it build the next batch (word_language_model's `get_batch` slices and
+        // `repackage_hidden` detaches before a step boundary at the next forward). A libtorch
+        // loop's cut at its input copy puts such ops at the next iteration's start instead.
         let mut data_tail = rustc_hash::FxHashSet::default();
         if let (Some((_, be)), false, true) = (bw.extent, self.has_opt_annotations, self.has_gpu) {
             let after: Vec<usize> = idx
