@@ -100,6 +100,7 @@ pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> 
     let mut missing = 0u64;
     let mut varying_data = 0u64;
     let mut example = String::new();
+    let (mut extra, mut extra_example) = (0u64, String::new());
     let stats: Vec<NodeStat> = order
         .iter()
         .enumerate()
@@ -133,6 +134,19 @@ pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> 
                 // ops each step: data loading varies by design, the step itself should not.
                 if first.phase == Phase::DataLoading {
                     varying_data += 1;
+                } else if present * 2 < n_iter {
+                    // Work done in a minority of the iterations (the HF Trainer's mean of the
+                    // loss for its log every tenth step, an evaluation, a checkpoint) is a
+                    // step doing more than the others, not the others missing it.
+                    extra += 1;
+                    if extra_example.is_empty() {
+                        let its: Vec<&str> = nodes
+                            .iter()
+                            .map(|n| step.iterations[n.iteration as usize].label.as_str())
+                            .collect();
+                        extra_example =
+                            format!("{name} runs only in {} of {n_iter}", its.join(", "));
+                    }
                 } else {
                     missing += 1;
                     if example.is_empty() {
@@ -168,6 +182,11 @@ pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> 
         })
         .collect();
     diag.warn_n("nodes_missing_in_some_iterations", missing, example);
+    diag.warn_n(
+        "extra_work_in_some_iterations",
+        extra,
+        format!("{extra} nodes run in under half of the iterations (periodic work such as logging or evaluation; the other iterations are the steady step): {extra_example}"),
+    );
     diag.warn_n(
         "data_loading_varies",
         varying_data,

@@ -258,3 +258,43 @@ fn absurd_timestamps_are_counted_not_fatal() {
     let out = run(&text);
     assert!(out.diagnostics.count("timestamp_out_of_range") >= 1);
 }
+
+/// [`training_trace`] with one more main-thread op after the update (with its kernel) in the
+/// given iterations: work some steps do and others do not.
+fn with_extra_op(iters: usize, extra_in: &[usize]) -> String {
+    let mut s = training_trace(iters, true);
+    assert!(s.ends_with("]}"));
+    s.truncate(s.len() - 2);
+    for (k, &i) in extra_in.iter().enumerate() {
+        let t = 1000.0 + i as f64 * 1000.0 + 500.0;
+        let c = 9000 + k;
+        let _ = write!(
+            s,
+            r#",
+{{"ph":"X","cat":"cpu_op","name":"aten::mean","pid":1,"tid":1,"ts":{t},"dur":20,"args":{{"External id":1}}}},
+{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":{},"dur":1,"args":{{"correlation":{c}}}}},
+{{"ph":"X","cat":"kernel","name":"mean_kernel","pid":0,"tid":7,"ts":{},"dur":3,"args":{{"device":0,"stream":7,"correlation":{c}}}}}"#,
+            t + 2.0,
+            t + 10.0
+        );
+    }
+    s.push_str("]}");
+    s
+}
+
+/// The HF Trainer computes the mean loss for its log one step in ten: with that step in the
+/// window, its nodes are extra work of that iteration (`extra_work_in_some_iterations`, naming
+/// it), not nodes the steady iterations miss; a node in most iterations but not all is still
+/// missing from the others.
+#[test]
+fn work_in_a_minority_of_iterations_is_extra_work_not_missing_nodes() {
+    let out = run(&with_extra_op(3, &[1]));
+    assert_eq!(out.diagnostics.count("extra_work_in_some_iterations"), 1);
+    assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
+    let text = format!("{:?}", out.diagnostics);
+    assert!(text.contains("runs only in ProfilerStep#1 of 3"), "{text}");
+
+    let out = run(&with_extra_op(3, &[0, 1]));
+    assert_eq!(out.diagnostics.count("extra_work_in_some_iterations"), 0);
+    assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 1);
+}
