@@ -36,8 +36,14 @@ pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
     let unsettled = stopped_at
         .filter(|_| !after)
         .map(|s| (s.to_owned(), phase.map_or(0, |p| p.steps)));
+    // A manifest written before the timing phase's figure became the CUDA-event one reads
+    // the same as one written after (PhaseTiming::step_time).
+    let step_time_s = match phase {
+        Some(p) if t.source == TimingSource::TimingPhase => p.step_time(),
+        _ => t.step_time_s,
+    };
     Some(ProgramStepTime {
-        ns: secs_to_ns(t.step_time_s)?,
+        ns: secs_to_ns(step_time_s)?,
         source: t.source.as_str(),
         unsettled,
         plan_ab,

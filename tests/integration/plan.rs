@@ -384,8 +384,28 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
     let stdout = String::from_utf8_lossy(&st.stdout);
     let (header, rows) = crate::common::csv(&out.path().join("sweep_budgets.csv"));
     let (gpu_header, gpu_rows) = crate::common::csv(&dir.join("sweep_budgets.csv"));
-    assert_eq!((&header, &rows), (&gpu_header, &gpu_rows));
+    assert_eq!(header, gpu_header);
     let c = |name: &str| crate::common::col(&header, name);
+    // The same table, but for the measured step time: the GPU machine's table read the timing
+    // phase by the host clock, steptrace now by CUDA events (PhaseTiming::step_time), which
+    // differ here by at most 1.1 µs of 18-33 ms.
+    assert_eq!(rows.len(), gpu_rows.len());
+    for (row, gpu) in rows.iter().zip(&gpu_rows) {
+        for (k, name) in header.iter().enumerate() {
+            let (ours, theirs) = (&row[k], &gpu[k]);
+            match name.as_str() {
+                "measured_step_time_s" => {
+                    let (a, b): (f64, f64) = (ours.parse().unwrap(), theirs.parse().unwrap());
+                    assert!((a / b - 1.0).abs() < 1e-4, "{name}: {ours} vs {theirs}");
+                }
+                "step_error_pct" => {
+                    let (a, b): (f64, f64) = (ours.parse().unwrap(), theirs.parse().unwrap());
+                    assert!((a - b).abs() < 0.01, "{name}: {ours} vs {theirs}");
+                }
+                _ => assert_eq!(ours, theirs, "{name}"),
+            }
+        }
+    }
     for (row, run) in rows.iter().zip(SWEEP_RUNS) {
         // The prediction is the plan the run applied; the measurement, the run's own peak.
         let plan = json(&dir.join(run).join("plan.json"));

@@ -514,6 +514,12 @@ fn fsdp2_example_captured_short_names_the_slowed_rank_and_no_other() {
     }
     let (_dir, even) = analyze_all(&root().join("sample_traces/corpus/fsdp2_mp"));
     assert!(even.ranks.straggler.is_none(), "{}", even.console);
+    // The ranks' own step times are one lockstep step: by the CUDA events at the step
+    // boundaries 68.4 and 68.2 ms (by the host clock, where rank 0 reached some boundaries
+    // before its GPU did, 53.1 and 68.2).
+    let st: Vec<f64> = even.ranks.ranks.iter().map(|r| r.step_time_s).collect();
+    assert!((st[0] / st[1] - 1.0).abs() < 0.01, "{st:?}");
+    assert!((st[0] - 0.06841).abs() < 1e-4, "{st:?}");
     // Each rank's peak is torch's max_memory_allocated over the window's steps.
     assert_peaks_are_torch(&even, &manifest("fsdp2_mp"));
     let why = even.ranks.no_straggler_reason.clone().unwrap();
