@@ -272,3 +272,46 @@ fn hand_written_update_then_batch_slicing_is_data_loading_not_optimizer() {
         .any(|n| n.starts_with("optimizer:aten::add_")));
     assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
 }
+
+/// The frameworks issue, on the HuggingFace `Trainer` (GPT-2 from its config, 4 layers × 256
+/// tokens, bf16, gradient accumulation 4; capture/corpus/programs/hf_trainer_gpt2.py): steps
+/// are optimizer steps (the micro-batches before the first are said to be), the forward and
+/// backward matmul FLOPs of a step are FlopCounterMode's around the forward and around the
+/// backward of the same program on the GPU machine (capture/corpus/results/frameworks.jsonl,
+/// `fw_hf_trainer_small`), the update has none, activations are found, and every node is in
+/// every iteration.
+#[test]
+fn hf_trainer_with_accumulation_has_flop_counter_modes_forward_and_backward() {
+    let d = crate::common::root().join("sample_traces/plan/hf_trainer_small");
+    let m = manifest(&d);
+    assert_eq!(m["ranks"][0]["boundary"], "optimizer_step");
+    assert!(m["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("boundaries before the first one were backward passes (gradient accumulation)"));
+    let refs = std::fs::read_to_string(
+        crate::common::root().join("capture/corpus/results/frameworks.jsonl"),
+    )
+    .unwrap();
+    let r: serde_json::Value = refs
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["name"] == "fw_hf_trainer_small")
+        .unwrap();
+    let (_t, out) = analyze(&d);
+    let s = &out.analysis.summary;
+    let f = &s.matmul_flops_by_phase;
+    assert_eq!(
+        f.get("forward").copied(),
+        r["ref_flop_counter_forward"].as_u64()
+    );
+    assert_eq!(
+        f.get("backward").copied(),
+        r["ref_flop_counter_backward"].as_u64()
+    );
+    assert_eq!(f.get("optimizer").copied().unwrap_or(0), 0);
+    // Four micro-batches a step: four forward passes' worth of activations.
+    assert!(s.activations > 100, "{}", s.activations);
+    assert!(s.peak_breakdown_bytes["activation"] > 100 << 20);
+    assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
+}
