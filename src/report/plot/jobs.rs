@@ -30,191 +30,213 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
         _ => true,
     };
     let want = |n: &str| holds(n) && (which.is_empty() || which.iter().any(|w| w == n));
-    let mut jobs = Vec::new();
+    PLOTS
+        .iter()
+        .filter(|n| want(n))
+        .filter_map(|&n| match n {
+            "memory_vs_rank" => Some(memory_vs_rank(a, gpu_mem_bytes)),
+            "memory_over_time" => Some(memory_over_time(a)),
+            "node_runtime" => Some(node_runtime(a)),
+            "activations" => Some(activations(a)),
+            "peak_breakdown" => Some(peak_breakdown(a)),
+            "roofline" => Some(roofline(a)),
+            // Every name in PLOTS has its arm (every_plot_is_drawn_from_the_tables draws each).
+            _ => None,
+        })
+        .collect()
+}
+
+/// Peak and active memory of each node, in execution order.
+fn memory_vs_rank(a: &Analysis, gpu_mem_bytes: Option<i64>) -> Job {
+    let d = mem_vs_rank_data(a, gpu_mem_bytes);
+    let rows = rank_rows(&d.points, 6, 6);
+    job!(
+        "memory_vs_rank",
+        ["rank", "peak_mib", "active_mib"],
+        rows,
+        d,
+        draw_mem_vs_rank
+    )
+}
+
+/// Memory by category over the profiled time.
+fn memory_over_time(a: &Analysis) -> Job {
     let name = &a.summary.name;
-    if want("memory_vs_rank") {
-        let d = mem_vs_rank_data(a, gpu_mem_bytes);
-        let rows = rank_rows(&d.points, 6, 6);
-        jobs.push(job!(
-            "memory_vs_rank",
-            ["rank", "peak_mib", "active_mib"],
-            rows,
-            d,
-            draw_mem_vs_rank
-        ));
-    }
-    if want("memory_over_time") {
-        let t0 = a.timeline.first().map_or(0, |r| r.ts);
-        // At most ~2000 points: keep the first row of each time bucket.
-        let step = (a.timeline.len() / 2000).max(1);
-        let points: Vec<(f64, [f64; CATEGORY_COUNT])> = a
-            .timeline
+    let t0 = a.timeline.first().map_or(0, |r| r.ts);
+    // At most ~2000 points: keep the first row of each time bucket.
+    let step = (a.timeline.len() / 2000).max(1);
+    let points: Vec<(f64, [f64; CATEGORY_COUNT])> = a
+        .timeline
+        .iter()
+        .step_by(step)
+        .map(|r| {
+            (
+                (r.ts - t0) as f64 * 1e-6,
+                r.breakdown.map(|b| b as f64 / MIB),
+            )
+        })
+        .collect();
+    let mut header = vec!["ms"];
+    header.extend(CATEGORIES.iter().map(|c| c.key()));
+    let rows: Vec<Vec<String>> = points
+        .iter()
+        .map(|p| {
+            std::iter::once(format!("{:.6}", p.0))
+                .chain(p.1.iter().map(|v| format!("{v:.6}")))
+                .collect()
+        })
+        .collect();
+    let d = MemOverTime {
+        points,
+        title: format!("{name}: memory by category over time"),
+    };
+    job!("memory_over_time", header, rows, d, draw_mem_over_time)
+}
+
+/// Each node's median GPU time, by rank and phase.
+fn node_runtime(a: &Analysis) -> Job {
+    let name = &a.summary.name;
+    let d = ByRank {
+        points: a
+            .node_stats
             .iter()
-            .step_by(step)
-            .map(|r| {
+            .map(|n| {
                 (
-                    (r.ts - t0) as f64 * 1e-6,
-                    r.breakdown.map(|b| b as f64 / MIB),
+                    n.rank,
+                    n.median_run_time_s * 1e3,
+                    n.gtype.as_str().to_owned(),
                 )
             })
-            .collect();
-        let mut header = vec!["ms"];
-        header.extend(CATEGORIES.iter().map(|c| c.key()));
-        let rows: Vec<Vec<String>> = points
+            .collect(),
+        y_desc: "GPU time, ms".into(),
+        title: format!("{name}: GPU time per node (median)"),
+    };
+    let rows: Vec<Vec<String>> = d
+        .points
+        .iter()
+        .map(|p| vec![p.0.to_string(), format!("{:.9}", p.1), p.2.clone()])
+        .collect();
+    job!(
+        "node_runtime",
+        ["rank", "gpu_ms", "gtype"],
+        rows,
+        d,
+        draw_by_rank
+    )
+}
+
+/// Each activation's size against how long it sits unused.
+fn activations(a: &Analysis) -> Job {
+    let name = &a.summary.name;
+    let d = Activations {
+        points: a
+            .liveness
+            .activations
             .iter()
-            .map(|p| {
-                std::iter::once(format!("{:.6}", p.0))
-                    .chain(p.1.iter().map(|v| format!("{v:.6}")))
-                    .collect()
+            .map(|x| {
+                (
+                    x.creation_rank,
+                    x.median_mem_size_bytes as f64 / MIB,
+                    x.inactive_time_s * 1e3,
+                )
             })
-            .collect();
-        let d = MemOverTime {
-            points,
-            title: format!("{name}: memory by category over time"),
-        };
-        jobs.push(job!(
-            "memory_over_time",
-            header,
-            rows,
-            d,
-            draw_mem_over_time
-        ));
-    }
-    if want("node_runtime") {
-        let d = ByRank {
-            points: a
-                .node_stats
-                .iter()
-                .map(|n| {
-                    (
-                        n.rank,
-                        n.median_run_time_s * 1e3,
-                        n.gtype.as_str().to_owned(),
-                    )
-                })
-                .collect(),
-            y_desc: "GPU time, ms".into(),
-            title: format!("{name}: GPU time per node (median)"),
-        };
-        let rows: Vec<Vec<String>> = d
-            .points
+            .collect(),
+        title: name.clone(),
+    };
+    let rows = rank_rows(&d.points, 6, 9);
+    job!(
+        "activations",
+        ["creation_rank", "size_mib", "inactive_ms"],
+        rows,
+        d,
+        draw_activations
+    )
+}
+
+/// Memory at the peak by category.
+fn peak_breakdown(a: &Analysis) -> Job {
+    let name = &a.summary.name;
+    let d = PeakBreakdown {
+        bars: CATEGORIES
             .iter()
-            .map(|p| vec![p.0.to_string(), format!("{:.9}", p.1), p.2.clone()])
-            .collect();
-        jobs.push(job!(
-            "node_runtime",
-            ["rank", "gpu_ms", "gtype"],
-            rows,
-            d,
-            draw_by_rank
-        ));
-    }
-    if want("activations") {
-        let d = Activations {
-            points: a
-                .liveness
-                .activations
-                .iter()
-                .map(|x| {
-                    (
-                        x.creation_rank,
-                        x.median_mem_size_bytes as f64 / MIB,
-                        x.inactive_time_s * 1e3,
-                    )
-                })
-                .collect(),
-            title: name.clone(),
-        };
-        let rows = rank_rows(&d.points, 6, 9);
-        jobs.push(job!(
-            "activations",
-            ["creation_rank", "size_mib", "inactive_ms"],
-            rows,
-            d,
-            draw_activations
-        ));
-    }
-    if want("peak_breakdown") {
-        let d = PeakBreakdown {
-            bars: CATEGORIES
-                .iter()
-                .map(|c| {
-                    (
-                        c.key().to_owned(),
-                        a.summary
-                            .peak_breakdown_bytes
-                            .get(c.key())
-                            .copied()
-                            .unwrap_or(0) as f64
-                            / MIB,
-                    )
-                })
-                .collect(),
-            title: format!("{name}: memory at the peak by category"),
-        };
-        let rows: Vec<Vec<String>> = d
-            .bars
-            .iter()
-            .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
-            .collect();
-        jobs.push(job!(
-            "peak_breakdown",
-            ["category", "mib"],
-            rows,
-            d,
-            draw_peak_breakdown
-        ));
-    }
-    if want("roofline") {
-        let peaks = a.summary.peaks.as_ref();
-        let mut dts: Vec<&str> = a
+            .map(|c| {
+                (
+                    c.key().to_owned(),
+                    a.summary
+                        .peak_breakdown_bytes
+                        .get(c.key())
+                        .copied()
+                        .unwrap_or(0) as f64
+                        / MIB,
+                )
+            })
+            .collect(),
+        title: format!("{name}: memory at the peak by category"),
+    };
+    let rows: Vec<Vec<String>> = d
+        .bars
+        .iter()
+        .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
+        .collect();
+    job!(
+        "peak_breakdown",
+        ["category", "mib"],
+        rows,
+        d,
+        draw_peak_breakdown
+    )
+}
+
+/// Each op's arithmetic intensity and achieved throughput, under the GPU's ceilings.
+fn roofline(a: &Analysis) -> Job {
+    let name = &a.summary.name;
+    let peaks = a.summary.peaks.as_ref();
+    let mut dts: Vec<&str> = a
+        .flops
+        .iter()
+        .filter(|r| r.flops > 0)
+        .map(|r| r.dtype)
+        .collect();
+    dts.sort_unstable();
+    dts.dedup();
+    let d = Roofline {
+        points: a
             .flops
             .iter()
-            .filter(|r| r.flops > 0)
-            .map(|r| r.dtype)
-            .collect();
-        dts.sort_unstable();
-        dts.dedup();
-        let d = Roofline {
-            points: a
-                .flops
-                .iter()
-                .filter(|r| r.flops > 0 && r.gpu_time_s > 0.0)
-                .map(|r| {
-                    (
-                        r.arithmetic_intensity,
-                        r.achieved_tflops,
-                        r.dtype.to_owned(),
-                    )
-                })
-                .collect(),
-            ceilings: peaks
-                .map(|p| {
-                    p.tflops
-                        .iter()
-                        .filter(|(d, _)| dts.contains(&d.as_str()))
-                        .map(|(d, v)| (d.as_str().to_owned(), *v))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            bandwidth_tbs: peaks.map(|p| p.bandwidth_gbps / 1000.0),
-            title: format!(
-                "{name}: roofline ({})",
-                peaks.map_or("no peaks".to_owned(), |p| p.device.clone())
-            ),
-        };
-        let rows: Vec<Vec<String>> = d
-            .points
-            .iter()
-            .map(|p| vec![format!("{:.6}", p.0), format!("{:.6}", p.1), p.2.clone()])
-            .collect();
-        jobs.push(job!(
-            "roofline",
-            ["arithmetic_intensity", "achieved_tflops", "dtype"],
-            rows,
-            d,
-            draw_roofline
-        ));
-    }
-    jobs
+            .filter(|r| r.flops > 0 && r.gpu_time_s > 0.0)
+            .map(|r| {
+                (
+                    r.arithmetic_intensity,
+                    r.achieved_tflops,
+                    r.dtype.to_owned(),
+                )
+            })
+            .collect(),
+        ceilings: peaks
+            .map(|p| {
+                p.tflops
+                    .iter()
+                    .filter(|(d, _)| dts.contains(&d.as_str()))
+                    .map(|(d, v)| (d.as_str().to_owned(), *v))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        bandwidth_tbs: peaks.map(|p| p.bandwidth_gbps / 1000.0),
+        title: format!(
+            "{name}: roofline ({})",
+            peaks.map_or("no peaks".to_owned(), |p| p.device.clone())
+        ),
+    };
+    let rows: Vec<Vec<String>> = d
+        .points
+        .iter()
+        .map(|p| vec![format!("{:.6}", p.0), format!("{:.6}", p.1), p.2.clone()])
+        .collect();
+    job!(
+        "roofline",
+        ["arithmetic_intensity", "achieved_tflops", "dtype"],
+        rows,
+        d,
+        draw_roofline
+    )
 }
