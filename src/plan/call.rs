@@ -65,6 +65,12 @@ pub(super) fn calls(
     out
 }
 
+/// Autograd nodes as they ran (`evaluate_function` ranges: start, end), by sequence number.
+pub(super) type EvalFns = rustc_hash::FxHashMap<i64, Vec<(i64, i64)>>;
+
+/// A forward op with a sequence number: its start, the number and its module.
+pub(super) type FwdSeqOp = (i64, i64, crate::intern::StrId);
+
 /// What every module's candidate reads: the run's tables and the lookups built once for all.
 #[derive(Clone, Copy)]
 pub(super) struct Ctx<'a> {
@@ -75,9 +81,9 @@ pub(super) struct Ctx<'a> {
     /// Blocks by the node that made them.
     pub(super) made_by: &'a BTreeMap<usize, Vec<usize>>,
     /// Autograd nodes as they ran (`evaluate_function` ranges) by sequence number.
-    pub(super) eval_fns: &'a rustc_hash::FxHashMap<i64, Vec<(i64, i64)>>,
+    pub(super) eval_fns: &'a EvalFns,
     /// Forward ops with a sequence number, with their module, by start.
-    pub(super) fwd_seq_ops: &'a [(i64, i64, crate::intern::StrId)],
+    pub(super) fwd_seq_ops: &'a [FwdSeqOp],
     pub(super) cpu_scale: f64,
     pub(super) htod: f64,
     pub(super) dtoh: f64,

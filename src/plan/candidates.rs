@@ -2,7 +2,7 @@
 //! events each action adds to each profiled iteration's measured memory, the time it adds,
 //! and the blocks it drops; the "every block" class users would checkpoint by hand.
 
-use super::call::{calls, one_call, CallEffects, Ctx};
+use super::call::{calls, one_call, CallEffects, Ctx, EvalFns, FwdSeqOp};
 use super::*;
 use crate::analysis::memory::Memory;
 use crate::analysis::step::Step;
@@ -123,7 +123,64 @@ pub(super) fn build_candidates(
     } = *rates;
     let step = &a.step;
     let mem = &a.memory;
-    // Module paths (and every prefix) of forward nodes.
+    let paths: Vec<String> = forward_module_paths(t, step).into_iter().collect();
+    // Blocks by the node that made them.
+    let mut made_by: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (bi, b) in mem.blocks.iter().enumerate() {
+        if let Some(p) = b.producer {
+            made_by.entry(p).or_default().push(bi);
+        }
+    }
+    let (eval_fns, fwd_seq_ops) = autograd_ops(t);
+    let cx = Ctx {
+        t,
+        step,
+        mem,
+        ids,
+        made_by: &made_by,
+        eval_fns: &eval_fns,
+        fwd_seq_ops: &fwd_seq_ops,
+        cpu_scale,
+        htod,
+        dtoh,
+        ov,
+    };
+    let composite: BTreeSet<&str> = paths
+        .iter()
+        .filter_map(|p| p.rsplit_once('/').map(|(parent, _)| parent))
+        .collect();
+    let cands: Vec<Option<Candidate>> = paths
+        .par_iter()
+        .map(|path| {
+            let per_iter = PerIteration::of(&cx, path, iters.len(), iter_index)?;
+            let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
+            let mut dp: Vec<f64> = per_iter.dropped_bytes.iter().map(|&b| b as f64).collect();
+            Some(Candidate {
+                // By the module's path (captures name modules so: two classes may share an
+                // instance name), else by instance name (captures before paths were recorded).
+                fqn: a
+                    .module_fqns
+                    .get(path.as_str())
+                    .or_else(|| a.module_fqns.get(&instance))
+                    .cloned(),
+                class: class_of(&instance).to_owned(),
+                instance,
+                depth: depth_of(path),
+                path: path.clone(),
+                added: per_iter.added,
+                dropped_bytes: median(&mut dp).unwrap_or(0.0) as i64,
+                dropped_blocks: per_iter.dropped_blocks,
+                held: per_iter.held,
+                work: per_iter.work,
+                composite: composite.contains(path.as_str()),
+            })
+        })
+        .collect();
+    cands.into_iter().flatten().collect()
+}
+
+/// Module paths of forward nodes, and every prefix of each (the modules that enclose them).
+fn forward_module_paths(t: &Trace, step: &Step) -> BTreeSet<String> {
     let mut paths: BTreeSet<String> = BTreeSet::new();
     for n in &step.nodes {
         if n.phase != Phase::Forward {
@@ -140,18 +197,14 @@ pub(super) fn build_candidates(
         }
         paths.insert(full[..end].to_owned());
     }
-    let module_of = |ni: usize| step.nodes[ni].module.map(|m| t.kineto.str(m));
-    // Blocks by the node that made them.
-    let mut made_by: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (bi, b) in mem.blocks.iter().enumerate() {
-        if let Some(p) = b.producer {
-            made_by.entry(p).or_default().push(bi);
-        }
-    }
-    // Autograd nodes as they ran (`evaluate_function` ranges) by sequence number, and the
-    // forward ops that have one, with their module.
-    let mut eval_fns: rustc_hash::FxHashMap<i64, Vec<(i64, i64)>> = Default::default();
-    let mut fwd_seq_ops: Vec<(i64, i64, crate::intern::StrId)> = Vec::new();
+    paths
+}
+
+/// Autograd nodes as they ran by sequence number, and the forward ops that have one, with
+/// their module, by start (so each module's forward span is a range of it).
+fn autograd_ops(t: &Trace) -> (EvalFns, Vec<FwdSeqOp>) {
+    let mut eval_fns = EvalFns::default();
+    let mut fwd_seq_ops: Vec<FwdSeqOp> = Vec::new();
     for (oi, o) in t.kineto.ops.iter().enumerate() {
         let Some(seq) = o.seq else { continue };
         if t.kineto.str(o.name).starts_with(EVALUATE_FUNCTION) {
@@ -163,126 +216,99 @@ pub(super) fn build_candidates(
             fwd_seq_ops.push((o.start, seq, m));
         }
     }
-    // By start, so each module's forward span is a range of it.
     fwd_seq_ops.sort_unstable();
-    let cx = Ctx {
-        t,
-        step,
-        mem,
-        ids,
-        made_by: &made_by,
-        eval_fns: &eval_fns,
-        fwd_seq_ops: &fwd_seq_ops,
-        cpu_scale,
-        htod,
-        dtoh,
-        ov,
-    };
-    let paths: Vec<String> = paths.into_iter().collect();
-    let composite: BTreeSet<&str> = paths
-        .iter()
-        .filter_map(|p| p.rsplit_once('/').map(|(parent, _)| parent))
-        .collect();
+    (eval_fns, fwd_seq_ops)
+}
 
-    let cands: Vec<Option<Candidate>> = paths
-        .par_iter()
-        .map(|path| {
-            let mut added = vec![BTreeMap::new(); iters.len()];
-            let mut dropped_per_iter: Vec<i64> = Vec::new();
-            let mut dropped_blocks = vec![Vec::new(); iters.len()];
-            let mut held = vec![Vec::new(); iters.len()];
-            let mut work = vec![BTreeMap::new(); iters.len()];
-            for it in &step.iterations {
-                let Some(&k) = iter_index.get(&it.index) else {
-                    continue;
-                };
-                let nodes = it.nodes.clone();
-                let fwd: Vec<usize> = nodes
-                    .clone()
-                    .filter(|&ni| {
-                        step.nodes[ni].phase == Phase::Forward
-                            && !step.nodes[ni].recompute
-                            && module_of(ni).is_some_and(|m| under(m, path))
-                    })
-                    .collect();
-                let bwd: Vec<usize> = nodes
-                    .clone()
-                    .filter(|&ni| {
-                        step.nodes[ni].phase == Phase::Backward
-                            && module_of(ni).is_some_and(|m| under(m, path))
-                    })
-                    .collect();
-                if fwd.is_empty() || bwd.is_empty() {
-                    continue;
-                }
-                let op = |ni: usize| t.op(step.nodes[ni].op);
-                // What acting on one call of the module changes: its forward nodes `fwd`
-                // and the backward nodes `bwd` that undo them.
-                let one_call = |fwd: &[usize], bwd: &[usize]| one_call(&cx, path, it, fwd, bwd);
-                // Each call on its own: gradient accumulation runs the module once per
-                // micro-batch (forward, backward, forward, ...); taken as one call, its
-                // activations were dropped after the last micro-batch's forward and brought
-                // back at the first one's backward, which raised the predicted peak (HF
-                // Trainer, GPT-2 with accumulation 4: every block "added" 3 MiB; measured
-                // -14.7%).
-                let mut effects: Vec<CallEffects> = calls(&fwd, &bwd, |ni| op(ni).start)
+/// What acting on one module changes in each planned iteration (index into the plan's
+/// iterations).
+struct PerIteration {
+    added: Vec<BTreeMap<Action, Vec<Added>>>,
+    /// Activation bytes dropped, one figure per iteration the module ran in.
+    dropped_bytes: Vec<i64>,
+    dropped_blocks: Vec<Vec<usize>>,
+    held: Vec<Vec<Held>>,
+    work: Vec<BTreeMap<Action, Vec<Work>>>,
+}
+
+impl PerIteration {
+    /// The module at `path` over the step's iterations; `None` where no iteration has both
+    /// its forward and its backward.
+    fn of(
+        cx: &Ctx<'_>,
+        path: &str,
+        n_iters: usize,
+        iter_index: &BTreeMap<u32, usize>,
+    ) -> Option<Self> {
+        let step = cx.step;
+        let mut r = PerIteration {
+            added: vec![BTreeMap::new(); n_iters],
+            dropped_bytes: Vec::new(),
+            dropped_blocks: vec![Vec::new(); n_iters],
+            held: vec![Vec::new(); n_iters],
+            work: vec![BTreeMap::new(); n_iters],
+        };
+        let module_of = |ni: usize| step.nodes[ni].module.map(|m| cx.t.kineto.str(m));
+        let in_module = |ni: usize, phase: Phase| {
+            let n = &step.nodes[ni];
+            n.phase == phase
+                && !(phase == Phase::Forward && n.recompute)
+                && module_of(ni).is_some_and(|m| under(m, path))
+        };
+        for it in &step.iterations {
+            let Some(&k) = iter_index.get(&it.index) else {
+                continue;
+            };
+            let fwd: Vec<usize> = it
+                .nodes
+                .clone()
+                .filter(|&ni| in_module(ni, Phase::Forward))
+                .collect();
+            let bwd: Vec<usize> = it
+                .nodes
+                .clone()
+                .filter(|&ni| in_module(ni, Phase::Backward))
+                .collect();
+            if fwd.is_empty() || bwd.is_empty() {
+                continue;
+            }
+            // Each call on its own: gradient accumulation runs the module once per
+            // micro-batch (forward, backward, forward, ...); taken as one call, its
+            // activations were dropped after the last micro-batch's forward and brought back
+            // at the first one's backward, which raised the predicted peak (HF Trainer, GPT-2
+            // with accumulation 4: every block "added" 3 MiB; measured -14.7%).
+            let mut effects: Vec<CallEffects> =
+                calls(&fwd, &bwd, |ni| cx.t.op(step.nodes[ni].op).start)
                     .iter()
-                    .filter_map(|(f, b)| one_call(f, b))
+                    .filter_map(|(f, b)| one_call(cx, path, it, f, b))
                     .collect();
-                if effects.is_empty() {
-                    continue;
-                }
-                let mut rec = Vec::new();
-                let mut swp = Vec::new();
-                let mut rw = Vec::new();
-                let mut sw = Vec::new();
-                let mut bytes = 0;
-                for e in &mut effects {
-                    rec.append(&mut e.rec);
-                    swp.append(&mut e.swp);
-                    rw.append(&mut e.rw);
-                    sw.append(&mut e.sw);
-                    dropped_blocks[k].append(&mut e.dropped);
-                    held[k].append(&mut e.held);
-                    bytes += e.bytes;
-                }
-                rec.sort_by_key(|x| x.key);
-                swp.sort_by_key(|x| x.key);
-                rw.sort_by_key(|x| x.ts);
-                sw.sort_by_key(|x| x.ts);
-                added[k].insert(Action::Recompute, rec);
-                added[k].insert(Action::Swap, swp);
-                work[k].insert(Action::Recompute, rw);
-                work[k].insert(Action::Swap, sw);
-                dropped_per_iter.push(bytes);
+            if effects.is_empty() {
+                continue;
             }
-            if dropped_per_iter.is_empty() {
-                return None;
+            let (mut rec, mut swp, mut rw, mut sw) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut bytes = 0;
+            for e in &mut effects {
+                rec.append(&mut e.rec);
+                swp.append(&mut e.swp);
+                rw.append(&mut e.rw);
+                sw.append(&mut e.sw);
+                r.dropped_blocks[k].append(&mut e.dropped);
+                r.held[k].append(&mut e.held);
+                bytes += e.bytes;
             }
-            let mut dp: Vec<f64> = dropped_per_iter.iter().map(|&b| b as f64).collect();
-            let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
-            Some(Candidate {
-                // By the module's path (captures name modules so: two classes may share an
-                // instance name), else by instance name (captures before paths were recorded).
-                fqn: a
-                    .module_fqns
-                    .get(path.as_str())
-                    .or_else(|| a.module_fqns.get(&instance))
-                    .cloned(),
-                class: class_of(&instance).to_owned(),
-                instance,
-                depth: depth_of(path),
-                path: path.clone(),
-                added,
-                dropped_bytes: median(&mut dp).unwrap_or(0.0) as i64,
-                dropped_blocks,
-                held,
-                work,
-                composite: composite.contains(path.as_str()),
-            })
-        })
-        .collect();
-    cands.into_iter().flatten().collect()
+            rec.sort_by_key(|x| x.key);
+            swp.sort_by_key(|x| x.key);
+            rw.sort_by_key(|x| x.ts);
+            sw.sort_by_key(|x| x.ts);
+            r.added[k].insert(Action::Recompute, rec);
+            r.added[k].insert(Action::Swap, swp);
+            r.work[k].insert(Action::Recompute, rw);
+            r.work[k].insert(Action::Swap, sw);
+            r.dropped_bytes.push(bytes);
+        }
+        (!r.dropped_bytes.is_empty()).then_some(r)
+    }
 }
 
 /// What a recompute of the module whose forward nodes are `fwd` keeps alive longer: the
