@@ -303,14 +303,62 @@ fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
     });
 
     nvtx::range_push!("steptrace.capture.prepare");
-    // The C++ shim serves native programs, and per-op NVTX ranges when an NVTX tool (Nsight
-    // Systems) is attached to record them: otherwise a Python program needs neither it nor
-    // the probe of its torch (an `import torch`, seconds).
+    let (torch, cpp_shim) = cpp_shim(props, mode, &python, &mut notes);
+    nvtx::range_pop!();
+
+    let mut envs = child_env(props, &out, &py_dir, mode, cpp_shim.as_deref(), &argv0);
+    if let Some((text, n)) = &plan {
+        let dst = out.join("plan.json");
+        std::fs::write(&dst, text).map_err(io_err(&dst))?;
+        envs.push((env::PLAN.into(), dst.to_string_lossy().into_owned()));
+        if props.plan_ab {
+            envs.push((env::PLAN_AB.into(), "1".into()));
+        }
+        notes.push(format!(
+            "plan applied: {n} module decision(s) from {}",
+            props.plan.as_deref().unwrap_or(Path::new("")).display()
+        ));
+    }
+
+    let started_at = time::now_utc();
+    nvtx::range_push!("steptrace.capture.child");
+    let exit = run_child(props, &out, &envs, &argv0)?;
+    nvtx::range_pop!();
+    let ended_at = time::now_utc();
+
+    // From here on the child has run: its exit status must come back whatever fails.
+    let ran = Ran {
+        mode,
+        exit,
+        started_at,
+        ended_at,
+        torch,
+        notes,
+    };
+    let manifest = finish(props, &out, ran)?;
+    Ok(Outcome {
+        exit,
+        manifest,
+        out,
+        manifest_error: None,
+    })
+}
+
+/// The torch the C++ shim is built against and the shim itself, where the run needs it: it
+/// serves native programs, and per-op NVTX ranges when an NVTX tool (Nsight Systems) is
+/// attached to record them; otherwise a Python program needs neither it nor the probe of its
+/// torch (an `import torch`, seconds). What went wrong goes to `notes`.
+fn cpp_shim(
+    props: &CaptureProps,
+    mode: Mode,
+    python: &Path,
+    notes: &mut Vec<String>,
+) -> (Option<shim::TorchInfo>, Option<PathBuf>) {
     let nvtx_tool = std::env::var_os("NVTX_INJECTION64_PATH").is_some_and(|v| !v.is_empty());
     let need_cpp = mode == Mode::Native || (props.record.nvtx && nvtx_tool);
     let torch = if need_cpp {
         let cache = props.cache.clone().unwrap_or_else(shim::cache_root);
-        match shim::probe_torch_cached(&python, &cache) {
+        match shim::probe_torch_cached(python, &cache) {
             Ok(t) => Some(t),
             Err(why) => {
                 notes.push(format!(
@@ -355,8 +403,19 @@ fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
             }),
         }
     }
-    nvtx::range_pop!();
+    (torch, cpp_shim)
+}
 
+/// The environment the program runs in: where the shims write, what they record and when,
+/// the Python shim first on PYTHONPATH, and a native program's preloaded C++ shim.
+fn child_env(
+    props: &CaptureProps,
+    out: &Path,
+    py_dir: &Path,
+    mode: Mode,
+    cpp_shim: Option<&Path>,
+    argv0: &Path,
+) -> Vec<(String, String)> {
     let mut envs: Vec<(String, String)> = vec![
         (env::OUT.into(), out.to_string_lossy().into_owned()),
         (env::SCHEDULE.into(), props.schedule.to_string()),
@@ -377,30 +436,18 @@ fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
             ),
         ),
     ];
-    if let Some((text, n)) = &plan {
-        let dst = out.join("plan.json");
-        std::fs::write(&dst, text).map_err(io_err(&dst))?;
-        envs.push((env::PLAN.into(), dst.to_string_lossy().into_owned()));
-        if props.plan_ab {
-            envs.push((env::PLAN_AB.into(), "1".into()));
-        }
-        notes.push(format!(
-            "plan applied: {n} module decision(s) from {}",
-            props.plan.as_deref().unwrap_or(Path::new("")).display()
-        ));
-    }
     if std::env::var_os(env::TEARDOWN_CUPTI).is_none() {
         envs.push((env::TEARDOWN_CUPTI.into(), "1".into()));
         // The shims take it back in a program that never used the GPU (it hangs at exit).
         envs.push((env::TEARDOWN_SET.into(), "1".into()));
     }
-    match (mode, &cpp_shim) {
+    match (mode, cpp_shim) {
         (Mode::Native, Some(lib)) => {
             envs.push((env::NATIVE.into(), "1".into()));
             if std::env::var_os(env::SYMBOLIZE_MODE).is_none() {
                 envs.push((env::SYMBOLIZE_MODE.into(), "fast".into()));
             }
-            if let Some(exe) = resolve(&argv0).and_then(|p| p.canonicalize().ok()) {
+            if let Some(exe) = resolve(argv0).and_then(|p| p.canonicalize().ok()) {
                 envs.push((env::NATIVE_EXE.into(), exe.to_string_lossy().into_owned()));
             }
             envs.push((
@@ -417,17 +464,24 @@ fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
         }
         _ => {}
     }
+    envs
+}
 
-    let started_at = time::now_utc();
-    nvtx::range_push!("steptrace.capture.child");
-    // A program whose shims have all written their clean exit and that still runs 30 s later
-    // is ended: its files are complete, and a capture must not wait on it for ever.
+/// Runs the program to its end. A program whose shims have all written their clean exit and
+/// that still runs 30 s later (`STEPTRACE_LINGER_S`) is ended: its files are complete, and a
+/// capture must not wait on it for ever.
+fn run_child(
+    props: &CaptureProps,
+    out: &Path,
+    envs: &[(String, String)],
+    argv0: &Path,
+) -> Result<child::Exit, Error> {
     let grace_s: u64 = std::env::var(env::LINGER_S)
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(30);
     let finished = || {
-        let statuses = finalize::read_statuses(&out);
+        let statuses = finalize::read_statuses(out);
         let ranks = statuses
             .iter()
             .map(|(_, s)| s.world_size)
@@ -441,20 +495,9 @@ fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
         finished: &finished,
         grace: std::time::Duration::from_secs(grace_s),
     });
-    let exit = child::run(&props.program, &envs, linger).map_err(|source| Error::Spawn {
+    child::run(&props.program, envs, linger).map_err(|source| Error::Spawn {
         program: argv0.display().to_string(),
         source,
-    })?;
-    nvtx::range_pop!();
-    let ended_at = time::now_utc();
-
-    // From here on the child has run: its exit status must come back whatever fails.
-    let manifest = finish(props, &out, mode, exit, started_at, ended_at, torch, notes)?;
-    Ok(Outcome {
-        exit,
-        manifest,
-        out,
-        manifest_error: None,
     })
 }
 
@@ -484,17 +527,28 @@ fn short_window(props: &CaptureProps, st: &finalize::ShimStatus) -> String {
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    props: &CaptureProps,
-    out: &Path,
+/// What the launcher knows of a run once the program has ended.
+struct Ran {
     mode: Mode,
     exit: child::Exit,
     started_at: String,
     ended_at: String,
+    /// The torch probed for the C++ shim, where one was.
     torch: Option<shim::TorchInfo>,
-    mut notes: Vec<String>,
-) -> Result<Manifest, Error> {
+    notes: Vec<String>,
+}
+
+/// The manifest of a run: every rank's files (compressed here, all ranks at once), what the
+/// run lacks and why, and the program's step time.
+fn finish(props: &CaptureProps, out: &Path, ran: Ran) -> Result<Manifest, Error> {
+    let Ran {
+        mode,
+        exit,
+        started_at,
+        ended_at,
+        torch,
+        mut notes,
+    } = ran;
     nvtx::range_push!("steptrace.capture.finalize");
     let statuses = finalize::read_statuses(out);
     let mut reasons = Vec::new();
@@ -519,70 +573,16 @@ fn finish(
     // (index in `ranks`, role, file name) of each file to gzip.
     let mut to_compress = Vec::new();
     for (_name, st) in &statuses {
-        let mut files = st.files.clone();
-        if st.native {
-            // The C++ shim records the window itself (trace, Execution Trace, snapshot at
-            // the window's end); without a window, the exit snapshot is what there is.
-            if !files.contains_key("snapshot") {
-                if let Some(s) = files.get("snapshot_exit").cloned() {
-                    files.insert("snapshot".into(), s);
-                }
-            }
-        }
-        if !st.window_complete && st.no_trace_reason.is_none() {
-            let why = st
-                .window_incomplete_reason
-                .clone()
-                .unwrap_or_else(|| short_window(props, st));
-            reasons.push(format!("rank {}: {why}", st.rank));
-        }
-        if let Some(r) = &st.no_trace_reason {
-            reasons.push(format!("rank {}: {r}", st.rank));
-        }
-        if let Some(r) = &st.no_snapshot_reason {
-            notes.push(format!("rank {}: no memory snapshot: {r}", st.rank));
-        }
-        for n in &st.notes {
-            notes.push(format!("rank {}: {n}", st.rank));
-        }
-        // Compress what is there (below, every rank's files at once); drop roles whose file
-        // is missing.
-        let mut present = std::collections::BTreeMap::new();
-        for (role, name) in files {
-            let p = out.join(&name);
-            if !p.is_file() {
-                if Path::new(&format!("{}.gz", p.display())).is_file() {
-                    present.insert(role, format!("{name}.gz"));
-                } else {
-                    notes.push(format!(
-                        "rank {}: {role} file {name} was not written",
-                        st.rank
-                    ));
-                }
-                continue;
-            }
-            to_compress.push((ranks.len(), role.clone(), name.clone()));
-            present.insert(role, name);
-        }
-        let timing = finalize::program_timing(st);
-        if timing.is_none() && st.window_complete && props.timing.steps > 0 {
-            notes.push(format!(
-                "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",
-                st.rank
-            ));
-        }
-        ranks.push(RankFiles {
-            rank: st.rank,
-            files: present,
-            steps: st.steps.max(st.boundaries_epoch_ns.len() as i64),
-            boundary: st.boundary.clone(),
-            errors: st.errors.clone(),
-            timing,
-            reference: st.reference.clone(),
-            plan_probe: st.plan_probe.clone(),
-            module_fqns: st.module_fqns.clone(),
-            costs_ms: st.costs_ms.clone(),
-        });
+        let r = rank_files(
+            props,
+            out,
+            st,
+            ranks.len(),
+            &mut to_compress,
+            &mut reasons,
+            &mut notes,
+        );
+        ranks.push(r);
     }
     let t0 = std::time::Instant::now();
     let paths: Vec<PathBuf> = to_compress.iter().map(|(_, _, n)| out.join(n)).collect();
@@ -658,6 +658,84 @@ fn finish(
         notes,
         rerun: None,
     })
+}
+
+/// One rank's files as the manifest lists them (the missing ones noted and left out), with
+/// the files to compress pushed to `to_compress` under the rank's `index`, and what the rank's
+/// shim reported as missing or noted.
+fn rank_files(
+    props: &CaptureProps,
+    out: &Path,
+    st: &finalize::ShimStatus,
+    index: usize,
+    to_compress: &mut Vec<(usize, String, String)>,
+    reasons: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> RankFiles {
+    let mut files = st.files.clone();
+    if st.native {
+        // The C++ shim records the window itself (trace, Execution Trace, snapshot at
+        // the window's end); without a window, the exit snapshot is what there is.
+        if !files.contains_key("snapshot") {
+            if let Some(s) = files.get("snapshot_exit").cloned() {
+                files.insert("snapshot".into(), s);
+            }
+        }
+    }
+    if !st.window_complete && st.no_trace_reason.is_none() {
+        let why = st
+            .window_incomplete_reason
+            .clone()
+            .unwrap_or_else(|| short_window(props, st));
+        reasons.push(format!("rank {}: {why}", st.rank));
+    }
+    if let Some(r) = &st.no_trace_reason {
+        reasons.push(format!("rank {}: {r}", st.rank));
+    }
+    if let Some(r) = &st.no_snapshot_reason {
+        notes.push(format!("rank {}: no memory snapshot: {r}", st.rank));
+    }
+    for n in &st.notes {
+        notes.push(format!("rank {}: {n}", st.rank));
+    }
+    // Compress what is there (below, every rank's files at once); drop roles whose file
+    // is missing.
+    let mut present = std::collections::BTreeMap::new();
+    for (role, name) in files {
+        let p = out.join(&name);
+        if !p.is_file() {
+            if Path::new(&format!("{}.gz", p.display())).is_file() {
+                present.insert(role, format!("{name}.gz"));
+            } else {
+                notes.push(format!(
+                    "rank {}: {role} file {name} was not written",
+                    st.rank
+                ));
+            }
+            continue;
+        }
+        to_compress.push((index, role.clone(), name.clone()));
+        present.insert(role, name);
+    }
+    let timing = finalize::program_timing(st);
+    if timing.is_none() && st.window_complete && props.timing.steps > 0 {
+        notes.push(format!(
+            "rank {}: the program ended inside the timing phase before the window: its own step time is unknown",
+            st.rank
+        ));
+    }
+    RankFiles {
+        rank: st.rank,
+        files: present,
+        steps: st.steps.max(st.boundaries_epoch_ns.len() as i64),
+        boundary: st.boundary.clone(),
+        errors: st.errors.clone(),
+        timing,
+        reference: st.reference.clone(),
+        plan_probe: st.plan_probe.clone(),
+        module_fqns: st.module_fqns.clone(),
+        costs_ms: st.costs_ms.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -298,7 +298,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     };
     let dev = t.device.unwrap_or(0);
     let devinfo = t.kineto.header.devices.iter().find(|d| d.id == dev);
-    let summary = Summary {
+    let (gpu_breakdown, collective_overlap) = kernels::temporal(t, &step);
+    let mut summary = Summary {
         steptrace_version: env!("CARGO_PKG_VERSION"),
         name: String::new(),
         trace: file_name(&t.kineto.path),
@@ -314,8 +315,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         host_lead_s: None,
         optimizer_step_host_s: None,
         plan_probe: None,
-        gpu_breakdown: kernels::Temporal::default(),
-        collective_overlap: Default::default(),
+        gpu_breakdown,
+        collective_overlap,
         step_times_s: times.each_s,
         gpu_busy_s: times.gpu_busy_s,
         gpu_time_s: times.gpu_time_s,
@@ -360,8 +361,6 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
             format!("{outside} collective kernel(s) launched outside the iterations (e.g. before the window opened): not matched across ranks"),
         );
     }
-    let mut summary = summary;
-    (summary.gpu_breakdown, summary.collective_overlap) = kernels::temporal(t, &step);
     if t.kineto.ops.is_empty() {
         gpu_only_figures(&mut summary, &kernels, diag);
     }
