@@ -4,6 +4,7 @@
 pub mod collectives;
 pub mod flops;
 pub mod intervals;
+mod joins;
 pub mod kernels;
 pub mod liveness;
 pub mod memory;
@@ -16,9 +17,10 @@ use serde::Serialize;
 
 use crate::diagnostics::Diagnostics;
 use crate::model::kineto::TimeConvention;
-use crate::model::snapshot::Action;
 use crate::model::Trace;
 
+use joins::{exec_trace_join, snapshot_join};
+pub use joins::{ExecTraceJoin, SnapshotJoin};
 pub use node_stats::NodeStat;
 pub use step::{Detection, Iteration, Node, Phase, Step};
 
@@ -32,46 +34,6 @@ pub struct Options {
     pub peak_bandwidth_gbps: Option<f64>,
     /// Host↔device bandwidth for swap times, GB/s (default: measured from the trace's copies).
     pub swap_bandwidth_gbps: Option<f64>,
-}
-
-/// How the snapshot's clock lines up with the trace's.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SnapshotJoin {
-    /// Snapshot file name.
-    pub file: String,
-    /// History entries (all devices).
-    pub entries: usize,
-    /// Segments alive at snapshot time.
-    pub segments: usize,
-    /// Bytes reserved in those segments.
-    pub reserved_bytes: u64,
-    /// Whether the history starts before the trace's first event (it then holds parameters and
-    /// optimizer state allocated earlier).
-    pub history_before_trace: bool,
-    /// Median of snapshot `time_us` − trace time for `ProfilerStep#N` starts found in
-    /// `external_annotations`, µs.
-    pub annotation_offset_us: Option<f64>,
-    /// How many ranges matched.
-    pub annotation_matches: usize,
-    /// Median of the same difference over allocations matched by address and size, µs.
-    pub alloc_offset_us: Option<f64>,
-    /// How many allocations matched.
-    pub alloc_matches: usize,
-}
-
-/// How the Execution Trace joins the Kineto trace.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ExecTraceJoin {
-    /// File name.
-    pub file: String,
-    /// `schema`.
-    pub schema: String,
-    /// Nodes in the ET.
-    pub nodes: usize,
-    /// Kineto ops with a `Record function id`.
-    pub ops_with_rf_id: usize,
-    /// Of those, how many have an ET node with the same `rf_id` and name.
-    pub ops_matched: usize,
 }
 
 /// `summary.json`.
@@ -509,120 +471,6 @@ fn gpu_only_figures(summary: &mut Summary, kernels: &kernels::Kernels, diag: &mu
             summary.trace
         ),
     );
-}
-
-/// Lines up the snapshot's clock with the trace's, through `ProfilerStep#N` annotations and
-/// through allocations seen by both (same address and size).
-fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> SnapshotJoin {
-    let s = t.snapshot.as_ref().expect("called with a snapshot");
-    let k = &t.kineto;
-    let mut ann: Vec<f64> = Vec::new();
-    for it in &step.iterations {
-        if let Some(a) = s
-            .annotations
-            .iter()
-            .find(|a| a.start && s.str(a.name) == it.label)
-        {
-            ann.push(a.time_us as f64 - k.epoch_us(it.start));
-        }
-    }
-    // Allocations: each trace alloc against the nearest snapshot alloc of the same block.
-    let mut by_block: rustc_hash::FxHashMap<(u64, u64), Vec<i64>> =
-        rustc_hash::FxHashMap::default();
-    for dev in &s.device_traces {
-        for e in dev {
-            if e.action == Action::Alloc {
-                if let Some(ts) = e.time_us {
-                    // History holds the requested size, the trace the allocator's block size.
-                    let size = memory::round_block(e.size as i64) as u64;
-                    by_block.entry((e.addr, size)).or_default().push(ts);
-                }
-            }
-        }
-    }
-    let mut allocs: Vec<f64> = Vec::new();
-    for m in t.memory.iter().filter(|m| m.bytes > 0) {
-        if let Some(times) = by_block.get(&(m.addr, m.bytes as u64)) {
-            let te = k.epoch_us(m.ts);
-            if let Some(best) = times
-                .iter()
-                .map(|&x| x as f64 - te)
-                .min_by(|a, b| a.abs().total_cmp(&b.abs()))
-            {
-                allocs.push(best);
-            }
-        }
-    }
-    let first_trace_ts = k.ops.iter().map(|o| o.start).min().map(|t0| k.epoch_us(t0));
-    let first_snap = s
-        .device_traces
-        .iter()
-        .flatten()
-        .filter_map(|e| e.time_us)
-        .min();
-    let join = SnapshotJoin {
-        file: file_name(&s.path),
-        entries: s.device_traces.iter().map(Vec::len).sum(),
-        segments: s.segments.len(),
-        reserved_bytes: s.segments.iter().map(|g| g.total_size).sum(),
-        history_before_trace: matches!((first_snap, first_trace_ts), (Some(a), Some(b)) if (a as f64) < b),
-        annotation_matches: ann.len(),
-        annotation_offset_us: median(&mut ann),
-        alloc_matches: allocs.len(),
-        alloc_offset_us: median(&mut allocs),
-    };
-    // Measured on PyTorch 2.11: both clocks agree to ~0.1 ms. Beyond 1 ms, joins by time are
-    // not to be trusted.
-    for (what, off) in [
-        ("ProfilerStep annotations", join.annotation_offset_us),
-        ("allocations", join.alloc_offset_us),
-    ] {
-        if let Some(o) = off {
-            if o.abs() > 1000.0 {
-                diag.warn(
-                    "snapshot_clock_mismatch",
-                    format!("snapshot and trace clocks differ by {o:.0} µs (median over {what})"),
-                );
-            }
-        }
-    }
-    if join.annotation_matches == 0 && join.alloc_matches == 0 {
-        diag.warn(
-            "snapshot_not_joined",
-            format!(
-                "{}: no annotation or allocation matches the trace; is it from the same run?",
-                join.file
-            ),
-        );
-    }
-    join
-}
-
-fn exec_trace_join(t: &Trace) -> Option<ExecTraceJoin> {
-    let et = t.exec_trace.as_ref()?;
-    let mut by_rf: rustc_hash::FxHashMap<i64, &str> = rustc_hash::FxHashMap::default();
-    for n in &et.nodes {
-        if let Some(rf) = n.rf_id {
-            by_rf.insert(rf, et.strings.resolve(n.name));
-        }
-    }
-    let mut with = 0;
-    let mut matched = 0;
-    for o in &t.kineto.ops {
-        if let Some(rf) = o.rf_id {
-            with += 1;
-            if by_rf.get(&rf).is_some_and(|n| *n == t.kineto.str(o.name)) {
-                matched += 1;
-            }
-        }
-    }
-    Some(ExecTraceJoin {
-        file: file_name(&et.path),
-        schema: et.schema.clone(),
-        nodes: et.nodes.len(),
-        ops_with_rf_id: with,
-        ops_matched: matched,
-    })
 }
 
 #[cfg(test)]
