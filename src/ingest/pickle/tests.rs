@@ -369,16 +369,10 @@ fn issue7_long_containers_and_texts_leave_the_packed_words() {
     assert_eq!(pk.texts.side.len(), 1);
 }
 
-/// A history of entries in many shapes, each drawn from one number: members present or
-/// not, keys written out or by the memo, frames lists new, shared, empty or holding a
-/// new frame dict, members no record keeps, duplicate keys, FRAME opcodes; and lists
-/// grown afterwards.
-fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
-    let mut w = W::new();
-    if explicit {
-        w.out[1] = 2;
-        w.explicit = true;
-    }
+/// The pickle's start: the outer list, an empty segment list, three frame dicts (`name` f, g,
+/// h; the key memoised once) in a list, and the history list opened. Returns the frames' memo
+/// indices and the `name` key's.
+fn frame_dicts(w: &mut W) -> (Vec<usize>, usize) {
     w.op(b"]");
     w.put();
     w.op(b"(]");
@@ -404,6 +398,21 @@ fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
     w.op(b"e]");
     w.put();
     w.op(b"(");
+    (frames, name.expect("three frames name it"))
+}
+
+/// A history of entries in many shapes, each drawn from one number: members present or
+/// not, keys written out or by the memo, frames lists new, shared, empty or holding a
+/// new frame dict, members no record keeps, duplicate keys, FRAME opcodes; and lists
+/// grown afterwards.
+fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
+    let mut w = W::new();
+    if explicit {
+        w.out[1] = 2;
+        w.explicit = true;
+    }
+    let (mut frames, name) = frame_dicts(&mut w);
+    let name = Some(name);
     let mut keys: std::collections::HashMap<&str, usize> = Default::default();
     let mut lists = Vec::new();
     let mut actions = Vec::new();
