@@ -412,7 +412,6 @@ fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
         w.explicit = true;
     }
     let (mut frames, name) = frame_dicts(&mut w);
-    let name = Some(name);
     let mut keys: std::collections::HashMap<&str, usize> = Default::default();
     let mut lists = Vec::new();
     let mut actions = Vec::new();
@@ -484,7 +483,7 @@ fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
                             // A frame dict of its own, written inside the list.
                             w.op(b"}");
                             frames.push(w.put());
-                            w.get(name.unwrap()).str("new").put();
+                            w.get(name).str("new").put();
                             w.op(b"s");
                         }
                         w.op(b"e");
