@@ -144,8 +144,10 @@ pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> 
                             .iter()
                             .map(|n| step.iterations[n.iteration as usize].label.as_str())
                             .collect();
-                        extra_example =
-                            format!("{name} runs only in {} of {n_iter}", its.join(", "));
+                        extra_example = format!(
+                            "{name} runs only in {} ({present} of the {n_iter} iterations)",
+                            its.join(", ")
+                        );
                     }
                 } else {
                     missing += 1;

@@ -292,7 +292,10 @@ fn work_in_a_minority_of_iterations_is_extra_work_not_missing_nodes() {
     assert_eq!(out.diagnostics.count("extra_work_in_some_iterations"), 1);
     assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
     let text = format!("{:?}", out.diagnostics);
-    assert!(text.contains("runs only in ProfilerStep#1 of 3"), "{text}");
+    assert!(
+        text.contains("runs only in ProfilerStep#1 (1 of the 3 iterations)"),
+        "{text}"
+    );
 
     let out = run(&with_extra_op(3, &[0, 1]));
     assert_eq!(out.diagnostics.count("extra_work_in_some_iterations"), 0);
