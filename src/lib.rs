@@ -389,10 +389,10 @@ pub fn write_rank_output(props: &AnalyzeProps, o: &Outcome, dir: &Path) -> Resul
                 .flatten()
         })
         .unwrap_or(0);
-    std::fs::create_dir_all(dir).map_err(report::io(dir))?;
+    let folder = report::out_dir::Writer::open(dir)?;
     let r = analysis::ranks::RankResult::from_analysis(rank, &o.analysis);
     report::frames::write_rank(dir, &r)?;
-    report::rename_parts(dir)?;
+    folder.finish()?;
     Ok(rank)
 }
 

@@ -67,7 +67,7 @@ pub fn write(
     value_name: &str,
     runs: &[Run<'_>],
 ) -> Result<Vec<PathBuf>, Error> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let folder = super::out_dir::Writer::open(dir)?;
     let mut files = Vec::new();
     let p = dir.join(format!("{stem}.csv"));
     let mut w = super::csv_writer(&p)?;
@@ -163,7 +163,7 @@ pub fn write(
         )?
         .files,
     );
-    super::rename_parts(dir)?;
+    folder.finish()?;
     Ok(files)
 }
 
@@ -173,6 +173,7 @@ pub fn write_sweep_curves(
     value_name: &str,
     runs: &[(f64, &Analysis)],
 ) -> Result<Vec<PathBuf>, Error> {
+    let folder = super::out_dir::Writer::open(dir)?;
     let peak: Vec<(f64, f64)> = runs
         .iter()
         .map(|(v, a)| (*v, a.summary.peak_allocated_bytes.unwrap_or(0) as f64 / MIB))
@@ -200,6 +201,6 @@ pub fn write_sweep_curves(
         )?
         .files,
     );
-    super::rename_parts(dir)?;
+    folder.finish()?;
     Ok(files)
 }

@@ -85,7 +85,7 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 /// Creates an output file under its part name ([`out_dir::part_path`]); the run's
-/// [`OutDir::commit`] (or [`rename_parts`]) gives it its final name once every file is
+/// [`OutDir::commit`] (or [`out_dir::Writer::finish`]) gives it its final name once every file is
 /// complete. Part names are new files: nothing is truncated in place (which on ext4 also
 /// made closing the file wait for its data, `auto_da_alloc`).
 pub(crate) fn create(path: &Path) -> Result<File, Error> {
@@ -93,16 +93,6 @@ pub(crate) fn create(path: &Path) -> Result<File, Error> {
     // A failure to remove (no such file, a directory) is left to `create` to report.
     let _ = std::fs::remove_file(&part);
     File::create(&part).map_err(io(path))
-}
-
-/// Gives the files written into `dir` (and its plots) their final names: for outputs that are
-/// not an analysis run's (compare, sweep).
-pub fn rename_parts(dir: &Path) -> Result<(), Error> {
-    for p in out_dir::parts(dir) {
-        let fin = out_dir::final_path(&p);
-        std::fs::rename(&p, &fin).map_err(io(&fin))?;
-    }
-    Ok(())
 }
 
 /// [`create`], then `bytes` written.

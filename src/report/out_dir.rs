@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use super::{annotated, io, Error, ReportOptions};
 use crate::model::kineto::KinetoTrace;
 
-/// Suffix of a file being written.
+/// Marks a file being written: `<final name>.steptrace-part`. Parts need no writer's name:
+/// only the writer holding the folder's lock ([`Writer`]) writes there, so every part in the folder is
+/// its own, or a killed writer's, which the next writer removes when it takes the lock.
 pub const PART: &str = ".steptrace-part";
 
 /// The list of the files of the last complete run, relative to the directory.
@@ -47,6 +49,92 @@ pub(crate) fn parts(dir: &Path) -> Vec<PathBuf> {
     }
     v.sort();
     v
+}
+
+/// Whether a file is a run's completion mark: the analysis's `summary.json`, a rank's
+/// `rank<N>.summary.parquet`. A mark is given its final name after every other file and its
+/// old copy removed before any other file is replaced, so an interrupted write never leaves
+/// a complete-looking mark beside old or missing files.
+fn is_mark(final_path: &Path) -> bool {
+    final_path.file_name().is_some_and(|n| {
+        let n = n.to_string_lossy();
+        n == "summary.json" || n.ends_with(".summary.parquet")
+    })
+}
+
+/// A writer's hold on an output folder: the folder made if missing and locked (an advisory
+/// lock on the folder itself, so no file is added to it: a second writer, another analysis
+/// into the same `--out` or another rank writing its Parquet into a shared folder, waits for
+/// the first to finish instead of mixing their files), and the parts a killed writer left
+/// removed. [`Writer::finish`] gives the parts their final names, completion marks last.
+#[derive(Debug)]
+pub struct Writer {
+    dir: PathBuf,
+    /// The folder, open and locked; the lock goes with it when the writer is dropped (`None`
+    /// where folders cannot be opened as files: off Unix).
+    _lock: Option<std::fs::File>,
+}
+
+impl Writer {
+    /// Takes `dir` for writing (see [`Writer`]).
+    pub fn open(dir: &Path) -> Result<Writer, Error> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(Error::NotADirectory {
+                path: dir.to_path_buf(),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // An output sub-folder that is a link would take every plot wherever it points.
+        for s in SUBDIRS {
+            let sub = dir.join(s);
+            if std::fs::symlink_metadata(&sub).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(Error::SymlinkedFolder { path: sub });
+            }
+        }
+        let lock = lock_folder(dir)?;
+        // Under the lock no other writer is at work here: any part is a killed writer's.
+        for p in parts(dir) {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(Writer {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    /// Gives this writer's files their final names: every completion mark's old copy
+    /// removed first, the other files renamed, the marks last.
+    pub fn finish(self) -> Result<(), Error> {
+        let parts = parts(&self.dir);
+        let (marks, files): (Vec<PathBuf>, Vec<PathBuf>) =
+            parts.into_iter().partition(|p| is_mark(&final_path(p)));
+        for m in &marks {
+            let fin = final_path(m);
+            if std::fs::symlink_metadata(&fin).is_ok_and(|m| m.is_file()) {
+                std::fs::remove_file(&fin).map_err(io(&fin))?;
+            }
+        }
+        for p in files.iter().chain(&marks) {
+            let fin = final_path(p);
+            std::fs::rename(p, &fin).map_err(io(&fin))?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens `dir` and takes an exclusive advisory lock on it, waiting for another writer's.
+fn lock_folder(dir: &Path) -> Result<Option<std::fs::File>, Error> {
+    #[cfg(unix)]
+    {
+        let f = std::fs::File::open(dir).map_err(io(dir))?;
+        f.lock().map_err(io(dir))?;
+        Ok(Some(f))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(None)
+    }
 }
 
 /// Whether two paths name the same file (the same inode: hard links and symlinks included).
@@ -148,28 +236,15 @@ pub struct OutDir {
     committed: bool,
     /// Whether this run made the directory (removed again, if empty, when the run fails).
     created: bool,
+    /// The folder's lock, held until the run is committed or dropped.
+    _writer: Writer,
 }
 
 impl OutDir {
     /// Creates `dir` if needed and removes what a killed run left half-written in it.
     pub fn prepare(dir: &Path) -> Result<OutDir, Error> {
-        if dir.exists() && !dir.is_dir() {
-            return Err(Error::NotADirectory {
-                path: dir.to_path_buf(),
-            });
-        }
         let created = !dir.exists();
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        // An output sub-folder that is a link would take every plot wherever it points.
-        for s in SUBDIRS {
-            let sub = dir.join(s);
-            if std::fs::symlink_metadata(&sub).is_ok_and(|m| m.file_type().is_symlink()) {
-                return Err(Error::SymlinkedFolder { path: sub });
-            }
-        }
-        for p in parts(dir) {
-            let _ = std::fs::remove_file(p);
-        }
+        let writer = Writer::open(dir)?;
         let previous = read_list(dir);
         Ok(OutDir {
             dir: dir.to_path_buf(),
@@ -177,6 +252,7 @@ impl OutDir {
             head: None,
             committed: false,
             created,
+            _writer: writer,
         })
     }
 
@@ -225,12 +301,17 @@ impl OutDir {
     /// even when it is one of them (the previous run's annotated trace analysed into the same
     /// directory): its end is still to be copied, and the commit replaces it anyway.
     pub(super) fn clear_previous(&mut self, input: &Path) -> Option<std::thread::JoinHandle<()>> {
-        let old: Vec<PathBuf> = self
+        let (marks, old): (Vec<PathBuf>, Vec<PathBuf>) = self
             .previous
             .drain(..)
             .map(|p| self.dir.join(p))
             .filter(|p| !same_file(p, input))
-            .collect();
+            .partition(|p| is_mark(p));
+        // The previous run's completion mark goes first, here: a run killed while the rest
+        // is removed must not leave it beside missing files.
+        for p in &marks {
+            remove_own_file(&self.dir, p);
+        }
         if old.is_empty() {
             return None;
         }
@@ -319,9 +400,63 @@ mod tests {
 
     #[test]
     fn part_names_sit_beside_the_final_ones() {
-        assert_eq!(
-            part_path(Path::new("o/plots/a.png")),
-            PathBuf::from("o/plots/a.png.steptrace-part")
-        );
+        let part = part_path(Path::new("o/plots/a.png"));
+        assert_eq!(part, PathBuf::from("o/plots/a.png.steptrace-part"));
+        assert_eq!(final_path(&part), PathBuf::from("o/plots/a.png"));
+    }
+
+    /// Two writers into one folder take turns: while one holds it, the folder is locked;
+    /// once it is done, the next one gets it, and the folder holds no file of the lock's.
+    #[test]
+    fn a_second_writer_into_a_folder_waits_for_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Writer::open(dir.path()).unwrap();
+        let probe = std::fs::File::open(dir.path()).unwrap();
+        assert!(matches!(
+            probe.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        first.finish().unwrap();
+        probe.try_lock().unwrap();
+        probe.unlock().unwrap();
+        let again = std::thread::spawn({
+            let d = dir.path().to_path_buf();
+            move || Writer::open(&d).map(drop).is_ok()
+        });
+        assert!(again.join().unwrap());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// A writer killed mid-write leaves its part: the next writer removes it when it takes the
+    /// folder and never gives it a final name (a 0-byte part renamed by another rank made
+    /// `merge` fail).
+    #[test]
+    fn a_killed_writers_parts_are_removed_not_renamed() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(format!("rank3.summary.parquet{PART}"));
+        std::fs::write(&dead, b"").unwrap();
+        let w = Writer::open(dir.path()).unwrap();
+        assert!(!dead.exists());
+        std::fs::write(part_path(&dir.path().join("rank0.summary.parquet")), b"0").unwrap();
+        w.finish().unwrap();
+        assert!(dir.path().join("rank0.summary.parquet").is_file());
+        assert!(!dir.path().join("rank3.summary.parquet").exists());
+    }
+
+    /// The completion mark's old copy goes before anything is replaced and the new one comes
+    /// last: a write that fails half-way (here a rename refused) leaves no mark at all, never
+    /// the old mark beside new files.
+    #[test]
+    fn an_interrupted_write_leaves_no_completion_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("rank0.summary.parquet"), b"old").unwrap();
+        let w = Writer::open(d).unwrap();
+        std::fs::write(part_path(&d.join("rank0.summary.parquet")), b"new").unwrap();
+        std::fs::write(part_path(&d.join("rank0.nodes.parquet")), b"new").unwrap();
+        // A non-empty folder under the nodes file's final name: its rename fails.
+        std::fs::create_dir_all(d.join("rank0.nodes.parquet").join("x")).unwrap();
+        assert!(w.finish().is_err());
+        assert!(!d.join("rank0.summary.parquet").exists());
     }
 }

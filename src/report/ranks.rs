@@ -86,12 +86,12 @@ fn pct2(p: Option<f64>) -> String {
 /// cross-rank plots (`plots/ranks_gpu_breakdown`, `plots/ranks_step_times`, SVG and PNG) and
 /// `report.html`; then gives them their final names.
 pub fn write(dir: &Path, r: &Ranks, plots: bool) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let folder = super::out_dir::Writer::open(dir)?;
     write_tables(dir, r)?;
     if plots && !r.ranks.is_empty() {
         write_page(dir, r)?;
     }
-    super::rename_parts(dir)
+    folder.finish()
 }
 
 fn write_page(dir: &Path, r: &Ranks) -> Result<(), Error> {

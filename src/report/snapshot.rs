@@ -488,7 +488,7 @@ pub fn write_compare(
     analyses: &[SnapshotAnalysis],
     top: usize,
 ) -> Result<String, Error> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let folder = super::out_dir::Writer::open(dir)?;
     let p = dir.join("compare_snapshots.csv");
     let mut w = csv_writer(&p)?;
     let e = csv_err(&p);
@@ -560,6 +560,6 @@ pub fn write_compare(
     }
     w.flush().map_err(io(&p))?;
     drop(w);
-    super::rename_parts(dir)?;
+    folder.finish()?;
     Ok(o)
 }

@@ -241,3 +241,72 @@ fn a_bad_side_file_in_a_run_directory_never_sinks_the_trace() {
     let err = steptrace::analyze(&props).unwrap_err();
     assert!(err.to_string().contains("exec_trace.json.gz"), "{err}");
 }
+
+/// Two analyses into one `--out` at once (issue: robustness round 3, case 4: one's
+/// summary.json was left beside the other's tables in 3 of 20 runs, both exiting 0). The
+/// folder is locked by each writer in turn: both succeed, and what is left is one run's
+/// outputs whole: its list names every file there, and summary.json agrees with its tables.
+#[test]
+fn two_analyses_into_one_folder_leave_one_runs_outputs_whole() {
+    let bin = env!("CARGO_BIN_EXE_steptrace");
+    let inputs = [
+        root().join("sample_traces/resnet18"),
+        root().join("sample_traces/gpt_bf16"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    for round in 0..3 {
+        let kids: Vec<_> = inputs
+            .iter()
+            .map(|i| {
+                std::process::Command::new(bin)
+                    .args(["analyze", "-q", "--no-plots", "--out"])
+                    .arg(&out)
+                    .arg(i)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for k in kids {
+            let o = k.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let rows = |f: &str| {
+            std::fs::read_to_string(out.join(f))
+                .unwrap()
+                .lines()
+                .count()
+                - 1
+        };
+        assert_eq!(
+            rows("iterations.csv") as u64,
+            summary["iterations"].as_u64().unwrap(),
+            "round {round}"
+        );
+        assert_eq!(
+            rows("node_stats.csv") as u64,
+            summary["nodes_per_iteration"].as_u64().unwrap(),
+            "round {round}"
+        );
+        let listed: std::collections::BTreeSet<String> =
+            std::fs::read_to_string(out.join(".steptrace-outputs"))
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect();
+        let present: std::collections::BTreeSet<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != ".steptrace-outputs")
+            .collect();
+        assert_eq!(listed, present, "round {round}");
+    }
+}

@@ -438,6 +438,7 @@ mod tests {
     fn reading_thousands_of_ranks_does_not_nest_reads_on_one_stack() {
         use crate::analysis::ranks::RankResult;
         let dir = tempfile::tempdir().unwrap();
+        let folder = crate::report::out_dir::Writer::open(dir.path()).unwrap();
         let n = 1500;
         for rank in 0..n {
             let r = RankResult {
@@ -457,7 +458,7 @@ mod tests {
             };
             write_rank(dir.path(), &r).unwrap();
         }
-        crate::report::rename_parts(dir.path()).unwrap();
+        folder.finish().unwrap();
         let read = read_ranks(&[dir.path().to_path_buf()]).unwrap();
         assert_eq!(read.len(), n as usize);
         assert!(read

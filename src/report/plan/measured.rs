@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::peak_unit;
 use crate::analysis::Analysis;
 use crate::plan::Plan;
-use crate::report::{human_bytes, human_time, io, plot, Error};
+use crate::report::{human_bytes, human_time, plot, Error};
 
 /// A run captured with a plan (`capture --plan` copies the plan.json it applied into the run
 /// directory) beside what the run measured: one point of `sweep --budgets`, one line of
@@ -325,7 +325,7 @@ pub fn write_budget_sweep(
     base: &Analysis,
     runs: &[PlannedRun<'_>],
 ) -> Result<Vec<PathBuf>, Error> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let folder = crate::report::out_dir::Writer::open(dir)?;
     let csv = dir.join("sweep_budgets.csv");
     let opt_f = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.3}"));
     let opt_s = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.9}"));
@@ -434,6 +434,6 @@ pub fn write_budget_sweep(
         ],
     )?;
     files.extend(d.files);
-    crate::report::rename_parts(dir)?;
+    folder.finish()?;
     Ok(files)
 }

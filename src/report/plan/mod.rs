@@ -6,7 +6,7 @@ use crate::file_error::FileError;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::{human_bytes, human_time, io, plot, Error};
+use super::{human_bytes, human_time, plot, Error};
 use crate::plan::Plan;
 
 mod measured;
@@ -99,7 +99,7 @@ fn action_name(a: crate::plan::Action) -> &'static str {
 /// Writes `plan.json`, `plan.csv` and (unless `plots` is false) the two plots into `dir`;
 /// returns the files written.
 pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let folder = super::out_dir::Writer::open(dir)?;
     let mut files = Vec::new();
     let json = dir.join("plan.json");
     let text = serde_json::to_string_pretty(p)
@@ -195,7 +195,7 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
         )?;
         files.extend(d.files);
     }
-    super::rename_parts(dir)?;
+    folder.finish()?;
     Ok(files)
 }
 
