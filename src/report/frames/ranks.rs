@@ -245,19 +245,23 @@ fn read_calls(f: &Frame) -> Result<Vec<crate::analysis::collectives::Call>, Erro
     );
     let (seq, inn, out) = (f.i64s("seq")?, f.i64s("in_nelems")?, f.i64s("out_nelems")?);
     let (start, dur) = (f.i64s("start_ns")?, f.i64s("dur_ns")?);
-    Ok((0..it.len())
-        .map(|i| crate::analysis::collectives::Call {
-            iteration: it[i].clone(),
-            pg: pg[i].clone(),
-            seq: seq[i].unwrap_or(0) as u32,
-            op: op[i].clone(),
-            dtype: dtype[i].clone(),
-            in_nelems: inn[i],
-            out_nelems: out[i],
-            start_ns: start[i].unwrap_or(0),
-            dur_ns: dur[i].unwrap_or(0),
+    (0..it.len())
+        .map(|i| {
+            let s = seq[i].unwrap_or(0);
+            let seq = u32::try_from(s).map_err(|_| out_of_range(&f.path, "seq", s))?;
+            Ok(crate::analysis::collectives::Call {
+                iteration: it[i].clone(),
+                pg: pg[i].clone(),
+                seq,
+                op: op[i].clone(),
+                dtype: dtype[i].clone(),
+                in_nelems: inn[i],
+                out_nelems: out[i],
+                start_ns: start[i].unwrap_or(0),
+                dur_ns: dur[i].unwrap_or(0),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// One rank's results: its summary file at `p` and the files beside it.
@@ -304,11 +308,17 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
     } else {
         Vec::new()
     };
-    Ok(RankResult {
+    let r = RankResult {
         collectives,
         rank,
         trace: s.strs("trace")?.into_iter().next().unwrap_or_default(),
-        iterations: s.i64_first("iterations")? as usize,
+        iterations: {
+            let n = s.i64_first("iterations")?;
+            if !(0..=MaxRows::Iterations as i64).contains(&n) {
+                return Err(out_of_range(p, "iterations", n));
+            }
+            n as usize
+        },
         step_time_s: s.f64_first("step_time_s")?.unwrap_or(0.0),
         step_time_instrumented_s: s.f64_first("step_time_instrumented_s")?.unwrap_or(0.0),
         own_optimizer_step_s: s.f64_first_if_any("own_optimizer_step_s")?,
@@ -345,7 +355,90 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
         },
         peak_allocated_bytes: s.i64s("peak_allocated_bytes")?.first().copied().flatten(),
         nodes,
-    })
+    };
+    check_ranges(p, &r)?;
+    Ok(r)
+}
+
+/// A value of a rank's tables that steptrace never writes (a negative duration or size, a
+/// wrapped count, a time that is not a number): one line naming the file and the column.
+fn out_of_range(p: &Path, column: &str, v: impl std::fmt::Display) -> Error {
+    Error::from(FileError::new(
+        p,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{column} = {v} is out of range"),
+        ),
+    ))
+}
+
+/// Every figure of a rank read back within what [`write_rank`] writes: times finite and not
+/// negative, durations, sizes and counts not negative, shares within 0-100%. The file named is
+/// the table the column is in.
+fn check_ranges(p: &Path, r: &crate::analysis::ranks::RankResult) -> Result<(), Error> {
+    let table = |what: &str| p.with_file_name(format!("rank{}.{what}.parquet", r.rank));
+    let secs = |f: &Path, column: &str, v: f64| {
+        if v.is_finite() && v >= 0.0 {
+            Ok(())
+        } else {
+            Err(out_of_range(f, column, v))
+        }
+    };
+    let count = |f: &Path, column: &str, v: i64| {
+        if v >= 0 {
+            Ok(())
+        } else {
+            Err(out_of_range(f, column, v))
+        }
+    };
+    secs(p, "step_time_s", r.step_time_s)?;
+    secs(p, "step_time_instrumented_s", r.step_time_instrumented_s)?;
+    if let Some(v) = r.own_optimizer_step_s {
+        secs(p, "own_optimizer_step_s", v)?;
+    }
+    let g = &r.gpu;
+    for (column, v) in [
+        ("gpu_span_ns", g.span_ns),
+        ("idle_ns", g.idle_ns),
+        ("compute_ns", g.compute_ns),
+        ("non_compute_ns", g.non_compute_ns),
+        ("communication_ns", g.communication_ns),
+        ("memory_ns", g.memory_ns),
+        ("peak_allocated_bytes", r.peak_allocated_bytes.unwrap_or(0)),
+    ] {
+        count(p, column, v)?;
+    }
+    if let Some(pct) = g.comm_comp_overlap_pct {
+        if !(0.0..=100.0).contains(&pct) {
+            return Err(out_of_range(p, "comm_comp_overlap_pct", pct));
+        }
+    }
+    for &v in &r.step_times_s {
+        secs(&table("iterations"), "step_time_s", v)?;
+    }
+    for (_, gpu, cpu) in &r.nodes {
+        secs(&table("nodes"), "median_run_time_s", *gpu)?;
+        secs(&table("nodes"), "median_cpu_time_s", *cpu)?;
+    }
+    for c in r.collective_overlap.values() {
+        count(
+            &table("collective_overlap"),
+            "communication_ns",
+            c.communication_ns,
+        )?;
+        count(
+            &table("collective_overlap"),
+            "overlapped_ns",
+            c.overlapped_ns,
+        )?;
+    }
+    for c in &r.collectives {
+        let f = table("collectives");
+        count(&f, "dur_ns", c.dur_ns)?;
+        count(&f, "in_nelems", c.in_nelems.unwrap_or(0))?;
+        count(&f, "out_nelems", c.out_nelems.unwrap_or(0))?;
+    }
+    Ok(())
 }
 
 /// Reads back every rank written by [`write_rank`] in `dirs`, in rank order.
@@ -465,5 +558,69 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, r)| r.rank == i as i64 && r.peak_allocated_bytes == Some(i as i64)));
+    }
+
+    /// Merged tables with figures steptrace never writes (a negative wait, a time that is not
+    /// a number, a negative iteration count that wrapped, a share over 100%) are refused with
+    /// one line naming the file and the column, not taken into the ranks table.
+    #[test]
+    fn out_of_range_figures_in_a_ranks_tables_are_refused_naming_file_and_column() {
+        use crate::analysis::ranks::RankResult;
+        let good = RankResult {
+            rank: 0,
+            trace: "t.json".into(),
+            iterations: 2,
+            step_time_s: 0.01,
+            step_time_instrumented_s: 0.02,
+            step_times_s: vec![0.02, 0.02],
+            profiler_cost_s: None,
+            own_optimizer_step_s: None,
+            gpu: Default::default(),
+            collective_overlap: Default::default(),
+            peak_allocated_bytes: Some(1 << 20),
+            nodes: vec![("forward:n".into(), 0.001, 0.002)],
+            collectives: Vec::new(),
+        };
+        type Spoil = fn(&mut RankResult);
+        let cases: [(Spoil, &str, &str); 4] = [
+            (
+                |r| r.gpu.communication_ns = -5,
+                "rank0.summary.parquet",
+                "communication_ns = -5",
+            ),
+            (
+                |r| r.step_times_s[1] = f64::NAN,
+                "rank0.iterations.parquet",
+                "step_time_s = NaN",
+            ),
+            (
+                |r| r.nodes[0].1 = -1.0,
+                "rank0.nodes.parquet",
+                "median_run_time_s = -1",
+            ),
+            (
+                |r| r.gpu.comm_comp_overlap_pct = Some(250.0),
+                "rank0.summary.parquet",
+                "comm_comp_overlap_pct = 250",
+            ),
+        ];
+        for (spoil, file, what) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let folder = crate::report::out_dir::Writer::open(dir.path()).unwrap();
+            let mut r = good.clone();
+            spoil(&mut r);
+            write_rank(dir.path(), &r).unwrap();
+            folder.finish().unwrap();
+            let e = read_ranks(&[dir.path().to_path_buf()])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(file) && e.contains(what), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let folder = crate::report::out_dir::Writer::open(dir.path()).unwrap();
+        write_rank(dir.path(), &good).unwrap();
+        folder.finish().unwrap();
+        assert_eq!(read_ranks(&[dir.path().to_path_buf()]).unwrap().len(), 1);
     }
 }
