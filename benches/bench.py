@@ -74,6 +74,9 @@ def main():
     ap.add_argument("--work", default="/tmp/steptrace-bench")
     ap.add_argument("--big", type=int, default=0)
     ap.add_argument("--snapshot", type=int, default=0)
+    # --merge-ranks N: `steptrace merge` of N ranks' Parquet results (examples/rank_results.rs,
+    # copies of the bundled sample's analysis under N rank numbers).
+    ap.add_argument("--merge-ranks", type=int, default=0)
     # With --snapshot: also Python's pickle.load of the same file (what every other viewer
     # does first) and torch's `_memory_viz trace_plot` (the file torch/cuda/_memory_viz.py of
     # PyTorch, pure Python, given by path: it needs no torch to run), each once.
@@ -216,6 +219,15 @@ def main():
         subprocess.run(["sh", "-c", f"cat {path} > /dev/null"], check=True)
         w, rss = median_of(1, [st, "analyze", "--out", out, "-q", "-j", "2", path])
         rows.append((f"{size:.0f} MB", "steptrace analyze (default) -j2", w, rss, float("nan"), rss / size))
+    if a.merge_ranks:
+        ranks_dir = os.path.join(a.work, f"ranks_{a.merge_ranks}")
+        if not os.path.exists(ranks_dir):
+            subprocess.run(["cargo", "build", "--release", "-q", "--example", "rank_results"], cwd=ROOT, check=True)
+            subprocess.run([os.path.join(ROOT, "target/release/examples/rank_results"), ranks_dir, str(a.merge_ranks)], cwd=ROOT, check=True)
+        size = sum(os.path.getsize(os.path.join(ranks_dir, f)) for f in os.listdir(ranks_dir)) / 1e6
+        out = os.path.join(a.work, "out_merge")
+        w, rss = median_of(a.runs, [st, "merge", ranks_dir, "--out", out])
+        rows.append((f"{size:.0f} MB", f"steptrace merge, {a.merge_ranks} ranks", w, rss, float("nan"), rss / size))
     if a.snapshot:
         snap = os.path.join(a.work, f"snapshot_{a.snapshot}mb.pickle")
         if not os.path.exists(snap):
