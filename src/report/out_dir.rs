@@ -91,7 +91,7 @@ impl Writer {
                 return Err(Error::SymlinkedFolder { path: sub });
             }
         }
-        let lock = lock_folder(dir)?;
+        let lock = lock_folder(dir);
         // Under the lock no other writer is at work here: any part is a killed writer's.
         for p in parts(dir) {
             let _ = std::fs::remove_file(p);
@@ -122,18 +122,20 @@ impl Writer {
     }
 }
 
-/// Opens `dir` and takes an exclusive advisory lock on it, waiting for another writer's.
-fn lock_folder(dir: &Path) -> Result<Option<std::fs::File>, Error> {
+/// Opens `dir` and takes an exclusive advisory lock on it, waiting for another writer's. A
+/// folder whose file system keeps no such locks (some network file systems answer ENOLCK) is
+/// written without one, as before locks were taken: the lock guards against a second writer,
+/// it is not needed to write.
+fn lock_folder(dir: &Path) -> Option<std::fs::File> {
     #[cfg(unix)]
     {
-        let f = std::fs::File::open(dir).map_err(io(dir))?;
-        f.lock().map_err(io(dir))?;
-        Ok(Some(f))
+        let f = std::fs::File::open(dir).ok()?;
+        f.lock().is_ok().then_some(f)
     }
     #[cfg(not(unix))]
     {
         let _ = dir;
-        Ok(None)
+        None
     }
 }
 
