@@ -301,15 +301,33 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
 
 /// The error for a directory with no trace: what it holds, so that the user sees what was
 /// looked at.
-fn no_trace_among(names: &[(String, PathBuf)]) -> String {
+fn no_trace_among(dir: &Path, names: &[(String, PathBuf)]) -> String {
     const SHOWN: usize = 8;
     let mut seen: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).take(SHOWN).collect();
     if names.len() > SHOWN {
         seen.push("…");
     }
     if names.is_empty() {
-        "no Kineto trace (a .json or .json.gz holding traceEvents): the directory has no files"
-            .into()
+        let mut folders: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        folders.sort();
+        if folders.is_empty() {
+            return "no Kineto trace (a .json or .json.gz holding traceEvents): the directory has no files".into();
+        }
+        let n = folders.len();
+        folders.truncate(SHOWN);
+        if n > SHOWN {
+            folders.push("…".into());
+        }
+        format!(
+            "no Kineto trace (a .json or .json.gz holding traceEvents): the directory holds no files, only {n} folder(s): {} (give one of them)",
+            folders.join(", ")
+        )
     } else {
         format!(
             "no Kineto trace (a .json or .json.gz holding traceEvents) among its {} file(s): {}",
@@ -353,7 +371,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         0 => {
             return Err(Error::Discovery {
                 path: dir.to_path_buf(),
-                what: no_trace_among(&names),
+                what: no_trace_among(dir, &names),
             })
         }
         1 => traces[0].clone(),

@@ -46,9 +46,10 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         (None, false) => "unknown GPU",
     };
     o += &format!(
-        "{}: {} iterations ({}), {} nodes per iteration, on {}\n",
+        "{}: {} iteration{} ({}), {} nodes per iteration, on {}\n",
         s.trace,
         s.iterations,
+        if s.iterations == 1 { "" } else { "s" },
         match s.iteration_detection {
             crate::analysis::Detection::ProfilerStep => "ProfilerStep markers",
             crate::analysis::Detection::BackwardCycle => "found from backward passes",
@@ -124,7 +125,19 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             }
         );
     }
-    if cpu_only {
+    if a.node_stats.is_empty() {
+        // An empty table would read as a step that did nothing; say where the operators are.
+        let ops = t
+            .kineto
+            .ops
+            .iter()
+            .filter(|op| op.kind == crate::model::kineto::OpKind::Op)
+            .count();
+        o += &format!(
+            "\nno operator runs inside the profiled iterations ({}): the trace's {ops} operator(s) all lie outside them\n",
+            s.iteration_labels.join(", ")
+        );
+    } else if cpu_only {
         cpu_table(&mut o, a, top);
     } else {
         gpu_table(&mut o, a, top);

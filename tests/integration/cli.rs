@@ -221,7 +221,17 @@ fn directory_without_trace_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let out = steptrace().arg("analyze").arg(dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    one_line_error(&out.stderr, "no Kineto trace");
+    one_line_error(&out.stderr, "the directory has no files");
+    // A folder of folders (HolisticTraceAnalysis's `critical_path` test data): they are named.
+    for sub in ["simple_add", "alexnet"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+    }
+    let out = steptrace().arg("analyze").arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    one_line_error(
+        &out.stderr,
+        "holds no files, only 2 folder(s): alexnet, simple_add (give one of them)",
+    );
 }
 
 #[test]

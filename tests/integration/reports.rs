@@ -556,3 +556,25 @@ fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
         "{row}"
     );
 }
+
+/// A step with no operator inside it (HolisticTraceAnalysis's `cpu_only` test trace: its four
+/// `aten::empty` ops come after `ProfilerStep#551` ends): the console says where the operators
+/// are instead of printing an empty table of nodes.
+#[test]
+fn a_step_with_no_operator_says_so_instead_of_an_empty_table() {
+    let text = r#"{"schemaVersion":1,"deviceProperties":[],"traceEvents":[
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#551","pid":1,"tid":1,"ts":1000,"dur":200},
+{"ph":"X","cat":"cpu_op","name":"aten::empty","pid":1,"tid":1,"ts":1500,"dur":2},
+{"ph":"X","cat":"cpu_op","name":"aten::empty","pid":1,"tid":1,"ts":1510,"dur":1}]}"#;
+    let (_d, out) = crate::common::analyze_text(text);
+    let c = &out.console;
+    assert!(
+        c.contains("1 iteration (ProfilerStep markers), 0 nodes"),
+        "{c}"
+    );
+    assert!(
+        c.contains("no operator runs inside the profiled iterations (ProfilerStep#551): the trace's 2 operator(s) all lie outside them"),
+        "{c}"
+    );
+    assert!(!c.contains("Top 5 nodes by CPU time"), "{c}");
+}
