@@ -377,6 +377,9 @@ fn inflate(
         }
         return Ok((out, cut));
     }
+    if let Some(out) = inflate_whole(raw, expect, limit)? {
+        return Ok((out, false));
+    }
     let hint = inflated_size_hint(raw).min(limit.map_or(usize::MAX, |l| l as usize));
     let mut out: Vec<u8> = Vec::new();
     out.try_reserve_exact(hint.max(PIECE))
@@ -438,6 +441,77 @@ fn inflate(
             return Ok((out, false));
         }
     }
+}
+
+/// The usual gzip trace (torch's `.json.gz`: one member, nothing after it but zero padding)
+/// inflated in one call of libdeflate into a buffer of the size its trailer states (ISIZE,
+/// exact for a member under 4 GiB): 1.4-1.9x zlib-rs's streaming inflate on a 255 MB trace
+/// (docs/performance.md). `None` for anything else (several members, a cut stream, a stated
+/// size that is wrong or past `limit`), which the streaming inflate then reads as before; the
+/// first bytes are checked against `expect` before the whole is inflated.
+fn inflate_whole(
+    raw: &[u8],
+    expect: Expect,
+    limit: Option<u64>,
+) -> Result<Option<Vec<u8>>, InflateError> {
+    let Some(tail) = raw.len().checked_sub(4).and_then(|i| raw.get(i..)) else {
+        return Ok(None);
+    };
+    let stated = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize;
+    // A stated size a trace cannot have (traces compress 5-30:1) is some other layout's.
+    let plausible = stated >= raw.len() / 2 && stated <= raw.len().saturating_mul(64);
+    if !plausible || limit.is_some_and(|l| stated as u64 > l) {
+        return Ok(None);
+    }
+    if expect != Expect::Any {
+        let mut head = Vec::with_capacity(INFLATE_CHECK_BYTES);
+        let _ = flate2::bufread::GzDecoder::new(raw)
+            .take(INFLATE_CHECK_BYTES as u64)
+            .read_to_end(&mut head);
+        if let Some(why) = expect.refuse(&head, head.len() < INFLATE_CHECK_BYTES) {
+            return Err(InflateError::NotExpected(why));
+        }
+    }
+    let Some(mut out) = zeroed(stated) else {
+        return Err(InflateError::OutOfMemory(0));
+    };
+    let Some(used) = libdeflate_gzip(raw, &mut out) else {
+        return Ok(None);
+    };
+    // Only zero bytes may follow the member (padding, as `gzip -d` takes it); another member
+    // is the streaming inflate's.
+    Ok(raw[used..].iter().all(|&b| b == 0).then_some(out))
+}
+
+/// One gzip member at the start of `raw` inflated into `out`, which it must fill exactly:
+/// the input bytes it used, or `None` where it does not inflate so (a bad or cut stream, a
+/// different size), CRC-32 and size checked by libdeflate.
+fn libdeflate_gzip(raw: &[u8], out: &mut [u8]) -> Option<usize> {
+    use libdeflate_sys as ld;
+    // SAFETY: libdeflate_alloc_decompressor takes no arguments and returns an owned
+    // decompressor or null, checked here.
+    let d = unsafe { ld::libdeflate_alloc_decompressor() };
+    if d.is_null() {
+        return None;
+    }
+    let (mut used, mut written) = (0usize, 0usize);
+    // SAFETY: `d` is a live decompressor; `raw` is readable for `raw.len()` bytes and `out`
+    // writable for `out.len()` bytes, and libdeflate reads and writes within those lengths;
+    // `used` and `written` are valid for writes of a size_t each.
+    let r = unsafe {
+        ld::libdeflate_gzip_decompress_ex(
+            d,
+            raw.as_ptr().cast(),
+            raw.len(),
+            out.as_mut_ptr().cast(),
+            out.len(),
+            &mut used,
+            &mut written,
+        )
+    };
+    // SAFETY: `d` came from libdeflate_alloc_decompressor and is freed once, here.
+    unsafe { ld::libdeflate_free_decompressor(d) };
+    (r == ld::libdeflate_result_LIBDEFLATE_SUCCESS && written == out.len()).then_some(used)
 }
 
 /// Inflates the members of a file capture wrote ([`steptrace_formats::gzip_members`]) on every

@@ -283,3 +283,45 @@ fn truncated_stream_yields_prefix() {
     assert!(!out.is_empty());
     assert_eq!(&data[..out.len()], &out[..]);
 }
+
+/// The one-call inflate (libdeflate) takes the usual single-member trace to the same bytes as
+/// the streaming inflate; a file of two members, one whose trailer states another size, or
+/// one with zero padding after its trailer (whose last bytes then state nothing) is left to the
+/// streaming inflate (`None`), so a second member is never dropped, though the first alone
+/// checks out in libdeflate.
+#[test]
+fn one_member_inflates_in_one_call_and_anything_else_streams() {
+    let text = trace_text(3000);
+    let one = gz(&text);
+    let whole = |raw: &[u8]| inflate_whole(raw, Expect::JsonObject, None).unwrap();
+    assert_eq!(whole(&one).as_deref(), Some(&text[..]));
+    let mut padded = one.clone();
+    padded.extend_from_slice(&[0; 512]);
+    assert_eq!(whole(&padded), None);
+    assert_eq!(inflate(&padded, Expect::JsonObject, None).unwrap().0, text);
+    // Two members whose last states the first's size: libdeflate would take the first alone.
+    let mut two = one.clone();
+    two.extend_from_slice(&one);
+    assert_eq!(whole(&two), None);
+    assert_eq!(
+        inflate(&two, Expect::JsonObject, None).unwrap().0,
+        [&text[..], &text[..]].concat()
+    );
+    let mut lying = one.clone();
+    let n = lying.len();
+    lying[n - 4..].copy_from_slice(&((text.len() as u32) + 1).to_le_bytes());
+    assert_eq!(whole(&lying), None);
+    // Not a JSON object: refused on its first bytes, before the whole is inflated.
+    let mut x = 1u32;
+    let noise: Vec<u8> = (0..100_000)
+        .map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (x >> 24) as u8
+        })
+        .collect();
+    let pickle = gz(&[&[0x80u8, 4][..], &noise].concat());
+    assert!(matches!(
+        inflate_whole(&pickle, Expect::JsonObject, None),
+        Err(InflateError::NotExpected(_))
+    ));
+}
