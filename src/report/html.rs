@@ -55,6 +55,10 @@ pub(super) fn page_head(title: &str) -> String {
 
 /// The plots inline (the SVG element, without its XML prolog), each with its name as id.
 fn plots(o: &mut String, svgs: &[(&str, String)]) {
+    // No heading over nothing: a trace with nothing to plot has no plots section.
+    if svgs.is_empty() {
+        return;
+    }
     o.push_str("<h2>Plots</h2>");
     for (name, svg) in svgs {
         let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
@@ -258,8 +262,21 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
     rows
 }
 
-/// The 20 nodes with the most GPU time.
+/// The 20 nodes with the most GPU time; by CPU time in a trace with no GPU time; a sentence
+/// where the iterations hold no node (an empty table would read as a step that did nothing).
 fn top_nodes(o: &mut String, a: &Analysis) {
+    if a.node_stats.is_empty() {
+        o.push_str("<h2>Nodes</h2><p>No operator runs inside the profiled iterations (");
+        o.push_str(&esc(&a.summary.iteration_labels.join(", ")));
+        o.push_str("): the trace's operators all lie outside them.</p>");
+        return;
+    }
+    if a.node_stats
+        .iter()
+        .all(|n| n.median_run_time_s == 0.0 && n.kernels == 0)
+    {
+        return top_nodes_by_cpu(o, a);
+    }
     let mut by_time: Vec<_> = a.node_stats.iter().collect();
     by_time.sort_by(|x, y| {
         y.median_run_time_s
@@ -292,6 +309,29 @@ fn top_nodes(o: &mut String, a: &Analysis) {
                 row.push(n.node_type.as_str().into());
             }
             row
+        }),
+    );
+}
+
+/// The 20 nodes with the most host time, for a trace with no GPU time.
+fn top_nodes_by_cpu(o: &mut String, a: &Analysis) {
+    let mut by_time: Vec<_> = a.node_stats.iter().collect();
+    by_time.sort_by(|x, y| {
+        y.median_cpu_time_s
+            .total_cmp(&x.median_cpu_time_s)
+            .then(x.rank.cmp(&y.rank))
+    });
+    o.push_str("<h2>Top nodes by CPU time</h2><p>The trace has no GPU time.</p>");
+    table(
+        o,
+        &["order", "node", "phase", "CPU time"],
+        by_time.iter().take(20).map(|n| {
+            vec![
+                n.rank.to_string(),
+                n.node_name.clone(),
+                n.gtype.as_str().into(),
+                human_time(n.median_cpu_time_s),
+            ]
         }),
     );
 }

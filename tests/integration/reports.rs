@@ -578,3 +578,33 @@ fn a_step_with_no_operator_says_so_instead_of_an_empty_table() {
     );
     assert!(!c.contains("Top 5 nodes by CPU time"), "{c}");
 }
+
+/// The same step in report.html: a sentence instead of an empty table, no chart of GPU time
+/// where nothing ran on the GPU, and no plots heading over nothing; a CPU-only trace with
+/// nodes gets them by CPU time.
+#[test]
+fn report_html_has_no_empty_table_or_plot_for_a_step_without_gpu_work() {
+    let text = r#"{"schemaVersion":1,"deviceProperties":[],"traceEvents":[
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#551","pid":1,"tid":1,"ts":1000,"dur":200},
+{"ph":"X","cat":"cpu_op","name":"aten::empty","pid":1,"tid":1,"ts":1500,"dur":2}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("trace.json");
+    std::fs::write(&p, text).unwrap();
+    let out = dir.path().join("o");
+    let props = steptrace::AnalyzeProps {
+        input: p.clone(),
+        out: Some(out.clone()),
+        ..Default::default()
+    };
+    steptrace::analyze(&props).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("No operator runs inside the profiled iterations (ProfilerStep#551)"));
+    assert!(!html.contains("<tbody></tbody>") && !html.contains("<h2>Plots</h2>"));
+    assert!(!out.join("plots/node_runtime.png").exists());
+    // Inside the step now: a node by CPU time.
+    std::fs::write(&p, text.replace("\"ts\":1500", "\"ts\":1100")).unwrap();
+    steptrace::analyze(&props).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<h2>Top nodes by CPU time</h2>"), "{html}");
+    assert!(!html.contains("Top nodes by GPU time"));
+}

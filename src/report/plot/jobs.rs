@@ -27,6 +27,8 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
         "memory_vs_rank" | "memory_over_time" | "peak_breakdown" => memory,
         "activations" => !a.liveness.activations.is_empty(),
         "roofline" => a.summary.flops_per_iteration > 0,
+        // GPU time per node: not a chart of zeros where no node ran on the GPU.
+        "node_runtime" => a.node_stats.iter().any(|n| n.median_run_time_s > 0.0),
         _ => true,
     };
     let want = |n: &str| holds(n) && (which.is_empty() || which.iter().any(|w| w == n));
