@@ -71,7 +71,7 @@ fn is_mark(final_path: &Path) -> bool {
 pub struct Writer {
     dir: PathBuf,
     /// The folder, open and locked; the lock goes with it when the writer is dropped (`None`
-    /// where folders cannot be opened as files: off Unix).
+    /// where there is no lock to take: off Unix, or a file system without advisory locks).
     _lock: Option<std::fs::File>,
 }
 
