@@ -310,3 +310,31 @@ fn two_analyses_into_one_folder_leave_one_runs_outputs_whole() {
         assert_eq!(listed, present, "round {round}");
     }
 }
+
+/// Case 9 of robustness round 3: an event name of hundreds of MB (a 300 MB one took 4.4 GB and
+/// wrote two 600 MB files) is cut to its first 64 KiB with one warning; the rest of the trace is
+/// analysed as usual.
+#[test]
+fn a_huge_event_name_is_cut_with_a_warning() {
+    let long = "a".repeat(1 << 20);
+    let text = format!(
+        r#"{{"schemaVersion":1,"deviceProperties":[],"traceEvents":[
+{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,"tid":1,"ts":1000,"dur":500}},
+{{"ph":"X","cat":"cpu_op","name":"{long}","pid":1,"tid":1,"ts":1100,"dur":10}},
+{{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1200,"dur":10}}]}}"#
+    );
+    let (_d, out) = crate::common::analyze_text(&text);
+    assert_eq!(out.diagnostics.count("long_name_cut"), 1);
+    let names: Vec<&str> = out
+        .analysis
+        .node_stats
+        .iter()
+        .map(|n| n.node_name.as_str())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        names.iter().all(|n| n.len() < (64 << 10) + 64),
+        "a name kept whole"
+    );
+    assert!(names.iter().any(|n| n.contains("aten::mm")));
+}

@@ -45,6 +45,12 @@ impl Category {
 /// Local thread key before merging: strings are chunk-local ids.
 pub(super) type LocalThreadKey = (ThreadKey, ThreadKey);
 
+/// The longest event name kept whole (kernel names of deep C++ templates run to a few KB): a
+/// name past it is cut there, with a warning. Every table and output repeats a node's name (a
+/// 300 MB name took 4.4 GB of memory and wrote 600 MB files); the text of a real op name
+/// never comes near this.
+const MAX_NAME_BYTES: usize = 64 << 10;
+
 /// What one chunk yields: tables with chunk-local string and thread ids.
 #[derive(Default)]
 pub(super) struct Partial {
@@ -148,6 +154,25 @@ impl Partial {
     }
 
     fn add_complete(&mut self, ev: &RawEvent<'_>, cat: &str, name: &str, offset: usize) {
+        let cut;
+        let name = if name.len() > MAX_NAME_BYTES {
+            let mut end = MAX_NAME_BYTES;
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.anomalies.push((
+                "long_name_cut",
+                format!(
+                    "an event name of {} bytes at byte {offset}: its first {} KiB kept",
+                    name.len(),
+                    MAX_NAME_BYTES >> 10
+                ),
+            ));
+            cut = format!("{}…", &name[..end]);
+            cut.as_str()
+        } else {
+            name
+        };
         let start = match time_ns(&ev.ts) {
             Ok(t) => t,
             Err(BadTime::Missing) => {
