@@ -2,7 +2,7 @@
 //! truncated gzip streams yielding what they hold.
 
 use crate::file_error::FileError;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::ops::Deref;
 use std::path::Path;
 
@@ -101,20 +101,25 @@ fn regular_file(path: &Path) -> std::io::Result<()> {
 /// The whole file at `path`: mapped when large, read otherwise.
 fn open(path: &Path) -> std::io::Result<Bytes> {
     regular_file(path)?;
-    let file = std::fs::File::open(path)?;
+    bytes_of(&std::fs::File::open(path)?)
+}
+
+/// The whole of an open regular file from its start: mapped when large, read otherwise.
+fn bytes_of(mut file: &std::fs::File) -> std::io::Result<Bytes> {
     let len = file.metadata()?.len();
-    if len >= MAP_AT_LEAST && file.metadata()?.is_file() {
+    if len >= MAP_AT_LEAST {
         // SAFETY: the mapping is read-only and private to this process. What it cannot guard
         // against is another process truncating or rewriting the file while it is mapped:
         // that may show changed bytes (parsed like any other input) or raise SIGBUS for
         // pages past a new end. Traces and snapshots are written once, when a run ends, and
         // analysed afterwards; the speed-up is measured in docs/performance.md.
-        if let Ok(m) = unsafe { memmap2::Mmap::map(&file) } {
+        if let Ok(m) = unsafe { memmap2::Mmap::map(file) } {
             return Ok(Bytes::Mapped(m));
         }
     }
     let mut v = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
-    (&file).read_to_end(&mut v)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    file.read_to_end(&mut v)?;
     Ok(Bytes::Owned(v))
 }
 
@@ -269,11 +274,14 @@ pub fn read_raw(path: &Path) -> std::io::Result<Bytes> {
 /// whole text (the annotated trace): the file itself, or its gzip members inflated as read.
 pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
     regular_file(path)?;
-    let mut file = std::io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?);
-    let gz = is_gzip(std::io::BufRead::fill_buf(&mut file)?);
+    // One open file for the whole: a capture-form file is mapped from it, any other read.
+    let file = std::fs::File::open(path)?;
+    let mut head = [0u8; 2];
+    let n = (&file).read(&mut head)?;
+    let gz = is_gzip(&head[..n]);
     if gz {
         // A file capture wrote: its members inflated a batch at a time on all threads.
-        let raw = open(path)?;
+        let raw = bytes_of(&file)?;
         if let Some((members, _)) = steptrace_formats::gzip_members::members(&raw) {
             return Ok(Box::new(MembersReader {
                 raw,
@@ -284,6 +292,8 @@ pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
             }));
         }
     }
+    (&file).seek(std::io::SeekFrom::Start(0))?;
+    let file = std::io::BufReader::with_capacity(1 << 16, file);
     Ok(if gz {
         Box::new(flate2::bufread::MultiGzDecoder::new(file))
     } else {
@@ -445,7 +455,7 @@ fn inflate(
 
 /// The usual gzip trace (torch's `.json.gz`: one member, nothing after it but zero padding)
 /// inflated in one call of libdeflate into a buffer of the size its trailer states (ISIZE,
-/// exact for a member under 4 GiB): 1.4-1.9x zlib-rs's streaming inflate on a 255 MB trace
+/// exact for a member under 4 GiB): 1.5-1.7x zlib-rs's streaming inflate on a 255 MB trace
 /// (docs/performance.md). `None` for anything else (several members, a cut stream, a stated
 /// size that is wrong or past `limit`), which the streaming inflate then reads as before; the
 /// first bytes are checked against `expect` before the whole is inflated.
@@ -454,13 +464,10 @@ fn inflate_whole(
     expect: Expect,
     limit: Option<u64>,
 ) -> Result<Option<Vec<u8>>, InflateError> {
-    let Some(tail) = raw.len().checked_sub(4).and_then(|i| raw.get(i..)) else {
+    let Some(stated) = stated_size(raw) else {
         return Ok(None);
     };
-    let stated = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize;
-    // A stated size a trace cannot have (traces compress 5-30:1) is some other layout's.
-    let plausible = stated >= raw.len() / 2 && stated <= raw.len().saturating_mul(64);
-    if !plausible || limit.is_some_and(|l| stated as u64 > l) {
+    if limit.is_some_and(|l| stated as u64 > l) {
         return Ok(None);
     }
     if expect != Expect::Any {
@@ -598,15 +605,17 @@ fn zeroed(len: usize) -> Option<Vec<u8>> {
 /// make the field anything, so it is used only when plausible; otherwise traces compress about
 /// 10:1.
 fn inflated_size_hint(raw: &[u8]) -> usize {
-    let fallback = raw.len().saturating_mul(8);
-    let Some(tail) = raw.len().checked_sub(4).and_then(|i| raw.get(i..)) else {
-        return fallback.min(1 << 34);
-    };
-    let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize;
-    let plausible = stored >= raw.len() / 2 && stored <= raw.len().saturating_mul(64);
     // One extra byte so read_to_end's final zero-length probe does not regrow the buffer.
-    let want = if plausible { stored + 1 } else { fallback };
+    let want = stated_size(raw).map_or(raw.len().saturating_mul(8), |s| s + 1);
     want.min(1 << 34)
+}
+
+/// The inflated size the file's last four bytes state (a gzip member's ISIZE), where it is one
+/// a trace can have (traces compress 5-30:1): otherwise they are some other layout's bytes.
+fn stated_size(raw: &[u8]) -> Option<usize> {
+    let tail = raw.get(raw.len().checked_sub(4)?..)?;
+    let stated = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as usize;
+    (stated >= raw.len() / 2 && stated <= raw.len().saturating_mul(64)).then_some(stated)
 }
 
 /// Drops `v` on a helper thread: unmapping a large file or freeing the tables of a large trace
