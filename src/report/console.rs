@@ -154,12 +154,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
 /// The nodes that took the most CPU time, for a trace with no GPU activity.
 fn cpu_table(o: &mut String, a: &Analysis, top: usize) {
     let total: f64 = a.node_stats.iter().map(|n| n.median_cpu_time_s).sum();
-    let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
-    by_time.sort_by(|x, y| {
-        y.median_cpu_time_s
-            .total_cmp(&x.median_cpu_time_s)
-            .then(x.rank.cmp(&y.rank))
-    });
+    let by_time = super::nodes_by_time(&a.node_stats, |n| n.median_cpu_time_s);
     *o += &format!(
         "\nTop {top} nodes by CPU time (median per iteration; the trace has no GPU activity)\n"
     );
@@ -181,12 +176,7 @@ fn cpu_table(o: &mut String, a: &Analysis, top: usize) {
 /// The nodes that took the most GPU time.
 fn gpu_table(o: &mut String, a: &Analysis, top: usize) {
     let total_gpu: f64 = a.node_stats.iter().map(|n| n.median_run_time_s).sum();
-    let mut by_time: Vec<&crate::analysis::NodeStat> = a.node_stats.iter().collect();
-    by_time.sort_by(|x, y| {
-        y.median_run_time_s
-            .total_cmp(&x.median_run_time_s)
-            .then(x.rank.cmp(&y.rank))
-    });
+    let by_time = super::nodes_by_time(&a.node_stats, |n| n.median_run_time_s);
     *o += &format!("\nTop {top} nodes by GPU time (median per iteration)\n");
     *o += &format!(
         "{:>5}  {:<60} {:>10} {:>7} {:>8} {:>11}\n",

@@ -277,12 +277,7 @@ fn top_nodes(o: &mut String, a: &Analysis) {
     {
         return top_nodes_by_cpu(o, a);
     }
-    let mut by_time: Vec<_> = a.node_stats.iter().collect();
-    by_time.sort_by(|x, y| {
-        y.median_run_time_s
-            .total_cmp(&x.median_run_time_s)
-            .then(x.rank.cmp(&y.rank))
-    });
+    let by_time = super::nodes_by_time(&a.node_stats, |n| n.median_run_time_s);
     o.push_str("<h2>Top nodes by GPU time</h2>");
     // Without memory data a peak column would read 0 B on every row.
     let memory = a.summary.peak_allocated_bytes.is_some();
@@ -315,12 +310,7 @@ fn top_nodes(o: &mut String, a: &Analysis) {
 
 /// The 20 nodes with the most host time, for a trace with no GPU time.
 fn top_nodes_by_cpu(o: &mut String, a: &Analysis) {
-    let mut by_time: Vec<_> = a.node_stats.iter().collect();
-    by_time.sort_by(|x, y| {
-        y.median_cpu_time_s
-            .total_cmp(&x.median_cpu_time_s)
-            .then(x.rank.cmp(&y.rank))
-    });
+    let by_time = super::nodes_by_time(&a.node_stats, |n| n.median_cpu_time_s);
     o.push_str("<h2>Top nodes by CPU time</h2><p>The trace has no GPU time.</p>");
     table(
         o,

@@ -109,6 +109,17 @@ pub(crate) fn secs(v: f64) -> String {
     s.strip_suffix('.').unwrap_or(s).to_owned()
 }
 
+/// The nodes by a time of theirs (`time`: GPU or CPU seconds), longest first, ties in
+/// execution order: the console's and report.html's top-node tables.
+pub(crate) fn nodes_by_time(
+    stats: &[crate::analysis::NodeStat],
+    time: impl Fn(&crate::analysis::NodeStat) -> f64,
+) -> Vec<&crate::analysis::NodeStat> {
+    let mut v: Vec<_> = stats.iter().collect();
+    v.sort_by(|x, y| time(y).total_cmp(&time(x)).then(x.rank.cmp(&y.rank)));
+    v
+}
+
 /// The summary with the diagnostics folded in.
 pub fn summary_with_warnings(a: &Analysis, diag: &Diagnostics) -> Summary {
     let mut s = a.summary.clone();
