@@ -118,6 +118,10 @@ pub(crate) struct TimingArgs {
     /// Most seconds timed while the median has not settled (0: no cap).
     #[arg(long, default_value_t = 10)]
     pub(crate) timing_max_s: u32,
+    /// End the program (status 0) this many steps after the window's files are written, for
+    /// a program that would run on for hours (Python programs) [default: it runs to its end].
+    #[arg(long, value_name = "STEPS")]
+    pub(crate) stop_after_window: Option<u32>,
 }
 
 impl TimingArgs {
@@ -199,6 +203,7 @@ impl SweepArgs {
             plan_ab: plan.is_some(),
             plan,
             rerun_short: true,
+            stop_after_window: self.timing.stop_after_window,
             progress: Some(say),
         })
     }
@@ -369,6 +374,7 @@ impl CaptureArgs {
             plan: self.plan.clone(),
             plan_ab: self.plan_ab,
             rerun_short: !self.no_rerun,
+            stop_after_window: self.timing.stop_after_window,
             progress: Some(say),
             timing: self.timing.phase(),
         })

@@ -68,6 +68,11 @@ class _State:
         self.reference_flops = self.reference and os.environ.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        # capture --stop-after-window N: the program is ended N steps after the window's files
+        # are written, for programs that would run on for hours (an epoch of ImageNet).
+        stop = os.environ.get("STEPTRACE_STOP_AFTER_WINDOW", "")
+        self.stop_after_window = int(stop) if stop.strip() else None
+        self.after_steps = 0
         self.suffix = "_rank%d" % self.rank if ("RANK" in os.environ or self.world > 1) else ""
         s = self.schedule
         # Boundary counts (steps) at which the window opens and closes. repeat=0 records
@@ -258,6 +263,8 @@ def _boundary(kind):
         _S.backward_since_step = False
         if _S.after_start_ns is not None and len(_S.after_ns) < _MAX_READINGS:
             _S.after_ns.append(time.perf_counter_ns())
+        _S.after_steps += 1
+        _stop_if_asked()
         return
     if st["boundary"] is None:
         st["boundary"] = kind
@@ -297,6 +304,24 @@ def _boundary(kind):
     elif _S.nvtx_iteration_open:
         _nvtx(pop=True)
         _S.nvtx_iteration_open = False
+    if st["phase"] == "finished":
+        _stop_if_asked()  # --stop-after-window 0: at the step that closed the window
+
+
+def _stop_if_asked():
+    """capture --stop-after-window: ends the program with status 0 once that many steps ran
+    after the window. SystemExit unwinds the program's own loop (its `finally` blocks and exit
+    handlers run, ours writing the status), as when it returns; on every rank at the same
+    step, so that no rank waits in a collective for one that left."""
+    n = _S.stop_after_window
+    if n is None or _S.after_steps < n or _S.status.get("stopped_after_window") is not None:
+        return
+    _S.status["stopped_after_window"] = _S.after_steps
+    _S.status["notes"].append(
+        "ended by capture %d step(s) after the window (--stop-after-window), at step %d"
+        % (_S.after_steps, _S.status["steps"] + _S.after_steps)
+    )
+    raise SystemExit(0)
 
 
 def _untear_if_cpu_only():

@@ -29,6 +29,8 @@ pub const TIMING_STEPS: &str = "STEPTRACE_TIMING_STEPS";
 pub const TIMING_MAX_STEPS: &str = "STEPTRACE_TIMING_MAX_STEPS";
 /// Most seconds the timing phase takes while its median has not settled.
 pub const TIMING_MAX_S: &str = "STEPTRACE_TIMING_MAX_S";
+/// Steps the program runs after the window before the Python shim ends it (status 0).
+pub const STOP_AFTER_WINDOW: &str = "STEPTRACE_STOP_AFTER_WINDOW";
 /// Native programs with no step boundary: seconds after start before a time window opens.
 pub const FALLBACK_S: &str = "STEPTRACE_FALLBACK_S";
 /// Seconds a program may keep running after every shim reported its clean exit, before the

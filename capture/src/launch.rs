@@ -27,6 +27,13 @@ pub(crate) fn run_once(props: &CaptureProps) -> Result<Outcome, Error> {
 
     let argv0 = PathBuf::from(&props.program[0]);
     let mode = props.mode.unwrap_or_else(|| detect_mode(&argv0));
+    if mode == Mode::Native && props.stop_after_window.is_some() {
+        // The C++ shim has no safe way to end a program from inside its step: exit() there
+        // would skip the program's own destructors with CUDA work in flight.
+        return Err(Error::Unsupported(
+            "--stop-after-window: Python programs only (a libtorch program runs to its end)".into(),
+        ));
+    }
     let mut notes = Vec::new();
     let python = props.python.clone().unwrap_or_else(|| {
         if mode == Mode::Python
@@ -173,6 +180,9 @@ fn child_env(
             ),
         ),
     ];
+    if let Some(n) = props.stop_after_window {
+        envs.push((env::STOP_AFTER_WINDOW.into(), n.to_string()));
+    }
     if std::env::var_os(env::TEARDOWN_CUPTI).is_none() {
         envs.push((env::TEARDOWN_CUPTI.into(), "1".into()));
         // The shims take it back in a program that never used the GPU (it hangs at exit).

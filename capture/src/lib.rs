@@ -60,6 +60,9 @@ pub enum Error {
     /// A bad `--schedule`.
     #[error("bad schedule '{0}': expected e.g. skip_first=1,wait=1,warmup=1,active=3,repeat=1")]
     Schedule(String),
+    /// An option this kind of program cannot take.
+    #[error("{0}")]
+    Unsupported(String),
     /// A `--plan` file that is not a plan `steptrace plan` wrote.
     #[error("{}: not a steptrace plan: {what}", path.display())]
     Plan {

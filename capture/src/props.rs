@@ -164,6 +164,9 @@ pub struct CaptureProps {
     /// A program that ran steps but ended before the window (a short program) is run once
     /// more with a window fitted to the steps it has ([`crate::run`]).
     pub rerun_short: bool,
+    /// End the program (Python) this many steps after the window's files are written, for a
+    /// program that would run on for hours; `None`: it runs to its own end.
+    pub stop_after_window: Option<u32>,
     /// Told what capture is doing before a long wait of its own (building the C++ shim).
     pub progress: Option<fn(&str)>,
 }

@@ -134,6 +134,7 @@ fn props() -> CaptureProps {
         plan: None,
         plan_ab: false,
         rerun_short: true,
+        stop_after_window: None,
         progress: None,
     }
 }

@@ -1346,3 +1346,56 @@ fn a_budget_sweep_whose_planned_captures_write_no_trace_still_writes_its_table()
     assert!(out.join("budget_90pct_again").is_dir(), "{err}");
     assert!(out.join("sweep_budgets.csv").is_file(), "{err}");
 }
+
+/// `capture --stop-after-window N` (a program that would run on for hours, ImageNet's epoch):
+/// the Python shim ends the program with status 0 at the Nth step after the window, by a
+/// SystemExit that unwinds the program's own loop, and says so in a note; the steps before it
+/// run as written. Driven through the shim's own functions with a stand-in torch.
+#[test]
+fn stop_after_window_ends_a_python_program_that_many_steps_after_the_window() {
+    let v = drive_python_shim(&format!(
+        r#"{STAND_IN_TORCH}
+m._S.stop_after_window = 3
+m._finish_hooks()                 # the window is written: the rest of the run is the program's
+ran, code = 0, None
+try:
+    for step in range(100):
+        m._S.backward_since_step = True
+        m._boundary("optimizer_step")
+        ran += 1
+except SystemExit as e:
+    code = e.code
+st = m._S.status
+print(json.dumps({{"ran": ran, "code": code, "stopped": st.get("stopped_after_window"),
+                  "notes": st["notes"]}}))
+"#
+    ));
+    // Two steps return to the program; the third's boundary ends it.
+    assert_eq!(v["ran"], 2, "{v}");
+    assert_eq!(v["code"], 0, "{v}");
+    assert_eq!(v["stopped"], 3, "{v}");
+    assert!(
+        v["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("3 step(s) after the window"),
+        "{v}"
+    );
+}
+
+/// A native program cannot be ended from inside its step: `--stop-after-window` there is one
+/// line and exit 2, before anything runs.
+#[test]
+fn stop_after_window_is_refused_for_a_native_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(bin())
+        .args(["capture", "--mode", "native", "--stop-after-window", "1", "--out"])
+        .arg(dir.path().join("run"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("Python programs only"), "{err}");
+}
