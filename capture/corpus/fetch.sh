@@ -29,7 +29,7 @@ for f in cpp/mnist/mnist.cpp cpp/mnist/CMakeLists.txt cpp/dcgan/dcgan.cpp cpp/dc
          word_language_model/data/wikitext-2/test.txt \
          distributed/ddp-tutorial-series/multigpu_torchrun.py distributed/ddp-tutorial-series/datautils.py \
          distributed/FSDP2/example.py distributed/FSDP2/model.py distributed/FSDP2/utils.py \
-         distributed/FSDP2/checkpoint.py time_sequence_prediction/train.py; do
+         distributed/FSDP2/checkpoint.py time_sequence_prediction/train.py imagenet/main.py; do
   take "$EXAMPLES_GIT" $EXAMPLES_COMMIT "$f" "examples/$f"
 done
 for f in bench.py train.py model.py configurator.py; do
