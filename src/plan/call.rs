@@ -84,6 +84,10 @@ pub(super) struct Ctx<'a> {
     pub(super) eval_fns: &'a EvalFns,
     /// Forward ops with a sequence number, with their module, by start.
     pub(super) fwd_seq_ops: &'a [FwdSeqOp],
+    /// Parameters' casts autocast keeps until the forward pass ends ([`super::autocast`]).
+    pub(super) autocast: &'a rustc_hash::FxHashSet<usize>,
+    /// Starts of the backward nodes, sorted.
+    pub(super) bwd_starts: &'a [i64],
     pub(super) cpu_scale: f64,
     pub(super) htod: f64,
     pub(super) dtoh: f64,
@@ -213,6 +217,14 @@ fn dropped_blocks(
                     (fw_last.max(b.alloc), bw_first)
                 }
                 None => (fe.max(b.alloc), t0),
+            };
+            // A parameter's cast lives in autocast's cache until the region exits: at the
+            // end of this call's forward pass, before its micro-batch's backward starts.
+            let fw_free = if cx.autocast.contains(&bi) {
+                let i = cx.bwd_starts.partition_point(|&s| s <= fe);
+                cx.bwd_starts.get(i).map_or(fw_free, |&s| fw_free.max(s - 1))
+            } else {
+                fw_free
             };
             if fw_free >= t0 {
                 continue;

@@ -132,6 +132,8 @@ pub(super) fn build_candidates(
         }
     }
     let (eval_fns, fwd_seq_ops) = autograd_ops(t);
+    let autocast = super::autocast::autocast_copies(t, step, mem, ids, &made_by);
+    let bwd_starts = super::autocast::backward_starts(t, step);
     let cx = Ctx {
         t,
         step,
@@ -140,6 +142,8 @@ pub(super) fn build_candidates(
         made_by: &made_by,
         eval_fns: &eval_fns,
         fwd_seq_ops: &fwd_seq_ops,
+        autocast: &autocast,
+        bwd_starts: &bwd_starts,
         cpu_scale,
         htod,
         dtoh,

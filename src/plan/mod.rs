@@ -26,6 +26,7 @@
 //! change; `search`: the evaluator and the greedy search; `sim`: one iteration's memory with a
 //! plan's events added.
 
+mod autocast;
 mod build;
 mod call;
 mod candidates;

@@ -436,6 +436,7 @@ fn issue20_plan_writes_its_files_and_compare_sets_prediction_beside_measurement(
             "plan.json",
             "plan_budget_curve.png",
             "plan_budget_curve.svg",
+            "plan_memory_timeline.csv",
             "plan_memory_timeline.png",
             "plan_memory_timeline.svg"
         ]

@@ -140,6 +140,30 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
     )?;
     files.push(csv);
 
+    // The timeline plot's data, also without plots: where the predicted peak sits, point by
+    // point, to set beside a planned run's own memory_timeline.csv.
+    if let Some(tl) = &p.timeline {
+        let path = dir.join("plan_memory_timeline.csv");
+        let rows: Vec<(&str, &(f64, f64))> = tl
+            .measured
+            .iter()
+            .map(|pt| ("measured", pt))
+            .chain(tl.planned.iter().map(|pt| ("with_plan", pt)))
+            .collect();
+        super::write_table(
+            &path,
+            &["series", "ms_from_iteration_start", "allocated_mib"],
+            &rows,
+            |r, (series, (ms, mib))| {
+                r.text(series)
+                    .text(&format!("{ms:.6}"))
+                    .text(&format!("{mib:.6}"))
+                    .end();
+            },
+        )?;
+        files.push(path);
+    }
+
     if plots {
         if let Some(tl) = &p.timeline {
             let d = plot::write_xy(
