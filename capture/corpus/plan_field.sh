@@ -15,6 +15,8 @@
 #   nanogpt    karpathy/nanoGPT bench.py (GPT-2 124M, bf16, 12 x 1024)
 #   imagenet   pytorch/examples imagenet/main.py --dummy, torchvision ResNet-50, batch 64, fp32
 #              (20,000 steps an epoch: ended 20 steps after the window, --stop-after-window)
+#   bottleneck capture/corpus/bottleneck_cost.py: ResNet-50 with every Bottleneck checkpointed,
+#              uninstrumented (on nanoGPT's GPU once its sweep is done)
 # STEPTRACE_REFERENCE=1: each run's manifest carries torch.cuda.max_memory_allocated per step.
 # Outputs: $OUT/NAME.tar.gz (the capture without a plan whole; of each planned run its plan,
 # manifest, shim status and memory snapshot; the sweep's table and plans) and the consoles.
@@ -25,6 +27,10 @@ corpus_scratch /tmp/planfield
 export PYTHONUNBUFFERED=1 STEPTRACE_REFERENCE=1 STEPTRACE_REFERENCE_FLOPS=0
 mkdir -p $W/fw && cp capture/corpus/programs/*.py $W/fw/
 cp -r .corpus/src/examples/imagenet $W/
+# Lightning's demo reads fw/data/wikitext-2.txt (with none it tries to download it): the
+# stand-in make_data.py writes, word_language_model's valid and test text.
+WT=.corpus/src/examples/word_language_model/data/wikitext-2
+mkdir -p $W/fw/data && cat $WT/valid.txt $WT/test.txt >$W/fw/data/wikitext-2.txt
 BUDGETS=${BUDGETS:-90%,smallest,every-block}
 TIMING=(--timing-steps 20 --timing-max-steps 40 --timing-max-s 20)
 nvidia-smi -L
@@ -48,9 +54,15 @@ sweep lightning 1 $W/fw "${TIMING[@]}" --stop-after-window 10 -- \
 # bench.py runs 30 steps in all: 4 steps each way (16 in pairs) after the 5 settling ones.
 sweep nanogpt 2 $W/nanoGPT --timing-steps 4 --timing-max-steps 4 -- \
   python3 bench.py --real_data=False --compile=False
+# What checkpointing every Bottleneck costs ResNet-50 uninstrumented (after nanoGPT, its GPU).
+if want bottleneck; then
+  (while pgrep -f "out $W/nanogpt" >/dev/null; do sleep 2; done
+   CUDA_VISIBLE_DEVICES=2 timeout 300 python3 capture/corpus/bottleneck_cost.py >$OUT/bottleneck_cost.jsonl 2>$W/bottleneck.err) &
+fi
 sweep imagenet 3 $W/imagenet "${TIMING[@]}" --stop-after-window 20 -- \
   python3 main.py -a resnet50 --dummy -b 64 -j 8 -p 20 --epochs 1
 wait
+cat $OUT/bottleneck_cost.jsonl 2>/dev/null; tail -n 3 $W/bottleneck.err 2>/dev/null
 
 cd $W
 for n in hf_small lightning nanogpt imagenet; do
@@ -61,7 +73,10 @@ for n in hf_small lightning nanogpt imagenet; do
     python3 -c "import json,sys; m=json.load(open(sys.argv[1])); r=m['ranks'][0]; v=[x for x in (r.get('reference') or {}).get('window_step_peaks_bytes',[]) if x]; print(sys.argv[1], 'max_memory_allocated', max(v) if v else None, 'step', m.get('step_time_s'), 'exit', m['exit']['code'])" $m
   done
   cp $n.out $n.err $n/ 2>/dev/null
-  tar czf $OUT/$n.tar.gz --exclude='*.png' --exclude='*.svg' --exclude='budget_*/trace*.json*' \
-    --exclude='budget_*/exec_trace*' --exclude='budget_*/memory_timeline_torch*' $n
+  # The planned runs' traces of the programs whose step times are studied (KEEP_TRACES).
+  keep=" ${KEEP_TRACES:-imagenet lightning} "
+  ex=(--exclude='budget_*/exec_trace*' --exclude='budget_*/memory_timeline_torch*')
+  [[ "$keep" == *" $n "* ]] || ex+=(--exclude='budget_*/trace*.json*')
+  tar czf $OUT/$n.tar.gz --exclude='*.png' --exclude='*.svg' "${ex[@]}" $n
 done
 ls -la $OUT
