@@ -56,7 +56,9 @@ fn exit_code(err: &anyhow::Error) -> u8 {
         Some(steptrace::Error::Input(_)) => 2,
         // A budget that is not a size, or a module the run does not have: bad usage.
         Some(steptrace::Error::Plan(
-            steptrace::plan::Error::BadBudget(_) | steptrace::plan::Error::UnknownModule { .. },
+            steptrace::plan::Error::BadBudget(_)
+            | steptrace::plan::Error::UnknownModule { .. }
+            | steptrace::plan::Error::AmbiguousModule { .. },
         )) => 2,
         // `--out` naming a file, or a folder that is a link: bad usage, as README says.
         Some(steptrace::Error::Output(

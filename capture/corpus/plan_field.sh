@@ -15,8 +15,6 @@
 #   nanogpt    karpathy/nanoGPT bench.py (GPT-2 124M, bf16, 12 x 1024)
 #   imagenet   pytorch/examples imagenet/main.py --dummy, torchvision ResNet-50, batch 64, fp32
 #              (20,000 steps an epoch: ended 20 steps after the window, --stop-after-window)
-#   bottleneck capture/corpus/bottleneck_cost.py: ResNet-50 with every Bottleneck checkpointed,
-#              uninstrumented (on nanoGPT's GPU once its sweep is done)
 # STEPTRACE_REFERENCE=1: each run's manifest carries torch.cuda.max_memory_allocated per step.
 # Outputs: $OUT/NAME.tar.gz (the capture without a plan whole; of each planned run its plan,
 # manifest, shim status and memory snapshot; the sweep's table and plans) and the consoles.
@@ -55,15 +53,9 @@ sweep lightning 1 $W/fw "${TIMING[@]}" --stop-after-window 10 -- \
 # bench.py runs 30 steps in all: 4 steps each way (16 in pairs) after the 5 settling ones.
 sweep nanogpt 2 $W/nanoGPT --timing-steps 4 --timing-max-steps 4 -- \
   python3 bench.py --real_data=False --compile=False
-# What checkpointing every Bottleneck costs ResNet-50 uninstrumented (after nanoGPT, its GPU).
-if want bottleneck; then
-  (while pgrep -f "out $W/nanogpt" >/dev/null; do sleep 2; done
-   CUDA_VISIBLE_DEVICES=2 timeout 300 python3 capture/corpus/bottleneck_cost.py >$OUT/bottleneck_cost.jsonl 2>$W/bottleneck.err) &
-fi
 sweep imagenet 3 $W/imagenet "${TIMING[@]}" --stop-after-window 20 -- \
   python3 main.py -a resnet50 --dummy -b 64 -j 8 -p 20 --epochs 1
 wait
-cat $OUT/bottleneck_cost.jsonl 2>/dev/null; tail -n 3 $W/bottleneck.err 2>/dev/null
 
 cd $W
 for n in hf_small lightning nanogpt imagenet; do

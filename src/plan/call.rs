@@ -222,7 +222,9 @@ fn dropped_blocks(
             // end of this call's forward pass, before its micro-batch's backward starts.
             let fw_free = if cx.autocast.contains(&bi) {
                 let i = cx.bwd_starts.partition_point(|&s| s <= fe);
-                cx.bwd_starts.get(i).map_or(fw_free, |&s| fw_free.max(s - 1))
+                cx.bwd_starts
+                    .get(i)
+                    .map_or(fw_free, |&s| fw_free.max(s - 1))
             } else {
                 fw_free
             };

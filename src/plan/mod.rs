@@ -67,6 +67,16 @@ pub enum Error {
         /// Some of the run's module names.
         known: String,
     },
+    /// An instance name that several modules of the run have (two classes of one name).
+    #[error(
+        "module `{name}` is ambiguous: it names {modules}; give the path or the qualified name"
+    )]
+    AmbiguousModule {
+        /// The name given.
+        name: String,
+        /// The modules it names: path (qualified name).
+        modules: String,
+    },
     /// The budget is below what parameters and optimizer state alone hold.
     #[error(
         "a budget of {} is below the {} that parameters and optimizer state alone hold: no plan of recomputation or swapping can meet it",

@@ -196,9 +196,31 @@ pub(super) fn explicit(
             Some((m, "recompute")) => (m, Action::Recompute),
             _ => (n.as_str(), Action::Recompute),
         };
-        let i = cands
-            .iter()
-            .position(|c| c.instance == name || c.path == name || c.fqn.as_deref() == Some(name))
+        let matches: Vec<usize> = (0..cands.len())
+            .filter(|&i| {
+                let c = &cands[i];
+                c.instance == name || c.path == name || c.fqn.as_deref() == Some(name)
+            })
+            .collect();
+        // Two classes of one name are numbered apart by the profiler (Lightning's demo
+        // `Transformer` and the `nn.Transformer` inside it are both `Transformer_0`): an
+        // instance name that stands for several modules is refused, not taken as the first.
+        if matches.len() > 1 {
+            return Err(Error::AmbiguousModule {
+                name: name.to_owned(),
+                modules: matches
+                    .iter()
+                    .map(|&i| match &cands[i].fqn {
+                        Some(f) => format!("{} ({f})", cands[i].path),
+                        None => cands[i].path.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let i = matches
+            .first()
+            .copied()
             .ok_or_else(|| Error::UnknownModule {
                 name: name.to_owned(),
                 known: {

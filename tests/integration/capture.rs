@@ -1389,7 +1389,14 @@ print(json.dumps({{"ran": ran, "code": code, "stopped": st.get("stopped_after_wi
 fn stop_after_window_is_refused_for_a_native_program() {
     let dir = tempfile::tempdir().unwrap();
     let o = Command::new(bin())
-        .args(["capture", "--mode", "native", "--stop-after-window", "1", "--out"])
+        .args([
+            "capture",
+            "--mode",
+            "native",
+            "--stop-after-window",
+            "1",
+            "--out",
+        ])
         .arg(dir.path().join("run"))
         .args(["--", "true"])
         .output()

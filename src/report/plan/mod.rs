@@ -152,10 +152,16 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
             .collect();
         super::write_table(
             &path,
-            &["series", "ms_from_iteration_start", "allocated_mib"],
+            &[
+                "iteration",
+                "series",
+                "ms_from_iteration_start",
+                "allocated_mib",
+            ],
             &rows,
             |r, (series, (ms, mib))| {
-                r.text(series)
+                r.text(&tl.iteration)
+                    .text(series)
                     .text(&format!("{ms:.6}"))
                     .text(&format!("{mib:.6}"))
                     .end();
