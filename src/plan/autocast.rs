@@ -10,7 +10,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::analysis::liveness::Identities;
+use crate::analysis::liveness::{enclosing_node, Identities};
 use crate::analysis::memory::Memory;
 use crate::analysis::step::{Phase, Step};
 use crate::model::{OpId, Trace};
@@ -50,11 +50,7 @@ pub(super) fn autocast_copies(
         let Some(e) = op.rf_id.and_then(|r| by_rf.get(&r)).map(|&i| &et.nodes[i]) else {
             continue;
         };
-        let o = OpId(oi as u32);
-        let Some(&ni) = std::iter::once(o)
-            .chain(t.ancestors(o))
-            .find_map(|a| node_of_op.get(&a))
-        else {
+        let Some(ni) = enclosing_node(t, &node_of_op, OpId(oi as u32)) else {
             continue;
         };
         let from_before = !e.inputs.is_empty()

@@ -17,6 +17,17 @@ pub(crate) struct EtUses {
     pub(crate) writes: Vec<Vec<(i64, i64)>>, // (storage, bytes) in order
 }
 
+/// The node an op belongs to: itself, or its nearest ancestor that is one (`node_of_op`).
+pub(crate) fn enclosing_node(
+    t: &Trace,
+    node_of_op: &FxHashMap<OpId, usize>,
+    o: OpId,
+) -> Option<usize> {
+    std::iter::once(o)
+        .chain(t.ancestors(o))
+        .find_map(|a| node_of_op.get(&a).copied())
+}
+
 pub(super) fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
     let et = t.exec_trace.as_ref()?;
     let by_rf: FxHashMap<i64, &ExecNode> = et
@@ -37,10 +48,7 @@ pub(super) fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
         };
         joined += 1;
         let o = OpId(oi as u32);
-        let Some(&ni) = std::iter::once(o)
-            .chain(t.ancestors(o))
-            .find_map(|a| node_of_op.get(&a))
-        else {
+        let Some(ni) = enclosing_node(t, &node_of_op, o) else {
             continue;
         };
         for x in &e.inputs {

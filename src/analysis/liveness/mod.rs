@@ -15,7 +15,7 @@ mod bandwidth;
 mod identities;
 
 use bandwidth::swap_bandwidth;
-pub(crate) use identities::{identities, EtUses, Identities};
+pub(crate) use identities::{enclosing_node, identities, EtUses, Identities};
 
 use std::collections::{BTreeMap, BTreeSet};
 
