@@ -484,3 +484,29 @@ fn a_json_file_given_as_the_snapshot_is_said_to_be_json() {
         "manifest.json: not a memory snapshot pickle: it starts with '{'",
     );
 }
+
+/// A budget the plan cannot reach says by how much, in figures that tell them apart: at one
+/// decimal of GiB the 80% budget (1,675 MiB) and the least the Trainer's plan reaches
+/// (1,730 MiB) both read "1.7 GiB".
+#[test]
+fn an_unreachable_budget_names_it_and_the_smallest_reached_to_a_tenth_of_a_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = steptrace()
+        .args([
+            "plan",
+            "sample_traces/plan/hf_trainer_small",
+            "--budget",
+            "80%",
+        ])
+        .args(["--no-plots", "--out"])
+        .arg(dir.path().join("p"))
+        .current_dir(crate::common::root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("over the budget of 1675.4 MiB, 80.0% of the peak; the smallest this order reaches is 1729.7 MiB, 82.6%"),
+        "{text}"
+    );
+}
