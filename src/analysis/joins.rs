@@ -135,18 +135,15 @@ pub(super) fn snapshot_join(t: &Trace, step: &Step, diag: &mut Diagnostics) -> S
 
 pub(super) fn exec_trace_join(t: &Trace) -> Option<ExecTraceJoin> {
     let et = t.exec_trace.as_ref()?;
-    let mut by_rf: rustc_hash::FxHashMap<i64, &str> = rustc_hash::FxHashMap::default();
-    for n in &et.nodes {
-        if let Some(rf) = n.rf_id {
-            by_rf.insert(rf, et.strings.resolve(n.name));
-        }
-    }
     let mut with = 0;
     let mut matched = 0;
     for o in &t.kineto.ops {
         if let Some(rf) = o.rf_id {
             with += 1;
-            if by_rf.get(&rf).is_some_and(|n| *n == t.kineto.str(o.name)) {
+            if et
+                .node_by_rf(rf)
+                .is_some_and(|n| et.strings.resolve(n.name) == t.kineto.str(o.name))
+            {
                 matched += 1;
             }
         }

@@ -105,11 +105,17 @@ pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<ExecTrace, Error> {
             outputs,
         });
     }
+    let by_rf = nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| Some((n.rf_id?, i as u32)))
+        .collect();
     Ok(ExecTrace {
         path: path.to_path_buf(),
         schema: raw.schema.unwrap_or_default(),
         strings,
         nodes,
+        by_rf,
     })
 }
 

@@ -30,12 +30,10 @@ pub(super) fn autocast_copies(
     let (Some(ids), Some(et)) = (ids, t.exec_trace.as_ref()) else {
         return out;
     };
-    let by_rf: FxHashMap<i64, usize> = et
-        .nodes
-        .iter()
-        .enumerate()
-        .filter_map(|(i, n)| Some((n.rf_id?, i)))
-        .collect();
+    // Names are interned: one lookup, then a comparison of ids per op.
+    let Some(to_copy) = t.kineto.strings.get("aten::_to_copy") else {
+        return out;
+    };
     let node_of_op: FxHashMap<OpId, usize> = step
         .nodes
         .iter()
@@ -44,10 +42,10 @@ pub(super) fn autocast_copies(
         .map(|(i, n)| (n.op, i))
         .collect();
     for (oi, op) in t.kineto.ops.iter().enumerate() {
-        if t.kineto.str(op.name) != "aten::_to_copy" {
+        if op.name != to_copy {
             continue;
         }
-        let Some(e) = op.rf_id.and_then(|r| by_rf.get(&r)).map(|&i| &et.nodes[i]) else {
+        let Some(e) = op.rf_id.and_then(|r| et.node_by_rf(r)) else {
             continue;
         };
         let Some(ni) = enclosing_node(t, &node_of_op, OpId(oi as u32)) else {

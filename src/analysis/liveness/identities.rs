@@ -7,7 +7,6 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::analysis::memory::Memory;
 use crate::analysis::step::Step;
-use crate::model::exec_trace::ExecNode;
 use crate::model::{OpId, Trace};
 
 /// Storages each node instance reads and writes, from the Execution Trace.
@@ -30,11 +29,6 @@ pub(crate) fn enclosing_node(
 
 pub(super) fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
     let et = t.exec_trace.as_ref()?;
-    let by_rf: FxHashMap<i64, &ExecNode> = et
-        .nodes
-        .iter()
-        .filter_map(|n| Some((n.rf_id?, n)))
-        .collect();
     let mut node_of_op: FxHashMap<OpId, usize> = FxHashMap::default();
     for (i, n) in step.nodes.iter().enumerate() {
         node_of_op.insert(n.op, i);
@@ -43,7 +37,7 @@ pub(super) fn et_uses(t: &Trace, step: &Step) -> Option<EtUses> {
     let mut writes: Vec<Vec<(i64, i64)>> = vec![Vec::new(); step.nodes.len()];
     let mut joined = 0usize;
     for (oi, op) in t.kineto.ops.iter().enumerate() {
-        let Some(e) = op.rf_id.and_then(|r| by_rf.get(&r)) else {
+        let Some(e) = op.rf_id.and_then(|r| et.node_by_rf(r)) else {
             continue;
         };
         joined += 1;

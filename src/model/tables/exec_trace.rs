@@ -55,4 +55,14 @@ pub struct ExecTrace {
     pub strings: Interner,
     /// Nodes in file order.
     pub nodes: Vec<ExecNode>,
+    /// Index into `nodes` by record function id (the last node of an id, where several
+    /// share one): what the joins to Kineto's ops look nodes up by.
+    pub by_rf: rustc_hash::FxHashMap<i64, u32>,
+}
+
+impl ExecTrace {
+    /// The node recorded for a Kineto op's record function id.
+    pub fn node_by_rf(&self, rf: i64) -> Option<&ExecNode> {
+        self.by_rf.get(&rf).map(|&i| &self.nodes[i as usize])
+    }
 }
