@@ -1181,30 +1181,13 @@ def _plan_probe(torch):
             return x
         return f
 
-    # The same with batch_norm+relu pairs: ops that save many tensors each (batch norm: input,
-    # weight, running stats, saved mean and inverse std), to tell a checkpoint's cost per saved
-    # tensor from its cost per op (medians_s only, for now: `norm_*` keys).
-    bn = [(torch.ones(d, device=dev, requires_grad=True), torch.zeros(d, device=dev, requires_grad=True),
-           torch.zeros(d, device=dev), torch.ones(d, device=dev)) for _ in range(12)]
-
-    def norm_chain(n):
-        def f(x):
-            for w, b, rm, rv in bn[:n]:
-                x = F.relu(F.batch_norm(x, rm, rv, w, b, training=True))
-            return x
-        return f
-
     params = lambda: iter(ws)  # noqa: E731 - what a module's parameters() would give
-    norm_params = lambda: iter([p for w, b, _, _ in bn for p in (w, b)])  # noqa: E731
     fns = {}
     for n in lengths:
         f = chain(n)
         fns[("plain", n)] = f
         fns[("recompute", n)] = _planned_forward(torch, f, "recompute", params)
         fns[("swap", n)] = _planned_forward(torch, f, "swap", params)
-        g = norm_chain(n)
-        fns[("norm_plain", n)] = g
-        fns[("norm_recompute", n)] = _planned_forward(torch, g, "recompute", norm_params)
 
     def step(f):
         y = f(F.linear(x0, w_in))
@@ -1217,7 +1200,6 @@ def _plan_probe(torch):
 
     bodies = [(k, step, f) for k, f in sorted(fns.items())]
     bodies += [(("forward", n), forward_only, fns[("plain", n)]) for n in lengths]
-    bodies += [(("norm_forward", n), forward_only, fns[("norm_plain", n)]) for n in lengths]
     reps, rounds = 8, 7
     times = {k: [] for k, _, _ in bodies}
     was_on = _S.plan_on
@@ -1234,7 +1216,7 @@ def _plan_probe(torch):
                     times[k].append((time.perf_counter_ns() - t0) * 1e-9 / reps)
     finally:
         _S.plan_on = was_on
-        for w in [w_in] + ws + [p for w, b, _, _ in bn for p in (w, b)]:
+        for w in [w_in] + ws:
             w.grad = None
     med = {k: _median(v) for k, v in times.items()}
     (rec_call, rec_op), (swap_call, swap_op) = _probe_fit(med, lengths)
