@@ -441,6 +441,21 @@ fn issue20_plan_writes_its_files_and_compare_sets_prediction_beside_measurement(
             "plan_memory_timeline.svg"
         ]
     );
+    // The timeline's data: its highest point with the plan is the predicted peak and without
+    // it the measured one (the plan's own figures; MiB to six decimals).
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("plan.json")).unwrap()).unwrap();
+    let csv = std::fs::read_to_string(out.join("plan_memory_timeline.csv")).unwrap();
+    let top = |series: &str| {
+        csv.lines()
+            .skip(1)
+            .filter(|l| l.split(',').nth(1) == Some(series))
+            .map(|l| l.rsplit(',').next().unwrap().parse::<f64>().unwrap())
+            .fold(f64::MIN, f64::max)
+    };
+    let mib = |k: &str| plan[k].as_f64().unwrap() / (1u64 << 20) as f64;
+    assert!((top("with_plan") - mib("predicted_peak_bytes")).abs() < 1e-5, "{csv:.300}");
+    assert!((top("measured") - mib("measured_peak_bytes")).abs() < 1e-5, "{csv:.300}");
     std::fs::copy(out.join("plan.json"), run.join("plan.json")).unwrap();
     let o = steptrace()
         .args([
