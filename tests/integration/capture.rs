@@ -1372,6 +1372,29 @@ print(json.dumps({{"ran": ran, "code": code, "stopped": st.get("stopped_after_wi
     ));
     // Two steps return to the program; the third's boundary ends it.
     assert_eq!(v["ran"], 2, "{v}");
+    // 0: at the step that closes the window, once its files are written.
+    let w = drive_python_shim(&format!(
+        r#"{STAND_IN_TORCH}
+m._S.stop_after_window = 0
+m._S.timing_started = True
+m._S.pstep = m._S.active_start + 1
+m._S.window_end = m._S.pstep + 1
+st = m._S.status
+st["phase"] = "window"
+code = None
+try:
+    m._S.backward_since_step = True
+    m._boundary("optimizer_step")
+except SystemExit as e:
+    code = e.code
+print(json.dumps({{"code": code, "phase": st["phase"], "complete": st["window_complete"],
+                  "stopped": st.get("stopped_after_window")}}))
+"#
+    ));
+    assert_eq!(w["code"], 0, "{w}");
+    assert_eq!(w["phase"], "finished", "{w}");
+    assert_eq!(w["complete"], true, "{w}");
+    assert_eq!(w["stopped"], 0, "{w}");
     assert_eq!(v["code"], 0, "{v}");
     assert_eq!(v["stopped"], 3, "{v}");
     assert!(

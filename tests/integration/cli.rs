@@ -454,8 +454,14 @@ fn issue20_plan_writes_its_files_and_compare_sets_prediction_beside_measurement(
             .fold(f64::MIN, f64::max)
     };
     let mib = |k: &str| plan[k].as_f64().unwrap() / (1u64 << 20) as f64;
-    assert!((top("with_plan") - mib("predicted_peak_bytes")).abs() < 1e-5, "{csv:.300}");
-    assert!((top("measured") - mib("measured_peak_bytes")).abs() < 1e-5, "{csv:.300}");
+    assert!(
+        (top("with_plan") - mib("predicted_peak_bytes")).abs() < 1e-5,
+        "{csv:.300}"
+    );
+    assert!(
+        (top("measured") - mib("measured_peak_bytes")).abs() < 1e-5,
+        "{csv:.300}"
+    );
     std::fs::copy(out.join("plan.json"), run.join("plan.json")).unwrap();
     let o = steptrace()
         .args([
