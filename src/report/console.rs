@@ -137,7 +137,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             "\nno operator runs inside the profiled iterations ({}): the trace's {ops} operator(s) all lie outside them\n",
             s.iteration_labels.join(", ")
         );
-    } else if cpu_only {
+    } else if super::nodes_without_gpu_time(&a.node_stats) {
         cpu_table(&mut o, a, top);
     } else {
         gpu_table(&mut o, a, top);
@@ -151,13 +151,11 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     finish_console(o, diag)
 }
 
-/// The nodes that took the most CPU time, for a trace with no GPU activity.
+/// The nodes that took the most CPU time, where no node has GPU time.
 fn cpu_table(o: &mut String, a: &Analysis, top: usize) {
     let total: f64 = a.node_stats.iter().map(|n| n.median_cpu_time_s).sum();
     let by_time = super::nodes_by_time(&a.node_stats, |n| n.median_cpu_time_s);
-    *o += &format!(
-        "\nTop {top} nodes by CPU time (median per iteration; the trace has no GPU activity)\n"
-    );
+    *o += &format!("\nTop {top} nodes by CPU time (median per iteration; no node has GPU time)\n");
     *o += &format!(
         "{:>5}  {:<60} {:>11} {:>7}\n",
         "order", "node", "CPU time", "CPU %"

@@ -271,10 +271,7 @@ fn top_nodes(o: &mut String, a: &Analysis) {
         o.push_str("): the trace's operators all lie outside them.</p>");
         return;
     }
-    if a.node_stats
-        .iter()
-        .all(|n| n.median_run_time_s == 0.0 && n.kernels == 0)
-    {
+    if super::nodes_without_gpu_time(&a.node_stats) {
         return top_nodes_by_cpu(o, a);
     }
     let by_time = super::nodes_by_time(&a.node_stats, |n| n.median_run_time_s);
@@ -311,7 +308,7 @@ fn top_nodes(o: &mut String, a: &Analysis) {
 /// The 20 nodes with the most host time, for a trace with no GPU time.
 fn top_nodes_by_cpu(o: &mut String, a: &Analysis) {
     let by_time = super::nodes_by_time(&a.node_stats, |n| n.median_cpu_time_s);
-    o.push_str("<h2>Top nodes by CPU time</h2><p>The trace has no GPU time.</p>");
+    o.push_str("<h2>Top nodes by CPU time</h2><p>No node has GPU time.</p>");
     table(
         o,
         &["order", "node", "phase", "CPU time"],

@@ -109,6 +109,15 @@ pub(crate) fn secs(v: f64) -> String {
     s.strip_suffix('.').unwrap_or(s).to_owned()
 }
 
+/// Whether the top-node tables rank by CPU time: no node has GPU time or a kernel. One rule
+/// for the console and report.html (the console had asked whether the trace held any GPU
+/// event, which differs where GPU work lies outside every node).
+pub(crate) fn nodes_without_gpu_time(stats: &[crate::analysis::NodeStat]) -> bool {
+    stats
+        .iter()
+        .all(|n| n.median_run_time_s == 0.0 && n.kernels == 0)
+}
+
 /// The nodes by a time of theirs (`time`: GPU or CPU seconds), longest first, ties in
 /// execution order: the console's and report.html's top-node tables.
 pub(crate) fn nodes_by_time(
