@@ -33,10 +33,12 @@ mkdir -p $W/fw/data && cat $WT/valid.txt >$W/fw/data/wikitext-2.txt
 BUDGETS=${BUDGETS:-90%,smallest,every-block}
 TIMING=(--timing-steps 20 --timing-max-steps 40 --timing-max-s 20)
 nvidia-smi -L
+# On a host with fewer GPUs than programs, sweeps share them (GPU index modulo the count).
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
 
 # sweep NAME GPU DIR [sweep options...] -- COMMAND...   (in the background)
 sweep() {
-  local name=$1 gpu=$2 dir=$3; shift 3
+  local name=$1 gpu=$(($2 % ${NGPU:-1})) dir=$3; shift 3
   want $name || return 0
   (
     t0=$SECONDS
