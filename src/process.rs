@@ -21,11 +21,17 @@ pub(crate) fn keep_freed_memory() {
 }
 
 /// Whether the command reads traces in this process (and runs no program: `capture` and
-/// `sweep` start the user's, which must get the environment it was given).
+/// `sweep` start the user's, which must get the environment it was given), and not memory
+/// snapshots alone: the snapshot reader's tables are large and short-lived, and on the 2-core
+/// machine a 1 GB snapshot (`gen_snapshot.py --reuse-addresses`) took 9.5 s with the heap on
+/// huge pages (more than half of it the kernel zeroing them) against 5.6 s without, and 7.3
+/// against 4.6 s with the reader before it (one run each, 2026-11-27).
 pub(crate) fn reads_traces(command: &cli::Command) -> bool {
     use cli::Command as C;
     match command {
-        C::Analyze(_) | C::Flops(_) | C::Compare(_) | C::Merge(_) | C::Plan(_) => true,
+        C::Analyze(a) => !steptrace::is_snapshot_file(&a.input.input),
+        C::Compare(c) => !c.runs.iter().all(|r| steptrace::is_snapshot_file(r)),
+        C::Flops(_) | C::Merge(_) | C::Plan(_) => true,
         C::Capture(_) | C::Sweep(_) => false,
     }
 }

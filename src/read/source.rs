@@ -301,6 +301,62 @@ pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
     })
 }
 
+/// A stream of a file expected to hold `expect` (inflated when gzip), for a reader that never
+/// needs the whole text: its first byte is checked before anything else is read, so a trace
+/// given for a snapshot is refused at once. Also whether the file is gzip.
+pub fn open_stream_expecting(
+    path: &Path,
+    expect: Expect,
+) -> Result<(Box<dyn Read + Send>, bool), Error> {
+    let format = |what: &str| Error::Format {
+        path: path.to_path_buf(),
+        what: what.to_owned(),
+    };
+    regular_file(path).map_err(FileError::at(path))?;
+    let gz = {
+        let mut head = [0u8; 2];
+        let mut f = std::fs::File::open(path).map_err(FileError::at(path))?;
+        let n = read_up_to(&mut f, &mut head).map_err(FileError::at(path))?;
+        is_gzip(&head[..n])
+    };
+    let mut stream = open_stream(path).map_err(FileError::at(path))?;
+    let mut first = [0u8; 1];
+    let n = read_up_to(&mut stream, &mut first).map_err(|e| {
+        if gz {
+            format(&format!("corrupt gzip stream: {e}"))
+        } else {
+            Error::from(FileError::at(path)(e))
+        }
+    })?;
+    if n == 0 && gz {
+        return Err(format("gzip stream ends before any data"));
+    }
+    // Only a JSON file's `{` is named here: the stream is read no further than the reader
+    // goes, and a pickle's reader names any other first byte better (an opcode that would
+    // run code: GLOBAL).
+    if first[..n] == [b'{'] || expect != Expect::Pickle {
+        if let Some(why) = expect.refuse(&first[..n], n == 0) {
+            return Err(format(why));
+        }
+    }
+    let rest = std::io::Cursor::new(first[..n].to_vec()).chain(stream);
+    Ok((Box::new(rest), gz))
+}
+
+/// Reads until `buf` is full or the stream ends; the count read.
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 /// The inflated text of a file of [`steptrace_formats::gzip_members`], read in order while
 /// the members are inflated a batch at a time on all threads: at most a batch (two members a
 /// thread; the first batch one member) is held, not the whole text. A member that does not inflate is an error to the

@@ -6,9 +6,10 @@
 //! BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID, BINPERSID, EXT*) is an error naming the opcode
 //! and its offset; it is never executed.
 //!
-//! Built for pickles of a GB (CUDA memory snapshots, [`super::snapshot`]): scalars live inline
-//! in their 8-byte [`ValueId`], strings are spans of the input (checked UTF-8, never copied)
-//! described by 8-byte words, and the items of containers filled in one go (nearly all of
+//! Built for pickles of many GB (CUDA memory snapshots, [`super::snapshot`]), read as they
+//! stream in (a window of a few MB, never the whole input): scalars live inline in their
+//! 8-byte [`ValueId`], strings are copied into one arena (checked UTF-8; short ones once per
+//! distinct text) and described by 8-byte words, and the items of containers filled in one go (nearly all of
 //! them: each stack's frame list, the history's batches) share two flat tables behind 8-byte
 //! slot words (`store`), so the reader allocates nothing per container. Dicts of one shape
 //! that the caller names ([`RecordShape`]: a snapshot's millions of history entries) become
@@ -209,10 +210,10 @@ impl Record<'_> {
     }
 }
 
-/// A parsed pickle: its values, over the input bytes.
+/// A parsed pickle: its values (none borrows the input: `'a` is the source's lifetime).
 #[derive(Debug, Clone)]
 pub struct Pickle<'a> {
-    buf: &'a [u8],
+    input: std::marker::PhantomData<&'a ()>,
     texts: Texts,
     wide: Vec<i64>,
     floats: Vec<f64>,
@@ -252,7 +253,7 @@ impl<'a> Pickle<'a> {
     }
 
     fn bytes(&self, t: u64) -> &[u8] {
-        self.texts.bytes(self.buf, t)
+        self.texts.bytes(t)
     }
 
     fn text(&self, t: u64) -> &str {
@@ -381,26 +382,53 @@ pub fn parse_records<'a>(
     parse_with(buf, true, Some(shape))
 }
 
-/// [`parse`] (with records of `shape`), except that a pickle that ends early (a writer killed while it wrote) yields
-/// what it holds: every container still open is closed over the items read so far, a dict
-/// that was still being filled is left out of its parent (a record missing members would
-/// read as wrong data), and the offset of the cut is returned beside it.
+/// What [`parse_stream`] read: the pickle, where it was cut (a pickle that ends early: see
+/// below), and the read error that ended its input, if one did.
+pub struct Streamed<'a> {
+    /// The values read.
+    pub pickle: Pickle<'a>,
+    /// The offset of the cut, for a pickle that ended before STOP.
+    pub cut: Option<usize>,
+    /// The source's error that ended the input (a corrupt or cut gzip stream), if any.
+    pub read_error: Option<std::io::Error>,
+}
+
+/// Parses a pickle as it streams from `src` (with records of `shape`), except that a pickle
+/// that ends early (a writer killed while it wrote, or a source that failed) yields what it
+/// holds: every container still open is closed over the items read so far, a dict that was
+/// still being filled is left out of its parent (a record missing members would read as
+/// wrong data), and the offset of the cut is returned beside it.
+pub fn parse_stream<'a>(
+    src: Box<dyn std::io::Read + 'a>,
+    shape: Option<&'static RecordShape>,
+) -> Result<Streamed<'a>, PickleError> {
+    let mut r = reader::Reader::new(reader::Input::new(src), true, shape);
+    let cut = match r.run() {
+        Ok(root) => {
+            r.pk.root = root;
+            None
+        }
+        Err(PickleError::Truncated { offset }) => {
+            r.pk.root = r.salvage(offset)?;
+            Some(offset)
+        }
+        Err(e) => return Err(e),
+    };
+    let read_error = r.input.take_error();
+    Ok(Streamed {
+        pickle: r.pk,
+        cut,
+        read_error,
+    })
+}
+
+/// [`parse_stream`] over bytes in memory.
 pub fn parse_lenient<'a>(
     buf: &'a [u8],
     shape: Option<&'static RecordShape>,
 ) -> Result<(Pickle<'a>, Option<usize>), PickleError> {
-    let mut r = reader::Reader::new(buf, true, shape);
-    match r.run() {
-        Ok(root) => {
-            r.pk.root = root;
-            Ok((r.pk, None))
-        }
-        Err(PickleError::Truncated { offset }) => {
-            r.pk.root = r.salvage(offset)?;
-            Ok((r.pk, Some(offset)))
-        }
-        Err(e) => Err(e),
-    }
+    let s = parse_stream(Box::new(buf), shape)?;
+    Ok((s.pickle, s.cut))
 }
 
 fn parse_with<'a>(
@@ -408,7 +436,7 @@ fn parse_with<'a>(
     share: bool,
     shape: Option<&'static RecordShape>,
 ) -> Result<Pickle<'a>, PickleError> {
-    let mut r = reader::Reader::new(buf, share, shape);
+    let mut r = reader::Reader::new(reader::Input::new(Box::new(buf)), share, shape);
     r.pk.root = r.run()?;
     Ok(r.pk)
 }

@@ -1,10 +1,10 @@
-//! The tables behind a [`Pickle`](super::Pickle): strings as 8-byte words over the input,
-//! and containers' items in shared flat tables behind 8-byte slot words.
+//! The tables behind a [`Pickle`](super::Pickle): strings as 8-byte words over one byte
+//! arena, and containers' items in shared flat tables behind 8-byte slot words.
 
 /// A string or byte string that does not fit a packed span word (see [`Texts`]).
 #[derive(Debug, Clone)]
 pub(super) enum Text {
-    /// `buf[start..start + len]`.
+    /// `arena[start..start + len]`.
     Span(usize, usize),
     /// Decoded (protocol 0 and Python 2 strings).
     Owned(Box<str>),
@@ -13,10 +13,12 @@ pub(super) enum Text {
 /// Strings and byte strings, 8 bytes each: a GB snapshot holds tens of millions (every
 /// history entry writes its action afresh), and as 24-byte enums their table alone was a
 /// quarter of the file's size, all of it page faults. A word is `start | len << 40` of a span
-/// of the input, or [`SIDE`] and an index into `side` for the rest (decoded or long texts).
+/// of `arena` (the texts' bytes, copied out of the input as it streams past), or [`SIDE`]
+/// and an index into `side` for the rest (decoded or long texts).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Texts {
     words: Vec<u64>,
+    arena: Vec<u8>,
     pub(super) side: Vec<Text>,
 }
 
@@ -41,14 +43,21 @@ impl Texts {
         self.words.len() as u64 - 1
     }
 
-    pub(super) fn bytes<'b>(&'b self, buf: &'b [u8], t: u64) -> &'b [u8] {
+    /// A new text of `b`'s bytes, copied into the arena.
+    pub(super) fn push_bytes(&mut self, b: &[u8]) -> u64 {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(b);
+        self.push(Text::Span(start, b.len()))
+    }
+
+    pub(super) fn bytes(&self, t: u64) -> &[u8] {
         let w = self.words[t as usize];
         if w & SIDE == 0 {
             let s = (w & TEXT_MAX_START as u64) as usize;
-            return &buf[s..s + (w >> TEXT_LEN_SHIFT) as usize];
+            return &self.arena[s..s + (w >> TEXT_LEN_SHIFT) as usize];
         }
         match &self.side[(w & !SIDE) as usize] {
-            Text::Span(s, n) => &buf[*s..*s + *n],
+            Text::Span(s, n) => &self.arena[*s..*s + *n],
             Text::Owned(o) => o.as_bytes(),
         }
     }

@@ -56,37 +56,56 @@ pub fn looks_like_snapshot(path: &Path) -> bool {
         && head[0] == 0x80
 }
 
-/// Reads a snapshot pickle (plain or gzip). One cut short (a writer killed while it wrote)
-/// yields what it holds, with a warning, as a cut trace does.
+/// Reads a snapshot pickle (plain or gzip) as it streams from the file, never holding the
+/// whole: one cut short (a writer killed while it wrote) yields what it holds, with a
+/// warning, as a cut trace does.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
-    let src = source::read_expecting(path, source::Expect::Pickle)?;
-    if src.truncated_gzip {
+    let (stream, gz) = source::open_stream_expecting(path, source::Expect::Pickle)?;
+    from_stream(path, stream, gz, diag)
+}
+
+/// Parses snapshot pickle bytes.
+pub fn from_bytes(path: &Path, bytes: &[u8], diag: &mut Diagnostics) -> Result<Snapshot, Error> {
+    from_stream(path, Box::new(bytes), false, diag)
+}
+
+fn from_stream<'a>(
+    path: &Path,
+    stream: Box<dyn std::io::Read + 'a>,
+    gz: bool,
+    diag: &mut Diagnostics,
+) -> Result<Snapshot, Error> {
+    let format = |what: String| Error::Format {
+        path: path.to_path_buf(),
+        what,
+    };
+    let read =
+        pickle::parse_stream(stream, Some(&HISTORY_ENTRY)).map_err(|e| format(e.to_string()))?;
+    if let Some(e) = &read.read_error {
+        // A gzip stream cut short reads as an early end; anything else that broke the read
+        // (corrupt deflate data, a failing disk) is not a snapshot to analyse.
+        if !(gz && e.kind() == std::io::ErrorKind::UnexpectedEof) {
+            return Err(format(if gz {
+                format!("corrupt gzip stream: {e}")
+            } else {
+                format!("read failed: {e}")
+            }));
+        }
         diag.warn(
             "truncated_snapshot",
             format!("{}: gzip stream ends early", path.display()),
         );
     }
-    from_bytes(path, &src.bytes, diag)
-}
-
-/// Parses snapshot pickle bytes.
-pub fn from_bytes(path: &Path, bytes: &[u8], diag: &mut Diagnostics) -> Result<Snapshot, Error> {
-    let (pk, cut) =
-        pickle::parse_lenient(bytes, Some(&HISTORY_ENTRY)).map_err(|e| Error::Format {
-            path: path.to_path_buf(),
-            what: e.to_string(),
-        })?;
-    if let Some(at) = cut {
+    if let Some(at) = read.cut {
         diag.warn(
             "truncated_snapshot",
             format!(
-                "{}: the pickle ends early at byte {at} of {}: the records before the cut are used",
+                "{}: the pickle ends early at byte {at}: the records before the cut are used",
                 path.display(),
-                bytes.len()
             ),
         );
     }
-    Extractor::new(path, &pk, diag).run()
+    Extractor::new(path, &read.pickle, diag).run()
 }
 
 struct Extractor<'a> {
@@ -396,5 +415,81 @@ impl<'a> Extractor<'a> {
             annotations,
             legacy_layout: legacy,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed resnet18 snapshot, inflated.
+    fn sample() -> Vec<u8> {
+        let gz = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces/resnet18/snapshot.pickle.gz"),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out).unwrap();
+        out
+    }
+
+    /// Its bytes up to `cut`, then a read error of `kind`.
+    struct Failing {
+        bytes: Vec<u8>,
+        at: usize,
+        kind: std::io::ErrorKind,
+    }
+
+    impl std::io::Read for Failing {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.at == self.bytes.len() {
+                return Err(std::io::Error::new(self.kind, "the source failed"));
+            }
+            let n = out.len().min(self.bytes.len() - self.at).min(4096);
+            out[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    fn read_failing(
+        cut: usize,
+        kind: std::io::ErrorKind,
+        gz: bool,
+    ) -> (Result<Snapshot, Error>, Diagnostics) {
+        let bytes = sample()[..cut].to_vec();
+        let mut d = Diagnostics::default();
+        let src = Failing { bytes, at: 0, kind };
+        (
+            from_stream(Path::new("s.pickle.gz"), Box::new(src), gz, &mut d),
+            d,
+        )
+    }
+
+    #[test]
+    fn a_gzip_stream_cut_short_yields_its_records_with_warnings_and_a_failed_read_is_an_error() {
+        let whole = sample();
+        let mut d = Diagnostics::default();
+        let all = from_bytes(Path::new("s.pickle"), &whole, &mut d).unwrap();
+        let n_all: usize = all.device_traces.iter().map(Vec::len).sum();
+        let cut = whole.len() * 3 / 4;
+        let (s, d) = read_failing(cut, std::io::ErrorKind::UnexpectedEof, true);
+        let s = s.unwrap();
+        let n: usize = s.device_traces.iter().map(Vec::len).sum();
+        assert!(n > 0 && n < n_all, "{n} of {n_all}");
+        // One for the gzip stream, one for the pickle it cut.
+        assert_eq!(d.count("truncated_snapshot"), 2);
+        // Corrupt deflate data, or any read error of a plain file: refused, not half-read.
+        for (kind, gz) in [
+            (std::io::ErrorKind::InvalidData, true),
+            (std::io::ErrorKind::UnexpectedEof, false),
+        ] {
+            let (s, _) = read_failing(cut, kind, gz);
+            let Err(e) = s else {
+                panic!("a failed read was taken as a snapshot")
+            };
+            let e = e.to_string();
+            assert!(e.contains("the source failed"), "{e}");
+        }
     }
 }

@@ -2,7 +2,10 @@
 //! data are run; see the module above for what is refused. This file holds the machine's state
 //! and the operations on it; `opcodes` reads the opcodes that drive them.
 
+mod input;
 mod opcodes;
+
+pub(super) use input::Input;
 
 use std::hash::{Hash, Hasher};
 
@@ -16,7 +19,7 @@ pub(super) struct Reader<'a> {
     /// Whether lists with equal items share them (off only in tests, to compare).
     share: bool,
     pub(super) pk: Pickle<'a>,
-    pos: usize,
+    pub(super) input: Input<'a>,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
@@ -28,7 +31,14 @@ pub(super) struct Reader<'a> {
     /// items: every allocation's stack is a list of its own, mostly of the same frames as
     /// others, and sharing their items saves a tenth of a GB snapshot's memory.
     shared: FxHashMap<u64, usize>,
+    /// Short strings met so far, by their bytes: a snapshot writes each history entry's
+    /// action afresh (millions of `'alloc'`), and one id for each distinct one keeps their
+    /// bytes and words out of the tables.
+    short_strs: FxHashMap<Box<[u8]>, ValueId>,
 }
+
+/// Strings up to this long share one id per distinct text (`Reader::short_strs`).
+const SHORT_STR: usize = 24;
 
 /// What a dict key names in a record.
 #[derive(Debug, Clone, Copy)]
@@ -54,14 +64,15 @@ const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
 
 impl<'a> Reader<'a> {
     pub(super) fn new(
-        buf: &'a [u8],
+        input: Input<'a>,
         share: bool,
         shape: Option<&'static RecordShape>,
     ) -> Reader<'a> {
         Reader {
             share,
+            input,
             pk: Pickle {
-                buf,
+                input: std::marker::PhantomData,
                 texts: Texts::default(),
                 wide: Vec::new(),
                 floats: Vec::new(),
@@ -71,12 +82,12 @@ impl<'a> Reader<'a> {
                 records: Vec::new(),
                 root: NONE,
             },
-            pos: 0,
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
             key_cache: [(0, None); KEY_CACHE],
             shared: FxHashMap::default(),
+            short_strs: FxHashMap::default(),
         }
     }
 
@@ -149,44 +160,33 @@ impl<'a> Reader<'a> {
             .ok_or(PickleError::Truncated { offset })
     }
 
+    /// The offset of the next byte of the input.
     #[inline]
-    fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
-        if self.pk.buf.len() - self.pos < n {
-            return Err(PickleError::Truncated { offset: self.pos });
-        }
-        let s = &self.pk.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
+    fn pos(&self) -> usize {
+        self.input.offset()
     }
 
     #[inline]
     fn u8(&mut self) -> Result<u8, PickleError> {
-        Ok(self.take(1)?[0])
+        self.input.u8()
     }
 
     fn u16(&mut self) -> Result<usize, PickleError> {
-        let b = self.take(2)?;
+        let b = self.input.take(2)?;
         Ok(u16::from_le_bytes([b[0], b[1]]) as usize)
     }
 
     fn u32(&mut self) -> Result<usize, PickleError> {
-        let b = self.take(4)?;
+        let b = self.input.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
     }
 
     fn u64(&mut self) -> Result<usize, PickleError> {
-        let b = self.take(8)?;
+        let b = self.input.take(8)?;
         let v = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        usize::try_from(v).map_err(|_| PickleError::Truncated { offset: self.pos })
-    }
-
-    fn line(&mut self) -> Result<&'a [u8], PickleError> {
-        let rest = &self.pk.buf[self.pos..];
-        let n = memchr::memchr(b'\n', rest).ok_or(PickleError::Truncated {
-            offset: self.pk.buf.len(),
-        })?;
-        self.pos += n + 1;
-        Ok(&rest[..n])
+        usize::try_from(v).map_err(|_| PickleError::Truncated {
+            offset: self.input.offset(),
+        })
     }
 
     fn malformed(&self, what: impl Into<String>, offset: usize) -> PickleError {
@@ -232,14 +232,31 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.malformed("no MARK on the stack", offset))
     }
 
-    fn str_span(&mut self, start: usize, n: usize, offset: usize) -> Result<ValueId, PickleError> {
-        if std::str::from_utf8(&self.pk.buf[start..start + n]).is_err() {
-            return Err(self.malformed("string is not UTF-8", offset));
+    /// The next `n` bytes of the input as a string (UTF-8, checked), copied out of it; short
+    /// ones share one id per distinct text.
+    fn str_next(&mut self, n: usize, offset: usize) -> Result<ValueId, PickleError> {
+        let b = self.input.take(n)?;
+        if std::str::from_utf8(b).is_err() {
+            return Err(PickleError::Malformed {
+                what: "string is not UTF-8".into(),
+                offset,
+            });
         }
-        Ok(ValueId::new(
-            Kind::Str,
-            self.pk.texts.push(Text::Span(start, n)),
-        ))
+        if n <= SHORT_STR {
+            if let Some(&v) = self.short_strs.get(b) {
+                return Ok(v);
+            }
+            let v = ValueId::new(Kind::Str, self.pk.texts.push_bytes(b));
+            self.short_strs.insert(b.into(), v);
+            return Ok(v);
+        }
+        Ok(ValueId::new(Kind::Str, self.pk.texts.push_bytes(b)))
+    }
+
+    /// The next `n` bytes of the input as a bytes object, copied out of it.
+    fn bytes_next(&mut self, n: usize) -> Result<ValueId, PickleError> {
+        let b = self.input.take(n)?;
+        Ok(ValueId::new(Kind::Bytes, self.pk.texts.push_bytes(b)))
     }
 
     fn owned_str(&mut self, s: String) -> ValueId {
@@ -248,7 +265,8 @@ impl<'a> Reader<'a> {
 
     fn memo_put(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
         let v = self.top(offset)?;
-        if idx > self.pk.buf.len() {
+        // No pickle stores more memo slots than it has bytes before them.
+        if idx > self.pos() {
             return Err(self.malformed(format!("memo index {idx} out of range"), offset));
         }
         if self.memo.len() <= idx {
@@ -386,7 +404,7 @@ impl<'a> Reader<'a> {
             return line.1;
         }
         let shape = self.pk.shape?;
-        let key = self.pk.texts.bytes(self.pk.buf, t);
+        let key = self.pk.texts.bytes(t);
         let slot = if let Some(i) = shape.keys.iter().position(|e| e.as_bytes() == key) {
             Some(KeySlot::Kept(i))
         } else {
@@ -421,18 +439,19 @@ impl<'a> Reader<'a> {
         ValueId::new(kind, id)
     }
 
-    fn long(&mut self, b: &[u8], start: usize) -> ValueId {
+    /// LONG1 / LONG4: the next `n` bytes, little-endian two's complement.
+    fn long_next(&mut self, n: usize) -> Result<ValueId, PickleError> {
+        let b = self.input.take(n)?;
         if b.is_empty() {
-            return self.int(0);
+            return Ok(self.int(0));
         }
         if b.len() <= 8 {
             let neg = b[b.len() - 1] & 0x80 != 0;
             let mut bytes = if neg { [0xffu8; 8] } else { [0u8; 8] };
             bytes[..b.len()].copy_from_slice(b);
-            self.int(i64::from_le_bytes(bytes))
-        } else {
-            ValueId::new(Kind::BigInt, self.pk.texts.push(Text::Span(start, b.len())))
+            return Ok(self.int(i64::from_le_bytes(bytes)));
         }
+        Ok(ValueId::new(Kind::BigInt, self.pk.texts.push_bytes(b)))
     }
 
     /// Where the items just read into `seqs.flat[start..]` are kept: an earlier list's equal

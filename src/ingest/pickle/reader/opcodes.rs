@@ -1,7 +1,6 @@
 //! The opcode loop: each data-building opcode read and applied to the machine's stack, marks
 //! and memo; opcodes that would run code are refused where they stand.
 
-use super::super::store::Text;
 use super::super::{Kind, PickleError, ValueId};
 use super::{Reader, NONE};
 
@@ -10,7 +9,7 @@ impl Reader<'_> {
     /// pickle's root.
     pub(in crate::ingest::pickle) fn run(&mut self) -> Result<ValueId, PickleError> {
         loop {
-            let offset = self.pos;
+            let offset = self.pos();
             let op = self.u8()?;
             match op {
                 b'.' => return self.pop(offset),
@@ -150,8 +149,9 @@ impl Reader<'_> {
     fn scalar(&mut self, op: u8, offset: usize) -> Result<(), PickleError> {
         match op {
             b'J' => {
-                let b = self.take(4)?;
-                let v = self.int(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64);
+                let b = self.input.take(4)?;
+                let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64;
+                let v = self.int(v);
                 self.stack.push(v);
             }
             b'K' => {
@@ -170,14 +170,12 @@ impl Reader<'_> {
                 } else {
                     self.u32()?
                 };
-                let start = self.pos;
-                let b = self.take(n)?;
-                let v = self.long(b, start);
+                let v = self.long_next(n)?;
                 self.stack.push(v);
             }
             b'I' | b'L' => {
-                let line = self.line()?;
-                let t = std::str::from_utf8(line)
+                let line = self.input.line()?;
+                let t = std::str::from_utf8(&line)
                     .unwrap_or("")
                     .trim_end_matches('L');
                 let v = match t {
@@ -193,14 +191,14 @@ impl Reader<'_> {
                 self.stack.push(v);
             }
             b'G' => {
-                let b = self.take(8)?;
+                let b = self.input.take(8)?;
                 let v = f64::from_be_bytes(b.try_into().expect("8 bytes"));
                 let v = self.float(v);
                 self.stack.push(v);
             }
             b'F' => {
-                let line = self.line()?;
-                let v: f64 = std::str::from_utf8(line)
+                let line = self.input.line()?;
+                let v: f64 = std::str::from_utf8(&line)
                     .ok()
                     .and_then(|t| t.parse().ok())
                     .ok_or_else(|| self.malformed("bad float text", offset))?;
@@ -215,7 +213,7 @@ impl Reader<'_> {
         Ok(())
     }
 
-    /// Strings and bytes (spans of the input where they can be).
+    /// Strings and bytes, copied out of the input.
     #[inline(always)]
     fn text(&mut self, op: u8, offset: usize) -> Result<(), PickleError> {
         match op {
@@ -225,9 +223,7 @@ impl Reader<'_> {
                     b'X' => self.u32()?,
                     _ => self.u64()?,
                 };
-                let start = self.pos;
-                self.take(n)?;
-                let v = self.str_span(start, n, offset)?;
+                let v = self.str_next(n, offset)?;
                 self.stack.push(v);
             }
             b'U' | b'T' => {
@@ -237,20 +233,23 @@ impl Reader<'_> {
                 } else {
                     self.u32()?
                 };
-                let b = self.take(n)?;
+                let b = self.input.take(n)?;
                 let s: String = b.iter().map(|&c| c as char).collect();
                 let v = self.owned_str(s);
                 self.stack.push(v);
             }
             b'V' => {
-                let start = self.pos;
-                let line = self.line()?;
-                let v = self.str_span(start, line.len(), offset)?;
+                // Raw-unicode-escape text: read as UTF-8, which every ASCII name is.
+                let line = self.input.line()?;
+                let t = std::str::from_utf8(&line)
+                    .map_err(|_| self.malformed("string is not UTF-8", offset))?
+                    .to_owned();
+                let v = self.owned_str(t);
                 self.stack.push(v);
             }
             b'S' => {
-                let line = self.line()?;
-                let t = std::str::from_utf8(line).unwrap_or("");
+                let line = self.input.line()?;
+                let t = std::str::from_utf8(&line).unwrap_or("");
                 let t = t.trim_matches(|c| c == '\'' || c == '"');
                 let v = self.owned_str(t.to_string());
                 self.stack.push(v);
@@ -261,9 +260,7 @@ impl Reader<'_> {
                     b'B' => self.u32()?,
                     _ => self.u64()?,
                 };
-                let start = self.pos;
-                self.take(n)?;
-                let v = ValueId::new(Kind::Bytes, self.pk.texts.push(Text::Span(start, n)));
+                let v = self.bytes_next(n)?;
                 self.stack.push(v);
             }
             _ => return Err(refused(op, offset)),
@@ -288,8 +285,8 @@ impl Reader<'_> {
                 self.memo_put(idx, offset)?;
             }
             b'p' => {
-                let line = self.line()?;
-                let idx = std::str::from_utf8(line)
+                let line = self.input.line()?;
+                let idx = std::str::from_utf8(&line)
                     .ok()
                     .and_then(|t| t.parse().ok())
                     .ok_or_else(|| self.malformed("bad PUT index", offset))?;
@@ -304,8 +301,8 @@ impl Reader<'_> {
                 self.memo_get(idx, offset)?;
             }
             b'g' => {
-                let line = self.line()?;
-                let idx = std::str::from_utf8(line)
+                let line = self.input.line()?;
+                let idx = std::str::from_utf8(&line)
                     .ok()
                     .and_then(|t| t.parse().ok())
                     .ok_or_else(|| self.malformed("bad GET index", offset))?;

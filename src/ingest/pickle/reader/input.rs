@@ -1,0 +1,166 @@
+//! The pickle's bytes as they stream in: a window over the source, refilled as opcodes are
+//! read, so that a snapshot of many GB is read in a few MB (nothing keeps a span of the input:
+//! the texts a pickle holds are copied out as they are read).
+
+use std::io::{self, Read};
+
+use super::super::PickleError;
+
+/// The window's starting size; it grows only for a single opcode argument larger than it.
+const WINDOW: usize = 1 << 20;
+
+pub(in crate::ingest::pickle) struct Input<'r> {
+    src: Box<dyn Read + 'r>,
+    buf: Vec<u8>,
+    /// The next byte to read is `buf[pos]`; `buf[pos..end]` is read and not yet taken.
+    pos: usize,
+    end: usize,
+    /// The offset in the whole input of `buf[0]`.
+    base: usize,
+    eof: bool,
+    /// A read error other than the input's end, kept for the caller (a corrupt or cut gzip
+    /// stream reads as an error): the pickle ends there, as a cut one does.
+    error: Option<io::Error>,
+}
+
+impl<'r> Input<'r> {
+    pub(in crate::ingest::pickle) fn new(src: Box<dyn Read + 'r>) -> Self {
+        Input {
+            src,
+            buf: vec![0; WINDOW],
+            pos: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+            error: None,
+        }
+    }
+
+    /// The offset in the whole input of the next byte.
+    #[inline]
+    pub(in crate::ingest::pickle) fn offset(&self) -> usize {
+        self.base + self.pos
+    }
+
+    /// The read error that ended the input early, if one did.
+    pub(in crate::ingest::pickle) fn take_error(&mut self) -> Option<io::Error> {
+        self.error.take()
+    }
+
+    /// Makes `n` bytes available at `pos`, reading on; false where the input ends first.
+    #[cold]
+    fn fill(&mut self, n: usize) -> bool {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        while self.end < n && !self.eof {
+            if self.end == self.buf.len() {
+                // One argument larger than the window: grown to it in steps as its bytes
+                // arrive, so that a length the file only claims allocates nothing.
+                let grown = self.buf.len().saturating_mul(2).min(n);
+                self.buf.resize(grown, 0);
+            }
+            match self.src.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.error = Some(e);
+                    self.eof = true;
+                }
+            }
+        }
+        self.end >= n
+    }
+
+    /// The next `n` bytes, taken.
+    #[inline]
+    pub(in crate::ingest::pickle) fn take(&mut self, n: usize) -> Result<&[u8], PickleError> {
+        if self.end - self.pos < n && !self.fill(n) {
+            return Err(PickleError::Truncated {
+                offset: self.base + self.end,
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    #[inline]
+    pub(in crate::ingest::pickle) fn u8(&mut self) -> Result<u8, PickleError> {
+        if self.pos < self.end {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(b);
+        }
+        Ok(self.take(1)?[0])
+    }
+
+    /// The bytes up to the next newline, which is taken too (protocol 0's text arguments).
+    pub(in crate::ingest::pickle) fn line(&mut self) -> Result<Vec<u8>, PickleError> {
+        let mut out = Vec::new();
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.pos..self.end]) {
+                out.extend_from_slice(&self.buf[self.pos..self.pos + i]);
+                self.pos += i + 1;
+                return Ok(out);
+            }
+            out.extend_from_slice(&self.buf[self.pos..self.end]);
+            self.pos = self.end;
+            if !self.fill(1) {
+                return Err(PickleError::Truncated {
+                    offset: self.base + self.end,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source that hands out at most `step` bytes a read.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.len().min(self.1).min(out.len());
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn arguments_across_reads_and_larger_than_the_window_come_whole() {
+        let mut data = vec![7u8; 3];
+        let big: Vec<u8> = (0..(WINDOW * 2 + 5)).map(|i| (i % 251) as u8).collect();
+        data.extend_from_slice(&big);
+        data.extend_from_slice(b"line one\nrest");
+        let mut input = Input::new(Box::new(Trickle(&data, 1000)));
+        assert_eq!(input.take(3).unwrap(), &[7, 7, 7]);
+        assert_eq!(input.take(big.len()).unwrap(), &big[..]);
+        assert_eq!(input.line().unwrap(), b"line one");
+        assert_eq!(input.offset(), 3 + big.len() + 9);
+        assert_eq!(input.take(4).unwrap(), b"rest");
+        assert_eq!(
+            input.take(1).unwrap_err(),
+            PickleError::Truncated { offset: data.len() }
+        );
+    }
+
+    #[test]
+    fn a_claimed_length_past_the_end_is_truncation_not_an_allocation_of_it() {
+        let data = [1u8, 2, 3];
+        let mut input = Input::new(Box::new(&data[..]));
+        assert_eq!(
+            input.take(usize::MAX / 2).unwrap_err(),
+            PickleError::Truncated { offset: 3 }
+        );
+        assert!(input.buf.len() <= 4 * WINDOW, "{}", input.buf.len());
+    }
+}
