@@ -194,6 +194,21 @@ impl RecordShape {
     }
 }
 
+/// Takes each dict of a [`RecordShape`] as it is completed, instead of the pickle keeping
+/// its members: a GB snapshot's millions of history entries become the caller's own records
+/// during the read, never held twice ([`parse_stream_into`]).
+pub trait RecordSink {
+    /// A record completed: its kept members in the shape's order (absent ones are `None`),
+    /// with the pickle as read so far (a container they name that the pickle extends later,
+    /// which no snapshot torch writes does, is seen as it is now). Returns the record's
+    /// number, which [`Pickle::record_number`] gives for its dict.
+    fn record(&mut self, pk: &Pickle<'_>, members: &[Option<ValueId>]) -> usize;
+    /// The record `number` was extended after it was complete (no pickle torch writes does
+    /// that): its dict is a generic one of the later members from here on, and the record
+    /// is no longer what the dict holds.
+    fn forget(&mut self, number: usize);
+}
+
 /// The kept members of a dict read as a record (see [`Pickle::record`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Record<'p> {
@@ -221,8 +236,10 @@ pub struct Pickle<'a> {
     maps: Store<(ValueId, ValueId)>,
     /// The shape of dicts read as records, if the caller named one.
     shape: Option<&'static RecordShape>,
-    /// Every record's kept members, `shape.keys.len()` values per record.
+    /// Every record's kept members, `shape.keys.len()` values per record (none where a
+    /// [`RecordSink`] took them: `sunk`).
     records: Vec<ValueId>,
+    sunk: bool,
     /// The value STOP returned.
     pub root: ValueId,
 }
@@ -286,9 +303,23 @@ impl<'a> Pickle<'a> {
             .map(|(_, v)| *v)
     }
 
+    /// The number a [`RecordSink`] gave the dict `id`, when it was read into one.
+    pub fn record_number(&self, id: ValueId) -> Option<usize> {
+        if id.kind() != Kind::Dict || !self.sunk {
+            return None;
+        }
+        match self.maps.slot(id.data()) {
+            Slot::Record(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// The kept members of a dict of the caller's [`RecordShape`], when `id` is one read as a
-    /// record.
+    /// record (and kept here: not given to a [`RecordSink`]).
     pub fn record(&self, id: ValueId) -> Option<Record<'_>> {
+        if self.sunk {
+            return None;
+        }
         if id.kind() != Kind::Dict {
             return None;
         }
@@ -402,7 +433,22 @@ pub fn parse_stream<'a>(
     src: Box<dyn std::io::Read + 'a>,
     shape: Option<&'static RecordShape>,
 ) -> Result<Streamed<'a>, PickleError> {
-    let mut r = reader::Reader::new(reader::Input::new(src), true, shape);
+    run_stream(reader::Reader::new(reader::Input::new(src), true, shape))
+}
+
+/// [`parse_stream`], each dict of `shape` given to `sink` as it completes instead of kept.
+pub fn parse_stream_into<'a>(
+    src: Box<dyn std::io::Read + 'a>,
+    shape: &'static RecordShape,
+    sink: &'a mut dyn RecordSink,
+) -> Result<Streamed<'static>, PickleError> {
+    let mut r = reader::Reader::new(reader::Input::new(src), true, Some(shape));
+    r.sink = Some(sink);
+    r.pk.sunk = true;
+    run_stream(r)
+}
+
+fn run_stream<'a, 'b>(mut r: reader::Reader<'a>) -> Result<Streamed<'b>, PickleError> {
     let cut = match r.run() {
         Ok(root) => {
             r.pk.root = root;

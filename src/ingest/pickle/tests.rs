@@ -545,3 +545,56 @@ fn marks_cannot_be_popped_as_values() {
     assert!(parse(b"(2").is_err(), "DUP of a mark");
     assert!(parse(b"](a.").is_err(), "APPEND of a mark");
 }
+
+/// What a [`RecordSink`] was given: each record's members, and the numbers forgotten.
+#[derive(Default)]
+struct Taken {
+    records: Vec<Vec<Option<ValueId>>>,
+    forgotten: Vec<usize>,
+}
+
+impl RecordSink for Taken {
+    fn record(&mut self, _pk: &Pickle<'_>, members: &[Option<ValueId>]) -> usize {
+        self.records.push(members.to_vec());
+        self.records.len() - 1
+    }
+
+    fn forget(&mut self, number: usize) {
+        self.forgotten.push(number);
+    }
+}
+
+proptest::proptest! {
+    /// A sink is given every record the pickle would keep, with the same members (the same
+    /// values: ids are made alike in both reads), and told of each record extended after it
+    /// was complete, which the kept read turns back into a generic dict.
+    #[test]
+    fn a_sink_gets_the_records_the_pickle_would_keep(
+        choices in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..40),
+        explicit in proptest::prelude::any::<bool>(),
+    ) {
+        let p = history_pickle(&choices, explicit);
+        let kept = parse(&p).unwrap();
+        let n = ENTRY.keys.len();
+        let want: Vec<Vec<Option<ValueId>>> = kept
+            .records
+            .chunks_exact(n)
+            .map(|r| r.iter().map(|&v| (v.kind() != Kind::Absent).then_some(v)).collect())
+            .collect();
+        let mut sink = Taken::default();
+        let s = parse_stream_into(Box::new(&p[..]), &ENTRY, &mut sink).unwrap();
+        proptest::prop_assert!(s.cut.is_none());
+        proptest::prop_assert_eq!(&sink.records, &want);
+        let still = (0..kept.dict_count())
+            .filter(|&d| kept.record(ValueId::new(Kind::Dict, d as u64)).is_some())
+            .count();
+        proptest::prop_assert_eq!(still + sink.forgotten.len(), want.len());
+        for d in 0..s.pickle.dict_count() {
+            let id = ValueId::new(Kind::Dict, d as u64);
+            proptest::prop_assert_eq!(
+                s.pickle.record_number(id).is_some(),
+                kept.record(id).is_some()
+            );
+        }
+    }
+}

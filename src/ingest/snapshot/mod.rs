@@ -4,7 +4,6 @@
 
 use std::path::Path;
 
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::pickle::{self, Pickle, RecordShape, Value, ValueId};
@@ -79,8 +78,9 @@ fn from_stream<'a>(
         path: path.to_path_buf(),
         what,
     };
-    let read =
-        pickle::parse_stream(stream, Some(&HISTORY_ENTRY)).map_err(|e| format(e.to_string()))?;
+    let mut sink = EntrySink::default();
+    let read = pickle::parse_stream_into(stream, &HISTORY_ENTRY, &mut sink)
+        .map_err(|e| format(e.to_string()))?;
     if let Some(e) = &read.read_error {
         // A gzip stream cut short reads as an early end; anything else that broke the read
         // (corrupt deflate data, a failing disk) is not a snapshot to analyse.
@@ -105,13 +105,66 @@ fn from_stream<'a>(
             ),
         );
     }
-    Extractor::new(path, &read.pickle, diag).run()
+    Extractor::new(path, &read.pickle, diag, sink).run()
 }
 
-struct Extractor<'a> {
-    path: &'a Path,
-    pk: &'a Pickle<'a>,
-    diag: &'a mut Diagnostics,
+/// The history entries, made as the pickle completes each one (never held as the pickle's
+/// records too), and the stacks they name.
+#[derive(Default)]
+struct EntrySink {
+    stacks: Stacks,
+    entries: Vec<TraceEntry>,
+    /// Stack by the pickle's frame list, by its dense index (see [`Pickle::seq_index`]).
+    by_list: Vec<StackId>,
+}
+
+/// An entry whose `action` is no string: no entry ([`Extractor::history`] warns once per such).
+const NO_ACTION: StackId = StackId(u32::MAX - 1);
+
+impl pickle::RecordSink for EntrySink {
+    fn record(&mut self, pk: &Pickle<'_>, m: &[Option<ValueId>]) -> usize {
+        // HISTORY_ENTRY's members, in its order.
+        let [action, addr, size, stream, time_us, frames] = [0, 1, 2, 3, 4, 5].map(|i| m[i]);
+        let u64_of = |v: Option<ValueId>| v.and_then(|v| pk.as_u64(v));
+        let action = action.and_then(|a| pk.str_bytes(a));
+        let stack = if action.is_none() {
+            NO_ACTION
+        } else {
+            let list = frames.and_then(|f| pk.seq_index(f));
+            match list.and_then(|i| self.by_list.get(i)) {
+                Some(&s) if s != NO_STACK => s,
+                _ => {
+                    let s = self.stacks.stack_of(pk, frames);
+                    if let Some(i) = list {
+                        if i >= self.by_list.len() {
+                            self.by_list.resize(i + 1, NO_STACK);
+                        }
+                        self.by_list[i] = s;
+                    }
+                    s
+                }
+            }
+        };
+        self.entries.push(TraceEntry {
+            action: action.map_or(Action::Other, parse_action),
+            addr: u64_of(addr).unwrap_or(0),
+            size: u64_of(size).unwrap_or(0),
+            stream: stream.and_then(|v| pk.as_i64(v)).unwrap_or(0),
+            time_us: time_us.and_then(|v| pk.as_i64(v)),
+            stack,
+        });
+        self.entries.len() - 1
+    }
+
+    fn forget(&mut self, number: usize) {
+        self.entries[number].stack = NO_ACTION;
+    }
+}
+
+/// The stacks of a snapshot: its strings, frames and distinct frame lists, found from the
+/// pickle's frame objects.
+#[derive(Default)]
+struct Stacks {
     strings: Interner,
     frames: Vec<Frame>,
     frame_index: FxHashMap<ValueId, FrameId>,
@@ -122,6 +175,69 @@ struct Extractor<'a> {
     stack_by_items: FxHashMap<(usize, usize), StackId>,
     /// ...and by content (equal stacks written as separate lists).
     stack_by_frames: FxHashMap<Box<[FrameId]>, StackId>,
+}
+
+impl Stacks {
+    fn str_of(&mut self, pk: &Pickle<'_>, id: Option<ValueId>) -> Option<StrId> {
+        let s = pk.as_str(id?)?;
+        Some(self.strings.intern(s))
+    }
+
+    fn stack_of(&mut self, pk: &Pickle<'_>, id: Option<ValueId>) -> StackId {
+        let objects = id.map_or(&[][..], |id| pk.items(id));
+        // Lists with equal items mostly share them in the pickle's tables
+        // (the pickle reader's `share_items`): where they do, the items' address finds them
+        // without hashing each list's frames.
+        let at = (objects.as_ptr() as usize, objects.len());
+        if let Some(&s) = self.stack_by_items.get(&at) {
+            return s;
+        }
+        if let Some(&s) = self.stack_by_list.get(objects) {
+            self.stack_by_items.insert(at, s);
+            return s;
+        }
+        let frames: Box<[FrameId]> = objects.iter().filter_map(|&f| self.frame(pk, f)).collect();
+        let next = StackId(self.stacks.len() as u32);
+        let s = *self.stack_by_frames.entry(frames.clone()).or_insert(next);
+        if s == next {
+            self.stacks.push(frames);
+        }
+        self.stack_by_list.insert(objects.into(), s);
+        self.stack_by_items.insert(at, s);
+        s
+    }
+
+    fn frame(&mut self, pk: &Pickle<'_>, id: ValueId) -> Option<FrameId> {
+        if let Some(&f) = self.frame_index.get(&id) {
+            return Some(f);
+        }
+        let name = self.str_of(pk, pk.dict_get(id, "name"))?;
+        let filename = self
+            .str_of(pk, pk.dict_get(id, "filename"))
+            .unwrap_or_else(|| self.strings.intern(""));
+        let line = pk
+            .dict_get(id, "line")
+            .and_then(|l| pk.as_i64(l))
+            .unwrap_or(0);
+        let f = FrameId(self.frames.len() as u32);
+        self.frames.push(Frame {
+            name,
+            filename,
+            line,
+        });
+        self.frame_index.insert(id, f);
+        Some(f)
+    }
+}
+
+struct Extractor<'a> {
+    path: &'a Path,
+    pk: &'a Pickle<'a>,
+    diag: &'a mut Diagnostics,
+    stacks: Stacks,
+    /// The history entries the pickle's records became, by record number.
+    entries: Vec<TraceEntry>,
+    by_list: Vec<StackId>,
     /// Records met so far, by dict and by list ([`Extractor::first_use`]).
     seen_dicts: Vec<bool>,
     seen_seqs: Vec<bool>,
@@ -130,18 +246,14 @@ struct Extractor<'a> {
 }
 
 impl<'a> Extractor<'a> {
-    fn new(path: &'a Path, pk: &'a Pickle<'a>, diag: &'a mut Diagnostics) -> Self {
+    fn new(path: &'a Path, pk: &'a Pickle<'a>, diag: &'a mut Diagnostics, sink: EntrySink) -> Self {
         Extractor {
             path,
             pk,
             diag,
-            strings: Interner::new(),
-            frames: Vec::new(),
-            frame_index: FxHashMap::default(),
-            stacks: Vec::new(),
-            stack_by_list: FxHashMap::default(),
-            stack_by_items: FxHashMap::default(),
-            stack_by_frames: FxHashMap::default(),
+            stacks: sink.stacks,
+            entries: sink.entries,
+            by_list: sink.by_list,
             seen_dicts: vec![false; pk.dict_count()],
             seen_seqs: vec![false; pk.seq_count()],
             repeats: 0,
@@ -180,129 +292,88 @@ impl<'a> Extractor<'a> {
     }
 
     fn str_of(&mut self, id: Option<ValueId>) -> Option<StrId> {
-        let s = self.pk.as_str(id?)?;
-        Some(self.strings.intern(s))
+        self.stacks.str_of(self.pk, id)
     }
 
-    /// One device's history. Stacks are found in entry order on this thread (their ids
-    /// number them by first use); then every entry's members are read on all threads.
-    fn history(&mut self, items: &[ValueId], by_list: &mut [StackId]) -> Vec<TraceEntry> {
+    fn stack_of(&mut self, id: Option<ValueId>) -> StackId {
+        self.stacks.stack_of(self.pk, id)
+    }
+
+    /// The record numbers `a..a + items.len()` when `items` are the entries the sink made in
+    /// that order, none met before (every history torch writes): they are taken whole.
+    fn in_order(&self, items: &[ValueId]) -> Option<std::ops::Range<usize>> {
         let pk = self.pk;
-        let mut stacks = Vec::with_capacity(items.len());
-        let mut missing = 0usize;
+        let a = pk.record_number(*items.first()?)?;
+        let range = a..a.checked_add(items.len())?;
+        let whole = range.end <= self.entries.len()
+            && items.iter().enumerate().all(|(i, &e)| {
+                pk.record_number(e) == Some(a + i)
+                    && pk.dict_index(e).is_some_and(|d| !self.seen_dicts[d])
+            })
+            && self.entries[range.clone()]
+                .iter()
+                .all(|e| e.stack != NO_ACTION);
+        whole.then_some(range)
+    }
+
+    /// One device's history: the sink's entries, each once, and any entry dict the pickle
+    /// did not read as a record (a member beyond the entry's shape) read here.
+    fn history(&mut self, items: &[ValueId]) -> Vec<TraceEntry> {
+        let pk = self.pk;
+        if let Some(range) = self.in_order(items) {
+            for &e in items {
+                if let Some(d) = pk.dict_index(e) {
+                    self.seen_dicts[d] = true;
+                }
+            }
+            if range.start == 0 && range.end == self.entries.len() {
+                return std::mem::take(&mut self.entries);
+            }
+            return self.entries[range].to_vec();
+        }
+        let mut out = Vec::with_capacity(items.len());
         for &e in items {
             if !self.first_use(e) {
-                missing += 1;
-                stacks.push(NO_STACK);
                 continue;
             }
-            let (action, frames) = match pk.record(e) {
-                Some(r) => (r.get("action"), r.get("frames")),
-                None => (pk.dict_get(e, "action"), pk.dict_get(e, "frames")),
+            let entry = match pk.record_number(e) {
+                Some(r) => self.entries.get(r).cloned(),
+                None => self.generic_entry(e),
             };
-            if action.and_then(|a| pk.str_bytes(a)).is_none() {
-                self.diag.warn(
+            match entry {
+                Some(t) if t.stack != NO_ACTION => out.push(t),
+                _ => self.diag.warn(
                     "snapshot_entry_without_action",
                     format!(
                         "{}: a device_traces entry has no action",
                         self.path.display()
                     ),
-                );
-                missing += 1;
-                stacks.push(NO_STACK);
-                continue;
+                ),
             }
-            let list = frames.and_then(|f| pk.seq_index(f));
-            let stack = match list.map(|i| by_list[i]) {
-                Some(s) if s != NO_STACK => s,
-                _ => {
-                    let s = self.stack_of(frames);
-                    if let Some(i) = list {
-                        by_list[i] = s;
-                    }
-                    s
-                }
-            };
-            stacks.push(stack);
         }
-        let entry = |(&e, &stack): (&ValueId, &StackId)| {
-            // History entries come as fixed records; other dicts are looked up by key.
-            let rec = pk.record(e);
-            let g = |k: &str| match rec {
-                Some(r) => r.get(k),
-                None => pk.dict_get(e, k),
-            };
-            let u64_of = |k: &str| g(k).and_then(|v| pk.as_u64(v));
-            TraceEntry {
-                action: g("action")
-                    .and_then(|a| pk.str_bytes(a))
-                    .map_or(Action::Other, parse_action),
-                addr: u64_of("addr").unwrap_or(0),
-                size: u64_of("size").unwrap_or(0),
-                stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
-                time_us: g("time_us").and_then(|v| pk.as_i64(v)),
-                stack,
-            }
-        };
-        if missing == 0 {
-            items.par_iter().zip(&stacks).map(entry).collect()
-        } else {
-            let kept: Vec<(ValueId, StackId)> = items
-                .iter()
-                .zip(&stacks)
-                .filter(|(_, &s)| s != NO_STACK)
-                .map(|(&e, &s)| (e, s))
-                .collect();
-            kept.par_iter().map(|(e, s)| entry((e, s))).collect()
-        }
+        out
     }
 
-    fn stack_of(&mut self, id: Option<ValueId>) -> StackId {
+    /// An entry dict not read as a record: its members looked up by key.
+    fn generic_entry(&mut self, e: ValueId) -> Option<TraceEntry> {
         let pk = self.pk;
-        let objects = id.map_or(&[][..], |id| pk.items(id));
-        // Lists with equal items mostly share them in the pickle's tables
-        // (the pickle reader's `share_items`): where they do, the items' address finds them
-        // without hashing each list's frames.
-        let at = (objects.as_ptr() as usize, objects.len());
-        if let Some(&s) = self.stack_by_items.get(&at) {
-            return s;
-        }
-        if let Some(&s) = self.stack_by_list.get(objects) {
-            self.stack_by_items.insert(at, s);
-            return s;
-        }
-        let frames: Box<[FrameId]> = objects.iter().filter_map(|&f| self.frame(f)).collect();
-        let next = StackId(self.stacks.len() as u32);
-        let s = *self.stack_by_frames.entry(frames.clone()).or_insert(next);
-        if s == next {
-            self.stacks.push(frames);
-        }
-        self.stack_by_list.insert(objects.into(), s);
-        self.stack_by_items.insert(at, s);
-        s
-    }
-
-    fn frame(&mut self, id: ValueId) -> Option<FrameId> {
-        if let Some(&f) = self.frame_index.get(&id) {
-            return Some(f);
-        }
-        let name = self.str_of(self.pk.dict_get(id, "name"))?;
-        let filename = self
-            .str_of(self.pk.dict_get(id, "filename"))
-            .unwrap_or_else(|| self.strings.intern(""));
-        let line = self
-            .pk
-            .dict_get(id, "line")
-            .and_then(|l| self.pk.as_i64(l))
-            .unwrap_or(0);
-        let f = FrameId(self.frames.len() as u32);
-        self.frames.push(Frame {
-            name,
-            filename,
-            line,
-        });
-        self.frame_index.insert(id, f);
-        Some(f)
+        let g = |k: &str| pk.dict_get(e, k);
+        let action = g("action").and_then(|a| pk.str_bytes(a))?;
+        let frames = g("frames");
+        let list = frames.and_then(|f| pk.seq_index(f));
+        let stack = match list.and_then(|i| self.by_list.get(i)) {
+            Some(&s) if s != NO_STACK => s,
+            _ => self.stack_of(frames),
+        };
+        let u64_of = |k: &str| g(k).and_then(|v| pk.as_u64(v));
+        Some(TraceEntry {
+            action: parse_action(action),
+            addr: u64_of("addr").unwrap_or(0),
+            size: u64_of("size").unwrap_or(0),
+            stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+            time_us: g("time_us").and_then(|v| pk.as_i64(v)),
+            stack,
+        })
     }
 
     fn run(mut self) -> Result<Snapshot, Error> {
@@ -335,7 +406,7 @@ impl<'a> Extractor<'a> {
                 }
                 let state = self
                     .str_of(pk.dict_get(b, "state"))
-                    .unwrap_or_else(|| self.strings.intern("unknown"));
+                    .unwrap_or_else(|| self.stacks.strings.intern("unknown"));
                 blocks.push(Block {
                     address: pk
                         .dict_get(b, "address")
@@ -367,12 +438,9 @@ impl<'a> Extractor<'a> {
         }
         let mut device_traces = Vec::new();
         if let Some(t) = traces_id {
-            // Stack by the pickle's list object: most entries name a list, and a table by
-            // list beats hashing its frames for each of millions of entries.
-            let mut by_list = vec![NO_STACK; pk.seq_count()];
             for &dev in pk.items(t) {
                 if self.first_use(dev) {
-                    device_traces.push(self.history(pk.items(dev), &mut by_list));
+                    device_traces.push(self.history(pk.items(dev)));
                 }
             }
         }
@@ -407,9 +475,9 @@ impl<'a> Extractor<'a> {
         }
         Ok(Snapshot {
             path: self.path.to_path_buf(),
-            strings: self.strings,
-            frames: self.frames,
-            stacks: self.stacks,
+            strings: self.stacks.strings,
+            frames: self.stacks.frames,
+            stacks: self.stacks.stacks,
             segments,
             device_traces,
             annotations,

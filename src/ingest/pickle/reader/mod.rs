@@ -12,14 +12,18 @@ use std::hash::{Hash, Hasher};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::store::{Slot, Store, Text, Texts};
-use super::{Kind, Pickle, PickleError, RecordShape, ValueId, PAYLOAD_BITS, RECORD_MAX_KEYS};
+use super::{
+    Kind, Pickle, PickleError, RecordShape, RecordSink, ValueId, PAYLOAD_BITS, RECORD_MAX_KEYS,
+};
 
 /// The pickle machine: the tables it builds, and its stack, marks and memo.
 pub(super) struct Reader<'a> {
     /// Whether lists with equal items share them (off only in tests, to compare).
     share: bool,
-    pub(super) pk: Pickle<'a>,
+    pub(super) pk: Pickle<'static>,
     pub(super) input: Input<'a>,
+    /// Where records go as they complete, if the caller gave one.
+    pub(super) sink: Option<&'a mut dyn RecordSink>,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
@@ -71,6 +75,7 @@ impl<'a> Reader<'a> {
         Reader {
             share,
             input,
+            sink: None,
             pk: Pickle {
                 input: std::marker::PhantomData,
                 texts: Texts::default(),
@@ -80,6 +85,7 @@ impl<'a> Reader<'a> {
                 maps: Store::new(),
                 shape,
                 records: Vec::new(),
+                sunk: false,
                 root: NONE,
             },
             stack: Vec::new(),
@@ -332,11 +338,24 @@ impl<'a> Reader<'a> {
         match self.pk.maps.slot(c) {
             Slot::Flat(_, 0) => {
                 if let Some((rec, n)) = self.record(from) {
-                    self.pk.records.extend_from_slice(&rec[..n]);
-                    self.pk.maps.set_record(c, self.pk.records.len() / n - 1);
+                    let r = if let Some(sink) = self.sink.as_mut() {
+                        let members = rec.map(|v| (v != ABSENT).then_some(v));
+                        sink.record(&self.pk, &members[..n])
+                    } else {
+                        self.pk.records.extend_from_slice(&rec[..n]);
+                        self.pk.records.len() / n - 1
+                    };
+                    self.pk.maps.set_record(c, r);
                     self.stack.truncate(from);
                     return Ok(());
                 }
+            }
+            Slot::Record(r) if self.pk.sunk => {
+                // Its members went to the sink: a generic dict of the later ones from here.
+                if let Some(sink) = self.sink.as_mut() {
+                    sink.forget(r);
+                }
+                self.pk.maps.set_own(c, Vec::new());
             }
             Slot::Record(r) => {
                 // Grown after all: back to a generic dict of the kept members.
