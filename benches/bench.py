@@ -1,6 +1,6 @@
 """Benchmark: steptrace against Python's json.load and HolisticTraceAnalysis on the same files.
 
-    python3 benches/bench.py [--sizes 250] [--runs 3] [--hta] [--big 2000] [--snapshot 1000]
+    python3 benches/bench.py [--sizes 250] [--runs 3] [--hta] [--big 2000] [--snapshot 1000[,10000]] [--snapshot-reuse]
                              [--hta-runs 3] [--perfetto trace_processor_shell]
                              [--work /tmp/steptrace-bench]
 
@@ -73,7 +73,11 @@ def main():
     ap.add_argument("--hta-runs", type=int, default=3, help="HolisticTraceAnalysis loads (median)")
     ap.add_argument("--work", default="/tmp/steptrace-bench")
     ap.add_argument("--big", type=int, default=0)
-    ap.add_argument("--snapshot", type=int, default=0)
+    # --snapshot N[,M...]: snapshots of N MB (each size); --snapshot-reuse: generated with
+    # gen_snapshot.py --reuse-addresses (a history that frees and reuses its blocks, as a
+    # program's does) instead of shifted addresses.
+    ap.add_argument("--snapshot", default="")
+    ap.add_argument("--snapshot-reuse", action="store_true")
     # --merge-ranks N: `steptrace merge` of N ranks' Parquet results (examples/rank_results.rs,
     # copies of the bundled sample's analysis under N rank numbers).
     ap.add_argument("--merge-ranks", type=int, default=0)
@@ -88,7 +92,8 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
-    if a.snapshot and not a.no_ingest_row:
+    snap_sizes = [int(x) for x in a.snapshot.split(",") if x]
+    if snap_sizes and not a.no_ingest_row:
         subprocess.run(["cargo", "build", "--release", "-q", "--example", "stages"], cwd=ROOT, check=True)
     st = os.path.join(ROOT, "target/release/steptrace")
     hta_py = None
@@ -228,11 +233,13 @@ def main():
         out = os.path.join(a.work, "out_merge")
         w, rss = median_of(a.runs, [st, "merge", ranks_dir, "--out", out])
         rows.append((f"{size:.0f} MB", f"steptrace merge, {a.merge_ranks} ranks", w, rss, float("nan"), rss / size))
-    if a.snapshot:
-        snap = os.path.join(a.work, f"snapshot_{a.snapshot}mb.pickle")
+    for mb in snap_sizes:
+        kind = "reuse" if a.snapshot_reuse else "shifted"
+        snap = os.path.join(a.work, f"snapshot_{mb}mb_{kind}.pickle")
         if not os.path.exists(snap):
             src = os.path.join(ROOT, "sample_traces/resnet18/snapshot.pickle.gz")
-            subprocess.run([sys.executable, os.path.join(ROOT, "benches/gen_snapshot.py"), src, snap, "--mb", str(a.snapshot)], check=True)
+            gen = [sys.executable, os.path.join(ROOT, "benches/gen_snapshot.py"), src, snap, "--mb", str(mb)]
+            subprocess.run(gen + (["--reuse-addresses"] if a.snapshot_reuse else []), check=True)
         size = os.path.getsize(snap) / 1e6
         subprocess.run(["sh", "-c", f"cat {snap} > /dev/null"], check=True)
         stages = os.path.join(ROOT, "target/release/examples/stages")
@@ -244,13 +251,19 @@ def main():
         if loads:
             w = statistics.median(x[0] for x in loads)
             rss = max(x[1] for x in loads)
-            rows.append((f"{size:.0f} MB", "snapshot ingest (in-process)", w, rss, float("nan"), rss / size))
+            rows.append((f"{size:.0f} MB", f"snapshot ingest (in-process, {kind})", w, rss, float("nan"), rss / size))
         out = os.path.join(a.work, "out_snapshot")
         w, rss = median_of(a.runs, [st, "analyze", "--out", out, "-q", snap])
-        rows.append((f"{size:.0f} MB", "steptrace analyze SNAPSHOT (default)", w, rss, float("nan"), rss / size))
+        rows.append((f"{size:.0f} MB", f"steptrace analyze SNAPSHOT ({kind})", w, rss, float("nan"), rss / size))
         if a.snapshot_baselines:
-            w, rss = median_of(1, [sys.executable, "-c", f"import pickle; pickle.load(open({snap!r}, 'rb'))"])
-            rows.append((f"{size:.0f} MB", "python pickle.load", w, rss, float("nan"), rss / size))
+            # pickle.load holds about 5x the file (5.2 GB for 1 GB): not run where that would
+            # not fit in the memory available.
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1e6
+            if 6 * size < avail:
+                w, rss = median_of(1, [sys.executable, "-c", f"import pickle; pickle.load(open({snap!r}, 'rb'))"])
+                rows.append((f"{size:.0f} MB", "python pickle.load", w, rss, float("nan"), rss / size))
+            else:
+                checks.append(f"pickle.load of {snap} not run: about 6x its {size:.0f} MB would not fit in {avail:.0f} MB available")
             if a.memory_viz:
                 html = os.path.join(a.work, "trace_plot.html")
                 w, rss = median_of(1, [sys.executable, a.memory_viz, "trace_plot", snap, "-o", html])

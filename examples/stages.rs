@@ -114,33 +114,17 @@ fn main() {
     );
 }
 
-/// A snapshot on its own: read, unpickle, extract.
+/// A snapshot on its own: read, unpickle, extract, as the file streams in (what analyze
+/// does, first in a fresh process, as a user meets it).
 fn snapshot(path: &std::path::Path) {
-    // What analyze does, first in a fresh process (as a user meets it): map (or inflate),
-    // unpickle, extract.
     let t = Instant::now();
     let mut d = steptrace::diagnostics::Diagnostics::default();
     let s = steptrace::ingest::snapshot::load(path, &mut d).unwrap();
     let t_all = t.elapsed();
     let entries: usize = s.device_traces.iter().map(|d| d.len()).sum();
     let segments = s.segments.len();
-    drop(s);
-    // Then the unpickle alone, for the split.
-    let t = Instant::now();
-    let src = steptrace::ingest::source::read(path).unwrap();
-    let t_read = t.elapsed();
-    let t = Instant::now();
-    let p = steptrace::ingest::pickle::parse_records(
-        &src.bytes,
-        &steptrace::ingest::snapshot::HISTORY_ENTRY,
-    )
-    .unwrap();
-    let t_unpickle = t.elapsed();
-    drop(p);
     println!(
-        "load (read+unpickle+extract) {:.3}s; then read {:.3}s unpickle {:.3}s; {entries} trace entries, {segments} segments",
+        "load (read+unpickle+extract) {:.3}s; {entries} trace entries, {segments} segments",
         t_all.as_secs_f64(),
-        t_read.as_secs_f64(),
-        t_unpickle.as_secs_f64(),
     );
 }

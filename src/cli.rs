@@ -402,8 +402,8 @@ pub(crate) struct AnalyzeArgs {
     /// CPU time of all threads in it and how many cores that kept busy.
     #[arg(long)]
     pub(crate) timings: bool,
-    /// Plots to draw, comma-separated (memory_vs_rank, memory_over_time, node_runtime,
-    /// activations, peak_breakdown, roofline) [default: all].
+    /// Plots to draw, comma-separated (time_by_phase, memory_vs_rank, memory_over_time,
+    /// node_runtime, activations, peak_breakdown, roofline) [default: all].
     #[arg(long, value_delimiter = ',')]
     pub(crate) plots: Vec<String>,
     /// Draw no plots and no HTML report.

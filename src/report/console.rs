@@ -274,18 +274,20 @@ fn finish_console(mut o: String, diag: &Diagnostics) -> String {
     o
 }
 
+/// The phases in the order a step runs them.
+pub(super) const PHASE_ORDER: [&str; 6] = [
+    "data_loading",
+    "forward",
+    "backward",
+    "zero_grad",
+    "optimizer",
+    "other",
+];
+
 /// Each phase's time per iteration, in the order a step runs them: GPU time of its nodes (and
 /// their host time), or host time alone for a CPU-only trace; phases with none left out.
 pub(super) fn phase_parts(s: &crate::analysis::Summary, cpu_only: bool) -> Vec<String> {
-    const ORDER: [&str; 6] = [
-        "data_loading",
-        "forward",
-        "backward",
-        "zero_grad",
-        "optimizer",
-        "other",
-    ];
-    ORDER
+    PHASE_ORDER
         .iter()
         .filter_map(|k| {
             let t = s.time_by_phase.get(k)?;

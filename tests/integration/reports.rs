@@ -56,6 +56,38 @@ fn every_plot_is_drawn_from_the_tables() {
         let (_, acts) = csv(&plots.join("activations.data.csv"));
         let (_, act_rows) = csv(&out.out_dir.join("activation_stats.csv"));
         assert_eq!(acts.len(), act_rows.len());
+        // Each phase's bars are its GPU and host time in the summary, in step order, and the
+        // last the iteration's span under the profiler less the GPU's busy time.
+        let s = &out.analysis.summary;
+        let (th, tb) = csv(&plots.join("time_by_phase.data.csv"));
+        let mut want = Vec::new();
+        for k in [
+            "data_loading",
+            "forward",
+            "backward",
+            "zero_grad",
+            "optimizer",
+            "other",
+        ] {
+            let Some(t) = s.time_by_phase.get(k) else {
+                continue;
+            };
+            if t.gpu_s > 0.0 {
+                want.push((format!("{k} GPU"), t.gpu_s * 1e3));
+            }
+            if t.cpu_s > 0.0 {
+                want.push((format!("{k} host"), t.cpu_s * 1e3));
+            }
+        }
+        want.push((
+            "GPU idle".to_owned(),
+            (s.step_time_instrumented_s - s.gpu_busy_s).max(0.0) * 1e3,
+        ));
+        assert_eq!(tb.len(), want.len(), "{s:?}", s = tb);
+        for (b, (label, ms)) in tb.iter().zip(&want) {
+            assert_eq!(&b[col(&th, "bar")], label);
+            assert!((b[col(&th, "ms")].parse::<f64>().unwrap() - ms).abs() < 1e-5);
+        }
     }
 }
 
@@ -527,7 +559,13 @@ fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".svg"))
         .collect();
-    assert_eq!(plots, ["node_runtime.svg"], "{plots:?}");
+    let mut plots = plots;
+    plots.sort();
+    assert_eq!(
+        plots,
+        ["node_runtime.svg", "time_by_phase.svg"],
+        "{plots:?}"
+    );
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(!html.contains("Memory at the peak") && !html.contains("Largest activations"));
     assert!(html.contains("No memory data"));
@@ -601,10 +639,18 @@ fn report_html_has_no_empty_table_or_plot_for_a_step_without_gpu_work() {
     assert!(html.contains("No operator runs inside the profiled iterations (ProfilerStep#551)"));
     assert!(!html.contains("<tbody></tbody>") && !html.contains("<h2>Plots</h2>"));
     assert!(!out.join("plots/node_runtime.png").exists());
+    assert!(!out.join("plots/time_by_phase.png").exists());
     // Inside the step now: a node by CPU time.
     std::fs::write(&p, text.replace("\"ts\":1500", "\"ts\":1100")).unwrap();
     steptrace::analyze(&props).unwrap();
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("<h2>Top nodes by CPU time</h2>"), "{html}");
     assert!(!html.contains("Top nodes by GPU time"));
+    // Its phase chart: host time alone, no GPU bars and no GPU idle.
+    let (h, bars) = crate::common::csv(&out.join("plots/time_by_phase.data.csv"));
+    assert!(!bars.is_empty());
+    assert!(
+        bars.iter().all(|b| b[col(&h, "bar")].ends_with(" host")),
+        "{bars:?}"
+    );
 }

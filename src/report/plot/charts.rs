@@ -243,7 +243,7 @@ where
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(120)
-        .build_cartesian_2d(0f64..xmax, (0..n).into_segmented())?;
+        .build_cartesian_2d(0f64..xmax, (0..n - 1).into_segmented())?;
     let labels: Vec<String> = d.bars.iter().map(|b| b.0.clone()).collect();
     c.configure_mesh()
         .disable_y_mesh()
@@ -267,6 +267,68 @@ where
         Text::new(
             format!("{:.1} MiB", b.1),
             (b.1, SegmentValue::CenterOf(i)),
+            ("sans-serif", 14),
+        )
+    }))?;
+    Ok(())
+}
+
+/// Each phase's time per iteration: its GPU time and its host time, and the GPU's idle time.
+pub struct PhaseBars {
+    /// (label, ms, phase (its colour), host time: drawn lighter).
+    pub bars: Vec<(String, f64, &'static str, bool)>,
+    /// Title.
+    pub title: String,
+}
+
+pub(super) fn draw_phase_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &PhaseBars,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let n = d.bars.len().max(1);
+    let xmax = d.bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9) * 1.25;
+    let mut c = ChartBuilder::on(root)
+        .caption(&d.title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(150)
+        // `a..b` segmented holds b - a + 1 slots: one per bar, the first bar at the top.
+        .build_cartesian_2d(0f64..xmax, (0..n - 1).into_segmented())?;
+    let labels: Vec<String> = d.bars.iter().rev().map(|b| b.0.clone()).collect();
+    c.configure_mesh()
+        .disable_y_mesh()
+        .x_desc("ms per iteration")
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    let slot = |i: usize| n - 1 - i;
+    c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
+        let i = slot(i);
+        let colour = phase_color(b.2);
+        let style = if b.3 {
+            colour.mix(0.4).filled()
+        } else {
+            colour.filled()
+        };
+        Rectangle::new(
+            [
+                (0.0, SegmentValue::Exact(i)),
+                (b.1, SegmentValue::Exact(i + 1)),
+            ],
+            style,
+        )
+    }))?;
+    c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
+        Text::new(
+            format!("{:.3} ms", b.1),
+            (b.1, SegmentValue::CenterOf(slot(i))),
             ("sans-serif", 14),
         )
     }))?;

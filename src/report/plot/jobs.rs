@@ -27,6 +27,7 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
         "memory_vs_rank" | "memory_over_time" | "peak_breakdown" => memory,
         "activations" => !a.liveness.activations.is_empty(),
         "roofline" => a.summary.flops_per_iteration > 0,
+        "time_by_phase" => !phase_bars(a).is_empty(),
         // GPU time per node: not a chart of zeros where no node ran on the GPU.
         "node_runtime" => a.node_stats.iter().any(|n| n.median_run_time_s > 0.0),
         _ => true,
@@ -36,6 +37,7 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
         .iter()
         .filter(|n| want(n))
         .filter_map(|&n| match n {
+            "time_by_phase" => Some(time_by_phase(a)),
             "memory_vs_rank" => Some(memory_vs_rank(a, gpu_mem_bytes)),
             "memory_over_time" => Some(memory_over_time(a)),
             "node_runtime" => Some(node_runtime(a)),
@@ -46,6 +48,47 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
             _ => None,
         })
         .collect()
+}
+
+/// The bars of [`time_by_phase`]: each phase's GPU time and host time per iteration in the
+/// order a step runs them (host time alone where no node has GPU time), then the GPU's idle
+/// time in an iteration; phases with no time left out.
+fn phase_bars(a: &Analysis) -> Vec<(String, f64, &'static str, bool)> {
+    let s = &a.summary;
+    let cpu_only = crate::report::nodes_without_gpu_time(&a.node_stats);
+    let mut bars = Vec::new();
+    for k in crate::report::console::PHASE_ORDER {
+        let Some(t) = s.time_by_phase.get(&k) else {
+            continue;
+        };
+        if !cpu_only && t.gpu_s > 0.0 {
+            bars.push((format!("{k} GPU"), t.gpu_s * 1e3, k, false));
+        }
+        if t.cpu_s > 0.0 {
+            bars.push((format!("{k} host"), t.cpu_s * 1e3, k, true));
+        }
+    }
+    if !bars.is_empty() && !cpu_only {
+        let idle = (s.step_time_instrumented_s - s.gpu_busy_s).max(0.0);
+        bars.push(("GPU idle".to_owned(), idle * 1e3, "idle", false));
+    }
+    bars
+}
+
+/// Where an iteration's time goes, by phase: the headline of the console and report as a
+/// chart.
+fn time_by_phase(a: &Analysis) -> Job {
+    let name = &a.summary.name;
+    let d = PhaseBars {
+        bars: phase_bars(a),
+        title: format!("{name}: time per iteration by phase (medians)"),
+    };
+    let rows: Vec<Vec<String>> = d
+        .bars
+        .iter()
+        .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
+        .collect();
+    job!("time_by_phase", ["bar", "ms"], rows, d, draw_phase_bars)
 }
 
 /// Peak and active memory of each node, in execution order.

@@ -32,7 +32,8 @@ fn register_font() {
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Which plots to draw.
-pub const PLOTS: [&str; 6] = [
+pub const PLOTS: [&str; 7] = [
+    "time_by_phase",
     "memory_vs_rank",
     "memory_over_time",
     "node_runtime",
@@ -240,10 +241,11 @@ mod multi;
 
 use self::charts::{
     draw_activations, draw_by_rank, draw_mem_over_time, draw_mem_vs_rank, draw_peak_breakdown,
-    draw_roofline,
+    draw_phase_bars, draw_roofline,
 };
 pub use self::charts::{
-    mem_vs_rank_data, Activations, ByRank, MemOverTime, MemVsRank, PeakBreakdown, Roofline,
+    mem_vs_rank_data, Activations, ByRank, MemOverTime, MemVsRank, PeakBreakdown, PhaseBars,
+    Roofline,
 };
 pub use self::jobs::jobs;
 pub use self::multi::{write_heatmap, write_overlay, write_stacked, write_xy};
