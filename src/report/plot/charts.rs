@@ -220,71 +220,22 @@ where
     Ok(())
 }
 
-/// Bytes by category at the peak.
-pub struct PeakBreakdown {
-    /// (category, MiB).
-    pub bars: Vec<(String, f64)>,
+/// Labelled horizontal bars, the first at the top, each with its value written beside it
+/// (memory at the peak by category; time per iteration by phase).
+pub struct Bars {
+    /// (label, value, colour).
+    pub bars: Vec<(String, f64, RGBAColor)>,
+    /// The value axis.
+    pub x_desc: &'static str,
+    /// The unit written after each value.
+    pub unit: &'static str,
+    /// Decimals of the values written.
+    pub digits: usize,
     /// Title.
     pub title: String,
 }
 
-pub(super) fn draw_peak_breakdown<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    d: &PeakBreakdown,
-) -> DrawResult
-where
-    DB::ErrorType: 'static,
-{
-    root.fill(&WHITE)?;
-    let n = d.bars.len().max(1);
-    let xmax = d.bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9) * 1.2;
-    let mut c = ChartBuilder::on(root)
-        .caption(&d.title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(120)
-        .build_cartesian_2d(0f64..xmax, (0..n - 1).into_segmented())?;
-    let labels: Vec<String> = d.bars.iter().map(|b| b.0.clone()).collect();
-    c.configure_mesh()
-        .disable_y_mesh()
-        .x_desc("MiB")
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .label_style(("sans-serif", 14))
-        .draw()?;
-    c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
-        Rectangle::new(
-            [
-                (0.0, SegmentValue::Exact(i)),
-                (b.1, SegmentValue::Exact(i + 1)),
-            ],
-            category_color(i).filled(),
-        )
-    }))?;
-    c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
-        Text::new(
-            format!("{:.1} MiB", b.1),
-            (b.1, SegmentValue::CenterOf(i)),
-            ("sans-serif", 14),
-        )
-    }))?;
-    Ok(())
-}
-
-/// Each phase's time per iteration: its GPU time and its host time, and the GPU's idle time.
-pub struct PhaseBars {
-    /// (label, ms, phase (its colour), host time: drawn lighter).
-    pub bars: Vec<(String, f64, &'static str, bool)>,
-    /// Title.
-    pub title: String,
-}
-
-pub(super) fn draw_phase_bars<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    d: &PhaseBars,
-) -> DrawResult
+pub(super) fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &Bars) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
@@ -298,36 +249,29 @@ where
         .y_label_area_size(150)
         // `a..b` segmented holds b - a + 1 slots: one per bar, the first bar at the top.
         .build_cartesian_2d(0f64..xmax, (0..n - 1).into_segmented())?;
+    let slot = |i: usize| n - 1 - i;
     let labels: Vec<String> = d.bars.iter().rev().map(|b| b.0.clone()).collect();
     c.configure_mesh()
         .disable_y_mesh()
-        .x_desc("ms per iteration")
+        .x_desc(d.x_desc)
         .y_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
         })
         .label_style(("sans-serif", 14))
         .draw()?;
-    let slot = |i: usize| n - 1 - i;
     c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
-        let i = slot(i);
-        let colour = phase_color(b.2);
-        let style = if b.3 {
-            colour.mix(0.4).filled()
-        } else {
-            colour.filled()
-        };
         Rectangle::new(
             [
-                (0.0, SegmentValue::Exact(i)),
-                (b.1, SegmentValue::Exact(i + 1)),
+                (0.0, SegmentValue::Exact(slot(i))),
+                (b.1, SegmentValue::Exact(slot(i) + 1)),
             ],
-            style,
+            b.2.filled(),
         )
     }))?;
     c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
         Text::new(
-            format!("{:.3} ms", b.1),
+            format!("{:.*} {}", d.digits, b.1, d.unit),
             (b.1, SegmentValue::CenterOf(slot(i))),
             ("sans-serif", 14),
         )

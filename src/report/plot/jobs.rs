@@ -79,16 +79,26 @@ fn phase_bars(a: &Analysis) -> Vec<(String, f64, &'static str, bool)> {
 /// chart.
 fn time_by_phase(a: &Analysis) -> Job {
     let name = &a.summary.name;
-    let d = PhaseBars {
-        bars: phase_bars(a),
-        title: format!("{name}: time per iteration by phase (medians)"),
-    };
-    let rows: Vec<Vec<String>> = d
-        .bars
+    let bars = phase_bars(a);
+    let rows: Vec<Vec<String>> = bars
         .iter()
         .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
         .collect();
-    job!("time_by_phase", ["bar", "ms"], rows, d, draw_phase_bars)
+    let d = Bars {
+        bars: bars
+            .into_iter()
+            .map(|(label, ms, phase, host)| {
+                let c = phase_color(phase);
+                // A phase's host time in its colour, lighter.
+                (label, ms, if host { c.mix(0.4) } else { c.mix(1.0) })
+            })
+            .collect(),
+        x_desc: "ms per iteration",
+        unit: "ms",
+        digits: 3,
+        title: format!("{name}: time per iteration by phase (medians)"),
+    };
+    job!("time_by_phase", ["bar", "ms"], rows, d, draw_bars)
 }
 
 /// Peak and active memory of each node, in execution order.
@@ -201,35 +211,29 @@ fn activations(a: &Analysis) -> Job {
 /// Memory at the peak by category.
 fn peak_breakdown(a: &Analysis) -> Job {
     let name = &a.summary.name;
-    let d = PeakBreakdown {
-        bars: CATEGORIES
-            .iter()
-            .map(|c| {
-                (
-                    c.key().to_owned(),
-                    a.summary
-                        .peak_breakdown_bytes
-                        .get(c.key())
-                        .copied()
-                        .unwrap_or(0) as f64
-                        / MIB,
-                )
-            })
-            .collect(),
-        title: format!("{name}: memory at the peak by category"),
-    };
-    let rows: Vec<Vec<String>> = d
-        .bars
+    let mib: Vec<(String, f64)> = CATEGORIES
+        .iter()
+        .map(|c| {
+            let bytes = a.summary.peak_breakdown_bytes.get(c.key()).copied();
+            (c.key().to_owned(), bytes.unwrap_or(0) as f64 / MIB)
+        })
+        .collect();
+    let rows: Vec<Vec<String>> = mib
         .iter()
         .map(|b| vec![b.0.clone(), format!("{:.6}", b.1)])
         .collect();
-    job!(
-        "peak_breakdown",
-        ["category", "mib"],
-        rows,
-        d,
-        draw_peak_breakdown
-    )
+    let d = Bars {
+        bars: mib
+            .into_iter()
+            .enumerate()
+            .map(|(i, (k, v))| (k, v, category_color(i).mix(1.0)))
+            .collect(),
+        x_desc: "MiB",
+        unit: "MiB",
+        digits: 1,
+        title: format!("{name}: memory at the peak by category"),
+    };
+    job!("peak_breakdown", ["category", "mib"], rows, d, draw_bars)
 }
 
 /// Each op's arithmetic intensity and achieved throughput, under the GPU's ceilings.

@@ -240,12 +240,10 @@ mod jobs;
 mod multi;
 
 use self::charts::{
-    draw_activations, draw_by_rank, draw_mem_over_time, draw_mem_vs_rank, draw_peak_breakdown,
-    draw_phase_bars, draw_roofline,
+    draw_activations, draw_bars, draw_by_rank, draw_mem_over_time, draw_mem_vs_rank, draw_roofline,
 };
 pub use self::charts::{
-    mem_vs_rank_data, Activations, ByRank, MemOverTime, MemVsRank, PeakBreakdown, PhaseBars,
-    Roofline,
+    mem_vs_rank_data, Activations, Bars, ByRank, MemOverTime, MemVsRank, Roofline,
 };
 pub use self::jobs::jobs;
 pub use self::multi::{write_heatmap, write_overlay, write_stacked, write_xy};
