@@ -273,6 +273,11 @@ pub fn read_raw(path: &Path) -> std::io::Result<Bytes> {
 /// The decompressed text of `path` as a stream, for a second pass that should not hold the
 /// whole text (the annotated trace): the file itself, or its gzip members inflated as read.
 pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
+    open_stream_gz(path).map(|(r, _)| r)
+}
+
+/// [`open_stream`], and whether the file is gzip.
+fn open_stream_gz(path: &Path) -> std::io::Result<(Box<dyn Read + Send>, bool)> {
     regular_file(path)?;
     // One open file for the whole: a capture-form file is mapped from it, any other read.
     let file = std::fs::File::open(path)?;
@@ -283,21 +288,22 @@ pub fn open_stream(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
         // A file capture wrote: its members inflated a batch at a time on all threads.
         let raw = bytes_of(&file)?;
         if let Some((members, _)) = steptrace_formats::gzip_members::members(&raw) {
-            return Ok(Box::new(MembersReader {
+            let r = MembersReader {
                 raw,
                 members,
                 next: 0,
                 ready: std::collections::VecDeque::new(),
                 at: 0,
-            }));
+            };
+            return Ok((Box::new(r), true));
         }
     }
     (&file).seek(std::io::SeekFrom::Start(0))?;
     let file = std::io::BufReader::with_capacity(1 << 16, file);
     Ok(if gz {
-        Box::new(flate2::bufread::MultiGzDecoder::new(file))
+        (Box::new(flate2::bufread::MultiGzDecoder::new(file)), true)
     } else {
-        Box::new(file)
+        (Box::new(file), false)
     })
 }
 
@@ -312,14 +318,7 @@ pub fn open_stream_expecting(
         path: path.to_path_buf(),
         what: what.to_owned(),
     };
-    regular_file(path).map_err(FileError::at(path))?;
-    let gz = {
-        let mut head = [0u8; 2];
-        let mut f = std::fs::File::open(path).map_err(FileError::at(path))?;
-        let n = read_up_to(&mut f, &mut head).map_err(FileError::at(path))?;
-        is_gzip(&head[..n])
-    };
-    let mut stream = open_stream(path).map_err(FileError::at(path))?;
+    let (mut stream, gz) = open_stream_gz(path).map_err(FileError::at(path))?;
     let mut first = [0u8; 1];
     let n = read_up_to(&mut stream, &mut first).map_err(|e| {
         if gz {
