@@ -39,6 +39,8 @@ where
     c.configure_mesh()
         .x_desc("node, in execution order")
         .y_desc("MiB")
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
         .label_style(("sans-serif", 14))
         .draw()?;
     c.draw_series(LineSeries::new(
@@ -98,11 +100,14 @@ where
         .iter()
         .map(|p| p.1.iter().sum::<f64>())
         .fold(1.0, f64::max)
-        * 1.1;
+        // Room above the stack for the legend (it covered the data at 1.1).
+        * 1.45;
     let mut c = chart(root, &d.title, 0f64..xmax, 0f64..ymax)?;
     c.configure_mesh()
         .x_desc("ms")
         .y_desc("MiB")
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
         .label_style(("sans-serif", 14))
         .draw()?;
     // Stack from the top category down so each area covers the ones below it.
@@ -118,7 +123,7 @@ where
         .label(CATEGORIES[k].key())
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
-    legend(&mut c)?;
+    legend_at(&mut c, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 
@@ -146,6 +151,8 @@ where
     c.configure_mesh()
         .x_desc("node, in execution order")
         .y_desc(&d.y_desc)
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
         .label_style(("sans-serif", 14))
         .draw()?;
     for phase in ["forward", "backward", "optimizer", "zero_grad", "other"] {
@@ -209,6 +216,8 @@ where
         c.configure_mesh()
             .x_desc("made by the node, in execution order")
             .y_desc(ydesc)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .label_style(("sans-serif", 12))
             .draw()?;
         c.draw_series(
@@ -254,6 +263,7 @@ where
     c.configure_mesh()
         .disable_y_mesh()
         .x_desc(d.x_desc)
+        .x_label_formatter(&tick)
         .y_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
@@ -303,8 +313,9 @@ where
         .points
         .iter()
         .map(|p| p.0)
-        .fold(f64::MAX, f64::min)
-        .clamp(1e-3, 0.1);
+        .filter(|v| *v > 0.0)
+        .fold(0.1, f64::min)
+        * 0.5;
     let xmax = d.points.iter().map(|p| p.0).fold(1.0, f64::max).max(1e3) * 2.0;
     let peak = d.ceilings.iter().map(|c| c.1).fold(1.0, f64::max);
     let ymin = d
@@ -312,8 +323,9 @@ where
         .iter()
         .map(|p| p.1)
         .filter(|v| *v > 0.0)
-        .fold(f64::MAX, f64::min)
-        .clamp(1e-6, 1e-2);
+        .fold(1e-2, f64::min)
+        // Below the least point: none sits on the axis (a floor of 1e-6 put them there).
+        * 0.5;
     let mut c = chart(
         root,
         &d.title,
@@ -323,6 +335,8 @@ where
     c.configure_mesh()
         .x_desc("arithmetic intensity (FLOP/byte)")
         .y_desc("TFLOP/s")
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
         .label_style(("sans-serif", 14))
         .draw()?;
     if let Some(bw) = d.bandwidth_tbs {
@@ -344,7 +358,7 @@ where
             .filter(|p| p.0 > 0.0 && p.1 > 0.0)
             .map(|p| Circle::new((p.0, p.1), 3, BLACK.mix(0.6).filled())),
     )?;
-    legend(&mut c)?;
+    legend_at(&mut c, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 

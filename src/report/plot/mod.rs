@@ -73,7 +73,16 @@ const MIB: f64 = 1024.0 * 1024.0;
 fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     c: &mut ChartContext<'a, DB, CT>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    legend_at(c, SeriesLabelPosition::MiddleRight)
+}
+
+/// [`legend`] at `at`: where the chart's data leaves room (above a stack, below a roofline).
+fn legend_at<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    c: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     c.configure_series_labels()
+        .position(at)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
@@ -100,6 +109,21 @@ fn chart<'a, DB: DrawingBackend, X: AsRangedCoord, Y: AsRangedCoord>(
         .x_label_area_size(45)
         .y_label_area_size(70)
         .build_cartesian_2d(x, y)
+}
+
+/// A tick of a value axis: whole numbers without decimals ("50", not "50.0"), others as
+/// short as they read exactly.
+fn tick(v: &f64) -> String {
+    let v = *v;
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1e-3 {
+        let s = format!("{v:.6}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        // A log axis's small powers of ten: "1e-5", not "0.000009999999999".
+        format!("{v:.1e}").replace(".0e", "e")
+    }
 }
 
 fn write_data(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(), Error> {
@@ -247,3 +271,19 @@ pub use self::charts::{
 };
 pub use self::jobs::jobs;
 pub use self::multi::{write_heatmap, write_overlay, write_stacked, write_xy};
+
+#[cfg(test)]
+mod tick_tests {
+    use super::tick;
+
+    #[test]
+    fn axis_ticks_read_as_written_numbers() {
+        assert_eq!(tick(&50.0), "50");
+        assert_eq!(tick(&0.0), "0");
+        assert_eq!(tick(&2.5), "2.5");
+        assert_eq!(tick(&0.001), "0.001");
+        // A log axis's tick as floating point leaves it.
+        assert_eq!(tick(&9.999999999999999e-6), "1e-5");
+        assert_eq!(tick(&1e-6), "1e-6");
+    }
+}

@@ -41,6 +41,8 @@ pub fn write_overlay(
         c.configure_mesh()
             .x_desc("node rank")
             .y_desc("peak MiB")
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .label_style(("sans-serif", 14))
             .draw()?;
         for (i, (label, pts)) in d.runs.iter().enumerate() {
@@ -85,6 +87,8 @@ pub fn write_xy(
         c.configure_mesh()
             .x_desc(d.x_desc)
             .y_desc(d.y_desc)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .label_style(("sans-serif", 14))
             .draw()?;
         for (i, (label, p)) in d.series.iter().enumerate() {
