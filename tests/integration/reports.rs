@@ -654,3 +654,31 @@ fn report_html_has_no_empty_table_or_plot_for_a_step_without_gpu_work() {
         "{bars:?}"
     );
 }
+
+/// Issue 45: device activity steptrace does not analyse (MTIA's, the CUPTI range profiler's)
+/// is named in one line, each category with its count, not dropped without a word ("GPU busy
+/// 0.0 us"); a GPU-side annotation is not such activity.
+#[test]
+fn unanalysed_device_activity_is_named_in_one_line() {
+    let text = r#"{"schemaVersion":1,"deviceProperties":[],"traceEvents":[
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,"tid":1,"ts":1000,"dur":200},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1010,"dur":20},
+{"ph":"X","cat":"mtia_ccp_events","name":"k","pid":2,"tid":3,"ts":1020,"dur":5},
+{"ph":"X","cat":"MTIA_ccp_events","name":"k","pid":2,"tid":3,"ts":1030,"dur":5},
+{"ph":"X","cat":"mtia_ccp_events","name":"k","pid":2,"tid":3,"ts":1035,"dur":5},
+{"ph":"X","cat":"cuda_profiler_range","name":"r","pid":2,"tid":4,"ts":1040,"dur":5},
+{"ph":"X","cat":"gpu_user_annotation","name":"a","pid":2,"tid":4,"ts":1050,"dur":5}]}"#;
+    let (_d, out) = analyze_text(text);
+    let lines = out.diagnostics.lines().join("\n");
+    assert_eq!(
+        out.diagnostics.count("unanalysed_device_activity"),
+        1,
+        "{lines}"
+    );
+    assert!(
+        lines.contains(
+            "left out of every GPU figure: 1 `MTIA_ccp_events`, 1 `cuda_profiler_range`, 2 `mtia_ccp_events` event(s)"
+        ),
+        "{lines}"
+    );
+}

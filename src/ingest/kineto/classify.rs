@@ -70,6 +70,17 @@ pub(super) struct Partial {
     pub(super) input_text: String,
     /// Elements of `traceEvents` walked.
     pub(super) elements: usize,
+    /// Complete events of activity steptrace does not analyse, by category.
+    pub(super) unanalysed: FxHashMap<String, usize>,
+}
+
+/// Whether a complete event's category is activity of a kind steptrace does not analyse:
+/// MTIA's (its device's `mtia_ccp_events`, its host's `mtia_runtime`…) and the CUPTI range
+/// profiler's (`cuda_profiler_range`). Left out of every GPU figure, so they are named.
+pub(super) fn unanalysed_device(cat: &str) -> bool {
+    let c = cat.as_bytes();
+    (c.len() >= 4 && c[..4].eq_ignore_ascii_case(b"mtia"))
+        || cat.eq_ignore_ascii_case("cuda_profiler_range")
 }
 
 impl Partial {
@@ -288,7 +299,16 @@ impl Partial {
                     });
                 }
             }
-            Category::Other => {}
+            Category::Other => {
+                if unanalysed_device(cat) {
+                    match self.unanalysed.get_mut(cat) {
+                        Some(n) => *n += 1,
+                        None => {
+                            self.unanalysed.insert(cat.to_owned(), 1);
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -13,6 +13,7 @@ pub(super) fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &
     let (maps, text_bases) = global_ids(trace, &partials);
     relabel(&mut partials, &maps, &text_bases);
     join_tables(trace, &mut partials);
+    let mut unanalysed = std::collections::BTreeMap::<String, usize>::new();
     for p in partials {
         trace.modules.extend(p.modules);
         trace.flows.extend(p.flows);
@@ -20,6 +21,25 @@ pub(super) fn merge(trace: &mut KinetoTrace, mut partials: Vec<Partial>, diag: &
         for (kind, msg) in p.anomalies {
             diag.warn(kind, format!("{}: {msg}", trace.path.display()));
         }
+        for (cat, n) in p.unanalysed {
+            *unanalysed.entry(cat).or_default() += n;
+        }
+    }
+    // One line naming each category, in name order: the trace's device activity that no GPU
+    // figure counts (an MTIA trace read as "GPU busy 0.0 us" with nothing said).
+    if !unanalysed.is_empty() {
+        let what: Vec<String> = unanalysed
+            .iter()
+            .map(|(cat, n)| format!("{n} `{cat}`"))
+            .collect();
+        diag.warn(
+            "unanalysed_device_activity",
+            format!(
+                "{}: activity steptrace does not analyse (MTIA's, the CUPTI range profiler's), left out of every GPU figure: {} event(s)",
+                trace.path.display(),
+                what.join(", ")
+            ),
+        );
     }
     // Allocator events must be replayed in time order; a stable sort keeps file order on ties,
     // which is the allocator's own order for events of one thread. Usually they are in order
