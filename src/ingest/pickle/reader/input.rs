@@ -9,6 +9,11 @@ use super::super::PickleError;
 /// The window's starting size; it grows only for a single opcode argument larger than it.
 const WINDOW: usize = 1 << 20;
 
+/// The largest single opcode argument (a string or bytes object) read: a snapshot's longest
+/// texts are file names and frame names. Past it the pickle is refused, so that a gzip stream
+/// of zeros behind a claimed length of terabytes is not inflated into memory.
+pub(in crate::ingest::pickle) const MAX_ARGUMENT: usize = 1 << 30;
+
 pub(in crate::ingest::pickle) struct Input<'r> {
     src: Box<dyn Read + 'r>,
     buf: Vec<u8>,
@@ -79,6 +84,12 @@ impl<'r> Input<'r> {
     /// The next `n` bytes, taken.
     #[inline]
     pub(in crate::ingest::pickle) fn take(&mut self, n: usize) -> Result<&[u8], PickleError> {
+        if n > MAX_ARGUMENT {
+            return Err(PickleError::Malformed {
+                what: format!("an opcode argument of {n} bytes (more than 1 GiB)"),
+                offset: self.offset(),
+            });
+        }
         if self.end - self.pos < n && !self.fill(n) {
             return Err(PickleError::Truncated {
                 offset: self.base + self.end,
@@ -158,9 +169,17 @@ mod tests {
         let data = [1u8, 2, 3];
         let mut input = Input::new(Box::new(&data[..]));
         assert_eq!(
-            input.take(usize::MAX / 2).unwrap_err(),
+            input.take(MAX_ARGUMENT).unwrap_err(),
             PickleError::Truncated { offset: 3 }
         );
         assert!(input.buf.len() <= 4 * WINDOW, "{}", input.buf.len());
+        // Past the cap: refused before anything is read for it (zeros behind it would inflate).
+        let mut zeros = std::io::repeat(0);
+        let mut input = Input::new(Box::new(&mut zeros));
+        assert!(matches!(
+            input.take(MAX_ARGUMENT + 1),
+            Err(PickleError::Malformed { .. })
+        ));
+        assert!(input.buf.len() <= WINDOW, "{}", input.buf.len());
     }
 }
