@@ -202,7 +202,7 @@ pub trait RecordSink {
     /// with the pickle as read so far (a container they name that the pickle extends later,
     /// which no snapshot torch writes does, is seen as it is now). Returns the record's
     /// number, which [`Pickle::record_number`] gives for its dict.
-    fn record(&mut self, pk: &Pickle<'_>, members: &[Option<ValueId>]) -> usize;
+    fn record(&mut self, pk: &Pickle, members: &[Option<ValueId>]) -> usize;
     /// The record `number` was extended after it was complete (no pickle torch writes does
     /// that): its dict is a generic one of the later members from here on, and the record
     /// is no longer what the dict holds.
@@ -225,10 +225,9 @@ impl Record<'_> {
     }
 }
 
-/// A parsed pickle: its values (none borrows the input: `'a` is the source's lifetime).
+/// A parsed pickle: its values (none borrows the input).
 #[derive(Debug, Clone)]
-pub struct Pickle<'a> {
-    input: std::marker::PhantomData<&'a ()>,
+pub struct Pickle {
     texts: Texts,
     wide: Vec<i64>,
     floats: Vec<f64>,
@@ -244,7 +243,7 @@ pub struct Pickle<'a> {
     pub root: ValueId,
 }
 
-impl<'a> Pickle<'a> {
+impl Pickle {
     /// The value behind an id.
     pub fn get(&self, id: ValueId) -> Value<'_> {
         let d = id.data();
@@ -401,23 +400,20 @@ impl<'a> Pickle<'a> {
 }
 
 /// Parses a pickle holding plain data.
-pub fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
+pub fn parse(buf: &[u8]) -> Result<Pickle, PickleError> {
     parse_with(buf, true, None)
 }
 
 /// [`parse`], with the dicts of `shape` read as records.
-pub fn parse_records<'a>(
-    buf: &'a [u8],
-    shape: &'static RecordShape,
-) -> Result<Pickle<'a>, PickleError> {
+pub fn parse_records(buf: &[u8], shape: &'static RecordShape) -> Result<Pickle, PickleError> {
     parse_with(buf, true, Some(shape))
 }
 
 /// What [`parse_stream`] read: the pickle, where it was cut (a pickle that ends early: see
 /// below), and the read error that ended its input, if one did.
-pub struct Streamed<'a> {
+pub struct Streamed {
     /// The values read.
-    pub pickle: Pickle<'a>,
+    pub pickle: Pickle,
     /// The offset of the cut, for a pickle that ended before STOP.
     pub cut: Option<usize>,
     /// The source's error that ended the input (a corrupt or cut gzip stream), if any.
@@ -432,7 +428,7 @@ pub struct Streamed<'a> {
 pub fn parse_stream<'a>(
     src: Box<dyn std::io::Read + 'a>,
     shape: Option<&'static RecordShape>,
-) -> Result<Streamed<'a>, PickleError> {
+) -> Result<Streamed, PickleError> {
     run_stream(reader::Reader::new(reader::Input::new(src), true, shape))
 }
 
@@ -441,14 +437,14 @@ pub fn parse_stream_into<'a>(
     src: Box<dyn std::io::Read + 'a>,
     shape: &'static RecordShape,
     sink: &'a mut dyn RecordSink,
-) -> Result<Streamed<'static>, PickleError> {
+) -> Result<Streamed, PickleError> {
     let mut r = reader::Reader::new(reader::Input::new(src), true, Some(shape));
     r.sink = Some(sink);
     r.pk.sunk = true;
     run_stream(r)
 }
 
-fn run_stream<'a, 'b>(mut r: reader::Reader<'a>) -> Result<Streamed<'b>, PickleError> {
+fn run_stream(mut r: reader::Reader<'_>) -> Result<Streamed, PickleError> {
     let cut = match r.run() {
         Ok(root) => {
             r.pk.root = root;
@@ -469,19 +465,19 @@ fn run_stream<'a, 'b>(mut r: reader::Reader<'a>) -> Result<Streamed<'b>, PickleE
 }
 
 /// [`parse_stream`] over bytes in memory.
-pub fn parse_lenient<'a>(
-    buf: &'a [u8],
+pub fn parse_lenient(
+    buf: &[u8],
     shape: Option<&'static RecordShape>,
-) -> Result<(Pickle<'a>, Option<usize>), PickleError> {
+) -> Result<(Pickle, Option<usize>), PickleError> {
     let s = parse_stream(Box::new(buf), shape)?;
     Ok((s.pickle, s.cut))
 }
 
-fn parse_with<'a>(
-    buf: &'a [u8],
+fn parse_with(
+    buf: &[u8],
     share: bool,
     shape: Option<&'static RecordShape>,
-) -> Result<Pickle<'a>, PickleError> {
+) -> Result<Pickle, PickleError> {
     let mut r = reader::Reader::new(reader::Input::new(Box::new(buf)), share, shape);
     r.pk.root = r.run()?;
     Ok(r.pk)

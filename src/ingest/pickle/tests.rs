@@ -9,18 +9,18 @@ static ENTRY: RecordShape = RecordShape::new(
     &["compile_context", "user_metadata"],
 );
 
-fn parse(buf: &[u8]) -> Result<Pickle<'_>, PickleError> {
+fn parse(buf: &[u8]) -> Result<Pickle, PickleError> {
     parse_records(buf, &ENTRY)
 }
 
-fn parse_with(buf: &[u8], share: bool) -> Result<Pickle<'_>, PickleError> {
+fn parse_with(buf: &[u8], share: bool) -> Result<Pickle, PickleError> {
     super::parse_with(buf, share, Some(&ENTRY))
 }
 
 /// Whether two parses hold the same values: equal scalars and texts, containers with equal
 /// items in order, history records alike in both. Shared objects are compared once (by the
 /// pair of ids), so cyclic pickles terminate.
-fn same(a: &Pickle<'_>, b: &Pickle<'_>) -> bool {
+fn same(a: &Pickle, b: &Pickle) -> bool {
     let mut seen = std::collections::HashSet::new();
     let mut todo = vec![(a.root, b.root)];
     while let Some((x, y)) = todo.pop() {
@@ -554,7 +554,7 @@ struct Taken {
 }
 
 impl RecordSink for Taken {
-    fn record(&mut self, _pk: &Pickle<'_>, members: &[Option<ValueId>]) -> usize {
+    fn record(&mut self, _pk: &Pickle, members: &[Option<ValueId>]) -> usize {
         self.records.push(members.to_vec());
         self.records.len() - 1
     }

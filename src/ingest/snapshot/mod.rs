@@ -122,7 +122,7 @@ struct EntrySink {
 const NO_ACTION: StackId = StackId(u32::MAX - 1);
 
 impl pickle::RecordSink for EntrySink {
-    fn record(&mut self, pk: &Pickle<'_>, m: &[Option<ValueId>]) -> usize {
+    fn record(&mut self, pk: &Pickle, m: &[Option<ValueId>]) -> usize {
         // HISTORY_ENTRY's members, in its order.
         let [action, addr, size, stream, time_us, frames] = [0, 1, 2, 3, 4, 5].map(|i| m[i]);
         let u64_of = |v: Option<ValueId>| v.and_then(|v| pk.as_u64(v));
@@ -178,12 +178,12 @@ struct Stacks {
 }
 
 impl Stacks {
-    fn str_of(&mut self, pk: &Pickle<'_>, id: Option<ValueId>) -> Option<StrId> {
+    fn str_of(&mut self, pk: &Pickle, id: Option<ValueId>) -> Option<StrId> {
         let s = pk.as_str(id?)?;
         Some(self.strings.intern(s))
     }
 
-    fn stack_of(&mut self, pk: &Pickle<'_>, id: Option<ValueId>) -> StackId {
+    fn stack_of(&mut self, pk: &Pickle, id: Option<ValueId>) -> StackId {
         let objects = id.map_or(&[][..], |id| pk.items(id));
         // Lists with equal items mostly share them in the pickle's tables
         // (the pickle reader's `share_items`): where they do, the items' address finds them
@@ -207,7 +207,7 @@ impl Stacks {
         s
     }
 
-    fn frame(&mut self, pk: &Pickle<'_>, id: ValueId) -> Option<FrameId> {
+    fn frame(&mut self, pk: &Pickle, id: ValueId) -> Option<FrameId> {
         if let Some(&f) = self.frame_index.get(&id) {
             return Some(f);
         }
@@ -232,7 +232,7 @@ impl Stacks {
 
 struct Extractor<'a> {
     path: &'a Path,
-    pk: &'a Pickle<'a>,
+    pk: &'a Pickle,
     diag: &'a mut Diagnostics,
     stacks: Stacks,
     /// The history entries the pickle's records became, by record number.
@@ -246,7 +246,7 @@ struct Extractor<'a> {
 }
 
 impl<'a> Extractor<'a> {
-    fn new(path: &'a Path, pk: &'a Pickle<'a>, diag: &'a mut Diagnostics, sink: EntrySink) -> Self {
+    fn new(path: &'a Path, pk: &'a Pickle, diag: &'a mut Diagnostics, sink: EntrySink) -> Self {
         Extractor {
             path,
             pk,

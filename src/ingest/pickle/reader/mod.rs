@@ -20,7 +20,7 @@ use super::{
 pub(super) struct Reader<'a> {
     /// Whether lists with equal items share them (off only in tests, to compare).
     share: bool,
-    pub(super) pk: Pickle<'static>,
+    pub(super) pk: Pickle,
     pub(super) input: Input<'a>,
     /// Where records go as they complete, if the caller gave one.
     pub(super) sink: Option<&'a mut dyn RecordSink>,
@@ -77,7 +77,6 @@ impl<'a> Reader<'a> {
             input,
             sink: None,
             pk: Pickle {
-                input: std::marker::PhantomData,
                 texts: Texts::default(),
                 wide: Vec::new(),
                 floats: Vec::new(),
