@@ -192,6 +192,11 @@ impl RecordShape {
         assert!(ignored.len() <= RECORD_MAX_KEYS);
         RecordShape { keys, ignored }
     }
+
+    /// The members kept, in the order a record holds them.
+    pub fn keys(&self) -> &'static [&'static str] {
+        self.keys
+    }
 }
 
 /// Takes each dict of a [`RecordShape`] as it is completed, instead of the pickle keeping

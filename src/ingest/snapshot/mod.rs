@@ -121,9 +121,11 @@ struct EntrySink {
 /// An entry whose `action` is no string: no entry ([`Extractor::history`] warns once per such).
 const NO_ACTION: StackId = StackId(u32::MAX - 1);
 
-impl pickle::RecordSink for EntrySink {
-    fn record(&mut self, pk: &Pickle, m: &[Option<ValueId>]) -> usize {
-        // HISTORY_ENTRY's members, in its order.
+impl EntrySink {
+    /// The entry of a history dict's members in [`HISTORY_ENTRY`]'s order (a record's, or
+    /// a generic dict's looked up by key); its stack is [`NO_ACTION`] where `action` is no
+    /// string.
+    fn entry(&mut self, pk: &Pickle, m: &[Option<ValueId>]) -> TraceEntry {
         let [action, addr, size, stream, time_us, frames] = [0, 1, 2, 3, 4, 5].map(|i| m[i]);
         let u64_of = |v: Option<ValueId>| v.and_then(|v| pk.as_u64(v));
         let action = action.and_then(|a| pk.str_bytes(a));
@@ -145,14 +147,21 @@ impl pickle::RecordSink for EntrySink {
                 }
             }
         };
-        self.entries.push(TraceEntry {
+        TraceEntry {
             action: action.map_or(Action::Other, parse_action),
             addr: u64_of(addr).unwrap_or(0),
             size: u64_of(size).unwrap_or(0),
             stream: stream.and_then(|v| pk.as_i64(v)).unwrap_or(0),
             time_us: time_us.and_then(|v| pk.as_i64(v)),
             stack,
-        });
+        }
+    }
+}
+
+impl pickle::RecordSink for EntrySink {
+    fn record(&mut self, pk: &Pickle, m: &[Option<ValueId>]) -> usize {
+        let e = self.entry(pk, m);
+        self.entries.push(e);
         self.entries.len() - 1
     }
 
@@ -234,10 +243,8 @@ struct Extractor<'a> {
     path: &'a Path,
     pk: &'a Pickle,
     diag: &'a mut Diagnostics,
-    stacks: Stacks,
-    /// The history entries the pickle's records became, by record number.
-    entries: Vec<TraceEntry>,
-    by_list: Vec<StackId>,
+    /// The history entries the pickle's records became (by record number), and the stacks.
+    sink: EntrySink,
     /// Records met so far, by dict and by list ([`Extractor::first_use`]).
     seen_dicts: Vec<bool>,
     seen_seqs: Vec<bool>,
@@ -251,9 +258,7 @@ impl<'a> Extractor<'a> {
             path,
             pk,
             diag,
-            stacks: sink.stacks,
-            entries: sink.entries,
-            by_list: sink.by_list,
+            sink,
             seen_dicts: vec![false; pk.dict_count()],
             seen_seqs: vec![false; pk.seq_count()],
             repeats: 0,
@@ -292,11 +297,11 @@ impl<'a> Extractor<'a> {
     }
 
     fn str_of(&mut self, id: Option<ValueId>) -> Option<StrId> {
-        self.stacks.str_of(self.pk, id)
+        self.sink.stacks.str_of(self.pk, id)
     }
 
     fn stack_of(&mut self, id: Option<ValueId>) -> StackId {
-        self.stacks.stack_of(self.pk, id)
+        self.sink.stacks.stack_of(self.pk, id)
     }
 
     /// The record numbers `a..a + items.len()` when `items` are the entries the sink made in
@@ -305,12 +310,12 @@ impl<'a> Extractor<'a> {
         let pk = self.pk;
         let a = pk.record_number(*items.first()?)?;
         let range = a..a.checked_add(items.len())?;
-        let whole = range.end <= self.entries.len()
+        let whole = range.end <= self.sink.entries.len()
             && items.iter().enumerate().all(|(i, &e)| {
                 pk.record_number(e) == Some(a + i)
                     && pk.dict_index(e).is_some_and(|d| !self.seen_dicts[d])
             })
-            && self.entries[range.clone()]
+            && self.sink.entries[range.clone()]
                 .iter()
                 .all(|e| e.stack != NO_ACTION);
         whole.then_some(range)
@@ -326,10 +331,10 @@ impl<'a> Extractor<'a> {
                     self.seen_dicts[d] = true;
                 }
             }
-            if range.start == 0 && range.end == self.entries.len() {
-                return std::mem::take(&mut self.entries);
+            if range.start == 0 && range.end == self.sink.entries.len() {
+                return std::mem::take(&mut self.sink.entries);
             }
-            return self.entries[range].to_vec();
+            return self.sink.entries[range].to_vec();
         }
         let mut out = Vec::with_capacity(items.len());
         for &e in items {
@@ -337,7 +342,7 @@ impl<'a> Extractor<'a> {
                 continue;
             }
             let entry = match pk.record_number(e) {
-                Some(r) => self.entries.get(r).cloned(),
+                Some(r) => self.sink.entries.get(r).cloned(),
                 None => self.generic_entry(e),
             };
             match entry {
@@ -354,26 +359,14 @@ impl<'a> Extractor<'a> {
         out
     }
 
-    /// An entry dict not read as a record: its members looked up by key.
+    /// An entry dict not read as a record (a member beyond the entry's shape): its members
+    /// looked up by key.
     fn generic_entry(&mut self, e: ValueId) -> Option<TraceEntry> {
         let pk = self.pk;
-        let g = |k: &str| pk.dict_get(e, k);
-        let action = g("action").and_then(|a| pk.str_bytes(a))?;
-        let frames = g("frames");
-        let list = frames.and_then(|f| pk.seq_index(f));
-        let stack = match list.and_then(|i| self.by_list.get(i)) {
-            Some(&s) if s != NO_STACK => s,
-            _ => self.stack_of(frames),
-        };
-        let u64_of = |k: &str| g(k).and_then(|v| pk.as_u64(v));
-        Some(TraceEntry {
-            action: parse_action(action),
-            addr: u64_of("addr").unwrap_or(0),
-            size: u64_of("size").unwrap_or(0),
-            stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
-            time_us: g("time_us").and_then(|v| pk.as_i64(v)),
-            stack,
-        })
+        let m = HISTORY_ENTRY.keys().iter().map(|k| pk.dict_get(e, k));
+        let members: Vec<Option<ValueId>> = m.collect();
+        let t = self.sink.entry(pk, &members);
+        (t.stack != NO_ACTION).then_some(t)
     }
 
     fn run(mut self) -> Result<Snapshot, Error> {
@@ -406,7 +399,7 @@ impl<'a> Extractor<'a> {
                 }
                 let state = self
                     .str_of(pk.dict_get(b, "state"))
-                    .unwrap_or_else(|| self.stacks.strings.intern("unknown"));
+                    .unwrap_or_else(|| self.sink.stacks.strings.intern("unknown"));
                 blocks.push(Block {
                     address: pk
                         .dict_get(b, "address")
@@ -475,9 +468,9 @@ impl<'a> Extractor<'a> {
         }
         Ok(Snapshot {
             path: self.path.to_path_buf(),
-            strings: self.stacks.strings,
-            frames: self.stacks.frames,
-            stacks: self.stacks.stacks,
+            strings: self.sink.stacks.strings,
+            frames: self.sink.stacks.frames,
+            stacks: self.sink.stacks.stacks,
             segments,
             device_traces,
             annotations,
@@ -499,6 +492,70 @@ mod tests {
         let mut out = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out).unwrap();
         out
+    }
+
+    /// A protocol-2 pickle of `{'segments': [], 'device_traces': [[entries...]]}`, each entry a
+    /// dict of (key, value) pairs: a string value when it starts with a letter, else an int.
+    fn history_pickle(entries: &[&[(&str, &str)]]) -> Vec<u8> {
+        fn text(p: &mut Vec<u8>, t: &str) {
+            p.extend_from_slice(&[0x8c, t.len() as u8]);
+            p.extend_from_slice(t.as_bytes());
+        }
+        let mut p = vec![0x80, 2, b'}', b'('];
+        text(&mut p, "segments");
+        p.push(b']');
+        text(&mut p, "device_traces");
+        p.extend_from_slice(b"](](");
+        for e in entries {
+            p.extend_from_slice(b"}(");
+            for (k, v) in e.iter() {
+                text(&mut p, k);
+                match v.parse::<u8>() {
+                    Ok(n) => p.extend_from_slice(&[b'K', n]),
+                    Err(_) if *v == "[]" => p.push(b']'),
+                    Err(_) => text(&mut p, v),
+                }
+            }
+            p.push(b'u');
+        }
+        p.extend_from_slice(b"eeu.");
+        p
+    }
+
+    #[test]
+    fn entries_with_members_beyond_the_shape_are_read_and_entries_without_an_action_warned() {
+        let full = |action: &'static str, t: &'static str| -> Vec<(&'static str, &'static str)> {
+            vec![
+                ("action", action),
+                ("addr", "16"),
+                ("size", "64"),
+                ("stream", "0"),
+                ("time_us", t),
+                ("frames", "[]"),
+            ]
+        };
+        let a = full("alloc", "1");
+        // A member no record keeps: a generic dict, read by key.
+        let mut b = full("free_completed", "2");
+        b.push(("extra", "1"));
+        // An action that is no string (a record), and no action at all (a generic dict).
+        let c = full("7", "3");
+        let d = vec![("addr", "16"), ("extra", "2")];
+        let p = history_pickle(&[&a, &b, &c, &d]);
+        let mut diag = Diagnostics::default();
+        let s = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
+        let got: Vec<(Action, u64, Option<i64>)> = s.device_traces[0]
+            .iter()
+            .map(|e| (e.action, e.size, e.time_us))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Action::Alloc, 64, Some(1)),
+                (Action::FreeCompleted, 64, Some(2))
+            ]
+        );
+        assert_eq!(diag.count("snapshot_entry_without_action"), 2);
     }
 
     /// Its bytes up to `cut`, then a read error of `kind`.
