@@ -2,7 +2,7 @@
 //! truncated gzip streams yielding what they hold.
 
 use crate::file_error::FileError;
-use std::io::{Read, Seek};
+use std::io::{BufRead, Read, Seek};
 use std::ops::Deref;
 use std::path::Path;
 
@@ -307,53 +307,49 @@ fn open_stream_gz(path: &Path) -> std::io::Result<(Box<dyn Read + Send>, bool)> 
     })
 }
 
-/// A stream of a file expected to hold `expect` (inflated when gzip), for a reader that never
-/// needs the whole text: its first byte is checked before anything else is read, so a trace
-/// given for a snapshot is refused at once. Also whether the file is gzip.
-pub fn open_stream_expecting(
-    path: &Path,
-    expect: Expect,
-) -> Result<(Box<dyn Read + Send>, bool), Error> {
+/// A pickle's stream (inflated when gzip), for a reader that never needs the whole text, and
+/// whether the file is gzip. A JSON file's `{` is refused at once (a trace or a manifest given
+/// for a snapshot); any other first byte is the pickle reader's to name (an opcode that would
+/// run code: GLOBAL), and it reads no further than it goes.
+pub fn open_pickle_stream(path: &Path) -> Result<(Box<dyn Read + Send>, bool), Error> {
     let format = |what: &str| Error::Format {
         path: path.to_path_buf(),
         what: what.to_owned(),
     };
-    let (mut stream, gz) = open_stream_gz(path).map_err(FileError::at(path))?;
-    let mut first = [0u8; 1];
-    let n = read_up_to(&mut stream, &mut first).map_err(|e| {
+    let (stream, gz) = open_stream_gz(path).map_err(FileError::at(path))?;
+    let mut stream = std::io::BufReader::new(stream);
+    let head = stream.fill_buf().map_err(|e| {
         if gz {
             format(&format!("corrupt gzip stream: {e}"))
         } else {
             Error::from(FileError::at(path)(e))
         }
     })?;
-    if n == 0 && gz {
+    if head.is_empty() && gz {
         return Err(format("gzip stream ends before any data"));
     }
-    // Only a JSON file's `{` is named here: the stream is read no further than the reader
-    // goes, and a pickle's reader names any other first byte better (an opcode that would
-    // run code: GLOBAL).
-    if first[..n] == [b'{'] || expect != Expect::Pickle {
-        if let Some(why) = expect.refuse(&first[..n], n == 0) {
+    if head.first() == Some(&b'{') {
+        if let Some(why) = Expect::Pickle.refuse(&head[..1], false) {
             return Err(format(why));
         }
     }
-    let rest = std::io::Cursor::new(first[..n].to_vec()).chain(stream);
-    Ok((Box::new(rest), gz))
+    Ok((Box::new(stream), gz))
 }
 
-/// Reads until `buf` is full or the stream ends; the count read.
-fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
+/// The first byte of a file, after inflating when gzip (the first deflate block only: a
+/// file capture wrote in members is not mapped and its first member inflated whole, as
+/// [`open_stream`] would); `None` for an empty one.
+pub fn first_byte(path: &Path) -> std::io::Result<Option<u8>> {
+    regular_file(path)?;
+    let mut file = std::io::BufReader::new(std::fs::File::open(path)?);
+    let gz = is_gzip(file.fill_buf()?);
+    let mut b = [0u8; 1];
+    let n = if gz {
+        flate2::bufread::MultiGzDecoder::new(file).read(&mut b)?
+    } else {
+        file.read(&mut b)?
+    };
+    Ok((n == 1).then_some(b[0]))
 }
 
 /// The inflated text of a file of [`steptrace_formats::gzip_members`], read in order while

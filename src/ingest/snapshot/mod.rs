@@ -44,22 +44,14 @@ fn parse_action(s: &[u8]) -> Action {
 /// PROTO opcode of protocol 2 and later, which every snapshot torch writes starts with. A
 /// trace starts with `{`; this tells the two apart without reading either whole.
 pub fn looks_like_snapshot(path: &Path) -> bool {
-    use std::io::Read;
-    if !path.is_file() {
-        return false;
-    }
-    let mut head = [0u8; 1];
-    source::open_stream(path)
-        .and_then(|mut r| r.read_exact(&mut head))
-        .is_ok()
-        && head[0] == 0x80
+    path.is_file() && matches!(source::first_byte(path), Ok(Some(0x80)))
 }
 
 /// Reads a snapshot pickle (plain or gzip) as it streams from the file, never holding the
 /// whole: one cut short (a writer killed while it wrote) yields what it holds, with a
 /// warning, as a cut trace does.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
-    let (stream, gz) = source::open_stream_expecting(path, source::Expect::Pickle)?;
+    let (stream, gz) = source::open_pickle_stream(path)?;
     from_stream(path, stream, gz, diag)
 }
 

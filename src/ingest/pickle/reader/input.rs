@@ -121,6 +121,12 @@ impl<'r> Input<'r> {
             }
             out.extend_from_slice(&self.buf[self.pos..self.end]);
             self.pos = self.end;
+            if out.len() > MAX_ARGUMENT {
+                return Err(PickleError::Malformed {
+                    what: "a text argument with no end of line in 1 GiB".into(),
+                    offset: self.offset(),
+                });
+            }
             if !self.fill(1) {
                 return Err(PickleError::Truncated {
                     offset: self.base + self.end,
@@ -181,5 +187,9 @@ mod tests {
             Err(PickleError::Malformed { .. })
         ));
         assert!(input.buf.len() <= WINDOW, "{}", input.buf.len());
+        // A protocol-0 text argument that never ends: refused at the same cap.
+        let mut zeros = std::io::repeat(0);
+        let mut input = Input::new(Box::new(&mut zeros));
+        assert!(matches!(input.line(), Err(PickleError::Malformed { .. })));
     }
 }
