@@ -20,6 +20,7 @@ one with benches/build_trace_processor.sh) and checks them against the input.
 import argparse
 import gzip
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -246,12 +247,12 @@ def main():
         loads = []
         for _ in range(0 if a.no_ingest_row else a.runs):
             p = subprocess.run(["/usr/bin/time", "-f", "%M", stages, snap], capture_output=True, text=True, check=True)
-            load = float(p.stdout.split("load (read+unpickle+extract) ")[1].split("s")[0])
+            load = float(re.search(r"([0-9.]+)s;", p.stdout).group(1))
             loads.append((load, int(p.stderr.strip().splitlines()[-1]) / 1024))
         if loads:
             w = statistics.median(x[0] for x in loads)
             rss = max(x[1] for x in loads)
-            rows.append((f"{size:.0f} MB", f"snapshot ingest (in-process, {kind})", w, rss, float("nan"), rss / size))
+            rows.append((f"{size:.0f} MB", f"snapshot load + replay (in-process, {kind})", w, rss, float("nan"), rss / size))
         out = os.path.join(a.work, "out_snapshot")
         w, rss = median_of(a.runs, [st, "analyze", "--out", out, "-q", snap])
         rows.append((f"{size:.0f} MB", f"steptrace analyze SNAPSHOT ({kind})", w, rss, float("nan"), rss / size))

@@ -298,13 +298,24 @@ pub fn is_snapshot_file(path: &Path) -> bool {
     named || ingest::snapshot::looks_like_snapshot(path)
 }
 
-/// Reads a memory snapshot for analysis on its own, warning where its history cannot say
-/// what the analysis reports (a layout from before PyTorch 2.1, no history recorded).
+/// Reads a memory snapshot and analyses it on its own, the history replayed on a thread of
+/// its own as it is read and never kept; warns where the history cannot say what the
+/// analysis reports (a layout from before PyTorch 2.1, no history recorded).
 pub fn load_snapshot(
     path: &Path,
     diag: &mut Diagnostics,
-) -> Result<model::snapshot::Snapshot, Error> {
-    let s = ingest::snapshot::load(path, diag)?;
+) -> Result<
+    (
+        model::snapshot::Snapshot,
+        analysis::snapshot::SnapshotAnalysis,
+    ),
+    Error,
+> {
+    let mut replay = analysis::snapshot::Replay::on_thread();
+    let s = ingest::snapshot::load_streamed(path, diag, &mut replay);
+    let replay = replay.join();
+    let s = s?;
+    let a = analysis::snapshot::analyze_streamed(&s, replay);
     if s.legacy_layout {
         diag.warn(
             "legacy_snapshot",
@@ -313,7 +324,7 @@ pub fn load_snapshot(
                 path.display()
             ),
         );
-    } else if s.device_traces.iter().all(Vec::is_empty) {
+    } else if a.entries == 0 {
         diag.warn(
             "snapshot_without_history",
             format!(
@@ -322,7 +333,7 @@ pub fn load_snapshot(
             ),
         );
     }
-    Ok(s)
+    Ok((s, a))
 }
 
 /// Reads a memory snapshot, analyses it on its own and writes its outputs (the memory_viz
@@ -337,11 +348,9 @@ pub fn analyze_snapshot(props: &AnalyzeProps) -> Result<SnapshotOutcome, Error> 
         .out
         .clone()
         .unwrap_or_else(|| default_out_dir(&props.input));
-    stage("reading the snapshot");
+    stage("reading and replaying the snapshot");
     let mut diag = Diagnostics::default();
-    let s = load_snapshot(&props.input, &mut diag)?;
-    stage("analysing");
-    let analysis = analysis::snapshot::analyze(&s);
+    let (s, analysis) = load_snapshot(&props.input, &mut diag)?;
     stage("writing results");
     let out = report::OutDir::prepare(&out_dir)?;
     report::snapshot::write(out, &s, &analysis, &diag, !props.report.no_plots)?;

@@ -76,8 +76,8 @@ fn snapshots(args: cli::CompareArgs) -> anyhow::Result<u8> {
     let mut warnings = Vec::new();
     for r in &args.runs {
         let mut diag = steptrace::diagnostics::Diagnostics::default();
-        let s = steptrace::load_snapshot(r, &mut diag)?;
-        analyses.push(steptrace::analysis::snapshot::analyze(&s));
+        let (_, a) = steptrace::load_snapshot(r, &mut diag)?;
+        analyses.push(a);
         warnings.extend(diag.lines());
     }
     let labels: Vec<String> = args

@@ -119,12 +119,7 @@ fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
             timeline.allocated.push(p.allocated_bytes);
             timeline.reserved.push(p.reserved_bytes);
         }
-        let trace = usize::try_from(d.device)
-            .ok()
-            .and_then(|i| s.device_traces.get(i))
-            .map_or(&[][..], |t| &t[..]);
-        // Entry index of a time: entries are recorded in time order.
-        let entry_at = |t: i64| trace.partition_point(|e| e.time_us.is_some_and(|x| x < t));
+        let entry_at = |t: i64| d.time_index.entry_at(t, d.entries);
         let mut phases: Vec<PhaseData> = a
             .phases
             .iter()

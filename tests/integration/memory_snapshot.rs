@@ -46,7 +46,18 @@ fn every_committed_snapshot_alone_agrees_with_torch_memory_viz() {
     for (path, want) in &refs {
         let mut diag = steptrace::diagnostics::Diagnostics::default();
         let s = steptrace::ingest::snapshot::load(&root().join(path), &mut diag).unwrap();
-        let a = snapshot::analyze(&s);
+        let whole = snapshot::analyze(&s);
+        // What `analyze SNAPSHOT` does: the history replayed on a thread as it is read,
+        // never kept. It must agree with the replay of the history read whole.
+        let (_, a) = steptrace::load_snapshot(&root().join(path), &mut diag).unwrap();
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            serde_json::to_value(&whole).unwrap(),
+            "{path}: the streamed replay differs from the whole one"
+        );
+        for (x, y) in a.devices.iter().zip(&whole.devices) {
+            assert_eq!(x.intervals, y.intervals, "{path}: intervals");
+        }
         let seg = &want["segsum"];
         assert_eq!(
             (

@@ -23,6 +23,7 @@ use crate::model::snapshot::{Action, Snapshot, StackId, TraceEntry};
 pub use compare::{compare, Growth};
 pub use sites::{collapsed_line, format_frame, torch_keeps_frame, Site, SiteKind, SITE_KINDS};
 use walk::device_memory;
+pub use walk::{Replay, ReplayThread, TimeIndex};
 
 /// Most points of a device's timeline kept for the outputs: beyond this, each bucket of
 /// entries keeps its highest point (so the peak and every spike stay visible).
@@ -87,6 +88,9 @@ pub struct DeviceMemory {
     pub allocations: usize,
     /// The largest allocation not among [`DeviceMemory::intervals`], bytes.
     pub largest_not_kept: u64,
+    /// Entry times, to place annotated ranges in the history.
+    #[serde(skip)]
+    pub time_index: TimeIndex,
 }
 
 /// One point of the timeline.
@@ -251,29 +255,49 @@ pub struct AnnotatedRange {
     pub end_us: Option<i64>,
 }
 
-/// Analyses a snapshot.
+/// Analyses a snapshot whose history was read whole (`device_traces`).
 pub fn analyze(s: &Snapshot) -> SnapshotAnalysis {
+    let mut r = Replay::default();
+    for (d, t) in s.device_traces.iter().enumerate() {
+        r.feed(d, t);
+    }
+    let lists: Vec<Option<usize>> = (0..s.device_traces.len()).map(Some).collect();
+    finish(s, r, &lists)
+}
+
+/// Analyses a snapshot whose history a read streamed to `r` (see
+/// `ingest::snapshot::load_streamed`).
+pub fn analyze_streamed(s: &Snapshot, r: Replay) -> SnapshotAnalysis {
+    let lists: Vec<Option<usize>> = s.streamed.iter().map(|h| h.list).collect();
+    finish(s, r, &lists)
+}
+
+/// The analysis from each device's replayed history list (`lists[d]`: device `d`'s).
+fn finish(s: &Snapshot, mut r: Replay, lists: &[Option<usize>]) -> SnapshotAnalysis {
     let mut devices: Vec<i64> = s.segments.iter().map(|g| g.device).collect();
     devices.extend(
-        s.device_traces
+        lists
             .iter()
             .enumerate()
-            .filter(|(_, t)| !t.is_empty())
+            .filter(|(_, l)| l.is_some_and(|l| r.has(l)))
             .map(|(i, _)| i as i64),
     );
     devices.sort_unstable();
     devices.dedup();
     let phases = phases(s);
-    let t0_us = s
-        .device_traces
-        .iter()
-        .flatten()
-        .filter_map(|e| e.time_us)
+    let t0_us = r
+        .t_min()
+        .into_iter()
         .chain(s.annotations.iter().map(|a| a.time_us))
         .min();
-    let devices = devices
+    let devices: Vec<DeviceMemory> = devices
         .into_iter()
-        .map(|d| device_memory(s, d, &phases))
+        .map(|d| {
+            let list = usize::try_from(d)
+                .ok()
+                .and_then(|d| lists.get(d).copied().flatten());
+            device_memory(s, d, list.and_then(|l| r.take(l)), &phases)
+        })
         .collect();
     let (segments, segment_rows) = segment_totals(s);
     SnapshotAnalysis {
@@ -282,7 +306,7 @@ pub fn analyze(s: &Snapshot) -> SnapshotAnalysis {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        entries: s.device_traces.iter().map(Vec::len).sum(),
+        entries: devices.iter().map(|d| d.entries).sum(),
         legacy_layout: s.legacy_layout,
         t0_us,
         devices,

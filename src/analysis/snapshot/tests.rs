@@ -19,6 +19,7 @@ impl Build {
                 stacks: vec![Box::new([])],
                 segments: Vec::new(),
                 device_traces: vec![Vec::new()],
+                streamed: Vec::new(),
                 annotations: Vec::new(),
                 legacy_layout: false,
             },
@@ -200,4 +201,152 @@ fn kinds_come_from_the_innermost_telling_frame() {
     assert_eq!(sites::kind(&b.s, b.s.stack(engine)), SiteKind::Backward);
     assert_eq!(sites::kind(&b.s, b.s.stack(program)), SiteKind::Program);
     assert_eq!(sites::kind(&b.s, &[]), SiteKind::NoStack);
+}
+
+/// The replay written the plain way, over the whole history held in memory: the state
+/// before the first entry given, every state after it computed, the peak the first highest.
+/// Returns (peak bytes, peak entry, the blocks alive at it as (addr, size, made, freed),
+/// allocated bytes after each entry).
+#[allow(clippy::type_complexity)]
+fn naive(
+    start: &[(u64, u64)],
+    trace: &[TraceEntry],
+) -> (
+    u64,
+    Option<usize>,
+    Vec<(u64, u64, Option<usize>, Option<usize>)>,
+    Vec<u64>,
+) {
+    let mut live: std::collections::BTreeMap<u64, (u64, Option<usize>)> =
+        start.iter().map(|&(a, s)| (a, (s, None))).collect();
+    let total = |l: &std::collections::BTreeMap<u64, (u64, Option<usize>)>| {
+        l.values().map(|v| v.0).sum::<u64>()
+    };
+    let (mut peak, mut peak_at, mut at_peak) = (total(&live), None, live.clone());
+    let mut after = Vec::new();
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr, (e.size, Some(i)));
+            }
+            Action::FreeCompleted => {
+                live.remove(&e.addr);
+            }
+            _ => {}
+        }
+        let t = total(&live);
+        after.push(t);
+        if t > peak {
+            (peak, peak_at, at_peak) = (t, Some(i), live.clone());
+        }
+    }
+    let from = peak_at.map_or(0, |p| p + 1);
+    let alive = at_peak
+        .iter()
+        .map(|(&a, &(s, m))| {
+            let freed = (from..trace.len()).find(|&i| {
+                trace[i].addr == a
+                    && matches!(trace[i].action, Action::Alloc | Action::FreeCompleted)
+            });
+            (a, s, m, freed)
+        })
+        .collect();
+    (peak, peak_at, alive, after)
+}
+
+proptest::proptest! {
+    /// The streamed replay (one pass, the start state unknown until the end) finds the
+    /// peak, what is alive at it and when each of those goes, and the memory after every
+    /// entry, as the plain replay over the whole history does, for histories of blocks
+    /// made before and within it at a few reused addresses.
+    #[test]
+    fn the_streamed_replay_agrees_with_a_whole_history_replay(
+        before in proptest::collection::vec(proptest::prelude::any::<bool>(), 8),
+        ops in proptest::collection::vec((0u64..8, 1u64..5), 0..60),
+    ) {
+        let mut b = Build::new();
+        let none = StackId(0);
+        // Addresses 0x1000 * (k + 1); a block there before the history where `before[k]`.
+        let addr = |k: u64| 0x1000 * (k + 1);
+        let start: Vec<(u64, u64)> = (0..8u64)
+            .filter(|&k| before[k as usize])
+            .map(|k| (addr(k), 512 * (k + 1)))
+            .collect();
+        let mut live: std::collections::BTreeMap<u64, u64> = start.iter().copied().collect();
+        for (i, &(k, size)) in ops.iter().enumerate() {
+            let a = addr(k);
+            let t = i as i64;
+            match live.remove(&a) {
+                Some(s) => b.entry(Action::FreeCompleted, a, s, t, none),
+                None => {
+                    live.insert(a, size * 256);
+                    b.entry(Action::Alloc, a, size * 256, t, none);
+                }
+            }
+        }
+        // The end state: what is alive after the last entry.
+        let blocks: Vec<(u64, u64, u64, bool, StackId)> =
+            live.iter().map(|(&a, &s)| (a, s, s, true, none)).collect();
+        b.segment(0, 1 << 20, &blocks);
+        let trace = b.s.device_traces[0].clone();
+        let (peak, peak_at, mut alive, after) = naive(&start, &trace);
+        let a = analyze(&b.s);
+        let d = &a.devices[0];
+        proptest::prop_assert_eq!(d.peak.allocated_bytes, peak);
+        proptest::prop_assert_eq!(d.peak.entry, peak_at);
+        let mut got: Vec<(u64, u64, Option<usize>, Option<usize>)> = d
+            .peak
+            .alive
+            .iter()
+            .map(|b| (b.addr, b.size, b.made_at, b.freed_at))
+            .collect();
+        got.sort_unstable();
+        alive.sort_unstable();
+        proptest::prop_assert_eq!(got, alive);
+        let timeline: Vec<u64> = d.timeline.iter().map(|p| p.allocated_bytes).collect();
+        proptest::prop_assert_eq!(timeline, after);
+        proptest::prop_assert_eq!(
+            d.start_allocated_bytes,
+            start.iter().map(|s| s.1).sum::<u64>()
+        );
+    }
+}
+
+/// A history longer than the timeline's points: the buckets widen as it goes, and the
+/// highest point of each bucket stays, the peak among them.
+#[test]
+fn a_long_history_keeps_each_buckets_highest_point_and_the_peak() {
+    let mut b = Build::new();
+    let none = StackId(0);
+    let n = 3 * TIMELINE_POINTS + 7;
+    for i in 0..n {
+        // A block made and freed in turn; one larger block at entry 20,001.
+        let size = if i == 20_000 { 1 << 20 } else { 4096 };
+        let action = if i % 2 == 0 {
+            Action::Alloc
+        } else {
+            Action::FreeCompleted
+        };
+        let size = if i % 2 == 1 && i == 20_001 {
+            1 << 20
+        } else {
+            size
+        };
+        b.entry(action, 0x1000, size, i as i64, none);
+    }
+    let a = analyze(&b.s);
+    let d = &a.devices[0];
+    assert_eq!(d.entries, n);
+    assert!(d.timeline.len() <= TIMELINE_POINTS && d.timeline.len() >= TIMELINE_POINTS / 2);
+    assert_eq!(d.peak.allocated_bytes, 1 << 20);
+    assert_eq!(d.peak.entry, Some(20_000));
+    assert!(d
+        .timeline
+        .iter()
+        .any(|p| p.entry == 20_000 && p.allocated_bytes == 1 << 20));
+    // Points in order, the last entry's bucket included.
+    assert!(d.timeline.windows(2).all(|w| w[0].entry < w[1].entry));
+    assert!(d.timeline.last().unwrap().entry >= n - 4);
+    // Ranges fall at their entry (one time per entry here).
+    assert_eq!(d.time_index.entry_at(12_345, d.entries), 12_345);
 }

@@ -1,256 +1,532 @@
-//! The replay of one device's history: the state at the snapshot's end, walked back to before
-//! the first entry and forward again to every entry, with the peak, what is alive at it, and
-//! the largest allocations kept one by one.
+//! The replay of one device's history, streamed: each entry is played forward once, as the
+//! read hands it over ([`Replay`] is a [`HistorySink`]), and nothing of the history is kept
+//! but what the analysis reports. The state at the snapshot's end (its segments) is only
+//! needed at the finish: memory before the first entry is what the end holds at addresses
+//! the history never touched, plus the blocks whose first event is a free; every figure
+//! during the history is that start plus the history's own running total, so the peak's
+//! entry, the timeline's shape and the allocations' lives are all known before the start is.
+//! What was alive at the peak comes from each touched address's state as of the latest
+//! running maximum ([`Addr`]), with the end state for the addresses never touched after it.
+
+use std::sync::mpsc;
 
 use rustc_hash::FxHashMap;
 
 use super::*;
+use crate::model::snapshot::HistorySink;
 
-/// A block alive during the replay: size, stream, stack, the entry that made it.
-type Live = (u64, i64, StackId, Option<usize>);
+/// A block alive during the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Live {
+    size: u64,
+    stream: i64,
+    stack: StackId,
+    /// The entry that made it (`None`: before the history).
+    made: Option<u32>,
+}
 
-/// Blocks alive by address.
-type LiveMap = FxHashMap<u64, Live>;
+/// What the replay knows of one address the history touched.
+#[derive(Debug, Clone, Copy)]
+struct Addr {
+    /// The block there now, if any.
+    now: Option<Live>,
+    /// The block there at the running maximum of epoch `epoch`, and the entry after it that
+    /// touched the address first (which freed the block, or made another over it).
+    at_peak: Option<(Live, u32)>,
+    epoch: u32,
+}
 
-pub(super) fn device_memory(s: &Snapshot, device: i64, phases: &[AnnotatedRange]) -> DeviceMemory {
-    let empty = Vec::new();
-    let trace = usize::try_from(device)
-        .ok()
-        .and_then(|d| s.device_traces.get(d))
-        .unwrap_or(&empty);
-    let (end, end_reserved) = end_state(s, device);
-    let end_allocated: u64 = end.values().map(|l| l.0).sum();
-    let (start, start_reserved) = walk_back(trace, &end, end_reserved);
-    let start_allocated: u64 = start.values().map(|l| l.0).sum();
-    let fwd = walk_forward(trace, start.clone(), start_allocated, start_reserved);
-    let alive = alive_at_peak(s, trace, start, fwd.peak_at);
-    let time_us = fwd.peak_at.and_then(|i| trace[i].time_us);
-    let peak = Peak {
-        allocated_bytes: fwd.peak,
-        entry: fwd.peak_at,
-        time_us,
-        phase: time_us.and_then(|t| innermost_phase(phases, device, t)),
-        by_kind: by_kind(&alive),
-        by_python_frame: sites::top_sites(s, &alive, sites::python_site),
-        by_cpp_frame: sites::top_sites(s, &alive, sites::cpp_site),
-        stacks: sites::collapsed(s, alive.iter().map(|b| (b.stream, b.stack, b.size))),
-        alive,
-    };
-    DeviceMemory {
-        device,
-        entries: trace.len(),
-        timeline: fwd.timeline,
-        start_allocated_bytes: start_allocated,
-        end_allocated_bytes: end_allocated,
-        end_reserved_bytes: end_reserved,
-        peak_reserved_bytes: fwd.peak_reserved,
-        peak,
-        never_freed: never_freed(s, &fwd.never_freed_made),
-        intervals: fwd.intervals,
-        allocations: fwd.allocations,
-        largest_not_kept: fwd.largest_not_kept,
+/// Most entry times kept for placing annotated ranges: beyond this, every other is dropped
+/// and the stride doubles (the ranges are then placed within a stride of entries).
+const MAX_TIMES: usize = 1 << 20;
+
+/// One history list's replay, entry by entry.
+#[derive(Debug, Default)]
+pub(super) struct Walk {
+    entries: usize,
+    addrs: FxHashMap<u64, Addr>,
+    /// Bytes of blocks from before the history that it frees (their first event a free).
+    pre_freed: u64,
+    /// Allocated and reserved bytes less those before the first entry.
+    rel: i128,
+    rel_reserved: i128,
+    max_reserved: i128,
+    /// The running maximum of `rel`, the entry after which it was reached (`None`: before
+    /// the first), its time, and its epoch (one more each time it rises).
+    peak: i128,
+    peak_at: Option<usize>,
+    peak_time: Option<i64>,
+    epoch: u32,
+    timeline: Buckets,
+    intervals: Option<Largest>,
+    t_min: Option<i64>,
+    times: TimeIndex,
+}
+
+/// The timeline's points, each bucket of entries keeping its highest (the first of equal
+/// ones); the buckets double in width as the points reach [`TIMELINE_POINTS`], so the
+/// history's length need not be known.
+#[derive(Debug)]
+struct Buckets {
+    width: usize,
+    points: Vec<RelPoint>,
+    best: Option<RelPoint>,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Buckets {
+            width: 1,
+            points: Vec::new(),
+            best: None,
+        }
     }
 }
 
-/// The state the snapshot was taken in: the active blocks of `device`'s segments, and the
+#[derive(Debug, Clone, Copy)]
+struct RelPoint {
+    entry: usize,
+    time_us: Option<i64>,
+    rel: i128,
+    rel_reserved: i128,
+}
+
+impl Buckets {
+    fn add(&mut self, p: RelPoint) {
+        if self.best.is_none_or(|b| p.rel > b.rel) {
+            self.best = Some(p);
+        }
+        if (p.entry + 1).is_multiple_of(self.width) {
+            self.close();
+        }
+    }
+
+    fn close(&mut self) {
+        let Some(b) = self.best.take() else { return };
+        if self.points.len() == TIMELINE_POINTS {
+            // Pairs of buckets become one.
+            let merged: Vec<RelPoint> = self
+                .points
+                .chunks(2)
+                .map(|c| {
+                    if c.len() == 2 && c[1].rel > c[0].rel {
+                        c[1]
+                    } else {
+                        c[0]
+                    }
+                })
+                .collect();
+            self.points = merged;
+            self.width *= 2;
+            // The bucket just closed may be the first half of a wider one.
+            if !(b.entry + 1).is_multiple_of(self.width) {
+                self.best = Some(b);
+                return;
+            }
+        }
+        self.points.push(b);
+    }
+}
+
+/// Entry times by index, every `stride`-th kept: where annotated ranges fall in the history.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimeIndex {
+    stride: usize,
+    /// `i64::MAX` for an entry without a time.
+    times: Vec<i64>,
+}
+
+impl Default for TimeIndex {
+    fn default() -> Self {
+        TimeIndex {
+            stride: 1,
+            times: Vec::new(),
+        }
+    }
+}
+
+impl TimeIndex {
+    fn add(&mut self, i: usize, t: Option<i64>) {
+        if !i.is_multiple_of(self.stride) {
+            return;
+        }
+        if self.times.len() == MAX_TIMES {
+            let kept: Vec<i64> = self.times.iter().step_by(2).copied().collect();
+            self.times = kept;
+            self.stride *= 2;
+            if !i.is_multiple_of(self.stride) {
+                return;
+            }
+        }
+        self.times.push(t.unwrap_or(i64::MAX));
+    }
+
+    /// The index of the first entry at or after `t` (entries are recorded in time order),
+    /// to within the stride.
+    pub fn entry_at(&self, t: i64, entries: usize) -> usize {
+        (self.times.partition_point(|&x| x < t) * self.stride).min(entries)
+    }
+}
+
+impl Walk {
+    fn new() -> Self {
+        Walk {
+            intervals: Some(Largest::new(KEPT_INTERVALS)),
+            ..Default::default()
+        }
+    }
+
+    /// Plays one entry forward.
+    fn entry(&mut self, e: &TraceEntry) {
+        let i = self.entries;
+        self.entries += 1;
+        if let Some(t) = e.time_us {
+            self.t_min = Some(self.t_min.map_or(t, |m| m.min(t)));
+        }
+        self.times.add(i, e.time_us);
+        let alloc = match e.action {
+            Action::Alloc => true,
+            Action::FreeCompleted => false,
+            Action::SegmentAlloc | Action::SegmentMap => {
+                self.rel_reserved += i128::from(e.size);
+                self.max_reserved = self.max_reserved.max(self.rel_reserved);
+                return self.point(i, e);
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                self.rel_reserved -= i128::from(e.size);
+                return self.point(i, e);
+            }
+            _ => return self.point(i, e),
+        };
+        let epoch = self.epoch;
+        let block = Live {
+            size: e.size,
+            stream: e.stream,
+            stack: e.stack,
+            made: None,
+        };
+        let mut pre_freed = 0;
+        let a = self.addrs.entry(e.addr).or_insert_with(|| {
+            // First touched: before the history a block was here if this frees one.
+            let before = (!alloc).then_some(block);
+            pre_freed = before.map_or(0, |b| b.size);
+            Addr {
+                now: before,
+                at_peak: None,
+                epoch: epoch.wrapping_sub(1),
+            }
+        });
+        self.pre_freed += pre_freed;
+        if a.epoch != epoch {
+            // The first touch since the latest maximum: the block here then was `now`.
+            a.at_peak = a.now.map(|b| (b, i as u32));
+            a.epoch = epoch;
+        }
+        // A free ends the block here; an allocation ends one made again without a free in
+        // between (a history that dropped entries).
+        let ended = if alloc {
+            a.now.replace(Live {
+                made: Some(i as u32),
+                ..block
+            })
+        } else {
+            a.now.take()
+        };
+        if alloc {
+            self.rel += i128::from(e.size);
+        }
+        if let Some(b) = ended {
+            self.rel -= i128::from(b.size);
+            if let Some(v) = self.intervals.as_mut() {
+                v.push(Interval {
+                    addr: e.addr,
+                    size: b.size,
+                    made: b.made,
+                    freed: Some(i as u32),
+                    stack: b.stack,
+                });
+            }
+        }
+        self.point(i, e)
+    }
+
+    fn point(&mut self, i: usize, e: &TraceEntry) {
+        if self.rel > self.peak {
+            self.peak = self.rel;
+            self.peak_at = Some(i);
+            self.peak_time = e.time_us;
+            self.epoch = self.epoch.wrapping_add(1);
+        }
+        self.timeline.add(RelPoint {
+            entry: i,
+            time_us: e.time_us,
+            rel: self.rel,
+            rel_reserved: self.rel_reserved,
+        });
+    }
+
+    /// The device's memory, with `end` (the segments' active blocks) the state after the
+    /// last entry.
+    fn finish(
+        mut self,
+        s: &Snapshot,
+        device: i64,
+        phases: &[AnnotatedRange],
+        end: &[(u64, Live)],
+        end_reserved: u64,
+    ) -> DeviceMemory {
+        self.timeline.close();
+        if let Some(b) = self.timeline.best.take() {
+            // The last bucket, cut short by the history's end.
+            self.timeline.points.push(b);
+        }
+        let mut intervals = self
+            .intervals
+            .take()
+            .unwrap_or(Largest::new(KEPT_INTERVALS));
+        // Blocks from before the history it never touched: alive throughout.
+        let untouched: Vec<&(u64, Live)> = end
+            .iter()
+            .filter(|(a, _)| !self.addrs.contains_key(a))
+            .collect();
+        let end_allocated: u64 = end.iter().map(|(_, b)| b.size).sum();
+        let start_allocated = untouched.iter().map(|(_, b)| b.size).sum::<u64>() + self.pre_freed;
+        let start_reserved = clamp(i128::from(end_reserved) - self.rel_reserved);
+        let abs = |rel: i128| clamp(i128::from(start_allocated) + rel);
+        let abs_reserved = |rel: i128| clamp(i128::from(start_reserved) + rel);
+        let timeline = self
+            .timeline
+            .points
+            .iter()
+            .map(|p| TimelinePoint {
+                entry: p.entry,
+                time_us: p.time_us,
+                allocated_bytes: abs(p.rel),
+                reserved_bytes: abs_reserved(p.rel_reserved),
+            })
+            .collect();
+        // What was alive at the peak, and alive at the end, address by address.
+        let mut alive = Vec::new();
+        let mut never_freed_made = Vec::new();
+        let mut addrs: Vec<(u64, Addr)> = self.addrs.into_iter().collect();
+        addrs.sort_unstable_by_key(|(a, _)| *a);
+        for (addr, a) in addrs {
+            let at_peak = if a.epoch == self.epoch {
+                a.at_peak.map(|(b, f)| (b, Some(f as usize)))
+            } else {
+                a.now.map(|b| (b, None))
+            };
+            if let Some((b, freed_at)) = at_peak {
+                alive.push(alive_block(s, addr, b, freed_at));
+            }
+            if let Some(b) = a.now {
+                let v = Interval {
+                    addr,
+                    size: b.size,
+                    made: b.made,
+                    freed: None,
+                    stack: b.stack,
+                };
+                if b.made.is_some() {
+                    never_freed_made.push(v);
+                }
+                intervals.push(v);
+            }
+        }
+        for &&(addr, b) in &untouched {
+            alive.push(alive_block(s, addr, b, None));
+            intervals.push(Interval {
+                addr,
+                size: b.size,
+                made: None,
+                freed: None,
+                stack: b.stack,
+            });
+        }
+        alive.sort_unstable_by_key(|b| (std::cmp::Reverse(b.size), b.addr));
+        let (allocations, largest_not_kept) = (intervals.seen, intervals.largest_dropped);
+        let mut intervals = intervals.into_vec();
+        intervals.sort_unstable_by_key(|v| (v.made, v.addr, v.freed));
+        never_freed_made.sort_unstable_by_key(|v| (v.made, v.addr));
+        let time_us = self.peak_time;
+        let peak = Peak {
+            allocated_bytes: abs(self.peak),
+            entry: self.peak_at,
+            time_us,
+            phase: time_us.and_then(|t| innermost_phase(phases, device, t)),
+            by_kind: by_kind(&alive),
+            by_python_frame: sites::top_sites(s, &alive, sites::python_site),
+            by_cpp_frame: sites::top_sites(s, &alive, sites::cpp_site),
+            stacks: sites::collapsed(s, alive.iter().map(|b| (b.stream, b.stack, b.size))),
+            alive,
+        };
+        DeviceMemory {
+            device,
+            entries: self.entries,
+            timeline,
+            start_allocated_bytes: start_allocated,
+            end_allocated_bytes: end_allocated,
+            end_reserved_bytes: end_reserved,
+            peak_reserved_bytes: abs_reserved(self.max_reserved),
+            peak,
+            never_freed: never_freed(s, &never_freed_made),
+            intervals,
+            allocations,
+            largest_not_kept,
+            time_index: self.times,
+        }
+    }
+}
+
+fn clamp(v: i128) -> u64 {
+    u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+}
+
+fn alive_block(s: &Snapshot, addr: u64, b: Live, freed_at: Option<usize>) -> AliveBlock {
+    AliveBlock {
+        addr,
+        size: b.size,
+        stream: b.stream,
+        stack: b.stack,
+        made_at: b.made.map(|m| m as usize),
+        freed_at,
+        kind: sites::kind(s, s.stack(b.stack)),
+    }
+}
+
+/// The state the snapshot was taken in on `device`: its segments' active blocks, and the
 /// bytes those segments reserve.
-fn end_state(s: &Snapshot, device: i64) -> (LiveMap, u64) {
-    let mut end = LiveMap::default();
+fn end_state(s: &Snapshot, device: i64) -> (Vec<(u64, Live)>, u64) {
+    let mut end: FxHashMap<u64, Live> = FxHashMap::default();
     let mut reserved = 0u64;
     for g in s.segments.iter().filter(|g| g.device == device) {
-        reserved += g.total_size;
+        reserved = reserved.saturating_add(g.total_size);
         for b in &g.blocks {
             if s.str(b.state) == "active_allocated" {
-                end.insert(b.address, (b.size, g.stream, b.stack, None));
+                let live = Live {
+                    size: b.size,
+                    stream: g.stream,
+                    stack: b.stack,
+                    made: None,
+                };
+                end.insert(b.address, live);
             }
         }
     }
+    let mut end: Vec<(u64, Live)> = end.into_iter().collect();
+    end.sort_unstable_by_key(|(a, _)| *a);
     (end, reserved)
 }
 
-/// The state before the history's first entry: the end state with the history undone, last
-/// entry first (an allocation removed, a free put back, segments given back or taken).
-fn walk_back(trace: &[TraceEntry], end: &LiveMap, end_reserved: u64) -> (LiveMap, u64) {
-    let mut start = end.clone();
-    let mut reserved = end_reserved;
-    for e in trace.iter().rev() {
-        match e.action {
-            Action::Alloc => {
-                start.remove(&e.addr);
-            }
-            Action::FreeCompleted => {
-                start.insert(e.addr, (e.size, e.stream, e.stack, None));
-            }
-            Action::SegmentAlloc | Action::SegmentMap => reserved = reserved.saturating_sub(e.size),
-            Action::SegmentFree | Action::SegmentUnmap => reserved += e.size,
-            _ => {}
-        }
-    }
-    (start, reserved)
+/// The replay of every history list a read hands over: a [`HistorySink`] whose lists
+/// [`Replay::finish`] turns into the analysis.
+#[derive(Debug, Default)]
+pub struct Replay {
+    walks: FxHashMap<usize, Walk>,
 }
 
-/// What the history shows played forward from its start state.
-struct Forward {
-    /// Allocated bytes at the peak, and the entry after which they were reached (`None`:
-    /// before the first).
-    peak: u64,
-    peak_at: Option<usize>,
-    peak_reserved: u64,
-    /// The bucket maxima of the allocated bytes.
-    timeline: Vec<TimelinePoint>,
-    /// The largest allocations' lives, in order made.
-    intervals: Vec<Interval>,
-    /// Blocks the history made and never freed, in order made.
-    never_freed_made: Vec<Interval>,
-    /// Every allocation seen, and the largest left out of `intervals`.
-    allocations: usize,
-    largest_not_kept: u64,
-}
-
-/// Plays the history forward from `live` (holding `allocated` bytes, `reserved` reserved):
-/// the memory after each entry, the peak, and every allocation's interval.
-fn walk_forward(
-    trace: &[TraceEntry],
-    mut live: LiveMap,
-    mut allocated: u64,
-    mut reserved: u64,
-) -> Forward {
-    let mut intervals = Largest::new(KEPT_INTERVALS);
-    let (mut peak, mut peak_at) = (allocated, None);
-    let mut peak_reserved = reserved;
-    let bucket = trace.len().div_ceil(TIMELINE_POINTS).max(1);
-    let mut timeline = Vec::with_capacity(trace.len().min(TIMELINE_POINTS) + 1);
-    let mut best_in_bucket: Option<TimelinePoint> = None;
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::Alloc => {
-                // Made again without a free in between (a history that dropped entries):
-                // the older block is gone.
-                let older = live.insert(e.addr, (e.size, e.stream, e.stack, Some(i)));
-                allocated += e.size;
-                ended(&mut intervals, &mut allocated, e.addr, older, i);
-            }
-            Action::FreeCompleted => {
-                let old = live.remove(&e.addr);
-                ended(&mut intervals, &mut allocated, e.addr, old, i);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
-            Action::SegmentFree | Action::SegmentUnmap => {
-                reserved = reserved.saturating_sub(e.size)
-            }
-            _ => {}
-        }
-        if allocated > peak {
-            peak = allocated;
-            peak_at = Some(i);
-        }
-        peak_reserved = peak_reserved.max(reserved);
-        let p = TimelinePoint {
-            entry: i,
-            time_us: e.time_us,
-            allocated_bytes: allocated,
-            reserved_bytes: reserved,
-        };
-        if best_in_bucket.is_none_or(|b| p.allocated_bytes > b.allocated_bytes) {
-            best_in_bucket = Some(p);
-        }
-        if (i + 1) % bucket == 0 || i + 1 == trace.len() {
-            timeline.extend(best_in_bucket.take());
-        }
-    }
-    let mut never_freed_made: Vec<Interval> = Vec::new();
-    for (addr, (size, _, st, m)) in live {
-        let v = Interval {
-            addr,
-            size,
-            made: m.map(|m| m as u32),
-            freed: None,
-            stack: st,
-        };
-        if m.is_some() {
-            never_freed_made.push(v);
-        }
-        intervals.push(v);
-    }
-    let (allocations, largest_not_kept) = (intervals.seen, intervals.largest_dropped);
-    let mut intervals = intervals.into_vec();
-    intervals.sort_unstable_by_key(|v| (v.made, v.addr, v.freed));
-    never_freed_made.sort_unstable_by_key(|v| (v.made, v.addr));
-    Forward {
-        peak,
-        peak_at,
-        peak_reserved,
-        timeline,
-        intervals,
-        never_freed_made,
-        allocations,
-        largest_not_kept,
+impl HistorySink for Replay {
+    fn entries(&mut self, list: usize, batch: Vec<TraceEntry>) {
+        self.feed(list, &batch);
     }
 }
 
-/// The blocks alive at the peak (the start state walked forward to entry `peak_at`), largest
-/// first, each with the entry that frees it: the first free (or new block) at its address
-/// after the peak.
-fn alive_at_peak(
-    s: &Snapshot,
-    trace: &[TraceEntry],
-    mut at_peak: LiveMap,
-    peak_at: Option<usize>,
-) -> Vec<AliveBlock> {
-    let mut freed_at: FxHashMap<u64, usize> = FxHashMap::default();
-    if let Some(p) = peak_at {
-        for (i, e) in trace[..=p].iter().enumerate() {
-            match e.action {
-                Action::Alloc => {
-                    at_peak.insert(e.addr, (e.size, e.stream, e.stack, Some(i)));
-                }
-                Action::FreeCompleted => {
-                    at_peak.remove(&e.addr);
-                }
-                _ => {}
+impl Replay {
+    /// A replay on a thread of its own, fed as the read goes: the read and the replay run
+    /// side by side.
+    pub fn on_thread() -> ReplayThread {
+        // A few batches in flight keep both sides busy without holding the history.
+        let (tx, rx) = mpsc::sync_channel::<(usize, Vec<TraceEntry>)>(8);
+        let handle = std::thread::spawn(move || {
+            let mut r = Replay::default();
+            for (list, batch) in rx {
+                r.entries(list, batch);
             }
-        }
-        for (i, e) in trace.iter().enumerate().skip(p + 1) {
-            if matches!(e.action, Action::Alloc | Action::FreeCompleted)
-                && at_peak.contains_key(&e.addr)
-            {
-                freed_at.entry(e.addr).or_insert(i);
-            }
-        }
-    }
-    let mut alive: Vec<AliveBlock> = at_peak
-        .into_iter()
-        .map(|(addr, (size, stream, stack, made_at))| AliveBlock {
-            addr,
-            size,
-            stream,
-            stack,
-            made_at,
-            freed_at: freed_at.get(&addr).copied(),
-            kind: sites::kind(s, s.stack(stack)),
-        })
-        .collect();
-    alive.sort_unstable_by_key(|b| (std::cmp::Reverse(b.size), b.addr));
-    alive
-}
-
-/// The block that was alive at `addr`, if one was, ended at entry `at`: its bytes leave the
-/// allocated total and its life is offered to the kept intervals.
-fn ended(intervals: &mut Largest, allocated: &mut u64, addr: u64, block: Option<Live>, at: usize) {
-    if let Some((size, _, stack, made)) = block {
-        *allocated -= size;
-        intervals.push(Interval {
-            addr,
-            size,
-            made: made.map(|m| m as u32),
-            freed: Some(at as u32),
-            stack,
+            r
         });
+        ReplayThread {
+            tx: Some(tx),
+            handle: Some(handle),
+        }
     }
+
+    /// Plays `entries` of the list `list` forward.
+    pub fn feed(&mut self, list: usize, entries: &[TraceEntry]) {
+        if entries.is_empty() {
+            return;
+        }
+        let w = self.walks.entry(list).or_insert_with(Walk::new);
+        for e in entries {
+            w.entry(e);
+        }
+    }
+
+    /// The earliest entry time of every list.
+    pub(super) fn t_min(&self) -> Option<i64> {
+        self.walks.values().filter_map(|w| w.t_min).min()
+    }
+
+    /// Whether `list` had entries.
+    pub(super) fn has(&self, list: usize) -> bool {
+        self.walks.contains_key(&list)
+    }
+
+    /// The walk of `list`, if it had entries.
+    pub(super) fn take(&mut self, list: usize) -> Option<Walk> {
+        self.walks.remove(&list)
+    }
+}
+
+/// A [`Replay`] running on its own thread ([`Replay::on_thread`]).
+#[derive(Debug)]
+pub struct ReplayThread {
+    tx: Option<mpsc::SyncSender<(usize, Vec<TraceEntry>)>>,
+    handle: Option<std::thread::JoinHandle<Replay>>,
+}
+
+impl HistorySink for ReplayThread {
+    fn entries(&mut self, list: usize, batch: Vec<TraceEntry>) {
+        if let Some(tx) = &self.tx {
+            if tx.send((list, batch)).is_err() {
+                // The thread is gone, which only a panic there does: raise it here.
+                self.tx = None;
+                self.wait();
+            }
+        }
+    }
+}
+
+impl ReplayThread {
+    /// The replay of everything sent.
+    pub fn join(mut self) -> Replay {
+        self.tx = None;
+        self.wait()
+    }
+
+    fn wait(&mut self) -> Replay {
+        match self.handle.take().map(|h| h.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => Replay::default(),
+        }
+    }
+}
+
+/// The memory of `device`, whose history `walk` replayed (`None`: no entries).
+pub(super) fn device_memory(
+    s: &Snapshot,
+    device: i64,
+    walk: Option<Walk>,
+    phases: &[AnnotatedRange],
+) -> DeviceMemory {
+    let (end, end_reserved) = end_state(s, device);
+    walk.unwrap_or_else(Walk::new)
+        .finish(s, device, phases, &end, end_reserved)
 }
 
 /// The `k` largest of the intervals pushed (ties: the earliest made, then the lowest address),
 /// in a heap whose top is the least of them; with how many were pushed and the largest left out.
+#[derive(Debug)]
 struct Largest {
     k: usize,
     heap: std::collections::BinaryHeap<std::cmp::Reverse<Ranked>>,
@@ -259,7 +535,7 @@ struct Largest {
 }
 
 /// An interval ordered by how much it is wanted: larger, then made earlier, then lower.
-#[derive(PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 struct Ranked(Interval);
 
 impl Ord for Ranked {

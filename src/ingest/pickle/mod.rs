@@ -175,8 +175,8 @@ pub const RECORD_MAX_KEYS: usize = 8;
 
 /// A dict shape the caller reads by the million, stored as a fixed record of its kept
 /// members instead of a generic dict (a GB snapshot's history entries: as generic dicts they
-/// took several times the file's size). A dict is read as one when it is filled in one go,
-/// has the first kept member, string keys only, none twice, and none outside `keys` and
+/// took several times the file's size). A dict is read as one when it is filled in one go
+/// with two members or more, has the first kept member, string keys only, none twice, and none outside `keys` and
 /// `ignored`; any other dict stays generic. [`Pickle::dict_get`] answers alike for both.
 #[derive(Debug)]
 pub struct RecordShape {
@@ -212,6 +212,14 @@ pub trait RecordSink {
     /// that): its dict is a generic one of the later members from here on, and the record
     /// is no longer what the dict holds.
     fn forget(&mut self, number: usize);
+    /// `items` were just appended, in this order, to `list` (by APPEND, APPENDS or LIST):
+    /// a record among them is in a list from here on, so a sink can hand it on and forget
+    /// it instead of keeping every record to the end.
+    fn appended(&mut self, _pk: &Pickle, _list: ValueId, _items: &[ValueId]) {}
+    /// The generic dict `dict` (not read as a record: a member beyond the shape, a pair at a
+    /// time) was given the shape's first member: the sink may read it by key once it is in a
+    /// list.
+    fn generic(&mut self, _dict: ValueId) {}
 }
 
 /// The kept members of a dict read as a record (see [`Pickle::record`]).

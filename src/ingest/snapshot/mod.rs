@@ -52,12 +52,52 @@ pub fn looks_like_snapshot(path: &Path) -> bool {
 /// warning, as a cut trace does.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
     let (stream, gz) = source::open_pickle_stream(path)?;
-    from_stream(path, stream, gz, diag)
+    collected(from_stream(path, stream, gz, diag, None)?)
+}
+
+/// [`load`], handing each device's history to `sink` as it is read instead of keeping it:
+/// the snapshot's `device_traces` are empty and [`Snapshot::streamed`] says which list of
+/// the sink's is which device's. What the read holds is then the pickle's memo (a word per
+/// object it names) and the sink's own state, not the history.
+pub fn load_streamed(
+    path: &Path,
+    diag: &mut Diagnostics,
+    sink: &mut dyn HistorySink,
+) -> Result<Snapshot, Error> {
+    let (stream, gz) = source::open_pickle_stream(path)?;
+    Ok(from_stream(path, stream, gz, diag, Some(sink))?.0)
 }
 
 /// Parses snapshot pickle bytes.
 pub fn from_bytes(path: &Path, bytes: &[u8], diag: &mut Diagnostics) -> Result<Snapshot, Error> {
-    from_stream(path, Box::new(bytes), false, diag)
+    collected(from_stream(path, Box::new(bytes), false, diag, None)?)
+}
+
+/// A streamed read's snapshot with the entries the built-in [`Collect`] sink kept put in
+/// `device_traces`.
+fn collected((mut s, c): (Snapshot, Collect)) -> Result<Snapshot, Error> {
+    let mut lists = c.0;
+    s.device_traces = s
+        .streamed
+        .drain(..)
+        .map(|h| h.list.and_then(|l| lists.remove(&l)).unwrap_or_default())
+        .collect();
+    Ok(s)
+}
+
+/// The sink that keeps every list's entries, for readers that want the history whole.
+#[derive(Default)]
+struct Collect(FxHashMap<usize, Vec<TraceEntry>>);
+
+impl HistorySink for Collect {
+    fn entries(&mut self, list: usize, mut batch: Vec<TraceEntry>) {
+        let v = self.0.entry(list).or_default();
+        if v.is_empty() {
+            *v = batch;
+        } else {
+            v.append(&mut batch);
+        }
+    }
 }
 
 fn from_stream<'a>(
@@ -65,14 +105,21 @@ fn from_stream<'a>(
     stream: Box<dyn std::io::Read + 'a>,
     gz: bool,
     diag: &mut Diagnostics,
-) -> Result<Snapshot, Error> {
+    out: Option<&mut dyn HistorySink>,
+) -> Result<(Snapshot, Collect), Error> {
     let format = |what: String| Error::Format {
         path: path.to_path_buf(),
         what,
     };
-    let mut sink = EntrySink::default();
+    let mut collect = Collect::default();
+    let out: &mut dyn HistorySink = match out {
+        Some(o) => o,
+        None => &mut collect,
+    };
+    let mut sink = EntrySink::new(out);
     let read = pickle::parse_stream_into(stream, &HISTORY_ENTRY, &mut sink)
         .map_err(|e| format(e.to_string()))?;
+    sink.flush();
     if let Some(e) = &read.read_error {
         // A gzip stream cut short reads as an early end; anything else that broke the read
         // (corrupt deflate data, a failing disk) is not a snapshot to analyse.
@@ -97,23 +144,64 @@ fn from_stream<'a>(
             ),
         );
     }
-    Extractor::new(path, &read.pickle, diag, sink).run()
+    let (stacks, lists) = sink.finish();
+    let s = Extractor::new(path, &read.pickle, diag, stacks, lists).run()?;
+    Ok((s, collect))
 }
 
-/// The history entries, made as the pickle completes each one (never held as the pickle's
-/// records too), and the stacks they name.
-#[derive(Default)]
-struct EntrySink {
+/// Entries a batch gathers before it goes to the [`HistorySink`].
+const BATCH: usize = 8192;
+
+/// The history entries, made as the pickle completes each one and handed on, list by list,
+/// as the pickle appends them to a list: no entry is kept past the batch it goes in (torch's
+/// pickler appends a thousand at a time).
+struct EntrySink<'h> {
     stacks: Stacks,
-    entries: Vec<TraceEntry>,
     /// Stack by the pickle's frame list, by its dense index (see [`Pickle::seq_index`]).
     by_list: Vec<StackId>,
+    /// Entries made and not yet in a list, by record number from `base` (`None`: taken).
+    pending: std::collections::VecDeque<Option<TraceEntry>>,
+    base: usize,
+    /// Generic dicts with an `action` member (see [`pickle::RecordSink::generic`]), read
+    /// by key when appended.
+    generic: rustc_hash::FxHashSet<ValueId>,
+    /// What each list that was given an entry got, by the list's dense index.
+    lists: FxHashMap<usize, ListCount>,
+    /// The batch being gathered, and its list.
+    batch: Vec<TraceEntry>,
+    batch_list: usize,
+    out: &'h mut dyn HistorySink,
 }
 
-/// An entry whose `action` is no string: no entry ([`Extractor::history`] warns once per such).
+/// What a list was given, as [`Extractor::run`] reports it for a device's history.
+#[derive(Debug, Default, Clone, Copy)]
+struct ListCount {
+    /// Entries handed on.
+    entries: usize,
+    /// Items that were entries already given to a list (memo references).
+    repeats: usize,
+    /// Entry dicts whose `action` is no string.
+    without_action: usize,
+}
+
+/// An entry whose `action` is no string: no entry ([`Extractor::run`] warns once per such).
 const NO_ACTION: StackId = StackId(u32::MAX - 1);
 
-impl EntrySink {
+impl<'h> EntrySink<'h> {
+    fn new(out: &'h mut dyn HistorySink) -> Self {
+        EntrySink {
+            stacks: Stacks::default(),
+            by_list: Vec::new(),
+            pending: Default::default(),
+            base: 0,
+            generic: Default::default(),
+            lists: FxHashMap::default(),
+            batch: Vec::new(),
+            batch_list: 0,
+            out,
+        }
+    }
+
     /// The entry of a history dict's members in [`HISTORY_ENTRY`]'s order (a record's, or
     /// a generic dict's looked up by key); its stack is [`NO_ACTION`] where `action` is no
     /// string.
@@ -148,17 +236,90 @@ impl EntrySink {
             stack,
         }
     }
+
+    /// The entry `item` makes in a list, if it is one not yet in a list: a pending record's,
+    /// or a generic entry dict read by key. `Err(())`: an entry met before.
+    fn take(&mut self, pk: &Pickle, item: ValueId) -> Option<Result<TraceEntry, ()>> {
+        if let Some(r) = pk.record_number(item) {
+            let slot = r
+                .checked_sub(self.base)
+                .and_then(|i| self.pending.get_mut(i));
+            return Some(slot.and_then(Option::take).ok_or(()));
+        }
+        if self.generic.is_empty() || !self.generic.remove(&item) {
+            return None;
+        }
+        let m: Vec<Option<ValueId>> = HISTORY_ENTRY
+            .keys()
+            .iter()
+            .map(|k| pk.dict_get(item, k))
+            .collect();
+        Some(Ok(self.entry(pk, &m)))
+    }
+
+    /// Hands the batch gathered on.
+    fn flush(&mut self) {
+        if !self.batch.is_empty() {
+            let b = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            self.out.entries(self.batch_list, b);
+        }
+    }
+
+    fn finish(self) -> (Stacks, FxHashMap<usize, ListCount>) {
+        (self.stacks, self.lists)
+    }
 }
 
-impl pickle::RecordSink for EntrySink {
+impl pickle::RecordSink for EntrySink<'_> {
     fn record(&mut self, pk: &Pickle, m: &[Option<ValueId>]) -> usize {
         let e = self.entry(pk, m);
-        self.entries.push(e);
-        self.entries.len() - 1
+        self.pending.push_back(Some(e));
+        self.base + self.pending.len() - 1
     }
 
     fn forget(&mut self, number: usize) {
-        self.entries[number].stack = NO_ACTION;
+        if let Some(Some(e)) = number
+            .checked_sub(self.base)
+            .and_then(|i| self.pending.get_mut(i))
+        {
+            e.stack = NO_ACTION;
+        }
+    }
+
+    fn generic(&mut self, dict: ValueId) {
+        self.generic.insert(dict);
+    }
+
+    fn appended(&mut self, pk: &Pickle, list: ValueId, items: &[ValueId]) {
+        let Some(li) = pk.seq_index(list) else { return };
+        let mut count = ListCount::default();
+        for &item in items {
+            match self.take(pk, item) {
+                None => {}
+                Some(Err(())) => count.repeats += 1,
+                Some(Ok(e)) if e.stack == NO_ACTION => count.without_action += 1,
+                Some(Ok(e)) => {
+                    count.entries += 1;
+                    if self.batch_list != li || self.batch.len() >= BATCH {
+                        self.flush();
+                        self.batch_list = li;
+                    }
+                    self.batch.push(e);
+                }
+            }
+        }
+        if count.entries + count.repeats + count.without_action > 0 {
+            let c = self.lists.entry(li).or_default();
+            c.entries += count.entries;
+            c.repeats += count.repeats;
+            c.without_action += count.without_action;
+        }
+        // Taken entries leave the front (records never put in a list stay: no snapshot
+        // torch writes has one).
+        while let Some(None) = self.pending.front() {
+            self.pending.pop_front();
+            self.base += 1;
+        }
     }
 }
 
@@ -235,8 +396,9 @@ struct Extractor<'a> {
     path: &'a Path,
     pk: &'a Pickle,
     diag: &'a mut Diagnostics,
-    /// The history entries the pickle's records became (by record number), and the stacks.
-    sink: EntrySink,
+    stacks: Stacks,
+    /// What each list was given as history entries, by the list's dense index.
+    lists: FxHashMap<usize, ListCount>,
     /// Records met so far, by dict and by list ([`Extractor::first_use`]).
     seen_dicts: Vec<bool>,
     seen_seqs: Vec<bool>,
@@ -245,12 +407,19 @@ struct Extractor<'a> {
 }
 
 impl<'a> Extractor<'a> {
-    fn new(path: &'a Path, pk: &'a Pickle, diag: &'a mut Diagnostics, sink: EntrySink) -> Self {
+    fn new(
+        path: &'a Path,
+        pk: &'a Pickle,
+        diag: &'a mut Diagnostics,
+        stacks: Stacks,
+        lists: FxHashMap<usize, ListCount>,
+    ) -> Self {
         Extractor {
             path,
             pk,
             diag,
-            sink,
+            stacks,
+            lists,
             seen_dicts: vec![false; pk.dict_count()],
             seen_seqs: vec![false; pk.seq_count()],
             repeats: 0,
@@ -289,76 +458,38 @@ impl<'a> Extractor<'a> {
     }
 
     fn str_of(&mut self, id: Option<ValueId>) -> Option<StrId> {
-        self.sink.stacks.str_of(self.pk, id)
+        self.stacks.str_of(self.pk, id)
     }
 
     fn stack_of(&mut self, id: Option<ValueId>) -> StackId {
-        self.sink.stacks.stack_of(self.pk, id)
+        self.stacks.stack_of(self.pk, id)
     }
 
-    /// The record numbers `a..a + items.len()` when `items` are the entries the sink made in
-    /// that order, none met before (every history torch writes): they are taken whole.
-    fn in_order(&self, items: &[ValueId]) -> Option<std::ops::Range<usize>> {
-        let pk = self.pk;
-        let a = pk.record_number(*items.first()?)?;
-        let range = a..a.checked_add(items.len())?;
-        let whole = range.end <= self.sink.entries.len()
-            && items.iter().enumerate().all(|(i, &e)| {
-                pk.record_number(e) == Some(a + i)
-                    && pk.dict_index(e).is_some_and(|d| !self.seen_dicts[d])
-            })
-            && self.sink.entries[range.clone()]
-                .iter()
-                .all(|e| e.stack != NO_ACTION);
-        whole.then_some(range)
-    }
-
-    /// One device's history: the sink's entries, each once, and any entry dict the pickle
-    /// did not read as a record (a member beyond the entry's shape) read here.
-    fn history(&mut self, items: &[ValueId]) -> Vec<TraceEntry> {
-        let pk = self.pk;
-        if let Some(range) = self.in_order(items) {
-            for &e in items {
-                if let Some(d) = pk.dict_index(e) {
-                    self.seen_dicts[d] = true;
-                }
-            }
-            if range.start == 0 && range.end == self.sink.entries.len() {
-                return std::mem::take(&mut self.sink.entries);
-            }
-            return self.sink.entries[range].to_vec();
-        }
-        let mut out = Vec::with_capacity(items.len());
-        for &e in items {
-            if !self.first_use(e) {
-                continue;
-            }
-            let entry = match pk.record_number(e) {
-                Some(r) => self.sink.entries.get(r).cloned(),
-                None => self.generic_entry(e),
-            };
-            match entry {
-                Some(t) if t.stack != NO_ACTION => out.push(t),
-                _ => self.diag.warn(
-                    "snapshot_entry_without_action",
-                    format!(
-                        "{}: a device_traces entry has no action",
-                        self.path.display()
-                    ),
+    /// One device's history list: what the sink was given from it, its other items
+    /// (no entry, or an entry without an action) warned.
+    fn history(&mut self, dev: ValueId) -> StreamedHistory {
+        let li = self.pk.seq_index(dev);
+        let c = li
+            .and_then(|l| self.lists.get(&l))
+            .copied()
+            .unwrap_or_default();
+        self.repeats += c.repeats;
+        let items = self.pk.items(dev).len();
+        let without = items.saturating_sub(c.entries + c.repeats);
+        if without > 0 {
+            self.diag.warn_n(
+                "snapshot_entry_without_action",
+                without as u64,
+                format!(
+                    "{}: a device_traces entry has no action",
+                    self.path.display()
                 ),
-            }
+            );
         }
-        out
-    }
-
-    /// An entry dict not read as a record (a member beyond the entry's shape): its members
-    /// looked up by key.
-    fn generic_entry(&mut self, e: ValueId) -> Option<TraceEntry> {
-        let pk = self.pk;
-        let m = HISTORY_ENTRY.keys().iter().map(|k| pk.dict_get(e, k));
-        let members: Vec<Option<ValueId>> = m.collect();
-        let t = self.sink.entry(pk, &members);
-        (t.stack != NO_ACTION).then_some(t)
+        StreamedHistory {
+            list: li.filter(|_| c.entries > 0),
+            entries: c.entries,
+        }
     }
 
     fn run(mut self) -> Result<Snapshot, Error> {
@@ -391,7 +522,7 @@ impl<'a> Extractor<'a> {
                 }
                 let state = self
                     .str_of(pk.dict_get(b, "state"))
-                    .unwrap_or_else(|| self.sink.stacks.strings.intern("unknown"));
+                    .unwrap_or_else(|| self.stacks.strings.intern("unknown"));
                 blocks.push(Block {
                     address: pk
                         .dict_get(b, "address")
@@ -421,11 +552,11 @@ impl<'a> Extractor<'a> {
                 blocks,
             });
         }
-        let mut device_traces = Vec::new();
+        let mut streamed = Vec::new();
         if let Some(t) = traces_id {
             for &dev in pk.items(t) {
                 if self.first_use(dev) {
-                    device_traces.push(self.history(pk.items(dev)));
+                    streamed.push(self.history(dev));
                 }
             }
         }
@@ -460,11 +591,12 @@ impl<'a> Extractor<'a> {
         }
         Ok(Snapshot {
             path: self.path.to_path_buf(),
-            strings: self.sink.stacks.strings,
-            frames: self.sink.stacks.frames,
-            stacks: self.sink.stacks.stacks,
+            strings: self.stacks.strings,
+            frames: self.stacks.frames,
+            stacks: self.stacks.stacks,
             segments,
-            device_traces,
+            device_traces: Vec::new(),
+            streamed,
             annotations,
             legacy_layout: legacy,
         })
@@ -578,7 +710,8 @@ mod tests {
         let mut d = Diagnostics::default();
         let src = Failing { bytes, at: 0, kind };
         (
-            from_stream(Path::new("s.pickle.gz"), Box::new(src), gz, &mut d),
+            from_stream(Path::new("s.pickle.gz"), Box::new(src), gz, &mut d, None)
+                .and_then(collected),
             d,
         )
     }

@@ -115,6 +115,24 @@ pub struct Annotation {
     pub time_us: i64,
 }
 
+/// Where a read hands the history's entries as it reads them, list by list, in the order
+/// each list holds them: an analysis that keeps only what it reports never holds the
+/// hundreds of millions of entries of a 10 GB snapshot.
+pub trait HistorySink {
+    /// Entries appended, in order, to the history list numbered `list` (a number the reader
+    /// chose; [`Snapshot::streamed`] says which device's list each is).
+    fn entries(&mut self, list: usize, batch: Vec<TraceEntry>);
+}
+
+/// One device's history as a streamed read handed it to its [`HistorySink`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamedHistory {
+    /// The list number its entries went to (`None`: no entry).
+    pub list: Option<usize>,
+    /// Entries.
+    pub entries: usize,
+}
+
 /// Everything steptrace takes from a memory snapshot.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -128,8 +146,12 @@ pub struct Snapshot {
     pub stacks: Vec<Box<[FrameId]>>,
     /// Segments alive at snapshot time.
     pub segments: Vec<Segment>,
-    /// History per device, in recorded order.
+    /// History per device, in recorded order (empty for a streamed read: see
+    /// [`Snapshot::streamed`]).
     pub device_traces: Vec<Vec<TraceEntry>>,
+    /// For a read that streamed the history to a [`HistorySink`] instead of keeping it: per
+    /// device, in `device_traces`' order, the list number its entries went to, and how many.
+    pub streamed: Vec<StreamedHistory>,
     /// `external_annotations`.
     pub annotations: Vec<Annotation>,
     /// Whether the pickle's layout predates `device_traces` timestamps.

@@ -39,6 +39,9 @@ pub(super) struct Reader<'a> {
     /// action afresh (millions of `'alloc'`), and one id for each distinct one keeps their
     /// bytes and words out of the tables.
     short_strs: FxHashMap<Box<[u8]>, ValueId>,
+    /// The string id of the record shape's first member, once met: one id for every such
+    /// key, as every short string is read once (`short_str`).
+    first_key: Option<ValueId>,
 }
 
 /// Strings up to this long share one id per distinct text (`Reader::short_strs`).
@@ -93,6 +96,7 @@ impl<'a> Reader<'a> {
             key_cache: [(0, None); KEY_CACHE],
             shared: FxHashMap::default(),
             short_strs: FxHashMap::default(),
+            first_key: None,
         }
     }
 
@@ -125,6 +129,17 @@ impl<'a> Reader<'a> {
             }
             self.pk.seqs.extend(prev.data(), &[top]);
             self.stack.pop();
+            self.appended(prev, &[top]);
+        }
+    }
+
+    /// Tells the sink, if any, that `items` were appended to `list`.
+    #[inline]
+    pub(super) fn appended(&mut self, list: ValueId, items: &[ValueId]) {
+        if list.kind() == Kind::List {
+            if let Some(sink) = self.sink.as_mut() {
+                sink.appended(&self.pk, list, items);
+            }
         }
     }
 
@@ -258,6 +273,16 @@ impl<'a> Reader<'a> {
         Ok(ValueId::new(Kind::Str, self.pk.texts.push_bytes(b)))
     }
 
+    /// The id of a short string, one per distinct text whatever opcode wrote it.
+    fn short_str(&mut self, s: &str) -> ValueId {
+        if let Some(&v) = self.short_strs.get(s.as_bytes()) {
+            return v;
+        }
+        let v = ValueId::new(Kind::Str, self.pk.texts.push(Text::Owned(s.into())));
+        self.short_strs.insert(s.as_bytes().into(), v);
+        v
+    }
+
     /// The next `n` bytes of the input as a bytes object, copied out of it.
     fn bytes_next(&mut self, n: usize) -> Result<ValueId, PickleError> {
         let b = self.input.take(n)?;
@@ -265,6 +290,9 @@ impl<'a> Reader<'a> {
     }
 
     fn owned_str(&mut self, s: String) -> ValueId {
+        if s.len() <= SHORT_STR {
+            return self.short_str(&s);
+        }
         ValueId::new(Kind::Str, self.pk.texts.push(Text::Owned(s.into())))
     }
 
@@ -306,6 +334,11 @@ impl<'a> Reader<'a> {
         let fresh = matches!(self.pk.seqs.slot(c), Slot::Flat(_, 0));
         let start = self.pk.seqs.flat.len();
         self.pk.seqs.extend(c, &self.stack[from..]);
+        if list.kind() == Kind::List {
+            if let Some(sink) = self.sink.as_mut() {
+                sink.appended(&self.pk, list, &self.stack[from..]);
+            }
+        }
         self.stack.truncate(from);
         if fresh && self.share {
             if let Slot::Flat(s, len) = self.pk.seqs.slot(c) {
@@ -335,6 +368,10 @@ impl<'a> Reader<'a> {
         }
         let c = dict.data();
         match self.pk.maps.slot(c) {
+            // A dict given a pair at a time (a protocol-0 pickle's SETITEMs) stays generic:
+            // a sink takes a record's members for good, and a record of one member would be
+            // voided by the next pair.
+            Slot::Flat(_, 0) if self.stack.len() - from == 2 => {}
             Slot::Flat(_, 0) => {
                 if let Some((rec, n)) = self.record(from) {
                     let r = if let Some(sink) = self.sink.as_mut() {
@@ -376,6 +413,22 @@ impl<'a> Reader<'a> {
         }
         let pairs = self.stack[from..].chunks_exact(2).map(|kv| (kv[0], kv[1]));
         self.pk.maps.extend_with(c, pairs);
+        if self.sink.is_some() && self.pk.shape.is_some() {
+            // Each distinct key is one string id (short strings are read once, and pickles
+            // memoize their keys), so the id of the first kept member, once met, answers
+            // for the millions of generic dicts (every frame of every stack) without a
+            // lookup of each key.
+            let first = (from..self.stack.len()).step_by(2).any(|i| {
+                let k = self.stack[i];
+                match self.first_key {
+                    Some(f) => k == f,
+                    None => matches!(self.key_slot(k), Some(KeySlot::Kept(0))),
+                }
+            });
+            if let (true, Some(sink)) = (first, self.sink.as_mut()) {
+                sink.generic(dict);
+            }
+        }
         self.stack.truncate(from);
         Ok(())
     }
@@ -424,6 +477,9 @@ impl<'a> Reader<'a> {
         let shape = self.pk.shape?;
         let key = self.pk.texts.bytes(t);
         let slot = if let Some(i) = shape.keys.iter().position(|e| e.as_bytes() == key) {
+            if i == 0 {
+                self.first_key = Some(k);
+            }
             Some(KeySlot::Kept(i))
         } else {
             shape
@@ -453,8 +509,14 @@ impl<'a> Reader<'a> {
     /// A new container holding `stack[from..]`, which are dropped from the stack.
     fn seq_from_stack(&mut self, kind: Kind, from: usize) -> ValueId {
         let id = self.pk.seqs.add(&self.stack[from..]);
+        let v = ValueId::new(kind, id);
+        if kind == Kind::List {
+            if let Some(sink) = self.sink.as_mut() {
+                sink.appended(&self.pk, v, &self.stack[from..]);
+            }
+        }
         self.stack.truncate(from);
-        ValueId::new(kind, id)
+        v
     }
 
     /// LONG1 / LONG4: the next `n` bytes, little-endian two's complement.

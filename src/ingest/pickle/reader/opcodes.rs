@@ -119,6 +119,7 @@ impl Reader<'_> {
                     return Err(self.malformed("APPEND to something that is not a list", offset));
                 }
                 self.pk.seqs.extend(list.data(), &[v]);
+                self.appended(list, &[v]);
             }
             b'e' | 0x90 => {
                 let from = self.pop_mark(offset)?;
