@@ -41,7 +41,7 @@ struct Addr {
 const MAX_TIMES: usize = 1 << 20;
 
 /// One history list's replay, entry by entry.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Walk {
     entries: usize,
     addrs: FxHashMap<u64, Addr>,
@@ -58,7 +58,7 @@ pub(super) struct Walk {
     peak_time: Option<i64>,
     epoch: u32,
     timeline: Buckets,
-    intervals: Option<Largest>,
+    intervals: Largest,
     t_min: Option<i64>,
     times: TimeIndex,
 }
@@ -168,14 +168,28 @@ impl TimeIndex {
     }
 }
 
-impl Walk {
-    fn new() -> Self {
+impl Default for Walk {
+    fn default() -> Self {
         Walk {
-            intervals: Some(Largest::new(KEPT_INTERVALS)),
-            ..Default::default()
+            entries: 0,
+            addrs: FxHashMap::default(),
+            pre_freed: 0,
+            rel: 0,
+            rel_reserved: 0,
+            max_reserved: 0,
+            peak: 0,
+            peak_at: None,
+            peak_time: None,
+            epoch: 0,
+            timeline: Buckets::default(),
+            intervals: Largest::new(KEPT_INTERVALS),
+            t_min: None,
+            times: TimeIndex::default(),
         }
     }
+}
 
+impl Walk {
     /// Plays one entry forward.
     fn entry(&mut self, e: &TraceEntry) {
         let i = self.entries;
@@ -237,15 +251,13 @@ impl Walk {
         }
         if let Some(b) = ended {
             self.rel -= i128::from(b.size);
-            if let Some(v) = self.intervals.as_mut() {
-                v.push(Interval {
-                    addr: e.addr,
-                    size: b.size,
-                    made: b.made,
-                    freed: Some(i as u32),
-                    stack: b.stack,
-                });
-            }
+            self.intervals.push(Interval {
+                addr: e.addr,
+                size: b.size,
+                made: b.made,
+                freed: Some(i as u32),
+                stack: b.stack,
+            });
         }
         self.point(i, e)
     }
@@ -280,10 +292,7 @@ impl Walk {
             // The last bucket, cut short by the history's end.
             self.timeline.points.push(b);
         }
-        let mut intervals = self
-            .intervals
-            .take()
-            .unwrap_or(Largest::new(KEPT_INTERVALS));
+        let mut intervals = std::mem::replace(&mut self.intervals, Largest::new(0));
         // Blocks from before the history it never touched: alive throughout.
         let untouched: Vec<&(u64, Live)> = end
             .iter()
@@ -455,7 +464,7 @@ impl Replay {
         if entries.is_empty() {
             return;
         }
-        let w = self.walks.entry(list).or_insert_with(Walk::new);
+        let w = self.walks.entry(list).or_default();
         for e in entries {
             w.entry(e);
         }
@@ -520,7 +529,7 @@ pub(super) fn device_memory(
     phases: &[AnnotatedRange],
 ) -> DeviceMemory {
     let (end, end_reserved) = end_state(s, device);
-    walk.unwrap_or_else(Walk::new)
+    walk.unwrap_or_default()
         .finish(s, device, phases, &end, end_reserved)
 }
 
