@@ -156,3 +156,62 @@ pub(super) fn exec_trace_join(t: &Trace) -> Option<ExecTraceJoin> {
         ops_matched: matched,
     })
 }
+
+/// For each device of a snapshot analysis, and each of its kept allocations
+/// ([`DeviceMemory::intervals`](crate::analysis::snapshot::DeviceMemory)), the trace's node
+/// that made it, where the trace saw it: the allocation event of the same block (address and
+/// the allocator's size) nearest in time once the clocks are lined up, within 1 ms. Only the
+/// trace's device and the profiled window can answer; every other allocation has `None`.
+pub fn snapshot_makers(
+    t: &Trace,
+    a: &super::Analysis,
+    sa: &crate::analysis::snapshot::SnapshotAnalysis,
+) -> Vec<Vec<Option<usize>>> {
+    let Some(s) = t.snapshot.as_ref() else {
+        return sa
+            .devices
+            .iter()
+            .map(|d| vec![None; d.intervals.len()])
+            .collect();
+    };
+    let k = &t.kineto;
+    // Snapshot time − trace time, µs, as the join measured it.
+    let offset = a
+        .summary
+        .snapshot
+        .as_ref()
+        .and_then(|j| j.alloc_offset_us.or(j.annotation_offset_us))
+        .unwrap_or(0.0);
+    let mut made: rustc_hash::FxHashMap<(u64, u64), Vec<(f64, usize)>> =
+        rustc_hash::FxHashMap::default();
+    for b in &a.memory.blocks {
+        if let (Some(n), true) = (b.producer, b.alloc != i64::MIN) {
+            let key = (b.addr, b.size as u64);
+            made.entry(key).or_default().push((k.epoch_us(b.alloc), n));
+        }
+    }
+    let device = t.device.unwrap_or(0);
+    sa.devices
+        .iter()
+        .map(|d| {
+            let trace = usize::try_from(d.device)
+                .ok()
+                .and_then(|i| s.device_traces.get(i))
+                .filter(|_| d.device == device);
+            d.intervals
+                .iter()
+                .map(|v| {
+                    let e = trace?.get(v.made? as usize)?;
+                    let at = e.time_us? as f64 - offset;
+                    let size = memory::round_block(v.size as i64) as u64;
+                    let (dt, n) = made
+                        .get(&(v.addr, size))?
+                        .iter()
+                        .map(|&(x, n)| ((x - at).abs(), n))
+                        .min_by(|p, q| p.0.total_cmp(&q.0))?;
+                    (dt <= 1000.0).then_some(n)
+                })
+                .collect()
+        })
+        .collect()
+}

@@ -20,7 +20,7 @@ use crate::model::kineto::TimeConvention;
 use crate::model::Trace;
 
 use joins::{exec_trace_join, snapshot_join};
-pub use joins::{ExecTraceJoin, SnapshotJoin};
+pub use joins::{snapshot_makers, ExecTraceJoin, SnapshotJoin};
 pub use node_stats::NodeStat;
 pub use step::{Detection, Iteration, Node, Phase, Step};
 

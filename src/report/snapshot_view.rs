@@ -27,6 +27,9 @@ struct Data {
     /// Each kind's colour (the legend's too): the one table of them.
     colors: Vec<&'static str>,
     stacks: Vec<Vec<String>>,
+    /// The trace's ops that made drawn allocations (a run with a trace), by `Allocs::op`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ops: Vec<String>,
     smaller_note: String,
     devices: Vec<DeviceData>,
 }
@@ -71,17 +74,25 @@ struct Allocs {
     size: Vec<u64>,
     stack: Vec<u32>,
     kind: Vec<u8>,
+    /// Index into `Data::ops` of the op that made it, -1 where the trace has none (empty
+    /// without a trace).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    op: Vec<i32>,
 }
 
-/// The view's data for every device.
-fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
+/// The view's data for every device; `makers[d][i]`: the op that made device `d`'s `i`-th
+/// kept allocation, where a trace says (empty without a trace).
+fn data(s: &Snapshot, a: &SnapshotAnalysis, makers: &[Vec<Option<String>>]) -> Data {
     let mut stacks: Vec<Vec<String>> = Vec::new();
+    let mut ops: Vec<String> = Vec::new();
+    let mut op_index: FxHashMap<&str, i32> = FxHashMap::default();
     let mut stack_index: FxHashMap<StackId, (u32, u8)> = FxHashMap::default();
     let mut smaller = (0usize, 0u64);
     let mut devices = Vec::new();
-    for d in &a.devices {
+    for (di, d) in a.devices.iter().enumerate() {
         // The analysis kept the largest allocations, in the order they were made.
         let drawn = &d.intervals;
+        let made_by = makers.get(di).filter(|m| m.iter().any(Option::is_some));
         if d.allocations > drawn.len() {
             smaller.0 += d.allocations - drawn.len();
             smaller.1 = smaller.1.max(d.largest_not_kept);
@@ -109,6 +120,17 @@ fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
             allocs.size.push(v.size);
             allocs.stack.push(id);
             allocs.kind.push(kind);
+        }
+        if let Some(m) = made_by {
+            for i in 0..drawn.len() {
+                let op = m.get(i).and_then(Option::as_deref).map_or(-1, |name| {
+                    *op_index.entry(name).or_insert_with(|| {
+                        ops.push(name.to_owned());
+                        ops.len() as i32 - 1
+                    })
+                });
+                allocs.op.push(op);
+            }
         }
         let mut timeline = Timeline::default();
         for p in &d.timeline {
@@ -159,6 +181,7 @@ fn data(s: &Snapshot, a: &SnapshotAnalysis) -> Data {
         kinds: SITE_KINDS.iter().map(|k| k.name()).collect(),
         colors: SITE_KINDS.iter().map(|&k| kind_color(k)).collect(),
         stacks,
+        ops,
         smaller_note: if smaller.0 == 0 {
             "allocations too small to draw at this zoom".into()
         } else {
@@ -256,16 +279,16 @@ pub(super) fn write(path: &Path, s: &Snapshot, a: &SnapshotAnalysis) -> Result<(
             );
         }
     }
-    o.push_str(&script(s, a));
+    o.push_str(&script(s, a, &[]));
     o.push_str("</body></html>\n");
     super::write_file(path, o.as_bytes())
 }
 
 /// The view's style, data and script, to end a page whose `memory-view-N` divs it fills.
-fn script(s: &Snapshot, a: &SnapshotAnalysis) -> String {
+fn script(s: &Snapshot, a: &SnapshotAnalysis, makers: &[Vec<Option<String>>]) -> String {
     let mut o = String::from(STYLE);
     // The data is plain numbers and strings: it always serialises.
-    let json = serde_json::to_string(&data(s, a)).unwrap_or_else(|_| "{}".into());
+    let json = serde_json::to_string(&data(s, a, makers)).unwrap_or_else(|_| "{}".into());
     // `</` would end the script element early.
     let json = json.replace("</", "<\\/");
     o.push_str("<style>");
@@ -301,8 +324,13 @@ fn legend(o: &mut String) {
 }
 
 /// The section a trace's report.html gets when the run has a memory snapshot: its history as
-/// the interactive view, device by device.
-pub(super) fn section(s: &Snapshot, a: &SnapshotAnalysis) -> String {
+/// the interactive view, device by device, each drawn allocation the trace saw made with the
+/// op that made it (`makers`, as [`data`] takes them).
+pub(super) fn section(
+    s: &Snapshot,
+    a: &SnapshotAnalysis,
+    makers: &[Vec<Option<String>>],
+) -> String {
     let mut o = String::from(
         "<h2>Memory over the snapshot's history</h2><p>The allocator's history from the memory snapshot (all of it, not only the profiled window), drawn as memory_viz's Active Memory Timeline.</p>",
     );
@@ -316,7 +344,7 @@ pub(super) fn section(s: &Snapshot, a: &SnapshotAnalysis) -> String {
         );
         view_div(&mut o, d.device);
     }
-    o.push_str(&script(s, a));
+    o.push_str(&script(s, a, makers));
     o
 }
 

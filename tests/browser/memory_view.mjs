@@ -1,6 +1,6 @@
 // Opens a report.html with the interactive memory view in headless Chromium and checks that
-// it draws within 2 s, that hovering an allocation at the peak shows its size and stack, and
-// that clicking pins it; saves a screenshot.
+// it draws within 2 s, that hovering an allocation at the peak shows its size and stack (and,
+// in a run with a trace, the op that made it), and that clicking pins it; saves a screenshot.
 //
 //   node tests/browser/memory_view.mjs REPORT.html SCREENSHOT.png [CHROMIUM]
 //
@@ -48,7 +48,9 @@ try {
     const [x, y] = root.pointAtPeak(best);
     const r = root.querySelector("canvas").getBoundingClientRect();
     const px = (a.size[best] / dev.peak.bytes) * (r.height - 42);
-    return { i: best, x: r.left + x, y: r.top + y, px, size: a.size[best], frames: data.stacks[a.stack[best]] };
+    // A run with a trace: the op that made it, where the trace saw it made.
+    const op = data.ops && a.op && a.op[best] >= 0 ? data.ops[a.op[best]] : null;
+    return { i: best, x: r.left + x, y: r.top + y, px, size: a.size[best], frames: data.stacks[a.stack[best]], op };
   });
   if (!target) fail("no drawn allocation alive at the peak");
   // The mouse moves by whole pixels: the band must be a few pixels tall to be hit.
@@ -61,7 +63,25 @@ try {
   if (!tip.shown) fail("hovering the largest allocation at the peak shows no tooltip");
   const frame = target.frames.length ? target.frames[0] : "no stack recorded";
   if (!tip.text.includes(frame)) fail(`the tooltip does not show the allocation's stack (${frame}): ${tip.text}`);
+  if (target.op && !tip.text.includes(target.op)) fail(`the tooltip does not name the op that made the allocation (${target.op}): ${tip.text}`);
   console.log(`hover: ${tip.text.split("\n").slice(0, 3).join(" | ")}`);
+  // A run with a trace names the op that made each allocation the trace saw made: the
+  // largest of those shows it in its description.
+  const made = await page.evaluate(() => {
+    const data = JSON.parse(document.getElementById("steptrace-memory").textContent);
+    const dev = data.devices[0], a = dev.allocs;
+    if (!data.ops) return null;
+    let j = -1;
+    for (let i = 0; i < a.size.length; i++) if (a.op[i] >= 0 && (j < 0 || a.size[i] > a.size[j])) j = i;
+    if (j < 0) return { none: true };
+    const root = document.getElementById("memory-view-" + dev.device);
+    const d = document.createElement("div");
+    d.innerHTML = root.describe(j, false);
+    return { op: data.ops[a.op[j]], text: d.innerText };
+  });
+  if (made && made.none) fail("a run with a trace names no op for any drawn allocation");
+  if (made && !made.text.includes(made.op)) fail(`the description does not name the op (${made.op}): ${made.text}`);
+  if (made) console.log(`made by: ${made.text.split("\n").slice(0, 2).join(" | ")}`);
   await page.mouse.click(target.x, target.y);
   const pinned = await page.evaluate(() => document.querySelector(".mv .pinned").innerText);
   if (!pinned.includes(frame)) fail("clicking does not pin the allocation");

@@ -244,4 +244,43 @@ fn a_run_with_a_snapshot_has_the_memory_view_in_its_report() {
     let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
     assert!(html.contains("id=\"memory-view-0\"") && html.contains("id=\"steptrace-memory\""));
     assert!(html.find("<h2>Plots</h2>") < html.find("memory-view-0"));
+    // The view's data names the op that made each drawn allocation the trace saw made. The
+    // allocator's own stack for it (the snapshot's frames, not the trace) says which module
+    // code ran: a block made under torch's conv.py must be a convolution's, under
+    // batchnorm.py a batch norm's.
+    let data = html
+        .split("<script id=\"steptrace-memory\" type=\"application/json\">")
+        .nth(1)
+        .and_then(|r| r.split("</script>").next())
+        .unwrap()
+        .replace("<\\/", "</");
+    let v: Value = serde_json::from_str(&data).unwrap();
+    let ops = v["ops"].as_array().unwrap();
+    let stacks = v["stacks"].as_array().unwrap();
+    let a = &v["devices"][0]["allocs"];
+    let (mut named, mut checked) = (0, 0);
+    for (i, op) in a["op"].as_array().unwrap().iter().enumerate() {
+        let Some(op) = op.as_i64().filter(|&o| o >= 0) else {
+            continue;
+        };
+        named += 1;
+        let op = ops[op as usize].as_str().unwrap();
+        let frames = stacks[a["stack"][i].as_u64().unwrap() as usize]
+            .as_array()
+            .unwrap();
+        let under = |file: &str| frames.iter().any(|f| f.as_str().unwrap().starts_with(file));
+        for (file, want) in [("conv.py:", "conv"), ("batchnorm.py:", "batch_norm")] {
+            if under(file) {
+                checked += 1;
+                assert!(
+                    op.contains(want),
+                    "a block made under {file} is given to {op}"
+                );
+            }
+        }
+    }
+    assert!(
+        named > 500 && checked > 200,
+        "{named} named, {checked} checked"
+    );
 }

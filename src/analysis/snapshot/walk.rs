@@ -428,7 +428,7 @@ fn end_state(s: &Snapshot, device: i64) -> (Vec<(u64, Live)>, u64) {
 }
 
 /// The replay of every history list a read hands over: a [`HistorySink`] whose lists
-/// [`Replay::finish`] turns into the analysis.
+/// `analyze_streamed` turns into the analysis.
 #[derive(Debug, Default)]
 pub struct Replay {
     walks: FxHashMap<usize, Walk>,

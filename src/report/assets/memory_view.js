@@ -2,8 +2,8 @@
 // The largest allocations of the history (MAX_DRAWN, chosen by steptrace) are stacked in the
 // order they were made, each as a band that drops when one below it is freed; every smaller
 // allocation is one grey band on top ("smaller allocations"), so the outline is the memory
-// allocated. Zoom: wheel (or the buttons); pan: drag; hover: an allocation's size, kind, life
-// and stack; click: pin it. Data: the JSON in <script id="steptrace-memory">.
+// allocated. Zoom: wheel (or the buttons); pan: drag; hover: an allocation's size, kind, the
+// op that made it (a run with a trace), life and stack; click: pin it. Data: the JSON in <script id="steptrace-memory">.
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("steptrace-memory").textContent);
@@ -174,7 +174,8 @@
       const st = data.stacks[a.stack[i]] || [];
       const when = (e) => (e < 0 ? "before the history" : e >= dev.entries ? "alive at the end" : "entry " + e + (timeAt(e) == null ? "" : " (" + timeAt(e).toFixed(3) + " ms)"));
       const frames = (full ? st : st.slice(0, 12)).map(esc).join("<br>") + (!full && st.length > 12 ? "<br>… " + (st.length - 12) + " more (click to pin)" : "");
-      return "<b>" + fmtBytes(a.size[i]) + "</b> · " + esc(data.kinds[a.kind[i]]) + "<br>made " + when(a.made[i]) + ", freed " + when(a.freed[i] < 0 ? dev.entries : a.freed[i]) + "<br><span class=st>" + (frames || "no stack recorded") + "</span>";
+      const op = a.op && a.op[i] >= 0 ? "<br>made by <b>" + esc(data.ops[a.op[i]]) + "</b>" : "";
+      return "<b>" + fmtBytes(a.size[i]) + "</b> · " + esc(data.kinds[a.kind[i]]) + op + "<br>made " + when(a.made[i]) + ", freed " + when(a.freed[i] < 0 ? dev.entries : a.freed[i]) + "<br><span class=st>" + (frames || "no stack recorded") + "</span>";
     }
 
     canvas.addEventListener("mousemove", (e) => {
@@ -224,6 +225,7 @@
     // the peak.
     root.zoomTo = (lo, hi) => { x0 = lo; x1 = hi; draw(); };
     root.pickAt = pick;
+    root.describe = describe;
     root.offsetAt = (i, x) => offsetAt(L, i, x);
     root.pointAtPeak = (i) => {
       const x = dev.peak.entry;

@@ -96,7 +96,7 @@ fn time_by_phase(a: &Analysis) -> Job {
         x_desc: "ms per iteration",
         unit: "ms",
         digits: 3,
-        title: format!("{name}: time per iteration by phase (medians)"),
+        title: format!("{name}: time per iteration by phase (medians, under the profiler)"),
     };
     job!("time_by_phase", ["bar", "ms"], rows, d, draw_bars)
 }
