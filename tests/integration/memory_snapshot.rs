@@ -244,10 +244,15 @@ fn a_run_with_a_snapshot_has_the_memory_view_in_its_report() {
     let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
     assert!(html.contains("id=\"memory-view-0\"") && html.contains("id=\"steptrace-memory\""));
     assert!(html.find("<h2>Plots</h2>") < html.find("memory-view-0"));
-    // The view's data names the op that made each drawn allocation the trace saw made. The
-    // allocator's own stack for it (the snapshot's frames, not the trace) says which module
-    // code ran: a block made under torch's conv.py must be a convolution's, under
-    // batchnorm.py a batch norm's.
+    let (named, checked) = ops_agree_with_the_allocators_stacks(&html, "resnet18");
+    assert!(named > 500 && checked > 200, "{named} named, {checked} checked");
+}
+
+/// The view's data names the op that made each drawn allocation the trace saw made. The
+/// allocator's own stack for it (the snapshot's frames, not the trace) says which module code
+/// ran: a block made under torch's conv.py must be a convolution's, under linear.py a matmul's,
+/// and so on. Returns how many were named and how many of those a stack could check.
+fn ops_agree_with_the_allocators_stacks(html: &str, run: &str) -> (usize, usize) {
     let data = html
         .split("<script id=\"steptrace-memory\" type=\"application/json\">")
         .nth(1)
@@ -258,6 +263,14 @@ fn a_run_with_a_snapshot_has_the_memory_view_in_its_report() {
     let ops = v["ops"].as_array().unwrap();
     let stacks = v["stacks"].as_array().unwrap();
     let a = &v["devices"][0]["allocs"];
+    let module_ops: [(&str, &[&str]); 6] = [
+        ("conv.py:", &["conv"]),
+        ("batchnorm.py:", &["batch_norm"]),
+        ("linear.py:", &["linear", "addmm", "matmul", "mm"]),
+        ("sparse.py:", &["embedding"]),
+        ("normalization.py:", &["layer_norm"]),
+        ("rnn.py:", &["lstm", "rnn", "gru"]),
+    ];
     let (mut named, mut checked) = (0, 0);
     for (i, op) in a["op"].as_array().unwrap().iter().enumerate() {
         let Some(op) = op.as_i64().filter(|&o| o >= 0) else {
@@ -269,18 +282,32 @@ fn a_run_with_a_snapshot_has_the_memory_view_in_its_report() {
             .as_array()
             .unwrap();
         let under = |file: &str| frames.iter().any(|f| f.as_str().unwrap().starts_with(file));
-        for (file, want) in [("conv.py:", "conv"), ("batchnorm.py:", "batch_norm")] {
+        for (file, want) in module_ops {
             if under(file) {
                 checked += 1;
                 assert!(
-                    op.contains(want),
-                    "a block made under {file} is given to {op}"
+                    want.iter().any(|w| op.contains(w)),
+                    "{run}: a block made under {file} is given to {op}"
                 );
             }
         }
     }
-    assert!(
-        named > 500 && checked > 200,
-        "{named} named, {checked} checked"
-    );
+    (named, checked)
+}
+
+/// The same on programs this project did not write, from the corpus: a LightningModule under
+/// the Trainer, nanoGPT's train.py, pytorch/examples' word_language_model and dcgan.
+#[test]
+fn ops_named_in_the_memory_view_agree_with_the_stacks_on_third_party_runs() {
+    for run in [
+        "fw_lightning",
+        "nanogpt_train_fp16_accum",
+        "py_word_lm",
+        "py_dcgan",
+    ] {
+        let (_d, out) = crate::common::analyze(&root().join("sample_traces/corpus").join(run));
+        let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
+        let (named, checked) = ops_agree_with_the_allocators_stacks(&html, run);
+        assert!(named > 100 && checked > 20, "{run}: {named} named, {checked} checked");
+    }
 }
