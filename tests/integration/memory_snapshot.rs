@@ -245,7 +245,10 @@ fn a_run_with_a_snapshot_has_the_memory_view_in_its_report() {
     assert!(html.contains("id=\"memory-view-0\"") && html.contains("id=\"steptrace-memory\""));
     assert!(html.find("<h2>Plots</h2>") < html.find("memory-view-0"));
     let (named, checked) = ops_agree_with_the_allocators_stacks(&html, "resnet18");
-    assert!(named > 500 && checked > 200, "{named} named, {checked} checked");
+    assert!(
+        named > 500 && checked > 200,
+        "{named} named, {checked} checked"
+    );
 }
 
 /// The view's data names the op that made each drawn allocation the trace saw made. The
@@ -308,6 +311,9 @@ fn ops_named_in_the_memory_view_agree_with_the_stacks_on_third_party_runs() {
         let (_d, out) = crate::common::analyze(&root().join("sample_traces/corpus").join(run));
         let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
         let (named, checked) = ops_agree_with_the_allocators_stacks(&html, run);
-        assert!(named > 100 && checked > 20, "{run}: {named} named, {checked} checked");
+        assert!(
+            named > 100 && checked > 20,
+            "{run}: {named} named, {checked} checked"
+        );
     }
 }
