@@ -131,6 +131,8 @@ where
 pub struct ByRank {
     /// (rank, value, phase).
     pub points: Vec<(u32, f64, String)>,
+    /// Points named on the chart: (rank, value, name).
+    pub labels: Vec<(u32, f64, String)>,
     /// Y axis.
     pub y_desc: String,
     /// Title.
@@ -167,8 +169,84 @@ where
         .label(phase)
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
+    let at: Vec<((i32, i32), &str)> = d
+        .labels
+        .iter()
+        .map(|(x, y, name)| (c.backend_coord(&(*x as f64 + 1.0, *y)), name.as_str()))
+        .collect();
+    place_labels(root, &at)?;
     legend(&mut c)?;
     Ok(())
+}
+
+/// Writes each name right of its point (pixels; left of it at the chart's right edge), a
+/// line lower where it would overprint a name written before it.
+fn place_labels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    at: &[((i32, i32), &str)],
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    const LINE: i32 = 14;
+    let right = root.dim_in_pixel().0 as i32 - 10;
+    let mut placed: Vec<(i32, i32, i32)> = Vec::new();
+    for &((x, y), name) in at {
+        let w = 7 * name.chars().count() as i32;
+        // Left of the point where the name would run off the chart.
+        let x = if x + 6 + w > right { x - 6 - w } else { x + 6 };
+        let mut y = y - LINE / 2;
+        while placed
+            .iter()
+            .any(|&(px, py, pw)| (y - py).abs() < LINE && x < px + pw && px < x + w)
+        {
+            y += LINE;
+        }
+        placed.push((x, y, w));
+        root.draw(&Text::new(name.to_owned(), (x, y), ("sans-serif", 12)))?;
+    }
+    Ok(())
+}
+
+/// The `n` points of most `value` named by `name`, the most first (ties: the first given).
+pub(super) fn top_labels<T>(
+    items: &[T],
+    n: usize,
+    value: impl Fn(&T) -> f64,
+    point: impl Fn(&T) -> (f64, f64),
+    name: impl Fn(&T) -> String,
+) -> Vec<(f64, f64, String)> {
+    let mut idx: Vec<usize> = (0..items.len())
+        .filter(|&i| value(&items[i]) > 0.0)
+        .collect();
+    idx.sort_by(|&p, &q| {
+        value(&items[q])
+            .total_cmp(&value(&items[p]))
+            .then(p.cmp(&q))
+    });
+    idx.truncate(n);
+    idx.into_iter()
+        .map(|i| {
+            let (x, y) = point(&items[i]);
+            (x, y, name(&items[i]))
+        })
+        .collect()
+}
+
+/// A node's name short enough to write beside its point: its module and op, without the
+/// phase and the outer modules (`forward:ResNet_0/Sequential_5/Conv2d_16/aten::conv2d#0` is
+/// `Conv2d_16/aten::conv2d#0`).
+pub(super) fn short_node_name(name: &str) -> String {
+    // A phase prefix is one word and one colon (an op's `aten::` has two).
+    let name = match name.split_once(':') {
+        Some((p, rest)) if !p.contains('/') && !rest.starts_with(':') => rest,
+        _ => name,
+    };
+    let parts: Vec<&str> = name.rsplitn(3, '/').collect();
+    match parts.as_slice() {
+        [op, module, _] | [op, module] => format!("{module}/{op}"),
+        _ => name.to_owned(),
+    }
 }
 
 /// Activation sizes and inactive times.
@@ -297,6 +375,8 @@ pub struct Roofline {
     pub ceilings: Vec<(String, f64)>,
     /// Bandwidth, TB/s.
     pub bandwidth_tbs: Option<f64>,
+    /// Points named on the chart: (intensity, TFLOP/s, name).
+    pub labels: Vec<(f64, f64, String)>,
     /// Title.
     pub title: String,
 }
@@ -358,6 +438,13 @@ where
             .filter(|p| p.0 > 0.0 && p.1 > 0.0)
             .map(|p| Circle::new((p.0, p.1), 3, BLACK.mix(0.6).filled())),
     )?;
+    let at: Vec<((i32, i32), &str)> = d
+        .labels
+        .iter()
+        .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+        .map(|(x, y, name)| (c.backend_coord(&(*x, *y)), name.as_str()))
+        .collect();
+    place_labels(root, &at)?;
     legend_at(&mut c, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
@@ -387,5 +474,37 @@ pub fn mem_vs_rank_data(a: &Analysis, gpu_mem_bytes: Option<i64>) -> MemVsRank {
             .or(a.summary.device_memory_bytes)
             .map(|b| b as f64 / MIB),
         title: format!("{}: memory vs execution order of the nodes", a.summary.name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_are_named_by_module_and_op_without_phase_or_outer_modules() {
+        assert_eq!(
+            short_node_name("forward:ResNet_0/Sequential_5/Conv2d_16/aten::conv2d#0"),
+            "Conv2d_16/aten::conv2d#0"
+        );
+        assert_eq!(
+            short_node_name("backward:AddmmBackward0#3"),
+            "AddmmBackward0#3"
+        );
+        assert_eq!(short_node_name("aten::mm#1"), "aten::mm#1");
+        assert_eq!(short_node_name("optimizer:A/aten::add_"), "A/aten::add_");
+    }
+
+    #[test]
+    fn the_labelled_points_are_those_of_most_value_first_given_first_on_ties() {
+        let items = [("a", 1.0), ("b", 3.0), ("c", 0.0), ("d", 3.0), ("e", 2.0)];
+        let got = top_labels(&items, 3, |x| x.1, |x| (0.0, x.1), |x| x.0.to_owned());
+        let names: Vec<&str> = got.iter().map(|g| g.2.as_str()).collect();
+        assert_eq!(names, ["b", "d", "e"]);
+        // None of no value, whatever `n`.
+        assert_eq!(
+            top_labels(&items, 9, |x| x.1, |x| (0.0, x.1), |x| x.0.to_owned()).len(),
+            4
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use super::charts::{short_node_name, top_labels};
 use super::*;
 
 /// CSV rows of (rank, x, y) points, x and y with the given decimals.
@@ -148,6 +149,9 @@ fn memory_over_time(a: &Analysis) -> Job {
     job!("memory_over_time", header, rows, d, draw_mem_over_time)
 }
 
+/// Points named on the node-runtime and roofline charts: the nodes of most GPU time.
+const LABELLED: usize = 5;
+
 /// Each node's median GPU time, by rank and phase.
 fn node_runtime(a: &Analysis) -> Job {
     let name = &a.summary.name;
@@ -163,8 +167,18 @@ fn node_runtime(a: &Analysis) -> Job {
                 )
             })
             .collect(),
+        labels: top_labels(
+            &a.node_stats,
+            LABELLED,
+            |n| n.median_run_time_s,
+            |n| (f64::from(n.rank), n.median_run_time_s * 1e3),
+            |n| short_node_name(&n.node_name),
+        )
+        .into_iter()
+        .map(|(x, y, s)| (x as u32, y, s))
+        .collect(),
         y_desc: "GPU time, ms".into(),
-        title: format!("{name}: GPU time per node (median)"),
+        title: format!("{name}: GPU time per node (median; the {LABELLED} longest named)"),
     };
     let rows: Vec<Vec<String>> = d
         .points
@@ -271,6 +285,14 @@ fn roofline(a: &Analysis) -> Job {
             })
             .unwrap_or_default(),
         bandwidth_tbs: peaks.map(|p| p.bandwidth_gbps / 1000.0),
+        // The ops where the GPU time goes.
+        labels: top_labels(
+            &a.flops,
+            LABELLED,
+            |r| if r.flops > 0 { r.gpu_time_s } else { 0.0 },
+            |r| (r.arithmetic_intensity, r.achieved_tflops),
+            |r| short_node_name(&r.node_name),
+        ),
         title: format!(
             "{name}: roofline ({})",
             peaks.map_or("no peaks".to_owned(), |p| p.device.clone())
