@@ -2,6 +2,7 @@
 //! other tables use.
 
 use super::*;
+use crate::analysis::step::Phase;
 
 /// Bytes in binary units, e.g. `283.1 MiB`.
 pub fn human_bytes(b: i64) -> String {
@@ -274,14 +275,14 @@ fn finish_console(mut o: String, diag: &Diagnostics) -> String {
     o
 }
 
-/// The phases in the order a step runs them.
-pub(super) const PHASE_ORDER: [&str; 6] = [
-    "data_loading",
-    "forward",
-    "backward",
-    "zero_grad",
-    "optimizer",
-    "other",
+/// The phases in the order a step runs them (the summary keys its times by their names).
+pub(super) const PHASE_ORDER: [Phase; 6] = [
+    Phase::DataLoading,
+    Phase::Forward,
+    Phase::Backward,
+    Phase::ZeroGrad,
+    Phase::Optimizer,
+    Phase::Other,
 ];
 
 /// Each phase's time per iteration, in the order a step runs them: GPU time of its nodes (and
@@ -289,7 +290,8 @@ pub(super) const PHASE_ORDER: [&str; 6] = [
 pub(super) fn phase_parts(s: &crate::analysis::Summary, cpu_only: bool) -> Vec<String> {
     PHASE_ORDER
         .iter()
-        .filter_map(|k| {
+        .filter_map(|p| {
+            let k = p.as_str();
             let t = s.time_by_phase.get(k)?;
             (t.gpu_s > 0.0 || t.cpu_s > 0.0).then(|| {
                 if cpu_only {

@@ -268,8 +268,7 @@ pub fn analyze(s: &Snapshot) -> SnapshotAnalysis {
 /// Analyses a snapshot whose history a read streamed to `r` (see
 /// `ingest::snapshot::load_streamed`).
 pub fn analyze_streamed(s: &Snapshot, r: Replay) -> SnapshotAnalysis {
-    let lists: Vec<Option<usize>> = s.streamed.iter().map(|h| h.list).collect();
-    finish(s, r, &lists)
+    finish(s, r, &s.streamed)
 }
 
 /// The analysis from each device's replayed history list (`lists[d]`: device `d`'s).

@@ -129,7 +129,7 @@ impl Buckets {
 }
 
 /// Entry times by index, every `stride`-th kept: where annotated ranges fall in the history.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct TimeIndex {
     stride: usize,
     /// `i64::MAX` for an entry without a time.
@@ -280,31 +280,42 @@ impl Walk {
     /// The device's memory, with `end` (the segments' active blocks) the state after the
     /// last entry.
     fn finish(
-        mut self,
+        self,
         s: &Snapshot,
         device: i64,
         phases: &[AnnotatedRange],
         end: &[(u64, Live)],
         end_reserved: u64,
     ) -> DeviceMemory {
-        self.timeline.close();
-        if let Some(b) = self.timeline.best.take() {
+        let Walk {
+            entries,
+            addrs,
+            pre_freed,
+            rel_reserved,
+            max_reserved,
+            peak,
+            peak_at,
+            peak_time,
+            epoch,
+            mut timeline,
+            mut intervals,
+            times,
+            ..
+        } = self;
+        timeline.close();
+        if let Some(b) = timeline.best.take() {
             // The last bucket, cut short by the history's end.
-            self.timeline.points.push(b);
+            timeline.points.push(b);
         }
-        let mut intervals = std::mem::replace(&mut self.intervals, Largest::new(0));
         // Blocks from before the history it never touched: alive throughout.
-        let untouched: Vec<&(u64, Live)> = end
-            .iter()
-            .filter(|(a, _)| !self.addrs.contains_key(a))
-            .collect();
+        let untouched: Vec<&(u64, Live)> =
+            end.iter().filter(|(a, _)| !addrs.contains_key(a)).collect();
         let end_allocated: u64 = end.iter().map(|(_, b)| b.size).sum();
-        let start_allocated = untouched.iter().map(|(_, b)| b.size).sum::<u64>() + self.pre_freed;
-        let start_reserved = clamp(i128::from(end_reserved) - self.rel_reserved);
+        let start_allocated = untouched.iter().map(|(_, b)| b.size).sum::<u64>() + pre_freed;
+        let start_reserved = clamp(i128::from(end_reserved) - rel_reserved);
         let abs = |rel: i128| clamp(i128::from(start_allocated) + rel);
         let abs_reserved = |rel: i128| clamp(i128::from(start_reserved) + rel);
-        let timeline = self
-            .timeline
+        let timeline = timeline
             .points
             .iter()
             .map(|p| TimelinePoint {
@@ -317,10 +328,10 @@ impl Walk {
         // What was alive at the peak, and alive at the end, address by address.
         let mut alive = Vec::new();
         let mut never_freed_made = Vec::new();
-        let mut addrs: Vec<(u64, Addr)> = self.addrs.into_iter().collect();
+        let mut addrs: Vec<(u64, Addr)> = addrs.into_iter().collect();
         addrs.sort_unstable_by_key(|(a, _)| *a);
         for (addr, a) in addrs {
-            let at_peak = if a.epoch == self.epoch {
+            let at_peak = if a.epoch == epoch {
                 a.at_peak.map(|(b, f)| (b, Some(f as usize)))
             } else {
                 a.now.map(|b| (b, None))
@@ -357,10 +368,10 @@ impl Walk {
         let mut intervals = intervals.into_vec();
         intervals.sort_unstable_by_key(|v| (v.made, v.addr, v.freed));
         never_freed_made.sort_unstable_by_key(|v| (v.made, v.addr));
-        let time_us = self.peak_time;
+        let time_us = peak_time;
         let peak = Peak {
-            allocated_bytes: abs(self.peak),
-            entry: self.peak_at,
+            allocated_bytes: abs(peak),
+            entry: peak_at,
             time_us,
             phase: time_us.and_then(|t| innermost_phase(phases, device, t)),
             by_kind: by_kind(&alive),
@@ -371,18 +382,18 @@ impl Walk {
         };
         DeviceMemory {
             device,
-            entries: self.entries,
+            entries,
             timeline,
             start_allocated_bytes: start_allocated,
             end_allocated_bytes: end_allocated,
             end_reserved_bytes: end_reserved,
-            peak_reserved_bytes: abs_reserved(self.max_reserved),
+            peak_reserved_bytes: abs_reserved(max_reserved),
             peak,
             never_freed: never_freed(s, &never_freed_made),
             intervals,
             allocations,
             largest_not_kept,
-            time_index: self.times,
+            time_index: times,
         }
     }
 }
@@ -598,5 +609,35 @@ impl Largest {
 
     fn into_vec(self) -> Vec<Interval> {
         self.heap.into_iter().map(|r| r.0 .0).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past [`MAX_TIMES`] entries every other time is dropped and the stride doubles: a
+    /// time still falls within a stride of its entry, never past it, and never past the end.
+    #[test]
+    fn range_times_fall_within_a_stride_of_their_entry_past_the_kept_times() {
+        let n = 3 * MAX_TIMES + 5;
+        let mut ix = TimeIndex::default();
+        for i in 0..n {
+            // Entry i at time 10 * i.
+            ix.add(i, Some(10 * i as i64));
+        }
+        assert_eq!(ix.stride, 4);
+        assert!(ix.times.len() <= MAX_TIMES);
+        for want in [0, 1, 12_345, MAX_TIMES + 3, n - 1] {
+            let got = ix.entry_at(10 * want as i64, n);
+            assert!(got >= want && got < want + ix.stride, "{want}: {got}");
+        }
+        assert_eq!(ix.entry_at(i64::MAX - 1, n), n);
+        // Up to MAX_TIMES entries: exact.
+        let mut ix = TimeIndex::default();
+        for i in 0..1000 {
+            ix.add(i, Some(10 * i as i64));
+        }
+        assert_eq!(ix.entry_at(5_005, 1000), 501);
     }
 }

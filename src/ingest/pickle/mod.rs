@@ -176,8 +176,10 @@ pub const RECORD_MAX_KEYS: usize = 8;
 /// A dict shape the caller reads by the million, stored as a fixed record of its kept
 /// members instead of a generic dict (a GB snapshot's history entries: as generic dicts they
 /// took several times the file's size). A dict is read as one when it is filled in one go
-/// with two members or more, has the first kept member, string keys only, none twice, and none outside `keys` and
-/// `ignored`; any other dict stays generic. [`Pickle::dict_get`] answers alike for both.
+/// with two members or more, has the first kept member, string keys only, none twice, and
+/// none outside `keys` and `ignored`; any other dict stays generic (a sink is told of one
+/// with the first kept member: [`RecordSink::generic`]). [`Pickle::dict_get`] answers alike
+/// for both.
 #[derive(Debug)]
 pub struct RecordShape {
     keys: &'static [&'static str],

@@ -52,7 +52,7 @@ pub fn looks_like_snapshot(path: &Path) -> bool {
 /// warning, as a cut trace does.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
     let (stream, gz) = source::open_pickle_stream(path)?;
-    collected(from_stream(path, stream, gz, diag, None)?)
+    Ok(collected(from_stream(path, stream, gz, diag, None)?))
 }
 
 /// [`load`], handing each device's history to `sink` as it is read instead of keeping it:
@@ -70,19 +70,25 @@ pub fn load_streamed(
 
 /// Parses snapshot pickle bytes.
 pub fn from_bytes(path: &Path, bytes: &[u8], diag: &mut Diagnostics) -> Result<Snapshot, Error> {
-    collected(from_stream(path, Box::new(bytes), false, diag, None)?)
+    Ok(collected(from_stream(
+        path,
+        Box::new(bytes),
+        false,
+        diag,
+        None,
+    )?))
 }
 
 /// A streamed read's snapshot with the entries the built-in [`Collect`] sink kept put in
 /// `device_traces`.
-fn collected((mut s, c): (Snapshot, Collect)) -> Result<Snapshot, Error> {
+fn collected((mut s, c): (Snapshot, Collect)) -> Snapshot {
     let mut lists = c.0;
     s.device_traces = s
         .streamed
         .drain(..)
-        .map(|h| h.list.and_then(|l| lists.remove(&l)).unwrap_or_default())
+        .map(|l| l.and_then(|l| lists.remove(&l)).unwrap_or_default())
         .collect();
-    Ok(s)
+    s
 }
 
 /// The sink that keeps every list's entries, for readers that want the history whole.
@@ -173,15 +179,14 @@ struct EntrySink<'h> {
     out: &'h mut dyn HistorySink,
 }
 
-/// What a list was given, as [`Extractor::run`] reports it for a device's history.
+/// What a list was given, as [`Extractor::run`] reports it for a device's history (its
+/// other items, entries without an action among them, are what is left of its length).
 #[derive(Debug, Default, Clone, Copy)]
 struct ListCount {
     /// Entries handed on.
     entries: usize,
     /// Items that were entries already given to a list (memo references).
     repeats: usize,
-    /// Entry dicts whose `action` is no string.
-    without_action: usize,
 }
 
 /// An entry whose `action` is no string: no entry ([`Extractor::run`] warns once per such).
@@ -297,7 +302,7 @@ impl pickle::RecordSink for EntrySink<'_> {
             match self.take(pk, item) {
                 None => {}
                 Some(Err(())) => count.repeats += 1,
-                Some(Ok(e)) if e.stack == NO_ACTION => count.without_action += 1,
+                Some(Ok(e)) if e.stack == NO_ACTION => {}
                 Some(Ok(e)) => {
                     count.entries += 1;
                     if self.batch_list != li || self.batch.len() >= BATCH {
@@ -308,11 +313,10 @@ impl pickle::RecordSink for EntrySink<'_> {
                 }
             }
         }
-        if count.entries + count.repeats + count.without_action > 0 {
+        if count.entries + count.repeats > 0 {
             let c = self.lists.entry(li).or_default();
             c.entries += count.entries;
             c.repeats += count.repeats;
-            c.without_action += count.without_action;
         }
         // Taken entries leave the front (records never put in a list stay: no snapshot
         // torch writes has one).
@@ -467,7 +471,7 @@ impl<'a> Extractor<'a> {
 
     /// One device's history list: what the sink was given from it, its other items
     /// (no entry, or an entry without an action) warned.
-    fn history(&mut self, dev: ValueId) -> StreamedHistory {
+    fn history(&mut self, dev: ValueId) -> Option<usize> {
         let li = self.pk.seq_index(dev);
         let c = li
             .and_then(|l| self.lists.get(&l))
@@ -486,10 +490,7 @@ impl<'a> Extractor<'a> {
                 ),
             );
         }
-        StreamedHistory {
-            list: li.filter(|_| c.entries > 0),
-            entries: c.entries,
-        }
+        li.filter(|_| c.entries > 0)
     }
 
     fn run(mut self) -> Result<Snapshot, Error> {
@@ -621,6 +622,12 @@ mod tests {
     /// A protocol-2 pickle of `{'segments': [], 'device_traces': [[entries...]]}`, each entry a
     /// dict of (key, value) pairs: a string value when it starts with a letter, else an int.
     fn history_pickle(entries: &[&[(&str, &str)]]) -> Vec<u8> {
+        history_pickle_with(entries, false)
+    }
+
+    /// [`history_pickle`], each entry's pairs given one SETITEM at a time when `pairwise` (as
+    /// protocols 0 and 1 write a dict), else with one SETITEMS.
+    fn history_pickle_with(entries: &[&[(&str, &str)]], pairwise: bool) -> Vec<u8> {
         fn text(p: &mut Vec<u8>, t: &str) {
             p.extend_from_slice(&[0x8c, t.len() as u8]);
             p.extend_from_slice(t.as_bytes());
@@ -631,7 +638,10 @@ mod tests {
         text(&mut p, "device_traces");
         p.extend_from_slice(b"](](");
         for e in entries {
-            p.extend_from_slice(b"}(");
+            p.push(b'}');
+            if !pairwise {
+                p.push(b'(');
+            }
             for (k, v) in e.iter() {
                 text(&mut p, k);
                 match v.parse::<u8>() {
@@ -639,8 +649,13 @@ mod tests {
                     Err(_) if *v == "[]" => p.push(b']'),
                     Err(_) => text(&mut p, v),
                 }
+                if pairwise {
+                    p.push(b's');
+                }
             }
-            p.push(b'u');
+            if !pairwise {
+                p.push(b'u');
+            }
         }
         p.extend_from_slice(b"eeu.");
         p
@@ -680,6 +695,17 @@ mod tests {
             ]
         );
         assert_eq!(diag.count("snapshot_entry_without_action"), 2);
+        // The same history with each entry given a pair at a time: the same entries (the
+        // dicts stay generic and are read by key once in their list), the same warnings.
+        let p = history_pickle_with(&[&a, &b, &c, &d], true);
+        let mut diag = Diagnostics::default();
+        let s = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
+        let pairwise: Vec<(Action, u64, Option<i64>)> = s.device_traces[0]
+            .iter()
+            .map(|e| (e.action, e.size, e.time_us))
+            .collect();
+        assert_eq!(pairwise, got);
+        assert_eq!(diag.count("snapshot_entry_without_action"), 2);
     }
 
     /// Its bytes up to `cut`, then a read error of `kind`.
@@ -710,8 +736,7 @@ mod tests {
         let mut d = Diagnostics::default();
         let src = Failing { bytes, at: 0, kind };
         (
-            from_stream(Path::new("s.pickle.gz"), Box::new(src), gz, &mut d, None)
-                .and_then(collected),
+            from_stream(Path::new("s.pickle.gz"), Box::new(src), gz, &mut d, None).map(collected),
             d,
         )
     }

@@ -124,15 +124,6 @@ pub trait HistorySink {
     fn entries(&mut self, list: usize, batch: Vec<TraceEntry>);
 }
 
-/// One device's history as a streamed read handed it to its [`HistorySink`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamedHistory {
-    /// The list number its entries went to (`None`: no entry).
-    pub list: Option<usize>,
-    /// Entries.
-    pub entries: usize,
-}
-
 /// Everything steptrace takes from a memory snapshot.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -150,8 +141,9 @@ pub struct Snapshot {
     /// [`Snapshot::streamed`]).
     pub device_traces: Vec<Vec<TraceEntry>>,
     /// For a read that streamed the history to a [`HistorySink`] instead of keeping it: per
-    /// device, in `device_traces`' order, the list number its entries went to, and how many.
-    pub streamed: Vec<StreamedHistory>,
+    /// device, in `device_traces`' order, the list number its entries went to (`None`: no
+    /// entry).
+    pub streamed: Vec<Option<usize>>,
     /// `external_annotations`.
     pub annotations: Vec<Annotation>,
     /// Whether the pickle's layout predates `device_traces` timestamps.

@@ -189,10 +189,11 @@ where
     DB::ErrorType: 'static,
 {
     const LINE: i32 = 14;
+    let style: TextStyle = ("sans-serif", 12).into();
     let right = root.dim_in_pixel().0 as i32 - 10;
     let mut placed: Vec<(i32, i32, i32)> = Vec::new();
     for &((x, y), name) in at {
-        let w = 7 * name.chars().count() as i32;
+        let w = root.estimate_text_size(name, &style)?.0 as i32;
         // Left of the point where the name would run off the chart.
         let x = if x + 6 + w > right { x - 6 - w } else { x + 6 };
         let mut y = y - LINE / 2;
@@ -203,7 +204,7 @@ where
             y += LINE;
         }
         placed.push((x, y, w));
-        root.draw(&Text::new(name.to_owned(), (x, y), ("sans-serif", 12)))?;
+        root.draw(&Text::new(name.to_owned(), (x, y), style.clone()))?;
     }
     Ok(())
 }

@@ -58,8 +58,8 @@ fn phase_bars(a: &Analysis) -> Vec<(String, f64, &'static str, bool)> {
     let s = &a.summary;
     let cpu_only = crate::report::nodes_without_gpu_time(&a.node_stats);
     let mut bars = Vec::new();
-    for k in crate::report::console::PHASE_ORDER {
-        let Some(t) = s.time_by_phase.get(&k) else {
+    for k in crate::report::console::PHASE_ORDER.map(|p| p.as_str()) {
+        let Some(t) = s.time_by_phase.get(k) else {
             continue;
         };
         if !cpu_only && t.gpu_s > 0.0 {

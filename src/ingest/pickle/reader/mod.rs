@@ -61,6 +61,20 @@ fn short_key(b: &[u8]) -> ShortKey {
     [w(0), w(1), w(2), b.len() as u64]
 }
 
+/// Tells the sink, if any, that `items` were just appended to `list` (a list: sets are not
+/// histories). A function of the fields, not a method, so that callers can pass their stack.
+#[inline]
+pub(super) fn appended(
+    sink: &mut Option<&mut dyn RecordSink>,
+    pk: &Pickle,
+    list: ValueId,
+    items: &[ValueId],
+) {
+    if let (Kind::List, Some(sink)) = (list.kind(), sink.as_mut()) {
+        sink.appended(pk, list, items);
+    }
+}
+
 fn not_utf8(offset: usize) -> PickleError {
     PickleError::Malformed {
         what: "string is not UTF-8".into(),
@@ -157,17 +171,7 @@ impl<'a> Reader<'a> {
             }
             self.pk.seqs.extend(prev.data(), &[top]);
             self.stack.pop();
-            self.appended(prev, &[top]);
-        }
-    }
-
-    /// Tells the sink, if any, that `items` were appended to `list`.
-    #[inline]
-    pub(super) fn appended(&mut self, list: ValueId, items: &[ValueId]) {
-        if list.kind() == Kind::List {
-            if let Some(sink) = self.sink.as_mut() {
-                sink.appended(&self.pk, list, items);
-            }
+            appended(&mut self.sink, &self.pk, prev, &[top]);
         }
     }
 
@@ -365,11 +369,7 @@ impl<'a> Reader<'a> {
         let fresh = matches!(self.pk.seqs.slot(c), Slot::Flat(_, 0));
         let start = self.pk.seqs.flat.len();
         self.pk.seqs.extend(c, &self.stack[from..]);
-        if list.kind() == Kind::List {
-            if let Some(sink) = self.sink.as_mut() {
-                sink.appended(&self.pk, list, &self.stack[from..]);
-            }
-        }
+        appended(&mut self.sink, &self.pk, list, &self.stack[from..]);
         self.stack.truncate(from);
         if fresh && self.share {
             if let Slot::Flat(s, len) = self.pk.seqs.slot(c) {
@@ -541,11 +541,7 @@ impl<'a> Reader<'a> {
     fn seq_from_stack(&mut self, kind: Kind, from: usize) -> ValueId {
         let id = self.pk.seqs.add(&self.stack[from..]);
         let v = ValueId::new(kind, id);
-        if kind == Kind::List {
-            if let Some(sink) = self.sink.as_mut() {
-                sink.appended(&self.pk, v, &self.stack[from..]);
-            }
-        }
+        appended(&mut self.sink, &self.pk, v, &self.stack[from..]);
         self.stack.truncate(from);
         v
     }

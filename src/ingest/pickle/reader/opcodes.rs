@@ -2,7 +2,7 @@
 //! and memo; opcodes that would run code are refused where they stand.
 
 use super::super::{Kind, PickleError, ValueId};
-use super::{Reader, NONE};
+use super::{appended, Reader, NONE};
 
 impl Reader<'_> {
     /// Runs opcodes from the current position to STOP; the value left on the stack is the
@@ -119,7 +119,7 @@ impl Reader<'_> {
                     return Err(self.malformed("APPEND to something that is not a list", offset));
                 }
                 self.pk.seqs.extend(list.data(), &[v]);
-                self.appended(list, &[v]);
+                appended(&mut self.sink, &self.pk, list, &[v]);
             }
             b'e' | 0x90 => {
                 let from = self.pop_mark(offset)?;
