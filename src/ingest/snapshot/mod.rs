@@ -620,14 +620,10 @@ mod tests {
     }
 
     /// A protocol-2 pickle of `{'segments': [], 'device_traces': [[entries...]]}`, each entry a
-    /// dict of (key, value) pairs: a string value when it starts with a letter, else an int.
-    fn history_pickle(entries: &[&[(&str, &str)]]) -> Vec<u8> {
-        history_pickle_with(entries, false)
-    }
-
-    /// [`history_pickle`], each entry's pairs given one SETITEM at a time when `pairwise` (as
-    /// protocols 0 and 1 write a dict), else with one SETITEMS.
-    fn history_pickle_with(entries: &[&[(&str, &str)]], pairwise: bool) -> Vec<u8> {
+    /// dict of (key, value) pairs (a string value when it starts with a letter, else an int),
+    /// given one SETITEM at a time when `pairwise` (as protocols 0 and 1 write a dict), else
+    /// with one SETITEMS.
+    fn history_pickle(entries: &[&[(&str, &str)]], pairwise: bool) -> Vec<u8> {
         fn text(p: &mut Vec<u8>, t: &str) {
             p.extend_from_slice(&[0x8c, t.len() as u8]);
             p.extend_from_slice(t.as_bytes());
@@ -680,32 +676,27 @@ mod tests {
         // An action that is no string (a record), and no action at all (a generic dict).
         let c = full("7", "3");
         let d = vec![("addr", "16"), ("extra", "2")];
-        let p = history_pickle(&[&a, &b, &c, &d]);
-        let mut diag = Diagnostics::default();
-        let s = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
-        let got: Vec<(Action, u64, Option<i64>)> = s.device_traces[0]
-            .iter()
-            .map(|e| (e.action, e.size, e.time_us))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                (Action::Alloc, 64, Some(1)),
-                (Action::FreeCompleted, 64, Some(2))
-            ]
-        );
-        assert_eq!(diag.count("snapshot_entry_without_action"), 2);
-        // The same history with each entry given a pair at a time: the same entries (the
-        // dicts stay generic and are read by key once in their list), the same warnings.
-        let p = history_pickle_with(&[&a, &b, &c, &d], true);
-        let mut diag = Diagnostics::default();
-        let s = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
-        let pairwise: Vec<(Action, u64, Option<i64>)> = s.device_traces[0]
-            .iter()
-            .map(|e| (e.action, e.size, e.time_us))
-            .collect();
-        assert_eq!(pairwise, got);
-        assert_eq!(diag.count("snapshot_entry_without_action"), 2);
+        // Each entry given whole (SETITEMS), then a pair at a time (protocol 0/1 SETITEMs: the
+        // dicts stay generic and are read by key once in their list): the same entries, and
+        // the same warnings.
+        for pairwise in [false, true] {
+            let p = history_pickle(&[&a, &b, &c, &d], pairwise);
+            let mut diag = Diagnostics::default();
+            let s = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
+            let got: Vec<(Action, u64, Option<i64>)> = s.device_traces[0]
+                .iter()
+                .map(|e| (e.action, e.size, e.time_us))
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    (Action::Alloc, 64, Some(1)),
+                    (Action::FreeCompleted, 64, Some(2))
+                ],
+                "pairwise: {pairwise}"
+            );
+            assert_eq!(diag.count("snapshot_entry_without_action"), 2);
+        }
     }
 
     /// Its bytes up to `cut`, then a read error of `kind`.
