@@ -8,6 +8,9 @@ use std::path::Path;
 
 use super::Error;
 
+mod inflating;
+pub use inflating::{BlockStart, Ended, Inflating};
+
 /// An input's bytes: the file mapped into memory, or a buffer (inflated gzip, tests).
 #[derive(Debug)]
 pub enum Bytes {
@@ -192,11 +195,57 @@ pub fn read(path: &Path) -> Result<Source, Error> {
 /// [`read`], refusing at once an input whose first bytes cannot be `expect`, and a gzip stream
 /// that inflates past the memory available.
 pub fn read_expecting(path: &Path, expect: Expect) -> Result<Source, Error> {
+    let raw = open(path).map_err(FileError::at(path))?;
+    read_opened(path, raw, expect)
+}
+
+/// An input's text, whole or still inflating.
+#[derive(Debug)]
+pub enum Arrival {
+    /// Read (and inflated) whole.
+    Whole(Source),
+    /// A single-stream gzip file being inflated on a thread of its own; the size on disk.
+    Inflating(Inflating, u64),
+}
+
+/// [`read_expecting`], but a single-stream gzip file (torch's `.json.gz`) is inflated on a
+/// thread of its own while the caller reads what has arrived; its first bytes are checked
+/// against `expect` before this returns. Where that inflate ends in [`Ended::Elsewhere`], the
+/// caller reads the file with [`read_expecting`], which says what is wrong with it.
+pub fn read_arriving(path: &Path, expect: Expect) -> Result<Arrival, Error> {
+    let raw = open(path).map_err(FileError::at(path))?;
+    let file_len = raw.len() as u64;
+    let single = is_gzip(&raw) && steptrace_formats::gzip_members::members(&raw).is_none();
+    let len = stated_size(&raw).filter(|&l| {
+        single && memory_available().is_none_or(|m| l as u64 <= m) && l >= INFLATE_CHECK_BYTES
+    });
+    let Some(len) = len.filter(|_| inflating::header_len(&raw).is_some()) else {
+        return read_opened(path, raw, expect).map(Arrival::Whole);
+    };
+    let Some(inf) = Inflating::start(raw, len) else {
+        return read_expecting(path, expect).map(Arrival::Whole);
+    };
+    let head = inf.wait_for(INFLATE_CHECK_BYTES);
+    if head.len() < INFLATE_CHECK_BYTES {
+        // It stopped early: the usual reading names what is wrong.
+        drop(inf);
+        return read_expecting(path, expect).map(Arrival::Whole);
+    }
+    if let Some(why) = expect.refuse(head, false) {
+        return Err(Error::Format {
+            path: path.to_path_buf(),
+            what: why.to_owned(),
+        });
+    }
+    Ok(Arrival::Inflating(inf, file_len))
+}
+
+/// [`read_expecting`] of a file already opened.
+fn read_opened(path: &Path, raw: Bytes, expect: Expect) -> Result<Source, Error> {
     let format = |what: String| Error::Format {
         path: path.to_path_buf(),
         what,
     };
-    let raw = open(path).map_err(FileError::at(path))?;
     let file_len = raw.len() as u64;
     if is_gzip(&raw) {
         let (bytes, truncated_gzip) =
@@ -388,6 +437,9 @@ impl Read for MembersReader {
                 .par_iter()
                 .map(|m| {
                     let mut v = vec![0u8; m.inflated];
+                    if libdeflate_gzip(&raw[m.offset..m.offset + m.len], &mut v) == Some(m.len) {
+                        return Ok(v);
+                    }
                     let mut d = flate2::Decompress::new(false);
                     let st = d
                         .decompress(m.deflate(raw), &mut v, flate2::FlushDecompress::Finish)
@@ -598,6 +650,11 @@ fn inflate_members(
         rest = tail;
     }
     let one = |(m, part): &mut (&steptrace_formats::gzip_members::Member, &mut [u8])| {
+        // libdeflate first (1.5-1.7x zlib-rs here, CRC and size checked); where it refuses,
+        // zlib-rs inflates again to say what is wrong.
+        if libdeflate_gzip(&raw[m.offset..m.offset + m.len], part) == Some(m.len) {
+            return Ok(());
+        }
         let mut d = flate2::Decompress::new(false);
         let status = d
             .decompress(m.deflate(raw), part, flate2::FlushDecompress::Finish)

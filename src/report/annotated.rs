@@ -490,6 +490,28 @@ fn splice_members(
     })())
 }
 
+/// A single-stream gzip input (torch's `.json.gz`) whose ingest kept where its compressed
+/// stream can be resumed ([`GzipResume`](crate::model::tables::kineto::GzipResume)): its
+/// bytes before that deflate block are copied as they are, and only the text after (a block
+/// or so) and the added events are compressed. `None` for any other input, or one that changed.
+fn splice_stream(
+    src: &Path,
+    out: &mut impl Write,
+    span: EventsSpan,
+    extras: &[u8],
+    t: &Trace,
+) -> Option<std::io::Result<()>> {
+    let r = t.kineto.gzip_resume.as_ref()?;
+    let at = span.insert_at.checked_sub(r.text_at)?;
+    let tail = &r.tail;
+    if at > tail.len() {
+        return None;
+    }
+    let raw = source::read_raw(src).ok()?;
+    let mid = middle(span, extras);
+    super::gzip::resume_stream(&raw, r, &[&tail[..at], &mid, &tail[at..]], out)
+}
+
 /// Writes the annotated trace to `path` (see [`file_name`]). A plain trace is copied by the
 /// kernel (`copy_file_range`: no pass through this process's memory) with the added events put
 /// in at one point; a gzip trace is inflated as a stream and compressed on all threads, so
@@ -539,6 +561,10 @@ pub fn write(
     let mut f = std::io::BufWriter::with_capacity(1 << 16, super::create(path)?);
     if !compact && span.complete {
         if let Some(done) = splice_members(src_path, &mut f, span, &extras) {
+            done.map_err(io(path))?;
+            return f.flush().map_err(io(path));
+        }
+        if let Some(done) = splice_stream(src_path, &mut f, span, &extras, t) {
             done.map_err(io(path))?;
             return f.flush().map_err(io(path));
         }

@@ -94,6 +94,126 @@ pub fn gzip_parallel_level(
     out.flush()
 }
 
+/// zlib level of the text compressed again after a resumed stream: a block or so of text and
+/// the added events, so zlib's default costs little and keeps the input's ratio.
+const RESUME_LEVEL: i32 = 6;
+
+/// Writes the gzip file `raw` (a single-stream input) with its text from `r.text_at` on
+/// replaced by `pieces`, keeping its compressed bytes before the block start `r.bit` as they
+/// are and compressing only `pieces` (as zlib's `gzappend` does): the deflate stream goes on
+/// from that bit (the partial byte's bits primed into the new stream), and the trailer gets
+/// the whole text's CRC-32 (resumed from the CRC before the block) and size. `None` where
+/// `raw` is not the file `r` was taken from.
+pub(crate) fn resume_stream(
+    raw: &[u8],
+    r: &crate::model::tables::kineto::GzipResume,
+    pieces: &[&[u8]],
+    out: &mut impl Write,
+) -> Option<std::io::Result<()>> {
+    let byte = usize::try_from(r.bit / 8).ok()?;
+    let bits = (r.bit % 8) as i32;
+    let same = raw.len() as u64 == r.file_len
+        && raw.get(raw.len().checked_sub(8)?..) == Some(&r.trailer[..])
+        && byte < raw.len();
+    if !same {
+        return None;
+    }
+    let mut crc = crc32fast::Hasher::new_with_initial_len(r.crc, r.text_at as u64);
+    let mut len = r.text_at as u64;
+    Some((|| {
+        out.write_all(&raw[..byte])?;
+        let mut d = Deflate::new(RESUME_LEVEL)?;
+        if bits > 0 {
+            d.prime(bits, i32::from(raw[byte]) & ((1 << bits) - 1))?;
+        }
+        for p in pieces {
+            crc.update(p);
+            len += p.len() as u64;
+            d.write(p, false, out)?;
+        }
+        d.write(&[], true, out)?;
+        out.write_all(&crc.finalize().to_le_bytes())?;
+        out.write_all(&(len as u32).to_le_bytes())?;
+        Ok(())
+    })())
+}
+
+/// A raw deflate stream (zlib's interface to zlib-rs, for `deflatePrime`), ended on drop.
+struct Deflate(Box<libz_rs_sys::z_stream>);
+
+impl Deflate {
+    fn new(level: i32) -> std::io::Result<Deflate> {
+        use libz_rs_sys as z;
+        let mut s = Box::new(z::z_stream::default());
+        // SAFETY: `s` is a zeroed `z_stream` (null allocator fields: zlib-rs's own), the
+        // version string is the library's and the size that of the struct passed.
+        let r = unsafe {
+            z::deflateInit2_(
+                &mut *s,
+                level,
+                z::Z_DEFLATED,
+                -15,
+                8,
+                z::Z_DEFAULT_STRATEGY,
+                z::zlibVersion(),
+                std::mem::size_of::<z::z_stream>() as i32,
+            )
+        };
+        if r != z::Z_OK {
+            return Err(std::io::Error::other(format!("deflateInit2 failed ({r})")));
+        }
+        Ok(Deflate(s))
+    }
+
+    /// Puts `bits` bits of `value` first in the stream's output.
+    fn prime(&mut self, bits: i32, value: i32) -> std::io::Result<()> {
+        // SAFETY: the stream is initialised and nothing has been compressed yet.
+        let r = unsafe { libz_rs_sys::deflatePrime(&mut *self.0, bits, value) };
+        if r != libz_rs_sys::Z_OK {
+            return Err(std::io::Error::other(format!("deflatePrime failed ({r})")));
+        }
+        Ok(())
+    }
+
+    /// Compresses `input` into `out`; with `finish`, ends the stream (its last block final).
+    fn write(&mut self, input: &[u8], finish: bool, out: &mut impl Write) -> std::io::Result<()> {
+        use libz_rs_sys as z;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut at = 0;
+        loop {
+            let s = &mut *self.0;
+            let give = (input.len() - at).min(u32::MAX as usize);
+            s.next_in = input[at..].as_ptr().cast_mut();
+            s.avail_in = give as u32;
+            s.next_out = buf.as_mut_ptr();
+            s.avail_out = buf.len() as u32;
+            let flush = if finish { z::Z_FINISH } else { z::Z_NO_FLUSH };
+            // SAFETY: the stream is initialised; `next_in`/`avail_in` describe readable input
+            // and `next_out`/`avail_out` writable output, as set just above.
+            let r = unsafe { z::deflate(s, flush) };
+            let took = give - s.avail_in as usize;
+            let made = buf.len() - s.avail_out as usize;
+            at += took;
+            out.write_all(&buf[..made])?;
+            match r {
+                z::Z_STREAM_END => return Ok(()),
+                z::Z_OK | z::Z_BUF_ERROR if !finish && at == input.len() && made < buf.len() => {
+                    return Ok(())
+                }
+                z::Z_OK | z::Z_BUF_ERROR if took > 0 || made > 0 => {}
+                _ => return Err(std::io::Error::other(format!("deflate failed ({r})"))),
+            }
+        }
+    }
+}
+
+impl Drop for Deflate {
+    fn drop(&mut self) {
+        // SAFETY: the stream was initialised by `deflateInit2_` and is ended once, here.
+        unsafe { libz_rs_sys::deflateEnd(&mut *self.0) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +259,77 @@ mod tests {
             .read_to_end(&mut empty)
             .unwrap();
         assert!(empty.is_empty());
+    }
+
+    /// The input's text as a gzip member of several blocks (zlib level 6), with a sync flush
+    /// part way so that one block starts on a byte boundary.
+    pub(super) fn member_with_blocks(text: &[u8]) -> Vec<u8> {
+        let mut c = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut deflate = Vec::with_capacity(text.len());
+        let half = text.len() / 2;
+        c.compress_vec(&text[..half], &mut deflate, flate2::FlushCompress::Sync)
+            .unwrap();
+        c.compress_vec(&text[half..], &mut deflate, flate2::FlushCompress::Finish)
+            .unwrap();
+        let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+        out.extend_from_slice(&deflate);
+        out.extend_from_slice(&crc32fast::hash(text).to_le_bytes());
+        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        out
+    }
+
+    /// A single-stream input resumed at a block start (on a bit inside a byte and on a byte
+    /// boundary) with text put in: every gzip reader, one that stops after the first member
+    /// included, reads the whole new text, its CRC and size checked, and the bytes before
+    /// the block are the input's own.
+    #[test]
+    fn a_stream_resumed_at_a_block_start_reads_as_the_new_text() {
+        use crate::read::source::{Ended, Inflating};
+        let mut x = 5u32;
+        let text: Vec<u8> = (0..3 << 20)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                b"{}\":, 0123456789abcdefph\n"[(x >> 16) as usize % 25]
+            })
+            .collect();
+        let file = member_with_blocks(&text);
+        let inf = Inflating::start_for_test(file.clone(), text.len()).unwrap();
+        let Ended::Whole(back, blocks) = inf.finish() else {
+            panic!("not inflated whole")
+        };
+        assert!(back == text);
+        assert!(blocks.iter().any(|b| b.bit % 8 == 0 && b.text_at > 0));
+        assert!(blocks.iter().any(|b| b.bit % 8 != 0));
+        // Every block start, the last (before the final block's padding) included.
+        for &b in blocks.iter().step_by(7).chain(blocks.last()) {
+            let r = crate::model::tables::kineto::GzipResume {
+                file_len: file.len() as u64,
+                trailer: file[file.len() - 8..].try_into().unwrap(),
+                bit: b.bit,
+                text_at: b.text_at,
+                crc: b.crc,
+                tail: text[b.text_at..].to_vec(),
+            };
+            let at = (text.len() - b.text_at) / 2;
+            let added: &[u8] = b"<the added events>";
+            let mut out = Vec::new();
+            resume_stream(&file, &r, &[&r.tail[..at], added, &r.tail[at..]], &mut out)
+                .unwrap()
+                .unwrap();
+            let mut want = text[..b.text_at + at].to_vec();
+            want.extend_from_slice(added);
+            want.extend_from_slice(&text[b.text_at + at..]);
+            let mut got = Vec::new();
+            flate2::read::GzDecoder::new(&out[..])
+                .read_to_end(&mut got)
+                .unwrap();
+            assert!(got == want, "block at bit {}", b.bit);
+            let kept = (b.bit / 8) as usize;
+            assert_eq!(out[..kept], file[..kept]);
+            // Another file (or the same changed) is not spliced.
+            let mut other = file.clone();
+            other.push(0);
+            assert!(resume_stream(&other, &r, &[added], &mut Vec::new()).is_none());
+        }
     }
 }

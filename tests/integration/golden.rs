@@ -4,7 +4,7 @@
 use crate::common::samples;
 
 /// Per sample, one analysis: summary.json, node_stats.csv and iterations.csv held whole; every
-/// file analyze writes by name, size and content hash (FNV-1a 64 over the bytes, with the run's
+/// file analyze writes by name, size and content hash (a gzip file's of its inflated text) (FNV-1a 64 over the bytes, with the run's
 /// temporary folder, the checkout and the version written as placeholders in text files), so
 /// any change to any output, plots, Parquet and report.html included, shows; and the text of
 /// every other table or JSON file under 32 KiB held whole.
@@ -55,9 +55,19 @@ fn assert_outputs(dir: &std::path::Path, prefix: &str, held: &[&str]) {
     for path in files_under(dir) {
         let rel = path.strip_prefix(dir).unwrap().display().to_string();
         let raw = std::fs::read(&path).unwrap();
+        // A gzip file by its text: how it is compressed (which blocks are kept from the
+        // input, the level) is the writer's choice, what it holds is the output.
+        let (raw, what) = if rel.ends_with(".gz") {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&raw[..]), &mut text)
+                .unwrap();
+            (text, "bytes inflated")
+        } else {
+            (raw, "bytes")
+        };
         let bytes = normalized(&raw, dir);
         digests.push(format!(
-            "{rel}  {} bytes  {:016x}",
+            "{rel}  {} {what}  {:016x}",
             bytes.len(),
             fnv1a(&bytes)
         ));

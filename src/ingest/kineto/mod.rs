@@ -30,12 +30,69 @@ use crate::intern::Interner;
 /// several threads, large enough that per-task overhead is noise (see docs/performance.md).
 const CHUNK_BYTES: usize = 2 << 20;
 
-/// Reads and parses a Kineto trace file (`.json` or gzip).
+/// Reads and parses a Kineto trace file (`.json` or gzip). A single-stream gzip file is parsed
+/// as it inflates, piece by piece behind the inflate.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
-    let src = source::read_expecting(path, source::Expect::JsonObject)?;
-    let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
-    t.gzipped = src.gzipped;
-    Ok(t)
+    let (inf, file_len) = match source::read_arriving(path, source::Expect::JsonObject)? {
+        source::Arrival::Whole(src) => {
+            let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
+            t.gzipped = src.gzipped;
+            return Ok(t);
+        }
+        source::Arrival::Inflating(inf, file_len) => (inf, file_len),
+    };
+    let walked = walk_events(path, &inf, CHUNK_BYTES, |_| {});
+    match inf.finish() {
+        source::Ended::Whole(text, blocks) => {
+            let buf = source::Bytes::Owned(text);
+            let mut t = finish(path, buf, walked?, Some((&blocks, file_len)), false, diag)?;
+            t.gzipped = true;
+            Ok(t)
+        }
+        // Not what that path reads (several members, a cut or corrupt stream): read whole,
+        // which yields what a cut stream holds or says what is wrong.
+        source::Ended::Elsewhere => {
+            let src = source::read_expecting(path, source::Expect::JsonObject)?;
+            let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
+            t.gzipped = src.gzipped;
+            Ok(t)
+        }
+    }
+}
+
+/// The most text after a block start that the annotated trace's splice keeps (past it the
+/// whole text is compressed again, as before).
+const RESUME_TAIL_MAX: usize = 32 << 20;
+
+/// What the annotated trace needs to splice into this single-stream gzip input (`blocks`
+/// its deflate blocks' starts, `file_len` its size) given where its events go: the last block
+/// start at or before that point, and the text after it.
+fn gzip_resume(
+    path: &Path,
+    text: &[u8],
+    (blocks, file_len): (&[source::BlockStart], u64),
+    span: EventsSpan,
+) -> Option<GzipResume> {
+    let b = blocks.iter().rev().find(|b| b.text_at <= span.insert_at)?;
+    let tail = text.get(b.text_at..)?;
+    if !span.complete || tail.len() > RESUME_TAIL_MAX {
+        return None;
+    }
+    // The trailer read now, so a file rewritten before the annotated trace is written is seen.
+    let raw = source::read_raw(path).ok()?;
+    let trailer: [u8; 8] = raw.get(raw.len().checked_sub(8)?..)?.try_into().ok()?;
+    // A trailer followed by zero padding is not where the file ends: not spliced.
+    if raw.len() as u64 != file_len || trailer[4..] != (text.len() as u32).to_le_bytes() {
+        return None;
+    }
+    Some(GzipResume {
+        file_len,
+        trailer,
+        bit: b.bit,
+        text_at: b.text_at,
+        crc: b.crc,
+        tail: tail.to_vec(),
+    })
 }
 
 /// Parses Kineto trace text already in memory.
@@ -58,15 +115,45 @@ pub fn from_bytes_chunked(
     diag: &mut Diagnostics,
 ) -> Result<KinetoTrace, Error> {
     let buf: source::Bytes = buf.into();
+    // The piece's text is not read again, but by a piece redone after a wrong guess (rare)
+    // and by the header's parse: their pages fault back in.
+    let walked = walk_events(path, &buf[..], chunk_bytes, |range| buf.release(range))?;
+    finish(path, buf, walked, None, gzip_cut, diag)
+}
+
+/// [`walk_events`]' result: where the events array starts, its pieces parsed, how it ends.
+type Walked = (usize, Vec<Partial>, json_scan::ArrayEnd);
+
+/// Finds `traceEvents` and parses its events on all threads, as the text arrives; `done`
+/// is told of each stretch of text a piece has read.
+fn walk_events(
+    path: &Path,
+    text: &(impl json_scan::Arriving + ?Sized),
+    chunk_bytes: usize,
+    done: impl Fn(std::ops::Range<usize>) + Sync,
+) -> Result<Walked, Error> {
     let fmt_err = |what: String| Error::Format {
         path: path.to_path_buf(),
         what,
     };
-    if json_scan::skip_ws(&buf, 0) >= buf.len() {
+    let total = text.total();
+    // The header is small: the key is looked for in the text arrived so far, in longer
+    // stretches until found or the text is whole.
+    let mut want = 1 << 16;
+    let (buf, found) = loop {
+        let buf = text.wait_for(want);
+        let whole = buf.len() >= total || buf.len() < want.min(total);
+        match json_scan::find_top_level_key(buf, b"traceEvents") {
+            Ok(Some(f)) if f.value_start < buf.len() => break (buf, Ok(Some(f))),
+            r if whole => break (buf, r),
+            _ => want = want.saturating_mul(4),
+        }
+    };
+    if json_scan::skip_ws(buf, 0) >= buf.len() {
         return Err(fmt_err("the file is empty".into()));
     }
-    let found = json_scan::find_top_level_key(&buf, b"traceEvents").map_err(|off| {
-        if off == 0 || buf.get(json_scan::skip_ws(&buf, 0)) != Some(&b'{') {
+    let found = found.map_err(|off| {
+        if off == 0 || buf.get(json_scan::skip_ws(buf, 0)) != Some(&b'{') {
             fmt_err("not a JSON object (a Chrome trace starts with '{')".into())
         } else {
             fmt_err(format!("malformed JSON near byte {off}"))
@@ -79,11 +166,9 @@ pub fn from_bytes_chunked(
     };
     let arr_start = found.value_start;
     let (partials, array) =
-        json_scan::walk_array_parallel(&buf, arr_start, chunk_bytes.max(1), |from, limit| {
-            let (p, stop) = parse_piece(&buf, from, limit);
-            // The piece's text is not read again, but by a piece redone after a wrong guess
-            // (rare) and by the header's parse: their pages fault back in.
-            buf.release(from..stop.at());
+        json_scan::walk_array_arriving(text, arr_start, chunk_bytes.max(1), |text, from, limit| {
+            let (p, stop) = parse_piece(text, from, limit);
+            done(from..stop.at());
             (p, stop)
         })
         .map_err(|off| {
@@ -91,6 +176,24 @@ pub fn from_bytes_chunked(
                 "\"traceEvents\" is not a well-formed array (byte {off})"
             ))
         })?;
+    Ok((arr_start, partials, array))
+}
+
+/// The trace from its whole text and its events walked: the header, the warnings about the
+/// text, the tables merged; with a single-stream gzip input's blocks, where the annotated
+/// trace can resume its compressed stream.
+fn finish(
+    path: &Path,
+    buf: source::Bytes,
+    (arr_start, partials, array): Walked,
+    blocks: Option<(&[source::BlockStart], u64)>,
+    gzip_cut: bool,
+    diag: &mut Diagnostics,
+) -> Result<KinetoTrace, Error> {
+    let fmt_err = |what: String| Error::Format {
+        path: path.to_path_buf(),
+        what,
+    };
     let elements = partials.iter().map(|p| p.elements).sum();
 
     let header = parse_header(&buf, arr_start, array.end).map_err(fmt_err)?;
@@ -127,7 +230,10 @@ pub fn from_bytes_chunked(
         gzipped: false,
         events_span: span::events_span(&buf, arr_start, array.end, array.cut_at),
         input_text: String::new(),
+        gzip_resume: None,
     };
+    let span = trace.events_span;
+    trace.gzip_resume = blocks.and_then(|b| gzip_resume(path, &buf, b, span));
     // Unmapping a large file takes milliseconds of page-table work that nothing waits for.
     source::drop_aside(buf);
     merge(&mut trace, partials, diag);

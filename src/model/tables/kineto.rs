@@ -318,6 +318,28 @@ pub struct KinetoTrace {
     pub events_span: EventsSpan,
     /// The texts behind every op's [`InputSpans`].
     pub input_text: String,
+    /// For a single-stream gzip input: where its compressed stream can be resumed near
+    /// `events_span.insert_at`, so the annotated trace compresses only the rest.
+    pub gzip_resume: Option<GzipResume>,
+}
+
+/// A deflate block start in a gzip input at or before where added events go, with the text
+/// from there to the end: the input's compressed bytes before that bit are kept as they are,
+/// and only this text (with the added events) is compressed again (as zlib's `gzappend`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GzipResume {
+    /// Size of the input file, checked before its bytes are reused.
+    pub file_len: u64,
+    /// The input's last 8 bytes (the gzip trailer: CRC-32 and size), checked likewise.
+    pub trailer: [u8; 8],
+    /// Bit offset of the block start in the file (from each byte's least significant bit).
+    pub bit: u64,
+    /// Bytes of text before the block.
+    pub text_at: usize,
+    /// CRC-32 of those bytes.
+    pub crc: u32,
+    /// The text from the block start to the end.
+    pub tail: Vec<u8>,
 }
 
 impl KinetoTrace {

@@ -415,9 +415,28 @@ pub(crate) struct ArrayEnd {
     pub cut_at: Option<usize>,
 }
 
+/// Text that may still be arriving (a gzip stream inflating on another thread): its whole
+/// length is known, its bytes come in order.
+pub(crate) trait Arriving: Sync {
+    /// The whole text's length.
+    fn total(&self) -> usize;
+    /// The text so far, once at least `want` bytes of it have arrived (fewer only where it
+    /// stopped arriving early: its source failed).
+    fn wait_for(&self, want: usize) -> &[u8];
+}
+
+impl Arriving for [u8] {
+    fn total(&self) -> usize {
+        self.len()
+    }
+    fn wait_for(&self, _want: usize) -> &[u8] {
+        self
+    }
+}
+
 /// Walks the array whose `[` is at `start` on all threads, in pieces of about `piece_bytes`,
 /// with no scan ahead of the work: each piece starts at a guessed element start (a `{` after a
-/// `,`) and runs `task(from, limit)` until an element starts at or past the next guess. A
+/// `,`) and runs `task(text, from, limit)` until an element starts at or past the next guess. A
 /// guess counts only if the piece before it, which started at a true boundary, stopped exactly
 /// on it; a wrong guess (the bytes were inside a string) has its piece redone from the true
 /// boundary. So the results, in order, are always those of one sequential walk cut at the
@@ -426,20 +445,13 @@ pub(crate) fn walk_array_parallel<T: Send>(
     buf: &[u8],
     start: usize,
     piece_bytes: usize,
-    task: impl Fn(usize, usize) -> (T, Stop) + Sync,
+    task: impl Fn(&[u8], usize, usize) -> (T, Stop) + Sync,
 ) -> Result<(Vec<T>, ArrayEnd), usize> {
     use rayon::prelude::*;
-    if buf.get(start) != Some(&b'[') {
-        return Err(start);
-    }
-    let first = skip_ws(buf, start + 1);
-    if buf.get(first) == Some(&b']') {
-        let end = ArrayEnd {
-            end: Some(first + 1),
-            cut_at: None,
-        };
-        return Ok((Vec::new(), end));
-    }
+    let first = match array_first(buf, start)? {
+        Ok(first) => first,
+        Err(empty) => return Ok((Vec::new(), empty)),
+    };
     let span = buf.len().saturating_sub(first);
     let pieces = (span / piece_bytes.max(1)).clamp(1, 1 << 20);
     let cuts = piece_starts(buf, first, pieces, &mut 0);
@@ -449,12 +461,23 @@ pub(crate) fn walk_array_parallel<T: Send>(
         .copied()
         .chain(std::iter::once(usize::MAX))
         .collect();
-    let mut results: Vec<Option<(T, Stop)>> = cuts
+    let results: Vec<Option<(T, Stop)>> = cuts
         .par_iter()
         .zip(limits.par_iter())
-        .map(|(&from, &limit)| Some(task(from, limit)))
+        .map(|(&from, &limit)| Some(task(buf, from, limit)))
         .collect();
-    // Verify in order, redoing a piece after a wrong guess.
+    verify_pieces(buf, &cuts, &limits, results, &task)
+}
+
+/// The pieces' results in order, each piece after a wrong guess redone from the true boundary
+/// the piece before stopped on.
+fn verify_pieces<T>(
+    buf: &[u8],
+    cuts: &[usize],
+    limits: &[usize],
+    mut results: Vec<Option<(T, Stop)>>,
+    task: &impl Fn(&[u8], usize, usize) -> (T, Stop),
+) -> Result<(Vec<T>, ArrayEnd), usize> {
     let mut out = Vec::with_capacity(results.len());
     let mut k = 0;
     loop {
@@ -464,7 +487,7 @@ pub(crate) fn walk_array_parallel<T: Send>(
             Stop::Next(b) => {
                 k += 1;
                 if cuts[k] != b {
-                    results[k] = Some(task(b, limits[k]));
+                    results[k] = Some(task(buf, b, limits[k]));
                 }
             }
             Stop::End(e) => {
@@ -486,39 +509,156 @@ pub(crate) fn walk_array_parallel<T: Send>(
     }
 }
 
+/// The first element's start in the array whose `[` is at `start`, or how an empty array ends.
+#[allow(clippy::type_complexity)]
+fn array_first(buf: &[u8], start: usize) -> Result<Result<usize, ArrayEnd>, usize> {
+    if buf.get(start) != Some(&b'[') {
+        return Err(start);
+    }
+    let first = skip_ws(buf, start + 1);
+    if buf.get(first) == Some(&b']') {
+        return Ok(Err(ArrayEnd {
+            end: Some(first + 1),
+            cut_at: None,
+        }));
+    }
+    Ok(Ok(first))
+}
+
+/// Text a piece reads past the first element start at or after its limit, at most: the
+/// element reader looks some 192 bytes ahead of an element's start (`skippable`).
+const READ_AHEAD: usize = 4 << 10;
+
+/// [`walk_array_parallel`] over text that is still arriving: each piece is handed to a thread
+/// as soon as its stretch (and a margin) has arrived, with the text so far. A piece whose walk
+/// reached too near the end of what it was given (a long element) is redone over the whole
+/// text once it is in. The pieces and guesses are those of the whole text, so the results are
+/// the same as [`walk_array_parallel`]'s over it.
+pub(crate) fn walk_array_arriving<T: Send>(
+    text: &(impl Arriving + ?Sized),
+    start: usize,
+    piece_bytes: usize,
+    task: impl Fn(&[u8], usize, usize) -> (T, Stop) + Sync,
+) -> Result<(Vec<T>, ArrayEnd), usize> {
+    const MARGIN: usize = 64 << 10;
+    let total = text.total();
+    let head = text.wait_for(start + MARGIN);
+    let first = match array_first(head, start)? {
+        Ok(first) if first < head.len() => first,
+        // An empty array, or whitespace up to the margin: the whole text's walk.
+        _ => return walk_array_parallel(text.wait_for(total), start, piece_bytes, task),
+    };
+    let span = total.saturating_sub(first);
+    let pieces = (span / piece_bytes.max(1)).clamp(1, 1 << 20);
+    let slots: Vec<std::sync::Mutex<Option<(T, Stop, usize)>>> =
+        (0..pieces).map(|_| std::sync::Mutex::new(None)).collect();
+    let mut cuts = vec![first];
+    rayon::scope(|s| {
+        for k in 1..=pieces {
+            let (limit, view) = if k < pieces {
+                let window_end = (first + span / pieces * (k + 1)).min(total);
+                let view = text.wait_for(window_end + MARGIN);
+                if view.len() < (window_end + MARGIN).min(total) {
+                    return; // It stopped arriving: the whole walk below.
+                }
+                let prev = *cuts.last().expect("non-empty");
+                match piece_start(view, (first, span, pieces), k, prev, &mut 0) {
+                    Some(g) => (g, view),
+                    None => continue,
+                }
+            } else {
+                (usize::MAX, text.wait_for(total))
+            };
+            let (from, slot) = (*cuts.last().expect("non-empty"), &slots[cuts.len() - 1]);
+            if limit != usize::MAX {
+                cuts.push(limit);
+            }
+            let task = &task;
+            s.spawn(move |_| {
+                let (t, stop) = task(view, from, limit);
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((t, stop, view.len()));
+            });
+        }
+    });
+    let buf = text.wait_for(total);
+    if buf.len() < total {
+        return walk_array_parallel(buf, start, piece_bytes, task);
+    }
+    let limits: Vec<usize> = cuts
+        .iter()
+        .skip(1)
+        .copied()
+        .chain(std::iter::once(usize::MAX))
+        .collect();
+    let results: Vec<Option<(T, Stop)>> = slots
+        .into_iter()
+        .take(cuts.len())
+        .zip(cuts.iter().zip(&limits))
+        .map(|(slot, (&from, &limit))| {
+            let done = slot.into_inner().unwrap_or_else(|e| e.into_inner());
+            Some(match done {
+                // Given the whole text, or stopped well before the end of what it was given.
+                Some((t, stop, seen))
+                    if seen == total || matches!(stop, Stop::Next(b) if b + READ_AHEAD <= seen) =>
+                {
+                    (t, stop)
+                }
+                _ => task(buf, from, limit),
+            })
+        })
+        .collect();
+    verify_pieces(buf, &cuts, &limits, results, &task)
+}
+
 /// Guessed element starts for `pieces` pieces of the array text from `first` (an element
 /// start) to the end: in each piece's stretch, the first `{` after a `,` (whitespace between).
 /// `scanned` counts the bytes looked at.
 fn piece_starts(buf: &[u8], first: usize, pieces: usize, scanned: &mut usize) -> Vec<usize> {
-    let span = buf.len().saturating_sub(first);
     let mut cuts = vec![first];
+    let span = buf.len().saturating_sub(first);
     for k in 1..pieces {
-        let target = first + span / pieces * k;
-        // A guess is looked for up to the next piece's target only: searching to the end of
-        // the buffer made each piece rescan a long run with no `{` (trailing padding), which
-        // was quadratic in its length. With none in its stretch, a piece has no
-        // start of its own and the one before runs on through it.
-        let window_end = (first + span / pieces * (k + 1)).min(buf.len());
-        let mut j = target.max(*cuts.last().expect("non-empty") + 1);
-        while let Some(r) = buf.get(j..window_end) {
-            let Some(o) = memchr::memchr(b'{', r) else {
-                *scanned += r.len();
-                break;
-            };
-            *scanned += o + 1;
-            let at = j + o;
-            let before = buf[..at]
-                .iter()
-                .rposition(|c| !matches!(c, b' ' | b'\n' | b'\r' | b'\t'));
-            *scanned += at - before.unwrap_or(0);
-            if before.is_some_and(|b| buf[b] == b',') {
-                cuts.push(at);
-                break;
-            }
-            j = at + 1;
+        let prev = *cuts.last().expect("non-empty");
+        if let Some(at) = piece_start(buf, (first, span, pieces), k, prev, scanned) {
+            cuts.push(at);
         }
     }
     cuts
+}
+
+/// The guessed start of piece `k` of `pieces` over `span` bytes of array text from `first`
+/// (see [`piece_starts`]; `prev` is the piece before's), reading `buf` up to the next piece's
+/// target only (the text arrived so far will do); `None` where its stretch has none.
+fn piece_start(
+    buf: &[u8],
+    (first, span, pieces): (usize, usize, usize),
+    k: usize,
+    prev: usize,
+    scanned: &mut usize,
+) -> Option<usize> {
+    let target = first + span / pieces * k;
+    // A guess is looked for up to the next piece's target only: searching to the end of
+    // the buffer made each piece rescan a long run with no `{` (trailing padding), which
+    // was quadratic in its length. With none in its stretch, a piece has no
+    // start of its own and the one before runs on through it.
+    let window_end = (first + span / pieces * (k + 1)).min(buf.len());
+    let mut j = target.max(prev + 1);
+    while let Some(r) = buf.get(j..window_end) {
+        let Some(o) = memchr::memchr(b'{', r) else {
+            *scanned += r.len();
+            break;
+        };
+        *scanned += o + 1;
+        let at = j + o;
+        let before = buf[..at]
+            .iter()
+            .rposition(|c| !matches!(c, b' ' | b'\n' | b'\r' | b'\t'));
+        *scanned += at - before.unwrap_or(0);
+        if before.is_some_and(|b| buf[b] == b',') {
+            return Some(at);
+        }
+        j = at + 1;
+    }
+    None
 }
 
 /// The array whose `[` is at `start` cut into chunks of whole elements of about `chunk_bytes`,
@@ -529,7 +669,7 @@ fn chunk_array_parallel(
     start: usize,
     chunk_bytes: usize,
 ) -> Result<ArrayChunks, usize> {
-    let (parts, end) = walk_array_parallel(buf, start, chunk_bytes, |from, limit| {
+    let (parts, end) = walk_array_parallel(buf, start, chunk_bytes, |buf, from, limit| {
         let mut spans = Vec::new();
         let stop = walk_elements(buf, from, limit, |s| {
             let e = skip_value(buf, s)?;
