@@ -18,6 +18,9 @@ pub enum Bytes {
     Owned(Vec<u8>),
     /// A read-only mapping of the whole file.
     Mapped(memmap2::Mmap),
+    /// Text inflated into memory of its own (an anonymous mapping): never released piece by
+    /// piece, which would read back as zeros.
+    Inflated(memmap2::Mmap),
 }
 
 impl Deref for Bytes {
@@ -25,7 +28,7 @@ impl Deref for Bytes {
     fn deref(&self) -> &[u8] {
         match self {
             Bytes::Owned(v) => v,
-            Bytes::Mapped(m) => m,
+            Bytes::Mapped(m) | Bytes::Inflated(m) => m,
         }
     }
 }

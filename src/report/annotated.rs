@@ -509,7 +509,7 @@ fn splice_stream(
     }
     let raw = source::read_raw(src).ok()?;
     let mid = middle(span, extras);
-    super::gzip::resume_stream(&raw, r, &[&tail[..at], &mid, &tail[at..]], out)
+    super::gzip::resume_stream(&raw, r, &tail[..at], &[&mid, &tail[at..]], out)
 }
 
 /// Writes the annotated trace to `path` (see [`file_name`]). A plain trace is copied by the

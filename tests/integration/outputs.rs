@@ -116,6 +116,44 @@ fn issue19_a_plain_trace_gets_a_plain_annotated_trace_with_its_text_kept() {
         .any(|e| e["cat"] == "steptrace_node"));
 }
 
+/// Issue 46: torch's own `.json.gz` (one gzip stream) gets an annotated trace that keeps the
+/// input's compressed bytes up to the deflate block where the added events go, as one gzip
+/// member that a reader stopping after the first member reads whole: the input's text with
+/// the added events in, the same text as a plain input's annotated trace.
+#[test]
+fn issue46_a_single_stream_gzip_trace_gets_its_compressed_bytes_kept_in_one_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = root().join("sample_traces/gpt_bf16");
+    let gz = std::fs::read(trace_path(&s)).unwrap();
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&gz[..]), &mut text).unwrap();
+    let input = dir.path().join("trace.json.gz");
+    std::fs::write(&input, &gz).unwrap();
+    analyze(&input, &dir.path().join("o"), false, true);
+    let plain = dir.path().join("trace.json");
+    std::fs::write(&plain, &text).unwrap();
+    analyze(&plain, &dir.path().join("p"), false, true);
+    let out = std::fs::read(dir.path().join("o/annotated.pt.trace.json.gz")).unwrap();
+    let mut one = Vec::new();
+    let mut dec = flate2::bufread::GzDecoder::new(&out[..]);
+    std::io::Read::read_to_end(&mut dec, &mut one).unwrap();
+    assert!(
+        std::io::BufRead::fill_buf(dec.get_mut())
+            .unwrap()
+            .is_empty(),
+        "one member"
+    );
+    let want = std::fs::read(dir.path().join("p/annotated.pt.trace.json")).unwrap();
+    assert!(one == want, "the plain input's annotated text");
+    // All but the last block or so of the input's compressed bytes, as they were.
+    let kept = out.iter().zip(&gz).take_while(|(a, b)| a == b).count();
+    assert!(
+        kept + (64 << 10) > gz.len(),
+        "{kept} of {} bytes kept",
+        gz.len()
+    );
+}
+
 fn plain_copy(sample: &str, to: &Path) {
     let v = std::fs::read(trace_path(&root().join(sample))).unwrap();
     let mut t = Vec::new();

@@ -44,8 +44,7 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
     let walked = walk_events(path, &inf, CHUNK_BYTES, |_| {});
     match inf.finish() {
         source::Ended::Whole(text, blocks) => {
-            let buf = source::Bytes::Owned(text);
-            let mut t = finish(path, buf, walked?, Some((&blocks, file_len)), false, diag)?;
+            let mut t = finish(path, text, walked?, Some((&blocks, file_len)), false, diag)?;
             t.gzipped = true;
             Ok(t)
         }
