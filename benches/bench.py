@@ -191,6 +191,16 @@ def main():
             os.symlink(os.path.join(out_gz, "annotated.pt.trace.json.gz"), alink)
             p = subprocess.run([hta_py, "-c", f"from hta.trace_analysis import TraceAnalysis; t = TraceAnalysis(trace_dir='{adir}'); print(len(t.t.get_trace(0)))"], capture_output=True, text=True)
             checks.append("annotated.pt.trace.json.gz in HolisticTraceAnalysis: " + (f"loads, {p.stdout.strip()} rows" if p.returncode == 0 else "FAILED: " + p.stderr.strip()[-300:]))
+            # The form capture writes (gzip members), against the plain file's load.
+            cdir = os.path.join(a.work, f"hta_capture_{mb}")
+            os.makedirs(cdir, exist_ok=True)
+            clink = os.path.join(cdir, "rank-0.json.gz")
+            if not os.path.lexists(clink):
+                os.symlink(cgz, clink)
+            hta_rows = lambda d: subprocess.run([hta_py, "-c", f"from hta.trace_analysis import TraceAnalysis; print(len(TraceAnalysis(trace_dir='{d}').t.get_trace(0)))"], capture_output=True, text=True)
+            pc, pp = hta_rows(cdir), hta_rows(hdir)
+            same = pc.returncode == 0 and pc.stdout == pp.stdout
+            checks.append(f"{os.path.basename(cgz)} in HolisticTraceAnalysis: " + (f"loads, {pc.stdout.strip()} rows, as the plain file" if same else "FAILED: " + (pc.stdout + pc.stderr).strip()[-300:]))
         ref = r["steptrace analyze (default) -j2"][0]
         for k, (w, rss) in r.items():
             rows.append((f"{size:.0f} MB", k, w, rss, w / ref, rss / size))

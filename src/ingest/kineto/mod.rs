@@ -33,12 +33,13 @@ const CHUNK_BYTES: usize = 2 << 20;
 /// Reads and parses a Kineto trace file (`.json` or gzip). A single-stream gzip file is parsed
 /// as it inflates, piece by piece behind the inflate.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
+    let whole = |src: source::Source, diag: &mut Diagnostics| {
+        let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
+        t.gzipped = src.gzipped;
+        Ok(t)
+    };
     let (inf, file_len) = match source::read_arriving(path, source::Expect::JsonObject)? {
-        source::Arrival::Whole(src) => {
-            let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
-            t.gzipped = src.gzipped;
-            return Ok(t);
-        }
+        source::Arrival::Whole(src) => return whole(src, diag),
         source::Arrival::Inflating(inf, file_len) => (inf, file_len),
     };
     let walked = walk_events(path, &inf, CHUNK_BYTES, |_| {});
@@ -50,12 +51,10 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
         }
         // Not what that path reads (several members, a cut or corrupt stream): read whole,
         // which yields what a cut stream holds or says what is wrong.
-        source::Ended::Elsewhere => {
-            let src = source::read_expecting(path, source::Expect::JsonObject)?;
-            let mut t = from_bytes(path, src.bytes, src.truncated_gzip, diag)?;
-            t.gzipped = src.gzipped;
-            Ok(t)
-        }
+        source::Ended::Elsewhere => whole(
+            source::read_expecting(path, source::Expect::JsonObject)?,
+            diag,
+        ),
     }
 }
 
