@@ -453,20 +453,29 @@ pub(crate) fn walk_array_parallel<T: Send>(
         Err(empty) => return Ok((Vec::new(), empty)),
     };
     let span = buf.len().saturating_sub(first);
-    let pieces = (span / piece_bytes.max(1)).clamp(1, 1 << 20);
+    let pieces = piece_count(span, piece_bytes);
     let cuts = piece_starts(buf, first, pieces, &mut 0);
-    let limits: Vec<usize> = cuts
-        .iter()
-        .skip(1)
-        .copied()
-        .chain(std::iter::once(usize::MAX))
-        .collect();
+    let limits = limits_of(&cuts);
     let results: Vec<Option<(T, Stop)>> = cuts
         .par_iter()
         .zip(limits.par_iter())
         .map(|(&from, &limit)| Some(task(buf, from, limit)))
         .collect();
     verify_pieces(buf, &cuts, &limits, results, &task)
+}
+
+/// How many pieces of about `piece_bytes` the `span` bytes of array text are cut into.
+fn piece_count(span: usize, piece_bytes: usize) -> usize {
+    (span / piece_bytes.max(1)).clamp(1, 1 << 20)
+}
+
+/// Each piece's limit: the next piece's start, and no limit for the last.
+fn limits_of(cuts: &[usize]) -> Vec<usize> {
+    cuts.iter()
+        .skip(1)
+        .copied()
+        .chain(std::iter::once(usize::MAX))
+        .collect()
 }
 
 /// The pieces' results in order, each piece after a wrong guess redone from the true boundary
@@ -549,7 +558,7 @@ pub(crate) fn walk_array_arriving<T: Send>(
         _ => return walk_array_parallel(text.wait_for(total), start, piece_bytes, task),
     };
     let span = total.saturating_sub(first);
-    let pieces = (span / piece_bytes.max(1)).clamp(1, 1 << 20);
+    let pieces = piece_count(span, piece_bytes);
     let slots: Vec<std::sync::Mutex<Option<(T, Stop, usize)>>> =
         (0..pieces).map(|_| std::sync::Mutex::new(None)).collect();
     let mut cuts = vec![first];
@@ -584,12 +593,7 @@ pub(crate) fn walk_array_arriving<T: Send>(
     if buf.len() < total {
         return walk_array_parallel(buf, start, piece_bytes, task);
     }
-    let limits: Vec<usize> = cuts
-        .iter()
-        .skip(1)
-        .copied()
-        .chain(std::iter::once(usize::MAX))
-        .collect();
+    let limits = limits_of(&cuts);
     let results: Vec<Option<(T, Stop)>> = slots
         .into_iter()
         .take(cuts.len())

@@ -67,6 +67,17 @@ unsafe impl Send for Shared {}
 // SAFETY: as for `Send`: shared access is reads of the published prefix and the mutex.
 unsafe impl Sync for Shared {}
 
+/// Marks the inflate ended when dropped, waking every reader.
+struct Done<'a>(&'a Shared);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.1 = true;
+        self.0.arrived.notify_all();
+    }
+}
+
 /// A gzip member being inflated on its own thread.
 pub struct Inflating {
     shared: std::sync::Arc<Shared>,
@@ -125,11 +136,10 @@ impl Inflating {
         let thread = std::thread::Builder::new()
             .name("steptrace-inflate".into())
             .spawn(move || {
+                // Readers are told the inflate ended however it ends, a panic included: one
+                // waiting for text that will not come would wait for ever.
+                let _done = Done(&writer);
                 let blocks = run(&writer, &raw, header);
-                let mut st = writer.state.lock().unwrap_or_else(|e| e.into_inner());
-                st.1 = true;
-                writer.arrived.notify_all();
-                drop(st);
                 super::drop_aside(raw);
                 blocks
             })
