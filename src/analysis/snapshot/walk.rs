@@ -455,12 +455,19 @@ impl Replay {
     /// A replay on a thread of its own, fed as the read goes: the read and the replay run
     /// side by side.
     pub fn on_thread() -> ReplayThread {
+        Replay::on_thread_with(|r, list, batch| r.entries(list, batch))
+    }
+
+    /// [`Replay::on_thread`] with each batch handed to `play` (tests give one that fails).
+    fn on_thread_with(
+        mut play: impl FnMut(&mut Replay, usize, Vec<TraceEntry>) + Send + 'static,
+    ) -> ReplayThread {
         // A few batches in flight keep both sides busy without holding the history.
         let (tx, rx) = mpsc::sync_channel::<(usize, Vec<TraceEntry>)>(8);
         let handle = std::thread::spawn(move || {
             let mut r = Replay::default();
             for (list, batch) in rx {
-                r.entries(list, batch);
+                play(&mut r, list, batch);
             }
             r
         });
@@ -615,6 +622,44 @@ impl Largest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A replay thread that panics hands its panic to the reader feeding it, on the next
+    /// batch sent or at the join, rather than the read going on (or ending) with part of the
+    /// history replayed.
+    #[test]
+    fn a_panic_on_the_replay_thread_is_raised_on_the_reading_thread() {
+        let entry = || TraceEntry {
+            action: crate::model::tables::snapshot::Action::Alloc,
+            addr: 0,
+            size: 512,
+            stream: 0,
+            time_us: Some(1),
+            stack: crate::model::tables::snapshot::StackId(0),
+        };
+        let failing = || Replay::on_thread_with(|_, _, _| panic!("the replay failed"));
+        let message = |e: Box<dyn std::any::Any + Send>| {
+            e.downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        };
+        // Fed on until the send fails: raised there.
+        let mut t = failing();
+        let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for _ in 0..1000 {
+                t.entries(0, vec![entry()]);
+            }
+        }));
+        assert_eq!(message(fed.unwrap_err()), "the replay failed");
+        // One batch, then the join: raised at the join.
+        let mut t = failing();
+        t.entries(0, vec![entry()]);
+        let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.join()));
+        assert_eq!(message(joined.unwrap_err()), "the replay failed");
+        // A replay that does not fail has every batch.
+        let mut t = Replay::on_thread();
+        t.entries(3, vec![entry(), entry()]);
+        assert!(t.join().has(3));
+    }
 
     /// Past [`MAX_TIMES`] entries every other time is dropped and the stride doubles: a
     /// time still falls within a stride of its entry, never past it, and never past the end.
