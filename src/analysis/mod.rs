@@ -177,6 +177,20 @@ pub struct Analysis {
     pub kernels: kernels::Kernels,
     /// Collectives launched in the iterations, with their metadata.
     pub collectives: Vec<collectives::Call>,
+    /// The run's memory snapshot replayed over its whole history, with the node that made
+    /// each kept allocation where the trace saw it; `None` without a snapshot or for one of
+    /// the old layout (no history to replay).
+    pub snapshot_history: Option<SnapshotHistory>,
+}
+
+/// A trace run's memory snapshot over its whole history (the interactive memory view's data).
+#[derive(Debug, Clone)]
+pub struct SnapshotHistory {
+    /// The snapshot's own analysis, as `analyze SNAPSHOT` gives it.
+    pub analysis: snapshot::SnapshotAnalysis,
+    /// Per device of `analysis`, per kept allocation: the step's node that made it
+    /// ([`snapshot_makers`]).
+    pub makers: Vec<Vec<Option<usize>>>,
 }
 
 /// `part` as a percentage of `whole`; `None` when `whole` is not positive.
@@ -232,7 +246,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     // FLOPs need only the step; the memory chain needs its own earlier results. The two run
     // side by side, and the timeline beside liveness; every warning comes from the memory
     // chain, in its sequential order, so the diagnostics do not depend on the threads.
-    let ((mem, node_stats, timeline, live), (node_flops, by_type)) = rayon::join(
+    let ((mem, node_stats, timeline, live), ((node_flops, by_type), history)) = rayon::join(
         || {
             let mem = memory::compute(t, &step, replay, diag);
             let node_stats = node_stats::compute(t, &step, &mem, diag);
@@ -242,7 +256,15 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
             );
             (mem, node_stats, timeline, live)
         },
-        || flops::compute(t, &step),
+        || {
+            // The snapshot's history replays beside the FLOPs: it needs only the snapshot.
+            let history = t
+                .snapshot
+                .as_ref()
+                .filter(|s| !s.legacy_layout)
+                .map(snapshot::analyze);
+            (flops::compute(t, &step), history)
+        },
     );
     let peaks = device_peaks(t, opts, diag);
     let flop_rows = flops::rows(t, &step, &node_flops, &node_stats, peaks.as_ref());
@@ -326,7 +348,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     if t.kineto.ops.is_empty() {
         gpu_only_figures(&mut summary, &kernels, diag);
     }
-    Analysis {
+    let mut a = Analysis {
         // Filled from the inputs by the caller, beside the run's name.
         module_fqns: Default::default(),
         kernels,
@@ -339,7 +361,13 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         timeline,
         liveness: live,
         collectives,
-    }
+        snapshot_history: None,
+    };
+    a.snapshot_history = history.map(|analysis| SnapshotHistory {
+        makers: snapshot_makers(t, &a, &analysis),
+        analysis,
+    });
+    a
 }
 
 /// The iterations' times: each, and the medians of the span, the GPU's busy time and its

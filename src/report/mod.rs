@@ -261,21 +261,25 @@ pub fn write_into(
             .filter_map(|(j, s)| Some((j.name(), s.into_inner().ok()??)))
             .collect();
         // A run with a memory snapshot: its whole history, interactively.
-        let view = t.snapshot.as_ref().filter(|s| !s.legacy_layout).map(|s| {
-            let sa = crate::analysis::snapshot::analyze(s);
-            let makers: Vec<Vec<Option<String>>> = crate::analysis::snapshot_makers(t, a, &sa)
-                .into_iter()
-                .map(|d| {
-                    d.into_iter()
-                        .map(|n| {
-                            let n = a.step.nodes.get(n?)?;
-                            Some(format!("{}, iteration {}", n.name, n.iteration))
-                        })
-                        .collect()
-                })
-                .collect();
-            snapshot_view::section(s, &sa, &makers)
-        });
+        let view = t
+            .snapshot
+            .as_ref()
+            .zip(a.snapshot_history.as_ref())
+            .map(|(s, h)| {
+                let makers: Vec<Vec<Option<String>>> = h
+                    .makers
+                    .iter()
+                    .map(|d| {
+                        d.iter()
+                            .map(|&n| {
+                                let n = a.step.nodes.get(n?)?;
+                                Some(format!("{}, iteration {}", n.name, n.iteration))
+                            })
+                            .collect()
+                    })
+                    .collect();
+                snapshot_view::section(s, &h.analysis, &makers)
+            });
         html::write(dir, &svgs, a, diag, view)?;
         times.push(("report.html".into(), t0.elapsed().as_secs_f64()));
     }
