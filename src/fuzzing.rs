@@ -78,3 +78,47 @@ pub fn kineto_event(data: &[u8]) {
         String::from_utf8_lossy(data)
     );
 }
+
+/// Any bytes as a JSON text: where it has `traceEvents`, the walk over its text arriving only
+/// as far as asked must give what the walk over the whole gives (pieces, elements, end), at a
+/// few piece sizes. Panics when they differ.
+pub fn arriving_walk(data: &[u8]) {
+    use crate::read::json_scan as js;
+    let Ok(Some(found)) = js::find_top_level_key(data, b"traceEvents") else {
+        return;
+    };
+    let spans = |text: &[u8], from: usize, limit: usize| {
+        let mut v = Vec::new();
+        let stop = js::walk_elements(text, from, limit, |at| {
+            let e = js::skip_value(text, at)?;
+            v.push((at, e));
+            Some(e)
+        });
+        (v, stop)
+    };
+    for piece in [97, 4096] {
+        let whole = js::walk_array_parallel(data, found.value_start, piece, spans);
+        let text = js::OnDemand::new(data);
+        let arriving = js::walk_array_arriving(&text, found.value_start, piece, spans);
+        assert_eq!(arriving, whole, "piece {piece}");
+    }
+}
+
+/// Any bytes as a gzip trace file (`trace.json.gz`): read as analyze reads it, the gzip
+/// framing and the inflate-while-parsing path included; it must end in a trace or an error,
+/// never a panic or a hang.
+pub fn gzip_trace(data: &[u8]) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "steptrace-fuzz-{}-{}.json.gz",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let mut d = Diagnostics::default();
+    let _ = crate::ingest::kineto::load(&path, &mut d);
+    let _ = std::fs::remove_file(&path);
+}

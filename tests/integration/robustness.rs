@@ -29,6 +29,8 @@ fn fuzz_corpus_and_regressions_replay_without_panic() {
         ("pickle", steptrace::fuzzing::pickle),
         ("exec_trace", steptrace::fuzzing::exec_trace),
         ("kineto_event", steptrace::fuzzing::kineto_event),
+        ("arriving_walk", steptrace::fuzzing::arriving_walk),
+        ("gzip_trace", steptrace::fuzzing::gzip_trace),
     ] {
         for dir in [
             base.join("corpus").join(target),

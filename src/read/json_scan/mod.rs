@@ -434,6 +434,35 @@ impl Arriving for [u8] {
     }
 }
 
+/// Text that arrives only as far as it is asked for: the most a reader can be held back, each
+/// piece seeing the text end just past its stretch and margin (tests and the fuzz target
+/// `arriving_walk` hold [`walk_array_arriving`] to [`walk_array_parallel`] with it).
+pub(crate) struct OnDemand<'a> {
+    text: &'a [u8],
+    shown: std::sync::Mutex<usize>,
+}
+
+impl<'a> OnDemand<'a> {
+    /// `text`, none of it shown yet.
+    pub(crate) fn new(text: &'a [u8]) -> Self {
+        OnDemand {
+            text,
+            shown: std::sync::Mutex::new(0),
+        }
+    }
+}
+
+impl Arriving for OnDemand<'_> {
+    fn total(&self) -> usize {
+        self.text.len()
+    }
+    fn wait_for(&self, want: usize) -> &[u8] {
+        let mut n = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        *n = (*n).max(want.min(self.text.len()));
+        &self.text[..*n]
+    }
+}
+
 /// Walks the array whose `[` is at `start` on all threads, in pieces of about `piece_bytes`,
 /// with no scan ahead of the work: each piece starts at a guessed element start (a `{` after a
 /// `,`) and runs `task(text, from, limit)` until an element starts at or past the next guess. A

@@ -124,24 +124,6 @@ fn parallel_scan_equals_sequential_even_with_misleading_strings() {
     }
 }
 
-/// Text that arrives only as far as it is asked for, the most a reader can be held back: each
-/// piece sees the text end just past its stretch and margin.
-struct Trickle {
-    text: Vec<u8>,
-    shown: std::sync::Mutex<usize>,
-}
-
-impl Arriving for Trickle {
-    fn total(&self) -> usize {
-        self.text.len()
-    }
-    fn wait_for(&self, want: usize) -> &[u8] {
-        let mut n = self.shown.lock().unwrap();
-        *n = (*n).max(want.min(self.text.len()));
-        &self.text[..*n]
-    }
-}
-
 /// The walk over text still arriving gives what the walk over the whole text gives, piece for
 /// piece, whatever the piece size and threads: with elements longer than the margin a piece
 /// is handed (redone over the whole text), and strings that look like element starts.
@@ -189,10 +171,7 @@ fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
             let whole = pool
                 .install(|| walk_array_parallel(b, start, piece, spans))
                 .unwrap();
-            let t = Trickle {
-                text: b.to_vec(),
-                shown: std::sync::Mutex::new(0),
-            };
+            let t = OnDemand::new(b);
             let arriving = pool
                 .install(|| walk_array_arriving(&t, start, piece, spans))
                 .unwrap();
