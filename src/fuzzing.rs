@@ -87,15 +87,7 @@ pub fn arriving_walk(data: &[u8]) {
     let Ok(Some(found)) = js::find_top_level_key(data, b"traceEvents") else {
         return;
     };
-    let spans = |text: &[u8], from: usize, limit: usize| {
-        let mut v = Vec::new();
-        let stop = js::walk_elements(text, from, limit, |at| {
-            let e = js::skip_value(text, at)?;
-            v.push((at, e));
-            Some(e)
-        });
-        (v, stop)
-    };
+    let spans = js::element_spans;
     for piece in [97, 4096] {
         let whole = js::walk_array_parallel(data, found.value_start, piece, spans);
         let text = js::OnDemand::new(data);

@@ -694,6 +694,18 @@ fn piece_start(
     None
 }
 
+/// A walk task that keeps where each element of its piece starts and ends (the scanner's
+/// tests and the fuzz target `arriving_walk` compare walks with it).
+pub(crate) fn element_spans(text: &[u8], from: usize, limit: usize) -> (Vec<(usize, usize)>, Stop) {
+    let mut spans = Vec::new();
+    let stop = walk_elements(text, from, limit, |s| {
+        let e = skip_value(text, s)?;
+        spans.push((s, e));
+        Some(e)
+    });
+    (spans, stop)
+}
+
 /// The array whose `[` is at `start` cut into chunks of whole elements of about `chunk_bytes`,
 /// with its end, by the parallel walk.
 #[cfg(test)]
@@ -702,15 +714,7 @@ fn chunk_array_parallel(
     start: usize,
     chunk_bytes: usize,
 ) -> Result<ArrayChunks, usize> {
-    let (parts, end) = walk_array_parallel(buf, start, chunk_bytes, |buf, from, limit| {
-        let mut spans = Vec::new();
-        let stop = walk_elements(buf, from, limit, |s| {
-            let e = skip_value(buf, s)?;
-            spans.push((s, e));
-            Some(e)
-        });
-        (spans, stop)
-    })?;
+    let (parts, end) = walk_array_parallel(buf, start, chunk_bytes, element_spans)?;
     let spans: Vec<(usize, usize)> = parts.into_iter().flatten().collect();
     Ok(ArrayChunks {
         elements: spans.len(),

@@ -153,15 +153,7 @@ fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
         .unwrap()
         .unwrap()
         .value_start;
-    let spans = |text: &[u8], from: usize, limit: usize| {
-        let mut v = Vec::new();
-        let stop = walk_elements(text, from, limit, |at| {
-            let e = skip_value(text, at)?;
-            v.push((at, e));
-            Some(e)
-        });
-        (v, stop)
-    };
+    let spans = element_spans;
     for threads in [1, 3] {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
