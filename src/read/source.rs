@@ -440,19 +440,7 @@ impl Read for MembersReader {
                 .par_iter()
                 .map(|m| {
                     let mut v = vec![0u8; m.inflated];
-                    if libdeflate_gzip(&raw[m.offset..m.offset + m.len], &mut v) == Some(m.len) {
-                        return Ok(v);
-                    }
-                    let mut d = flate2::Decompress::new(false);
-                    let st = d
-                        .decompress(m.deflate(raw), &mut v, flate2::FlushDecompress::Finish)
-                        .map_err(std::io::Error::other)?;
-                    if st != flate2::Status::StreamEnd || d.total_out() as usize != m.inflated {
-                        return Err(std::io::Error::other(format!(
-                            "gzip member at byte {} does not inflate to its stated size",
-                            m.offset
-                        )));
-                    }
+                    inflate_member(raw, m, &mut v).map_err(std::io::Error::other)?;
                     Ok(v)
                 })
                 .collect();
@@ -653,30 +641,7 @@ fn inflate_members(
         rest = tail;
     }
     let one = |(m, part): &mut (&steptrace_formats::gzip_members::Member, &mut [u8])| {
-        // libdeflate first (1.5-1.7x zlib-rs here, CRC and size checked); where it refuses,
-        // zlib-rs inflates again to say what is wrong.
-        if libdeflate_gzip(&raw[m.offset..m.offset + m.len], part) == Some(m.len) {
-            return Ok(());
-        }
-        let mut d = flate2::Decompress::new(false);
-        let status = d
-            .decompress(m.deflate(raw), part, flate2::FlushDecompress::Finish)
-            .map_err(|e| InflateError::Corrupt(e.to_string()))?;
-        if status != flate2::Status::StreamEnd || d.total_out() as usize != m.inflated {
-            return Err(InflateError::Corrupt(format!(
-                "gzip member at byte {} does not inflate to its stated size",
-                m.offset
-            )));
-        }
-        let mut crc = flate2::Crc::new();
-        crc.update(part);
-        if crc.sum() != m.crc32(raw) {
-            return Err(InflateError::Corrupt(format!(
-                "gzip member at byte {}: invalid checksum",
-                m.offset
-            )));
-        }
-        Ok(())
+        inflate_member(raw, m, part).map_err(InflateError::Corrupt)
     };
     let only = parts.len() == 1;
     if let Some(first) = parts.first_mut() {
@@ -688,6 +653,36 @@ fn inflate_members(
     }
     parts.par_iter_mut().skip(1).try_for_each(one)?;
     Ok(out)
+}
+
+/// One member of a file capture wrote inflated into `part` (its stated size), CRC-32 and size
+/// checked: libdeflate first (1.5-1.7x zlib-rs here), and where it refuses, zlib-rs again to
+/// say what is wrong. The one inflate of a member, for the whole read and the streamed one.
+fn inflate_member(
+    raw: &[u8],
+    m: &steptrace_formats::gzip_members::Member,
+    part: &mut [u8],
+) -> Result<(), String> {
+    if libdeflate_gzip(&raw[m.offset..m.offset + m.len], part) == Some(m.len) {
+        return Ok(());
+    }
+    let mut d = flate2::Decompress::new(false);
+    let status = d
+        .decompress(m.deflate(raw), part, flate2::FlushDecompress::Finish)
+        .map_err(|e| e.to_string())?;
+    if status != flate2::Status::StreamEnd || d.total_out() as usize != m.inflated {
+        return Err(format!(
+            "gzip member at byte {} does not inflate to its stated size",
+            m.offset
+        ));
+    }
+    if crc32fast::hash(part) != m.crc32(raw) {
+        return Err(format!(
+            "gzip member at byte {}: invalid checksum",
+            m.offset
+        ));
+    }
+    Ok(())
 }
 
 /// `len` zero bytes, or `None` where memory cannot be had. Asked of the allocator as zeroed

@@ -378,7 +378,7 @@ mod tests {
         enc.finish().unwrap()
     }
 
-    pub(crate) fn text(n: usize) -> Vec<u8> {
+    fn text(n: usize) -> Vec<u8> {
         let mut x = 9u32;
         (0..n)
             .map(|_| {

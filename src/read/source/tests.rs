@@ -66,6 +66,17 @@ fn a_stream_over_capture_gzip_members_yields_the_text_in_order() {
     let mut back = Vec::new();
     open_stream(&p).unwrap().read_to_end(&mut back).unwrap();
     assert!(back == data);
+    // A member whose data inflates but whose CRC is wrong is an error to the stream's reader
+    // too (zlib-rs reads it again after libdeflate refuses it, and checks the CRC as well).
+    let mut file = members_of(&data);
+    let (m, _) = steptrace_formats::gzip_members::members(&file).unwrap();
+    file[m[1].offset + m[1].len - 8] ^= 1;
+    std::fs::write(&p, &file).unwrap();
+    let err = open_stream(&p)
+        .unwrap()
+        .read_to_end(&mut Vec::new())
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid checksum"), "{err}");
 }
 
 #[test]
