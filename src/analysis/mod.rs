@@ -114,9 +114,12 @@ pub struct Summary {
     pub flops_per_iteration: u64,
     /// FLOPs of one iteration in FlopCounterMode's convention (matmul, convolution, attention).
     pub matmul_flops_per_iteration: u64,
-    /// GPU and CPU time per iteration by phase (forward, backward, optimizer, data loading,
-    /// ...): its nodes' medians summed.
+    /// GPU, CPU and wall time per iteration by phase (forward, backward, optimizer, data
+    /// loading, ...): its nodes' medians summed, and the median of its wall time.
     pub time_by_phase: std::collections::BTreeMap<&'static str, node_stats::PhaseTime>,
+    /// Median time per iteration between phases: no phase's work ran (the framework's code
+    /// between them, the profiler's step), s.
+    pub between_phases_s: f64,
     /// All FLOPs per iteration by phase.
     pub flops_by_phase: std::collections::BTreeMap<&'static str, u64>,
     /// FLOPs per iteration by phase in FlopCounterMode's convention (matmul, convolution,
@@ -322,7 +325,8 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
             .iter()
             .map(|r| r.matmul_flops)
             .fold(0, u64::saturating_add),
-        time_by_phase: node_stats::time_by_phase(&node_stats),
+        time_by_phase: node_stats::time_by_phase(&node_stats, &step),
+        between_phases_s: node_stats::between_phases_s(&step),
         flops_by_phase,
         matmul_flops_by_phase,
         bytes_per_iteration: flop_rows.iter().map(|r| r.bytes).sum(),

@@ -197,23 +197,53 @@ pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> 
     stats
 }
 
-/// GPU and CPU time of one phase's nodes per iteration (medians summed).
+/// GPU, CPU and wall time of one phase per iteration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct PhaseTime {
     /// GPU time (kernels, copies, sets) of its nodes, s.
     pub gpu_s: f64,
-    /// Host time of its nodes, s.
+    /// Host time of its nodes (their own durations, summed), s.
     pub cpu_s: f64,
+    /// Wall time of the phase in the iteration: its nodes' spans and the host code between
+    /// two of them (what a framework's timer around the phase measures), s.
+    pub wall_s: f64,
 }
 
-/// Each phase's share of an iteration: its nodes' median GPU and CPU times, summed. Nodes are
-/// the outermost ops of each thread, so nothing is counted twice.
-pub fn time_by_phase(stats: &[NodeStat]) -> std::collections::BTreeMap<&'static str, PhaseTime> {
+/// Each phase's share of an iteration: its nodes' median GPU and CPU times, summed (nodes are
+/// the outermost ops of each thread, so nothing is counted twice), and the median over the
+/// iterations of its wall time.
+pub fn time_by_phase(
+    stats: &[NodeStat],
+    step: &Step,
+) -> std::collections::BTreeMap<&'static str, PhaseTime> {
     let mut m = std::collections::BTreeMap::new();
     for n in stats {
         let e: &mut PhaseTime = m.entry(n.gtype.as_str()).or_default();
         e.gpu_s += n.median_run_time_s;
         e.cpu_s += n.median_cpu_time_s;
     }
+    for p in Phase::ALL {
+        let mut v: Vec<f64> = step
+            .iterations
+            .iter()
+            .map(|it| it.wall.of(p) as f64)
+            .collect();
+        let wall = median(&mut v).unwrap_or(0.0);
+        if wall > 0.0 {
+            m.entry(p.as_str()).or_default().wall_s = wall * 1e-9;
+        }
+    }
     m
+}
+
+/// Median over the iterations of the time between phases ([`PhaseWall::between`]), s.
+///
+/// [`PhaseWall::between`]: super::step::PhaseWall::between
+pub fn between_phases_s(step: &Step) -> f64 {
+    let mut v: Vec<f64> = step
+        .iterations
+        .iter()
+        .map(|it| it.wall.between as f64)
+        .collect();
+    median(&mut v).unwrap_or(0.0) * 1e-9
 }

@@ -44,7 +44,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     let dev = match (s.device.as_deref(), cpu_only) {
         (_, true) => "the CPU (no GPU activity in the trace)",
         (Some(d), false) => d,
-        (None, false) => "unknown GPU",
+        (None, false) => "an unknown GPU (the trace has no deviceProperties)",
     };
     o += &format!(
         "{}: {} iteration{} ({}), {} nodes per iteration, on {}\n",
@@ -83,22 +83,26 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     if let Some(line) = phase_line(s, cpu_only) {
         o += &line;
     }
-    match s.peak_allocated_bytes {
-        Some(p) => {
-            o += &format!(
-                "peak allocated {} at {} ({})\n",
-                human_bytes(p),
-                s.peak_node.as_deref().unwrap_or("no node"),
-                s.peak_iteration.as_deref().unwrap_or("")
-            )
-        }
-        None => {
-            o += "no memory data: the trace holds no allocator events (record with profile_memory=True)\n"
-        }
+    for l in super::input_lacks(a) {
+        o += l;
+        o.push('\n');
     }
-    if !s.flops_counted() {
-        o += "no FLOPs counted: the trace records no operator input shapes (record with record_shapes=True)\n";
-    } else {
+    if let Some(p) = s.peak_allocated_bytes {
+        o += &format!(
+            "peak allocated {} at {} ({})\n",
+            human_bytes(p),
+            s.peak_node.as_deref().unwrap_or("no node"),
+            s.peak_iteration.as_deref().unwrap_or("")
+        )
+    }
+    if s.flops_counted() && s.flops_per_iteration == 0 {
+        // Shapes were recorded, but no op the step runs has a FLOP formula (copies, views,
+        // collectives, autograd nodes without their aten ops): a true zero, said as one.
+        o += &format!(
+            "FLOPs per iteration: none of its ops has a FLOP formula ({} moved)\n",
+            human_bytes(s.bytes_per_iteration as i64)
+        );
+    } else if s.flops_counted() {
         o += &format!(
             "FLOPs per iteration {} (FlopCounterMode convention {}), {} moved\n",
             flops::human_flops(s.flops_per_iteration as f64),
@@ -288,20 +292,28 @@ pub(super) const PHASE_ORDER: [Phase; 6] = [
 /// Each phase's time per iteration, in the order a step runs them: GPU time of its nodes (and
 /// their host time), or host time alone for a CPU-only trace; phases with none left out.
 pub(super) fn phase_parts(s: &crate::analysis::Summary, cpu_only: bool) -> Vec<String> {
-    PHASE_ORDER
+    let mut parts: Vec<String> = PHASE_ORDER
         .iter()
         .filter_map(|p| {
             let k = p.as_str();
             let t = s.time_by_phase.get(k)?;
-            (t.gpu_s > 0.0 || t.cpu_s > 0.0).then(|| {
-                if cpu_only {
-                    format!("{k} {}", human_time(t.cpu_s))
+            // Wall time, or the nodes' own host time where a trace gives no wall time (a
+            // phase whose every node lies outside the iterations' spans).
+            let host = if t.wall_s > 0.0 { t.wall_s } else { t.cpu_s };
+            (t.gpu_s > 0.0 || host > 0.0).then(|| {
+                if cpu_only || t.gpu_s == 0.0 {
+                    format!("{k} {}", human_time(host))
                 } else {
-                    format!("{k} {} ({} host)", human_time(t.gpu_s), human_time(t.cpu_s))
+                    format!("{k} {} (GPU {})", human_time(host), human_time(t.gpu_s))
                 }
             })
         })
-        .collect()
+        .collect();
+    // Under a microsecond is a rounding of spans that meet (a trace cut to its ops).
+    if !parts.is_empty() && s.between_phases_s >= 1e-6 {
+        parts.push(format!("between phases {}", human_time(s.between_phases_s)));
+    }
+    parts
 }
 
 /// The console's line of [`phase_parts`].
@@ -311,9 +323,9 @@ fn phase_line(s: &crate::analysis::Summary, cpu_only: bool) -> Option<String> {
         format!(
             "per iteration by phase ({}): {}\n",
             if cpu_only {
-                "host time of its nodes"
+                "wall time, medians"
             } else {
-                "GPU time of its nodes, and their host time"
+                "wall time, and the GPU time of its nodes; medians"
             },
             parts.join(", ")
         )

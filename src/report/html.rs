@@ -178,6 +178,10 @@ pub(super) fn write(
     let mut o = page_head(&s.name);
     o.push_str("<h2>Summary</h2>");
     table(&mut o, &["", ""], summary_rows(s).into_iter());
+    for l in super::input_lacks(a) {
+        let (what, rest) = l.split_once(": ").unwrap_or((l, ""));
+        let _ = write!(o, "<p><b>{}</b>: {}</p>", esc(what), esc(rest));
+    }
     if s.peak_allocated_bytes.is_some() {
         o.push_str("<h2>Memory at the peak</h2>");
         table(
@@ -187,8 +191,6 @@ pub(super) fn write(
                 .iter()
                 .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),
         );
-    } else {
-        o.push_str("<p>No memory data: the trace holds no allocator events (record with <code>profile_memory=True</code>).</p>");
     }
     top_nodes(&mut o, a);
     if !a.liveness.activations.is_empty() {
@@ -215,7 +217,14 @@ pub(super) fn write(
 fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
     let mut rows = vec![
         vec!["trace".into(), s.trace.clone()],
-        vec!["device".into(), s.device.clone().unwrap_or_default()],
+        vec![
+            "device".into(),
+            match (&s.device, s.gpu_busy_s == 0.0) {
+                (_, true) => "the CPU (no GPU activity in the trace)".into(),
+                (Some(d), false) => d.clone(),
+                (None, false) => "unknown GPU (the trace has no deviceProperties)".into(),
+            },
+        ],
         vec![
             "iterations".into(),
             format!("{} ({:?})", s.iterations, s.iteration_detection),
@@ -224,14 +233,39 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
             "nodes per iteration".into(),
             s.nodes_per_iteration.to_string(),
         ],
-        vec!["step time (median)".into(), human_time(s.step_time_s)],
-        vec!["GPU busy (median)".into(), human_time(s.gpu_busy_s)],
         vec![
-            "by phase, per iteration".into(),
-            super::console::phase_parts(s, s.gpu_busy_s == 0.0).join(", "),
+            "step time (median)".into(),
+            match s.profiler_overhead {
+                Some(x) => format!(
+                    "{} (the program's own, timed with nothing recorded); {} under the profiler ({x:.1}x)",
+                    human_time(s.step_time_s),
+                    human_time(s.step_time_instrumented_s)
+                ),
+                None => format!("{} (under the profiler)", human_time(s.step_time_s)),
+            },
         ],
     ];
     // What the input does not hold is left out, not shown blank or as 0.
+    if s.gpu_busy_s > 0.0 {
+        // Measured inside the profiled iterations: its share is of those.
+        let busy =
+            crate::analysis::percent(s.gpu_busy_s, s.step_time_instrumented_s).unwrap_or(0.0);
+        rows.push(vec![
+            "GPU busy (median)".into(),
+            format!(
+                "{} ({busy:.0}% of the profiled step; idle {:.0}%)",
+                human_time(s.gpu_busy_s),
+                100.0 - busy
+            ),
+        ]);
+    }
+    let phases = super::console::phase_parts(s, s.gpu_busy_s == 0.0);
+    if !phases.is_empty() {
+        rows.push(vec![
+            "by phase, per iteration (wall time; GPU time)".into(),
+            phases.join(", "),
+        ]);
+    }
     if let Some(p) = s.peak_allocated_bytes {
         rows.push(vec!["peak allocated".into(), human_bytes(p)]);
         rows.push(vec![
@@ -243,7 +277,12 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
             ),
         ]);
     }
-    if s.flops_counted() {
+    if s.flops_counted() && s.flops_per_iteration == 0 {
+        rows.push(vec![
+            "FLOPs per iteration".into(),
+            "none of its ops has a FLOP formula".into(),
+        ]);
+    } else if s.flops_counted() {
         rows.push(vec![
             "FLOPs per iteration".into(),
             super::flops::human_flops(s.flops_per_iteration as f64),

@@ -109,6 +109,26 @@ pub(crate) fn secs(v: f64) -> String {
     s.strip_suffix('.').unwrap_or(s).to_owned()
 }
 
+/// What the input lacks that an output would otherwise show, one sentence each with the
+/// recording option that adds it: said once at the top of the console and report.html,
+/// where the figures it would give are left out.
+pub(crate) fn input_lacks(a: &Analysis) -> Vec<&'static str> {
+    let s = &a.summary;
+    let mut v = Vec::new();
+    if s.peak_allocated_bytes.is_none() {
+        v.push(
+            "no memory data: the trace holds no allocator events (record with profile_memory=True)",
+        );
+    }
+    if !s.flops_counted() && !a.node_stats.is_empty() {
+        v.push("no FLOPs counted: the trace records no operator input shapes (record with record_shapes=True)");
+    }
+    if !a.node_stats.is_empty() && a.node_stats.iter().all(|n| n.module.is_none()) {
+        v.push("no module paths: the trace records no nn.Module ranges (record with with_modules=True); nodes are named by phase and op alone");
+    }
+    v
+}
+
 /// Whether the top-node tables rank by CPU time: no node has GPU time or a kernel. One rule
 /// for the console and report.html (the console had asked whether the trace held any GPU
 /// event, which differs where GPU work lies outside every node).
@@ -431,9 +451,16 @@ fn write_streams(path: &Path, a: &Analysis) -> Result<(), Error> {
     })
 }
 
+/// `iterations.csv`: one row per iteration, its wall time split by phase last
+/// (`wall_<phase>_s` in [`Phase::ALL`]'s order, then `between_phases_s`: they add up to
+/// `span_s`).
+///
+/// [`Phase::ALL`]: crate::analysis::step::Phase::ALL
 fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {
+    use crate::analysis::step::Phase;
     let mut w = csv_writer(path)?;
-    w.write_record([
+    let wall_cols = Phase::ALL.map(|p| format!("wall_{}_s", p.as_str()));
+    let head = [
         "iteration",
         "span_s",
         "nodes",
@@ -442,20 +469,31 @@ fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {
         "gpu_unattributed_s",
         "peak_allocated_bytes",
         "backward_s",
-    ])
-    .map_err(csv_err(path))?;
+    ]
+    .into_iter()
+    .chain(wall_cols.iter().map(String::as_str))
+    .chain(["between_phases_s"]);
+    w.write_record(head).map_err(csv_err(path))?;
     for it in &a.step.iterations {
-        w.write_record([
-            it.label.clone(),
-            secs((it.end - it.start) as f64 * 1e-9),
-            it.nodes.len().to_string(),
-            secs(it.gpu_time as f64 * 1e-9),
-            secs(it.gpu_busy as f64 * 1e-9),
-            secs(it.gpu_unattributed as f64 * 1e-9),
-            it.peak_allocated.map_or(String::new(), |p| p.to_string()),
-            it.backward
-                .map_or(String::new(), |(s, e)| secs((e - s) as f64 * 1e-9)),
-        ])
+        let walls = Phase::ALL
+            .iter()
+            .map(|&p| secs(it.wall.of(p) as f64 * 1e-9))
+            .chain([secs(it.wall.between as f64 * 1e-9)]);
+        w.write_record(
+            [
+                it.label.clone(),
+                secs((it.end - it.start) as f64 * 1e-9),
+                it.nodes.len().to_string(),
+                secs(it.gpu_time as f64 * 1e-9),
+                secs(it.gpu_busy as f64 * 1e-9),
+                secs(it.gpu_unattributed as f64 * 1e-9),
+                it.peak_allocated.map_or(String::new(), |p| p.to_string()),
+                it.backward
+                    .map_or(String::new(), |(s, e)| secs((e - s) as f64 * 1e-9)),
+            ]
+            .into_iter()
+            .chain(walls),
+        )
         .map_err(csv_err(path))?;
     }
     w.flush().map_err(io(path))

@@ -59,13 +59,14 @@ pub fn first_active(sample: &Path) -> u64 {
     s["skip_first"].as_u64().unwrap() + s["wait"].as_u64().unwrap() + s["warmup"].as_u64().unwrap()
 }
 
-/// Reads a JSON file (plain or gzip) into a `Value`, independently of steptrace's reader.
+/// Reads a JSON file (plain or gzip, one member or many as capture writes it) into a `Value`,
+/// independently of steptrace's reader.
 pub fn json(path: &Path) -> Value {
     let bytes = std::fs::read(path).unwrap();
     let text = if bytes.starts_with(&[0x1f, 0x8b]) {
         use std::io::Read;
         let mut s = Vec::new();
-        flate2::read::GzDecoder::new(&bytes[..])
+        flate2::read::MultiGzDecoder::new(&bytes[..])
             .read_to_end(&mut s)
             .unwrap();
         s

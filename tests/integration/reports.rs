@@ -56,8 +56,9 @@ fn every_plot_is_drawn_from_the_tables() {
         let (_, acts) = csv(&plots.join("activations.data.csv"));
         let (_, act_rows) = csv(&out.out_dir.join("activation_stats.csv"));
         assert_eq!(acts.len(), act_rows.len());
-        // Each phase's bars are its GPU and host time in the summary, in step order, and the
-        // last the iteration's span under the profiler less the GPU's busy time.
+        // Each phase's bars are its GPU and wall time in the summary, in step order, then the
+        // time between phases, and the last the iteration's span under the profiler less the
+        // GPU's busy time.
         let s = &out.analysis.summary;
         let (th, tb) = csv(&plots.join("time_by_phase.data.csv"));
         let mut want = Vec::new();
@@ -75,9 +76,13 @@ fn every_plot_is_drawn_from_the_tables() {
             if t.gpu_s > 0.0 {
                 want.push((format!("{k} GPU"), t.gpu_s * 1e3));
             }
-            if t.cpu_s > 0.0 {
-                want.push((format!("{k} host"), t.cpu_s * 1e3));
+            let host = if t.wall_s > 0.0 { t.wall_s } else { t.cpu_s };
+            if host > 0.0 {
+                want.push((format!("{k} wall"), host * 1e3));
             }
+        }
+        if s.between_phases_s >= 1e-6 {
+            want.push(("between phases".to_owned(), s.between_phases_s * 1e3));
         }
         want.push((
             "GPU idle".to_owned(),
@@ -568,7 +573,10 @@ fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
     );
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(!html.contains("Memory at the peak") && !html.contains("Largest activations"));
-    assert!(html.contains("No memory data"));
+    // Said once at the top, one line each, as the console says it.
+    assert!(html.contains("<p><b>no memory data</b>: the trace holds no allocator events"));
+    assert!(html.contains("<p><b>no FLOPs counted</b>"));
+    assert!(!html.contains("no module paths"), "it has its modules");
     // No blank or zero rows for what was not recorded.
     for absent in [
         "<td>peak at</td>",
@@ -593,6 +601,23 @@ fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
         row.contains("n/a") && !row.contains("0 B") && !row.contains("-100"),
         "{row}"
     );
+    // Without `with_modules` too: said in one line, in the console and the report.
+    let evs = v["traceEvents"].as_array_mut().unwrap();
+    evs.retain(|e| !e["name"].as_str().unwrap_or("").starts_with("nn.Module: "));
+    std::fs::write(&trace, serde_json::to_vec(&v).unwrap()).unwrap();
+    let o = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["analyze", "--out"])
+        .arg(&out)
+        .arg(&trace)
+        .assert()
+        .success();
+    let console = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    let line =
+        "no module paths: the trace records no nn.Module ranges (record with with_modules=True)";
+    assert_eq!(console.matches(line).count(), 1, "{console}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<p><b>no module paths</b>: the trace records no nn.Module ranges"));
 }
 
 /// A step with no operator inside it (HolisticTraceAnalysis's `cpu_only` test trace: its four
@@ -646,11 +671,15 @@ fn report_html_has_no_empty_table_or_plot_for_a_step_without_gpu_work() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("<h2>Top nodes by CPU time</h2>"), "{html}");
     assert!(!html.contains("Top nodes by GPU time"));
-    // Its phase chart: host time alone, no GPU bars and no GPU idle.
+    // Its phase chart: wall time alone (and the time between phases), no GPU bars and no
+    // GPU idle.
     let (h, bars) = crate::common::csv(&out.join("plots/time_by_phase.data.csv"));
     assert!(!bars.is_empty());
     assert!(
-        bars.iter().all(|b| b[col(&h, "bar")].ends_with(" host")),
+        bars.iter().all(|b| {
+            let l = &b[col(&h, "bar")];
+            l.ends_with(" wall") || l == "between phases"
+        }),
         "{bars:?}"
     );
 }
@@ -681,4 +710,36 @@ fn unanalysed_device_activity_is_named_in_one_line() {
         ),
         "{lines}"
     );
+}
+
+/// Issue 45 ("no silent zero"): a trace with shapes whose ops have no FLOP formula (copies,
+/// views; HolisticTraceAnalysis's `trace_compare` traces) says so in the console and the
+/// report instead of "FLOPs per iteration 0 (FlopCounterMode convention 0)"; it still
+/// counts the bytes its ops move.
+#[test]
+fn shapes_without_a_flop_formula_say_so_instead_of_zero_flops() {
+    let text = r#"{"schemaVersion":1,"deviceProperties":[],"traceEvents":[
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,"tid":1,"ts":1000,"dur":200},
+{"ph":"X","cat":"cpu_op","name":"aten::copy_","pid":1,"tid":1,"ts":1010,"dur":20,
+ "args":{"Input Dims":[[1024,1024],[1024,1024]],"Input type":["float","float"]}}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.json");
+    std::fs::write(&p, text).unwrap();
+    let out = dir.path().join("o");
+    let o = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["analyze", "--out"])
+        .arg(&out)
+        .arg(&p)
+        .assert()
+        .success();
+    let console = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    assert!(
+        console.contains("FLOPs per iteration: none of its ops has a FLOP formula (8.0 MiB moved)"),
+        "{console}"
+    );
+    assert!(!console.contains("FLOPs per iteration 0"), "{console}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<td>none of its ops has a FLOP formula</td>"));
+    assert!(!html.contains("FlopCounterMode FLOPs per iteration"));
 }

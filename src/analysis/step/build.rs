@@ -26,6 +26,8 @@ pub(super) struct Ctx<'a> {
     pub(super) has_gpu: bool,
     /// Whether the program marks its DataLoader's `__next__` (Python).
     pub(super) has_dataloader_annotations: bool,
+    /// [`super::phase_ranges`].
+    pub(super) phase_ranges: &'a [(i64, i64, Phase)],
 }
 
 /// What one iteration's phases read beyond [`Ctx`]: its backward passes, the nodes of
@@ -220,6 +222,23 @@ impl Ctx<'_> {
         })
     }
 
+    /// The iteration `[start, end)` of `nodes` split by phase: each node's span, and the
+    /// ranges that are wholly one phase's ([`super::phase_ranges`]).
+    fn wall(&self, nodes: &[Node], start: i64, end: i64) -> super::PhaseWall {
+        let t = self.t;
+        let mut spans: Vec<(i64, i64, Phase)> = nodes
+            .iter()
+            .map(|n| {
+                let op = t.op(n.op);
+                (op.start, op.end(), n.phase)
+            })
+            .collect();
+        let r = self.phase_ranges;
+        let lo = r.partition_point(|x| x.0 < start);
+        spans.extend(r[lo..].iter().take_while(|x| x.0 < end));
+        super::wall::split(&mut spans, start, end)
+    }
+
     /// Iteration `ii` over `window`, from its nodes `idx` (node indices).
     pub(super) fn build_iteration(
         &self,
@@ -317,6 +336,7 @@ impl Ctx<'_> {
             gpu_unattributed,
             peak_allocated,
             backward: bw.extent,
+            wall: self.wall(&nodes, *ws, *we),
         };
         (nodes, iteration)
     }

@@ -22,8 +22,10 @@ use crate::model::{GpuId, OpId, Trace, EVALUATE_FUNCTION};
 
 mod build;
 mod iterations;
+mod wall;
 use build::{merge_spans, Ctx};
 use iterations::{cut_short, find_iterations, Window};
+pub use wall::PhaseWall;
 
 /// How iterations were found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -59,6 +61,21 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in [`Phase::index`] order.
+    pub const ALL: [Phase; 6] = [
+        Phase::Forward,
+        Phase::Backward,
+        Phase::Optimizer,
+        Phase::ZeroGrad,
+        Phase::DataLoading,
+        Phase::Other,
+    ];
+
+    /// Its place in [`Phase::ALL`] (a table indexed by phase).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// Lower-case name used in files.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -132,6 +149,8 @@ pub struct Iteration {
     pub peak_allocated: Option<i64>,
     /// Backward pass span, ns.
     pub backward: Option<(i64, i64)>,
+    /// Its wall time split by phase.
+    pub wall: PhaseWall,
 }
 
 /// The rebuilt step.
@@ -230,6 +249,7 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         differentiated: &differentiated,
         has_gpu: !t.kineto.gpu.is_empty(),
         has_dataloader_annotations: facts.in_data_loading.iter().any(|&b| b),
+        phase_ranges: &phase_ranges(t),
     };
     // Iterations are independent: each builds its nodes on its own thread, and they are joined
     // in iteration order, so the output does not depend on the threads.
@@ -304,7 +324,7 @@ fn op_facts(t: &mut Trace, node_ops: &[OpId]) -> OpFacts {
                 if f.1.is_none() && name.starts_with("Optimizer.step#") {
                     f.1 = Some(a);
                 }
-                f.2 |= name.starts_with("Optimizer.zero_grad#");
+                f.2 |= name.starts_with(ZERO_GRAD);
                 f.3 |= name.starts_with(DATA_LOADER_NEXT);
             }
             f
@@ -336,6 +356,33 @@ fn op_facts(t: &mut Trace, node_ops: &[OpId]) -> OpFacts {
 /// The range a Python DataLoader's iterator opens around each `__next__`
 /// (`enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`).
 const DATA_LOADER_NEXT: &str = "enumerate(DataLoader)#";
+
+/// The range torch's optimizers open around `zero_grad`.
+const ZERO_GRAD: &str = "Optimizer.zero_grad#";
+
+/// The ranges that are wholly one phase's time, whether or not they hold a node (a
+/// DataLoader's Python around the few ops it records; `zero_grad(set_to_none=True)`, which
+/// records none), by start: (start, end, phase).
+fn phase_ranges(t: &Trace) -> Vec<(i64, i64, Phase)> {
+    let mut v: Vec<(i64, i64, Phase)> = t
+        .kineto
+        .ops
+        .iter()
+        .filter_map(|o| {
+            let name = t.kineto.str(o.name);
+            let p = if name.starts_with(ZERO_GRAD) {
+                Phase::ZeroGrad
+            } else if name.starts_with(DATA_LOADER_NEXT) {
+                Phase::DataLoading
+            } else {
+                return None;
+            };
+            Some((o.start, o.end(), p))
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
 
 /// Per node: whether it is forward work that autograd later differentiates. The trace links
 /// each such forward op to its backward node with a `fwdbwd` flow (its start at the forward

@@ -51,9 +51,9 @@ pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<J
         .collect()
 }
 
-/// The bars of [`time_by_phase`]: each phase's GPU time and host time per iteration in the
-/// order a step runs them (host time alone where no node has GPU time), then the GPU's idle
-/// time in an iteration; phases with no time left out.
+/// The bars of [`time_by_phase`]: each phase's GPU time and wall time per iteration in the
+/// order a step runs them (wall time alone where no node has GPU time), the time between
+/// phases, then the GPU's idle time in an iteration; phases with no time left out.
 fn phase_bars(a: &Analysis) -> Vec<(String, f64, &'static str, bool)> {
     let s = &a.summary;
     let cpu_only = crate::report::nodes_without_gpu_time(&a.node_stats);
@@ -65,9 +65,18 @@ fn phase_bars(a: &Analysis) -> Vec<(String, f64, &'static str, bool)> {
         if !cpu_only && t.gpu_s > 0.0 {
             bars.push((format!("{k} GPU"), t.gpu_s * 1e3, k, false));
         }
-        if t.cpu_s > 0.0 {
-            bars.push((format!("{k} host"), t.cpu_s * 1e3, k, true));
+        let host = if t.wall_s > 0.0 { t.wall_s } else { t.cpu_s };
+        if host > 0.0 {
+            bars.push((format!("{k} wall"), host * 1e3, k, true));
         }
+    }
+    if !bars.is_empty() && s.between_phases_s >= 1e-6 {
+        bars.push((
+            "between phases".to_owned(),
+            s.between_phases_s * 1e3,
+            "idle",
+            true,
+        ));
     }
     if !bars.is_empty() && !cpu_only {
         let idle = (s.step_time_instrumented_s - s.gpu_busy_s).max(0.0);
@@ -90,7 +99,7 @@ fn time_by_phase(a: &Analysis) -> Job {
             .into_iter()
             .map(|(label, ms, phase, host)| {
                 let c = phase_color(phase);
-                // A phase's host time in its colour, lighter.
+                // A phase's wall time in its colour, lighter.
                 (label, ms, if host { c.mix(0.4) } else { c.mix(1.0) })
             })
             .collect(),
