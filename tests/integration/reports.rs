@@ -743,3 +743,42 @@ fn shapes_without_a_flop_formula_say_so_instead_of_zero_flops() {
     assert!(html.contains("<td>none of its ops has a FLOP formula</td>"));
     assert!(!html.contains("FlopCounterMode FLOPs per iteration"));
 }
+
+/// Issue 45: on every bundled sample (ranks of a job included), report.html has no empty
+/// table, no blank cell or heading, and every plot it draws has points (its `.data.csv` rows).
+#[test]
+fn every_samples_report_has_no_empty_table_cell_or_plot() {
+    fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    for d in crate::common::samples() {
+        let (_t, out) = analyze(&d);
+        let mut all = Vec::new();
+        files(&out.out_dir, &mut all);
+        let reports: Vec<_> = all
+            .iter()
+            .filter(|p| p.file_name().is_some_and(|n| n == "report.html"))
+            .collect();
+        assert!(!reports.is_empty(), "{d:?}");
+        for r in reports {
+            let html = std::fs::read_to_string(r).unwrap();
+            for bad in ["<tbody></tbody>", "<td></td>", "<th></th>", "<table></table>"] {
+                assert!(!html.contains(bad), "{r:?} holds {bad}");
+            }
+        }
+        for p in all
+            .iter()
+            .filter(|p| p.to_string_lossy().ends_with(".data.csv"))
+        {
+            let (_, rows) = crate::common::csv(p);
+            assert!(!rows.is_empty(), "{p:?} draws nothing");
+        }
+    }
+}
