@@ -164,7 +164,12 @@ fn run_analysis_with(
         });
     }
     stage("analysing");
-    let mut analysis = analysis::run(&mut trace, &props.options, &mut diag);
+    // The snapshot's whole history is drawn by report.html alone (its memory view).
+    let options = analysis::Options {
+        without_snapshot_history: props.options.without_snapshot_history || props.report.no_plots,
+        ..props.options.clone()
+    };
+    let mut analysis = analysis::run(&mut trace, &options, &mut diag);
     analysis.summary.name = run_name(&props.input);
     analysis.summary.plan_probe = inputs.plan_probe;
     analysis.module_fqns = inputs.module_fqns.clone();

@@ -34,6 +34,10 @@ pub struct Options {
     pub peak_bandwidth_gbps: Option<f64>,
     /// Host↔device bandwidth for swap times, GB/s (default: measured from the trace's copies).
     pub swap_bandwidth_gbps: Option<f64>,
+    /// Leave out the replay of a run's snapshot over its whole history
+    /// ([`Analysis::snapshot_history`]): only report.html's memory view draws it, and on a
+    /// GB snapshot it takes seconds.
+    pub without_snapshot_history: bool,
 }
 
 /// `summary.json`.
@@ -264,7 +268,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
             let history = t
                 .snapshot
                 .as_ref()
-                .filter(|s| !s.legacy_layout)
+                .filter(|s| !s.legacy_layout && !opts.without_snapshot_history)
                 .map(snapshot::analyze);
             (flops::compute(t, &step), history)
         },

@@ -249,6 +249,23 @@ fn a_run_with_a_snapshot_has_the_memory_view_in_its_report() {
         named > 500 && checked > 200,
         "{named} named, {checked} checked"
     );
+    assert!(out.analysis.snapshot_history.is_some());
+    // Without plots there is no view to draw: the whole history is not replayed (seconds on
+    // a GB snapshot), and every other output is as it was.
+    let dir = tempfile::tempdir().unwrap();
+    let mut props = steptrace::AnalyzeProps {
+        input: root().join("sample_traces/resnet18"),
+        out: Some(dir.path().join("out")),
+        top: 10,
+        ..Default::default()
+    };
+    props.report.no_plots = true;
+    let lean = steptrace::analyze(&props).unwrap();
+    assert!(lean.analysis.snapshot_history.is_none());
+    assert_eq!(
+        std::fs::read(dir.path().join("out/summary.json")).unwrap(),
+        std::fs::read(out.out_dir.join("summary.json")).unwrap()
+    );
 }
 
 /// The view's data names the op that made each drawn allocation the trace saw made. The
