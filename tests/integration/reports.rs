@@ -769,7 +769,12 @@ fn every_samples_report_has_no_empty_table_cell_or_plot() {
         assert!(!reports.is_empty(), "{d:?}");
         for r in reports {
             let html = std::fs::read_to_string(r).unwrap();
-            for bad in ["<tbody></tbody>", "<td></td>", "<th></th>", "<table></table>"] {
+            for bad in [
+                "<tbody></tbody>",
+                "<td></td>",
+                "<th></th>",
+                "<table></table>",
+            ] {
                 assert!(!html.contains(bad), "{r:?} holds {bad}");
             }
         }
