@@ -76,6 +76,18 @@ pub fn json(path: &Path) -> Value {
     serde_json::from_slice(&text).unwrap()
 }
 
+/// Runs the binary's `analyze --out OUT INPUT`, which must succeed; returns its console.
+pub fn console_of(input: &Path, out: &Path) -> String {
+    let o = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["analyze", "--out"])
+        .arg(out)
+        .arg(input)
+        .assert()
+        .success();
+    String::from_utf8_lossy(&o.get_output().stdout).into_owned()
+}
+
 /// Runs `analyze` on a sample into a fresh directory; returns (tempdir, outcome).
 pub fn analyze(sample: &Path) -> (tempfile::TempDir, steptrace::Outcome) {
     let dir = tempfile::tempdir().unwrap();

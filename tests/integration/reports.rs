@@ -548,14 +548,7 @@ fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
     let trace = dir.path().join("bare.json");
     std::fs::write(&trace, serde_json::to_vec(&v).unwrap()).unwrap();
     let out = dir.path().join("out");
-    let o = assert_cmd::Command::cargo_bin("steptrace")
-        .unwrap()
-        .args(["analyze", "--out"])
-        .arg(&out)
-        .arg(&trace)
-        .assert()
-        .success();
-    let console = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    let console = crate::common::console_of(&trace, &out);
     assert!(console.contains("no memory data: the trace holds no allocator events"));
     assert!(console.contains("no FLOPs counted: the trace records no operator input shapes"));
     assert!(!console.contains("FLOPs per iteration 0") && !console.contains("0 activations"));
@@ -605,14 +598,7 @@ fn a_trace_without_memory_or_shapes_shows_no_empty_plot_table_or_zero() {
     let evs = v["traceEvents"].as_array_mut().unwrap();
     evs.retain(|e| !e["name"].as_str().unwrap_or("").starts_with("nn.Module: "));
     std::fs::write(&trace, serde_json::to_vec(&v).unwrap()).unwrap();
-    let o = assert_cmd::Command::cargo_bin("steptrace")
-        .unwrap()
-        .args(["analyze", "--out"])
-        .arg(&out)
-        .arg(&trace)
-        .assert()
-        .success();
-    let console = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    let console = crate::common::console_of(&trace, &out);
     let line =
         "no module paths: the trace records no nn.Module ranges (record with with_modules=True)";
     assert_eq!(console.matches(line).count(), 1, "{console}");
@@ -726,14 +712,7 @@ fn shapes_without_a_flop_formula_say_so_instead_of_zero_flops() {
     let p = dir.path().join("t.json");
     std::fs::write(&p, text).unwrap();
     let out = dir.path().join("o");
-    let o = assert_cmd::Command::cargo_bin("steptrace")
-        .unwrap()
-        .args(["analyze", "--out"])
-        .arg(&out)
-        .arg(&p)
-        .assert()
-        .success();
-    let console = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    let console = crate::common::console_of(&p, &out);
     assert!(
         console.contains("FLOPs per iteration: none of its ops has a FLOP formula (8.0 MiB moved)"),
         "{console}"
