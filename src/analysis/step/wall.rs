@@ -67,6 +67,13 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn every_phase_indexes_its_own_slot() {
+        for (i, p) in Phase::ALL.iter().enumerate() {
+            assert_eq!(p.index(), i, "{p:?}");
+        }
+    }
+
+    #[test]
     fn gaps_inside_a_phase_are_its_own_and_gaps_between_phases_are_not() {
         use Phase::*;
         let mut s = vec![
