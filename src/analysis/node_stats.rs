@@ -209,6 +209,28 @@ pub struct PhaseTime {
     pub wall_s: f64,
 }
 
+impl PhaseTime {
+    /// Its host figure for display: the wall time, or the nodes' own host time where the
+    /// trace gives no wall time (a phase whose nodes lie outside the iterations' spans).
+    pub fn host_s(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            self.wall_s
+        } else {
+            self.cpu_s
+        }
+    }
+}
+
+/// The median over the iterations of one figure of their wall split, s.
+fn median_wall(step: &Step, f: impl Fn(&super::step::PhaseWall) -> i64) -> f64 {
+    let mut v: Vec<f64> = step
+        .iterations
+        .iter()
+        .map(|it| f(&it.wall) as f64)
+        .collect();
+    median(&mut v).unwrap_or(0.0) * 1e-9
+}
+
 /// Each phase's share of an iteration: its nodes' median GPU and CPU times, summed (nodes are
 /// the outermost ops of each thread, so nothing is counted twice), and the median over the
 /// iterations of its wall time.
@@ -223,14 +245,9 @@ pub fn time_by_phase(
         e.cpu_s += n.median_cpu_time_s;
     }
     for p in Phase::ALL {
-        let mut v: Vec<f64> = step
-            .iterations
-            .iter()
-            .map(|it| it.wall.of(p) as f64)
-            .collect();
-        let wall = median(&mut v).unwrap_or(0.0);
+        let wall = median_wall(step, |w| w.of(p));
         if wall > 0.0 {
-            m.entry(p.as_str()).or_default().wall_s = wall * 1e-9;
+            m.entry(p.as_str()).or_default().wall_s = wall;
         }
     }
     m
@@ -240,10 +257,5 @@ pub fn time_by_phase(
 ///
 /// [`PhaseWall::between`]: super::step::PhaseWall::between
 pub fn between_phases_s(step: &Step) -> f64 {
-    let mut v: Vec<f64> = step
-        .iterations
-        .iter()
-        .map(|it| it.wall.between as f64)
-        .collect();
-    median(&mut v).unwrap_or(0.0) * 1e-9
+    median_wall(step, |w| w.between)
 }

@@ -297,9 +297,7 @@ pub(super) fn phase_parts(s: &crate::analysis::Summary, cpu_only: bool) -> Vec<S
         .filter_map(|p| {
             let k = p.as_str();
             let t = s.time_by_phase.get(k)?;
-            // Wall time, or the nodes' own host time where a trace gives no wall time (a
-            // phase whose every node lies outside the iterations' spans).
-            let host = if t.wall_s > 0.0 { t.wall_s } else { t.cpu_s };
+            let host = t.host_s();
             (t.gpu_s > 0.0 || host > 0.0).then(|| {
                 if cpu_only || t.gpu_s == 0.0 {
                     format!("{k} {}", human_time(host))

@@ -65,7 +65,7 @@ fn phase_bars(a: &Analysis) -> Vec<(String, f64, &'static str, bool)> {
         if !cpu_only && t.gpu_s > 0.0 {
             bars.push((format!("{k} GPU"), t.gpu_s * 1e3, k, false));
         }
-        let host = if t.wall_s > 0.0 { t.wall_s } else { t.cpu_s };
+        let host = t.host_s();
         if host > 0.0 {
             bars.push((format!("{k} wall"), host * 1e3, k, true));
         }
