@@ -216,8 +216,12 @@ pub trait RecordSink {
     fn forget(&mut self, number: usize);
     /// `items` were just appended, in this order, to `list` (by APPEND, APPENDS or LIST):
     /// a record among them is in a list from here on, so a sink can hand it on and forget
-    /// it instead of keeping every record to the end.
-    fn appended(&mut self, _pk: &Pickle, _list: ValueId, _items: &[ValueId]) {}
+    /// it instead of keeping every record to the end. True: every item was a record the
+    /// sink handed on for good, so the list need not hold them (a GB snapshot's history
+    /// lists held a word per entry): [`Pickle::items`] of the list then lacks them.
+    fn appended(&mut self, _pk: &Pickle, _list: ValueId, _items: &[ValueId]) -> bool {
+        false
+    }
     /// The generic dict `dict` (not read as a record: a member beyond the shape, a pair at a
     /// time) was given the shape's first member: the sink may read it by key once it is in a
     /// list.
@@ -369,6 +373,24 @@ impl Pickle {
     /// when millions of entries each name one).
     pub fn seq_index(&self, id: ValueId) -> Option<usize> {
         matches!(id.kind(), Kind::List | Kind::Tuple | Kind::Set).then_some(id.data() as usize)
+    }
+
+    /// Where the items of a list, tuple or set are kept in the shared table, `(start, len)`,
+    /// when they are there: lists with equal items mostly share them, so equal places mean
+    /// equal items. A place, unlike the items' address, stays the same as the table grows
+    /// (its buffer moves, and an address it had may later hold other items). `None` for a
+    /// container with a vector of its own, or anything else.
+    pub fn items_place(&self, id: ValueId) -> Option<(usize, usize)> {
+        match (id.kind(), self.seqs_slot(id)) {
+            (Kind::List | Kind::Tuple | Kind::Set, Some(Slot::Flat(start, len))) => {
+                Some((start, len))
+            }
+            _ => None,
+        }
+    }
+
+    fn seqs_slot(&self, id: ValueId) -> Option<Slot> {
+        ((id.data() as usize) < self.seqs.len()).then(|| self.seqs.slot(id.data()))
     }
 
     /// The items of a list, tuple or set (empty for anything else).

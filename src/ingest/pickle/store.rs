@@ -196,6 +196,24 @@ impl<T: Copy> Store<T> {
         }
     }
 
+    /// Drops the last `n` items of container `c`, which were just added to it (so they end
+    /// its items: the flat table's tail, or its own vector's).
+    pub(super) fn drop_last(&mut self, c: u64, n: usize) {
+        match self.slot(c) {
+            Slot::Flat(start, len) if len >= n && start + len == self.flat.len() => {
+                self.flat.truncate(start + len - n);
+                if let Some(w) = Slot::flat(start, len - n) {
+                    self.items[c as usize] = w;
+                }
+            }
+            Slot::Own(i) => {
+                let v = &mut self.own[i];
+                v.truncate(v.len().saturating_sub(n));
+            }
+            _ => debug_assert!(false, "items dropped that were not just added"),
+        }
+    }
+
     pub(super) fn get(&self, c: u64) -> &[T] {
         match self.slot(c) {
             Slot::Flat(start, len) => &self.flat[start..start + len],

@@ -598,3 +598,75 @@ proptest::proptest! {
         }
     }
 }
+
+/// A sink that takes every record and says a batch of records alone need not stay in its list,
+/// as the snapshot's does.
+#[derive(Default)]
+struct TakesAll(usize);
+
+impl RecordSink for TakesAll {
+    fn record(&mut self, _pk: &Pickle, _members: &[Option<ValueId>]) -> usize {
+        self.0 += 1;
+        self.0 - 1
+    }
+
+    fn forget(&mut self, _number: usize) {}
+
+    fn appended(&mut self, pk: &Pickle, _list: ValueId, items: &[ValueId]) -> bool {
+        !items.is_empty() && items.iter().all(|&i| pk.record_number(i).is_some())
+    }
+}
+
+/// A history's batches of entries leave its list once the sink has taken them (a GB
+/// snapshot's lists held a word per entry), by APPENDS, APPEND and LIST alike; a batch that
+/// also holds anything else stays whole, and the list's later items stay too.
+#[test]
+fn a_list_of_records_the_sink_took_no_longer_holds_them() {
+    let mut w = W::new();
+    let entry = |w: &mut W, n: u8| {
+        w.op(b"}");
+        w.put();
+        w.op(b"(").str("action").put();
+        w.str("alloc").put();
+        w.str("addr").put();
+        w.op(&[b'K', n, b'u']);
+    };
+    // History: two entries by APPENDS, one by APPEND.
+    w.op(b"]");
+    w.put();
+    w.op(b"(");
+    entry(&mut w, 1);
+    entry(&mut w, 2);
+    w.op(b"e");
+    entry(&mut w, 3);
+    w.op(b"a");
+    // Mixed: an entry and an integer in one batch.
+    w.op(b"]");
+    w.put();
+    w.op(b"(");
+    entry(&mut w, 4);
+    w.op(b"K\x07e");
+    // A list built in one go by LIST.
+    w.op(b"(");
+    entry(&mut w, 5);
+    w.op(b"l");
+    w.op(&[0x87, b'.']);
+    let mut sink = TakesAll::default();
+    let s = parse_stream_into(Box::new(&w.out[..]), &ENTRY, &mut sink).unwrap();
+    assert_eq!(sink.0, 5, "every entry a record");
+    let lists = s.pickle.items(s.pickle.root);
+    let lens: Vec<usize> = lists.iter().map(|&l| s.pickle.items(l).len()).collect();
+    assert_eq!(
+        lens,
+        [0, 2, 0],
+        "taken batches left their lists; the mixed one stayed"
+    );
+    // Without a sink that says so, every list keeps its items.
+    let kept = parse(&w.out).unwrap();
+    let lens: Vec<usize> = kept
+        .items(kept.root)
+        .iter()
+        .map(|&l| kept.items(l).len())
+        .collect();
+    assert_eq!(lens, [3, 2, 1]);
+}

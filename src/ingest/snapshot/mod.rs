@@ -187,6 +187,9 @@ struct ListCount {
     entries: usize,
     /// Items that were entries already given to a list (memo references).
     repeats: usize,
+    /// Entries the list no longer holds: batches whose every item was an entry handed on
+    /// ([`pickle::RecordSink::appended`]).
+    dropped: usize,
 }
 
 /// An entry whose `action` is no string: no entry ([`Extractor::run`] warns once per such).
@@ -295,8 +298,10 @@ impl pickle::RecordSink for EntrySink<'_> {
         self.generic.insert(dict);
     }
 
-    fn appended(&mut self, pk: &Pickle, list: ValueId, items: &[ValueId]) {
-        let Some(li) = pk.seq_index(list) else { return };
+    fn appended(&mut self, pk: &Pickle, list: ValueId, items: &[ValueId]) -> bool {
+        let Some(li) = pk.seq_index(list) else {
+            return false;
+        };
         let mut count = ListCount::default();
         for &item in items {
             match self.take(pk, item) {
@@ -313,10 +318,16 @@ impl pickle::RecordSink for EntrySink<'_> {
                 }
             }
         }
+        // A batch of entries alone (every batch of a history torch writes) leaves the list:
+        // its entries are handed on, and the list would only hold a word for each.
+        let all = !items.is_empty() && count.entries == items.len();
         if count.entries + count.repeats > 0 {
             let c = self.lists.entry(li).or_default();
             c.entries += count.entries;
             c.repeats += count.repeats;
+            if all {
+                c.dropped += count.entries;
+            }
         }
         // Taken entries leave the front (records never put in a list stay: no snapshot
         // torch writes has one).
@@ -324,6 +335,7 @@ impl pickle::RecordSink for EntrySink<'_> {
             self.pending.pop_front();
             self.base += 1;
         }
+        all
     }
 }
 
@@ -337,7 +349,7 @@ struct Stacks {
     stacks: Vec<Box<[FrameId]>>,
     /// Stacks by the pickle's frame objects (a list per entry, its frames shared)...
     stack_by_list: FxHashMap<Box<[ValueId]>, StackId>,
-    /// ...by where those items are stored (see `stack_of`)...
+    /// ...by where those items are stored in the pickle's table (see `stack_of`)...
     stack_by_items: FxHashMap<(usize, usize), StackId>,
     /// ...and by content (equal stacks written as separate lists).
     stack_by_frames: FxHashMap<Box<[FrameId]>, StackId>,
@@ -352,14 +364,17 @@ impl Stacks {
     fn stack_of(&mut self, pk: &Pickle, id: Option<ValueId>) -> StackId {
         let objects = id.map_or(&[][..], |id| pk.items(id));
         // Lists with equal items mostly share them in the pickle's tables
-        // (the pickle reader's `share_items`): where they do, the items' address finds them
-        // without hashing each list's frames.
-        let at = (objects.as_ptr() as usize, objects.len());
-        if let Some(&s) = self.stack_by_items.get(&at) {
-            return s;
+        // (the pickle reader's `share_items`): where they do, the items' place finds them
+        // without hashing each list's frames. (Their address did, until it was seen that the
+        // table's buffer moves as it grows, so that an address can later hold other items.)
+        let at = id.and_then(|id| pk.items_place(id));
+        if let Some(s) = at.and_then(|at| self.stack_by_items.get(&at)) {
+            return *s;
         }
         if let Some(&s) = self.stack_by_list.get(objects) {
-            self.stack_by_items.insert(at, s);
+            if let Some(at) = at {
+                self.stack_by_items.insert(at, s);
+            }
             return s;
         }
         let frames: Box<[FrameId]> = objects.iter().filter_map(|&f| self.frame(pk, f)).collect();
@@ -369,7 +384,9 @@ impl Stacks {
             self.stacks.push(frames);
         }
         self.stack_by_list.insert(objects.into(), s);
-        self.stack_by_items.insert(at, s);
+        if let Some(at) = at {
+            self.stack_by_items.insert(at, s);
+        }
         s
     }
 
@@ -478,7 +495,7 @@ impl<'a> Extractor<'a> {
             .copied()
             .unwrap_or_default();
         self.repeats += c.repeats;
-        let items = self.pk.items(dev).len();
+        let items = self.pk.items(dev).len() + c.dropped;
         let without = items.saturating_sub(c.entries + c.repeats);
         if without > 0 {
             self.diag.warn_n(
@@ -624,6 +641,11 @@ mod tests {
     /// given one SETITEM at a time when `pairwise` (as protocols 0 and 1 write a dict), else
     /// with one SETITEMS.
     fn history_pickle(entries: &[&[(&str, &str)]], pairwise: bool) -> Vec<u8> {
+        history_batches(&[entries], pairwise)
+    }
+
+    /// [`history_pickle`] with the history appended in batches (one APPENDS each).
+    fn history_batches(batches: &[&[&[(&str, &str)]]], pairwise: bool) -> Vec<u8> {
         fn text(p: &mut Vec<u8>, t: &str) {
             p.extend_from_slice(&[0x8c, t.len() as u8]);
             p.extend_from_slice(t.as_bytes());
@@ -632,28 +654,32 @@ mod tests {
         text(&mut p, "segments");
         p.push(b']');
         text(&mut p, "device_traces");
-        p.extend_from_slice(b"](](");
-        for e in entries {
-            p.push(b'}');
-            if !pairwise {
-                p.push(b'(');
-            }
-            for (k, v) in e.iter() {
-                text(&mut p, k);
-                match v.parse::<u8>() {
-                    Ok(n) => p.extend_from_slice(&[b'K', n]),
-                    Err(_) if *v == "[]" => p.push(b']'),
-                    Err(_) => text(&mut p, v),
+        p.extend_from_slice(b"](]");
+        for entries in batches {
+            p.push(b'(');
+            for e in entries.iter() {
+                p.push(b'}');
+                if !pairwise {
+                    p.push(b'(');
                 }
-                if pairwise {
-                    p.push(b's');
+                for (k, v) in e.iter() {
+                    text(&mut p, k);
+                    match v.parse::<u8>() {
+                        Ok(n) => p.extend_from_slice(&[b'K', n]),
+                        Err(_) if *v == "[]" => p.push(b']'),
+                        Err(_) => text(&mut p, v),
+                    }
+                    if pairwise {
+                        p.push(b's');
+                    }
+                }
+                if !pairwise {
+                    p.push(b'u');
                 }
             }
-            if !pairwise {
-                p.push(b'u');
-            }
+            p.push(b'e');
         }
-        p.extend_from_slice(b"eeu.");
+        p.extend_from_slice(b"eu.");
         p
     }
 
@@ -695,6 +721,13 @@ mod tests {
                 ],
                 "pairwise: {pairwise}"
             );
+            assert_eq!(diag.count("snapshot_entry_without_action"), 2);
+            // In batches: one of entries alone (which leaves the pickle's list once handed
+            // on) and one with the others: the same entries and warnings.
+            let p = history_batches(&[&[&a], &[&b, &c, &d]], pairwise);
+            let mut diag = Diagnostics::default();
+            let t = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
+            assert_eq!(t.device_traces, s.device_traces, "pairwise: {pairwise}");
             assert_eq!(diag.count("snapshot_entry_without_action"), 2);
         }
     }

@@ -62,16 +62,19 @@ fn short_key(b: &[u8]) -> ShortKey {
 }
 
 /// Tells the sink, if any, that `items` were just appended to `list` (a list: sets are not
-/// histories). A function of the fields, not a method, so that callers can pass their stack.
+/// histories), and drops them from the list again where the sink took them all. A function
+/// of the fields, not a method, so that callers can pass their stack.
 #[inline]
 pub(super) fn appended(
     sink: &mut Option<&mut dyn RecordSink>,
-    pk: &Pickle,
+    pk: &mut Pickle,
     list: ValueId,
     items: &[ValueId],
 ) {
     if let (Kind::List, Some(sink)) = (list.kind(), sink.as_mut()) {
-        sink.appended(pk, list, items);
+        if sink.appended(pk, list, items) {
+            pk.seqs.drop_last(list.data(), items.len());
+        }
     }
 }
 
@@ -171,7 +174,7 @@ impl<'a> Reader<'a> {
             }
             self.pk.seqs.extend(prev.data(), &[top]);
             self.stack.pop();
-            appended(&mut self.sink, &self.pk, prev, &[top]);
+            appended(&mut self.sink, &mut self.pk, prev, &[top]);
         }
     }
 
@@ -369,7 +372,7 @@ impl<'a> Reader<'a> {
         let fresh = matches!(self.pk.seqs.slot(c), Slot::Flat(_, 0));
         let start = self.pk.seqs.flat.len();
         self.pk.seqs.extend(c, &self.stack[from..]);
-        appended(&mut self.sink, &self.pk, list, &self.stack[from..]);
+        appended(&mut self.sink, &mut self.pk, list, &self.stack[from..]);
         self.stack.truncate(from);
         if fresh && self.share {
             if let Slot::Flat(s, len) = self.pk.seqs.slot(c) {
@@ -541,7 +544,7 @@ impl<'a> Reader<'a> {
     fn seq_from_stack(&mut self, kind: Kind, from: usize) -> ValueId {
         let id = self.pk.seqs.add(&self.stack[from..]);
         let v = ValueId::new(kind, id);
-        appended(&mut self.sink, &self.pk, v, &self.stack[from..]);
+        appended(&mut self.sink, &mut self.pk, v, &self.stack[from..]);
         self.stack.truncate(from);
         v
     }

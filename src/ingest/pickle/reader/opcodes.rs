@@ -119,7 +119,7 @@ impl Reader<'_> {
                     return Err(self.malformed("APPEND to something that is not a list", offset));
                 }
                 self.pk.seqs.extend(list.data(), &[v]);
-                appended(&mut self.sink, &self.pk, list, &[v]);
+                appended(&mut self.sink, &mut self.pk, list, &[v]);
             }
             b'e' | 0x90 => {
                 let from = self.pop_mark(offset)?;
