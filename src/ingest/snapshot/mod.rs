@@ -21,9 +21,6 @@ pub static HISTORY_ENTRY: RecordShape = RecordShape::new(
 
 pub use crate::model::tables::snapshot::*;
 
-/// Not a stack: an entry skipped, or a list not yet seen.
-const NO_STACK: StackId = StackId(u32::MAX);
-
 /// An entry's `action` as the snapshot names it.
 fn parse_action(s: &[u8]) -> Action {
     match s {
@@ -163,8 +160,6 @@ const BATCH: usize = 8192;
 /// pickler appends a thousand at a time).
 struct EntrySink<'h> {
     stacks: Stacks,
-    /// Stack by the pickle's frame list, by its dense index (see [`Pickle::seq_index`]).
-    by_list: Vec<StackId>,
     /// Entries made and not yet in a list, by record number from `base` (`None`: taken).
     pending: std::collections::VecDeque<Option<TraceEntry>>,
     base: usize,
@@ -199,7 +194,6 @@ impl<'h> EntrySink<'h> {
     fn new(out: &'h mut dyn HistorySink) -> Self {
         EntrySink {
             stacks: Stacks::default(),
-            by_list: Vec::new(),
             pending: Default::default(),
             base: 0,
             generic: Default::default(),
@@ -220,20 +214,9 @@ impl<'h> EntrySink<'h> {
         let stack = if action.is_none() {
             NO_ACTION
         } else {
-            let list = frames.and_then(|f| pk.seq_index(f));
-            match list.and_then(|i| self.by_list.get(i)) {
-                Some(&s) if s != NO_STACK => s,
-                _ => {
-                    let s = self.stacks.stack_of(pk, frames);
-                    if let Some(i) = list {
-                        if i >= self.by_list.len() {
-                            self.by_list.resize(i + 1, NO_STACK);
-                        }
-                        self.by_list[i] = s;
-                    }
-                    s
-                }
-            }
+            // By where the list's frames are kept (lists of equal frames share them), not by
+            // the list: a table by list number grew by a word for every entry's new list.
+            self.stacks.stack_of(pk, frames)
         };
         TraceEntry {
             action: action.map_or(Action::Other, parse_action),
