@@ -338,6 +338,13 @@ fn issue7_lists_with_equal_items_share_them_and_grow_apart() {
         pk.items(top[5]).as_ptr(),
         "equal items stored once"
     );
+    // Equal items, one place in the table (which the snapshot's stacks are found by); the
+    // list that grew apart has a vector of its own and no place; others have their own.
+    assert_eq!(pk.items_place(top[2]), pk.items_place(top[5]));
+    assert!(pk.items_place(top[2]).is_some());
+    assert_eq!(pk.items_place(top[4]), None);
+    assert_ne!(pk.items_place(top[3]), pk.items_place(top[2]));
+    assert_eq!(pk.items_place(fv), None, "a dict is no list");
 }
 
 #[test]
