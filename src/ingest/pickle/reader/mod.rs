@@ -3,6 +3,7 @@
 //! and the operations on it; `opcodes` reads the opcodes that drive them.
 
 mod input;
+mod memo;
 mod opcodes;
 
 pub(super) use input::Input;
@@ -27,8 +28,7 @@ pub(super) struct Reader<'a> {
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
-    /// [`UNSET`] where nothing was stored.
-    memo: Vec<ValueId>,
+    memo: memo::Memo,
     /// (string index + 1, what it names) of recent dict keys, by string index modulo size.
     key_cache: [(u64, Option<KeySlot>); KEY_CACHE],
     /// Where in `seqs.flat` each distinct short list filled in one go is, by a hash of its
@@ -107,9 +107,6 @@ fn key_line(t: u64) -> usize {
 /// ones (the history itself) are not worth hashing.
 const SHARE_MAX: usize = 4096;
 
-/// A memo slot never stored to. Its kind bits are not a [`Kind`]: it never leaves the memo.
-const UNSET: ValueId = ValueId(u64::MAX);
-
 const NONE: ValueId = ValueId::new(Kind::None, 0);
 
 const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
@@ -137,7 +134,7 @@ impl<'a> Reader<'a> {
             },
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: Vec::new(),
+            memo: memo::Memo::default(),
             key_cache: [(0, None); KEY_CACHE],
             shared: FxHashMap::default(),
             short_strs: FxHashMap::default(),
@@ -340,10 +337,9 @@ impl<'a> Reader<'a> {
         if idx > self.pos() {
             return Err(self.malformed(format!("memo index {idx} out of range"), offset));
         }
-        if self.memo.len() <= idx {
-            self.memo.resize(idx + 1, UNSET);
+        if !self.memo.set(idx, v) {
+            return Err(self.malformed("more than 2^31 wide values memoized", offset));
         }
-        self.memo[idx] = v;
         Ok(())
     }
 
@@ -351,8 +347,6 @@ impl<'a> Reader<'a> {
         let v = self
             .memo
             .get(idx)
-            .copied()
-            .filter(|&v| v != UNSET)
             .ok_or_else(|| self.malformed(format!("memo index {idx} was never stored"), offset))?;
         self.stack.push(v);
         Ok(())
