@@ -14,9 +14,10 @@
 //! slot words (`store`), so the reader allocates nothing per container. Dicts of one shape
 //! that the caller names ([`RecordShape`]: a snapshot's millions of history entries) become
 //! fixed records. A container extended again after others were filled gets a vector of its
-//! own, once, and short lists with equal items share them. The memo stores `ValueId`s, so an
-//! object the pickle shares in thousands of places (stack frames) is stored once and never
-//! copied.
+//! own, once, and short lists with equal items share them. The memo stores ids (in 4 bytes a
+//! slot, `reader::memo`), so an object the pickle shares in thousands of places (stack frames)
+//! is stored once and never copied; a list's batch of records that a [`RecordSink`] took
+//! leaves the list.
 //!
 //! `reader` is the pickle machine; this module is what a caller sees of its result.
 

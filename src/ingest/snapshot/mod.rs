@@ -54,8 +54,8 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
 
 /// [`load`], handing each device's history to `sink` as it is read instead of keeping it:
 /// the snapshot's `device_traces` are empty and [`Snapshot::streamed`] says which list of
-/// the sink's is which device's. What the read holds is then the pickle's memo (a word per
-/// object it names) and the sink's own state, not the history.
+/// the sink's is which device's. What the read holds is then the pickle's memo (4 bytes per
+/// object it names), a word per dict and new list, and the sink's own state, not the history.
 pub fn load_streamed(
     path: &Path,
     diag: &mut Diagnostics,
