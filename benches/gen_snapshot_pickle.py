@@ -7,7 +7,8 @@ every entry, as it does torch's) shifted in time, with a new `compile_context` s
 makes each entry's afresh; the empty `user_metadata` is one object in CPython, as in torch);
 frame lists are shared as loaded. Unlike `gen_snapshot.py` (a protocol-2 writer of its own that
 reuses memo indices in every copy), the memo here grows with the file, as in a real snapshot.
-Everything is built in memory first: about 6 GB of Python objects for 1,000 copies (459 MB).
+Everything is built in memory first: 1,000 copies (459 MB) took 21 s and 3.0 GB peak RSS on the
+2-core machine (2026-11-28).
 """
 import gzip
 import pickle

@@ -382,16 +382,13 @@ impl Pickle {
     /// (its buffer moves, and an address it had may later hold other items). `None` for a
     /// container with a vector of its own, or anything else.
     pub fn items_place(&self, id: ValueId) -> Option<(usize, usize)> {
-        match (id.kind(), self.seqs_slot(id)) {
-            (Kind::List | Kind::Tuple | Kind::Set, Some(Slot::Flat(start, len))) => {
-                Some((start, len))
-            }
+        match id.kind() {
+            Kind::List | Kind::Tuple | Kind::Set => match self.seqs.slot(id.data()) {
+                Slot::Flat(start, len) => Some((start, len)),
+                _ => None,
+            },
             _ => None,
         }
-    }
-
-    fn seqs_slot(&self, id: ValueId) -> Option<Slot> {
-        ((id.data() as usize) < self.seqs.len()).then(|| self.seqs.slot(id.data()))
     }
 
     /// The items of a list, tuple or set (empty for anything else).

@@ -553,11 +553,14 @@ fn marks_cannot_be_popped_as_values() {
     assert!(parse(b"](a.").is_err(), "APPEND of a mark");
 }
 
-/// What a [`RecordSink`] was given: each record's members, and the numbers forgotten.
+/// What a [`RecordSink`] was given: each record's members, and the numbers forgotten. With
+/// `drops_batches`, it says a batch of records alone need not stay in its list, as the
+/// snapshot's sink does.
 #[derive(Default)]
 struct Taken {
     records: Vec<Vec<Option<ValueId>>>,
     forgotten: Vec<usize>,
+    drops_batches: bool,
 }
 
 impl RecordSink for Taken {
@@ -568,6 +571,12 @@ impl RecordSink for Taken {
 
     fn forget(&mut self, number: usize) {
         self.forgotten.push(number);
+    }
+
+    fn appended(&mut self, pk: &Pickle, _list: ValueId, items: &[ValueId]) -> bool {
+        self.drops_batches
+            && !items.is_empty()
+            && items.iter().all(|&i| pk.record_number(i).is_some())
     }
 }
 
@@ -606,24 +615,6 @@ proptest::proptest! {
     }
 }
 
-/// A sink that takes every record and says a batch of records alone need not stay in its list,
-/// as the snapshot's does.
-#[derive(Default)]
-struct TakesAll(usize);
-
-impl RecordSink for TakesAll {
-    fn record(&mut self, _pk: &Pickle, _members: &[Option<ValueId>]) -> usize {
-        self.0 += 1;
-        self.0 - 1
-    }
-
-    fn forget(&mut self, _number: usize) {}
-
-    fn appended(&mut self, pk: &Pickle, _list: ValueId, items: &[ValueId]) -> bool {
-        !items.is_empty() && items.iter().all(|&i| pk.record_number(i).is_some())
-    }
-}
-
 /// A history's batches of entries leave its list once the sink has taken them (a GB
 /// snapshot's lists held a word per entry), by APPENDS, APPEND and LIST alike; a batch that
 /// also holds anything else stays whole, and the list's later items stay too.
@@ -658,9 +649,12 @@ fn a_list_of_records_the_sink_took_no_longer_holds_them() {
     entry(&mut w, 5);
     w.op(b"l");
     w.op(&[0x87, b'.']);
-    let mut sink = TakesAll::default();
+    let mut sink = Taken {
+        drops_batches: true,
+        ..Default::default()
+    };
     let s = parse_stream_into(Box::new(&w.out[..]), &ENTRY, &mut sink).unwrap();
-    assert_eq!(sink.0, 5, "every entry a record");
+    assert_eq!(sink.records.len(), 5, "every entry a record");
     let lists = s.pickle.items(s.pickle.root);
     let lens: Vec<usize> = lists.iter().map(|&l| s.pickle.items(l).len()).collect();
     assert_eq!(

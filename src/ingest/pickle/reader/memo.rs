@@ -1,7 +1,7 @@
 //! The pickle's memo in 4 bytes a slot. A snapshot torch pickles memoizes every history entry,
-//! its new strings and its new frame lists, and nearly none is named again; at a word a slot
-//! the memo was two thirds of what a real GB snapshot's read held (27 of 41 bytes an entry).
-//! Nearly every memoized value is a container or a string numbered below 2^27, which a slot
+//! its new strings and its new frame lists, and nearly none is named again: at a word a slot
+//! the memo grew with the file (with 4 bytes, a real 1.7 GB snapshot's read went from 0.25x to
+//! 0.20x the file, docs/performance.md). Nearly every memoized value is a container or a string numbered below 2^27, which a slot
 //! holds itself (its kind and number); anything else (a scalar, or a number past that) is kept
 //! in a side table the slot points to.
 
@@ -33,8 +33,7 @@ impl Memo {
     /// what a slot holds once the side table has 2^31 - 1 of them (billions of wide values
     /// memoized: no pickle torch writes, and the reader refuses it).
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
-        let kind = v.0 >> PAYLOAD_BITS;
-        let data = v.0 & ((1 << PAYLOAD_BITS) - 1);
+        let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
         let slot = if data <= NUMBER {
             (kind as u32) << NUMBER_BITS | data as u32
         } else if self.side.len() < (SIDE - 1) as usize {
