@@ -542,6 +542,39 @@ proptest::proptest! {
     }
 }
 
+/// A pickle that memoizes more wide values than the memo's side table holds (2^31 - 1; a few
+/// in the unit tests' build) is refused with one message naming the offset, not read wrong.
+#[test]
+fn a_memo_past_its_side_table_is_refused() {
+    let mut w = W::new();
+    w.op(b"(");
+    for i in 0..5 {
+        w.long(1 << 50 | i);
+        w.put();
+    }
+    w.op(b"l.");
+    let e = parse(&w.out).unwrap_err();
+    assert!(
+        matches!(&e, PickleError::Malformed { what, .. } if what.contains("wide values memoized")),
+        "{e}"
+    );
+    // Four fit.
+    let mut w = W::new();
+    w.op(b"(");
+    for i in 0..4 {
+        w.long(1 << 50 | i);
+        w.put();
+    }
+    w.op(b"l.");
+    assert_eq!(
+        parse(&w.out)
+            .unwrap()
+            .items(parse(&w.out).unwrap().root)
+            .len(),
+        4
+    );
+}
+
 #[test]
 fn marks_cannot_be_popped_as_values() {
     assert!(parse(b"(.").is_err());

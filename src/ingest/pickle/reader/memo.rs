@@ -15,6 +15,9 @@ const SIDE: u32 = 1 << 31;
 /// Bits of a slot's number, below its 4 bits of kind.
 const NUMBER_BITS: u32 = 27;
 const NUMBER: u64 = (1 << NUMBER_BITS) - 1;
+/// Most values the side table holds: below 2^31 - 1, so that no side slot reads as [`UNSET`]
+/// (a few in the unit tests, so that the full table's error is reached).
+const SIDE_MAX: usize = if cfg!(test) { 4 } else { (SIDE - 1) as usize };
 
 /// The memo: slots by index, as the pickle's PUT and MEMOIZE store them.
 #[derive(Debug, Default)]
@@ -30,13 +33,13 @@ impl Memo {
     }
 
     /// Stores `v` at `idx`, growing the memo to it. False, storing nothing, for a value past
-    /// what a slot holds once the side table has 2^31 - 1 of them (billions of wide values
+    /// what a slot holds once the side table has [`SIDE_MAX`] of them (billions of wide values
     /// memoized: no pickle torch writes, and the reader refuses it).
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
         let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
         let slot = if data <= NUMBER {
             (kind as u32) << NUMBER_BITS | data as u32
-        } else if self.side.len() < (SIDE - 1) as usize {
+        } else if self.side.len() < SIDE_MAX {
             self.side.push(v);
             SIDE | (self.side.len() - 1) as u32
         } else {
@@ -96,5 +99,12 @@ mod tests {
         assert_eq!(m.len(), 3 * (values.len() - 1) + 1);
         // What needed the side table went there; the rest took 4 bytes.
         assert_eq!(m.side.len(), 3, "{:?}", m.side);
+        // One more fills it; past that a wide value is refused and its slot left as it was,
+        // while a narrow one is still stored.
+        let wide = ValueId::new(Kind::Int, 1 << 50);
+        assert!(m.set(1, wide));
+        assert!(!m.set(2, wide));
+        assert_eq!(m.get(2), None);
+        assert!(m.set(2, ValueId::new(Kind::Str, 9)));
     }
 }
