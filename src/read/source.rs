@@ -9,7 +9,9 @@ use std::path::Path;
 use super::Error;
 
 mod inflating;
+mod members;
 pub use inflating::{BlockStart, Ended, Inflating};
+pub use members::MemberText;
 
 /// An input's bytes: the file mapped into memory, or a buffer (inflated gzip, tests).
 #[derive(Debug)]
@@ -209,6 +211,8 @@ pub enum Arrival {
     Whole(Source),
     /// A single-stream gzip file being inflated on a thread of its own; the size on disk.
     Inflating(Inflating, u64),
+    /// A file capture wrote, to be read a member at a time; the size on disk.
+    Members(MemberText, u64),
 }
 
 /// [`read_expecting`], but a single-stream gzip file (torch's `.json.gz`) is inflated on a
@@ -218,7 +222,37 @@ pub enum Arrival {
 pub fn read_arriving(path: &Path, expect: Expect) -> Result<Arrival, Error> {
     let raw = open(path).map_err(FileError::at(path))?;
     let file_len = raw.len() as u64;
-    let single = is_gzip(&raw) && steptrace_formats::gzip_members::members(&raw).is_none();
+    let members = if is_gzip(&raw) {
+        steptrace_formats::gzip_members::members(&raw)
+    } else {
+        None
+    };
+    let single = is_gzip(&raw) && members.is_none();
+    // A file capture wrote, whole: read a member at a time once its first bytes are what they
+    // should be. A file cut inside a member is read whole, which yields what it holds.
+    let raw = match members {
+        Some((members, false)) => match MemberText::new(raw, members) {
+            Ok(mut text) => {
+                let total = text.total();
+                let Some(head) = text.prefix(INFLATE_CHECK_BYTES) else {
+                    // A member that does not inflate: the usual reading says why.
+                    return read_expecting(path, expect).map(Arrival::Whole);
+                };
+                let whole = head.len() >= total;
+                if let Some(why) =
+                    expect.refuse(&head[..head.len().min(INFLATE_CHECK_BYTES)], whole)
+                {
+                    return Err(Error::Format {
+                        path: path.to_path_buf(),
+                        what: why.to_owned(),
+                    });
+                }
+                return Ok(Arrival::Members(text, file_len));
+            }
+            Err(raw) => raw,
+        },
+        _ => raw,
+    };
     let len = stated_size(&raw).filter(|&l| {
         single && memory_available().is_none_or(|m| l as u64 <= m) && l >= INFLATE_CHECK_BYTES
     });

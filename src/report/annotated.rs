@@ -347,19 +347,24 @@ fn write_middle<B: AsRef<[u8]>>(
     span: EventsSpan,
     extras: &[B],
 ) -> std::io::Result<()> {
-    if extras.iter().any(|b| !b.as_ref().is_empty()) {
-        if span.has_elements {
-            w.write_all(b",\n")?;
-        }
-        for b in extras {
-            w.write_all(b.as_ref())?;
-        }
+    let (sep, close) = middle_ends(span, extras.iter().any(|b| !b.as_ref().is_empty()));
+    w.write_all(sep)?;
+    for b in extras {
+        w.write_all(b.as_ref())?;
     }
-    if !span.complete {
-        // A truncated trace: what followed is gone; close the array and the object.
-        w.write_all(b"\n]}\n")?;
-    }
-    Ok(())
+    w.write_all(close)
+}
+
+/// What [`middle`] puts before and after the added events (`any`: whether there are some).
+fn middle_ends(span: EventsSpan, any: bool) -> (&'static [u8], &'static [u8]) {
+    let sep: &[u8] = if any && span.has_elements {
+        b",\n"
+    } else {
+        b""
+    };
+    // A truncated trace: what followed is gone; close the array and the object.
+    let close: &[u8] = if span.complete { b"" } else { b"\n]}\n" };
+    (sep, close)
 }
 
 /// The compact text: the header, the kept events, the added ones and the rest of the document.
@@ -481,12 +486,16 @@ fn splice_members(
     let at = span.insert_at.checked_sub(before)?.min(tail.len());
     Some((|| {
         out.write_all(&raw[..from])?;
-        let mut text = Vec::with_capacity(tail.len() + extras.len() + 8);
-        text.extend_from_slice(&tail[..at]);
-        text.extend_from_slice(&middle(span, extras));
-        text.extend_from_slice(&tail[at..]);
+        // The text read in place, not joined into a copy first (the added events are tens of
+        // MB on a large trace): what `middle` writes, around the extras.
+        let (sep, close) = middle_ends(span, !extras.is_empty());
+        let mut text = (&tail[..at])
+            .chain(sep)
+            .chain(extras)
+            .chain(close)
+            .chain(&tail[at..]);
         let threads = rayon::current_num_threads();
-        steptrace_formats::gzip_members::write(&mut &text[..], out, super::gzip::GZ_LEVEL, threads)
+        steptrace_formats::gzip_members::write(&mut text, out, super::gzip::GZ_LEVEL, threads)
     })())
 }
 

@@ -41,6 +41,16 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
     let (inf, file_len) = match source::read_arriving(path, source::Expect::JsonObject)? {
         source::Arrival::Whole(src) => return whole(src, diag),
         source::Arrival::Inflating(inf, file_len) => (inf, file_len),
+        source::Arrival::Members(text, _) => {
+            return match from_members(path, text, diag)? {
+                Some(t) => Ok(t),
+                // A member that does not inflate: read whole, which says what is wrong.
+                None => whole(
+                    source::read_expecting(path, source::Expect::JsonObject)?,
+                    diag,
+                ),
+            };
+        }
     };
     let walked = walk_events(path, &inf, CHUNK_BYTES, |_| {});
     match inf.finish() {
@@ -119,8 +129,51 @@ pub fn from_bytes_chunked(
     finish(path, buf, walked, None, gzip_cut, diag)
 }
 
+/// A file capture wrote, parsed a member at a time ([`source::MemberText`]): its tables are
+/// those of the same text read whole. `None` where a member does not inflate.
+fn from_members(
+    path: &Path,
+    mut text: source::MemberText,
+    diag: &mut Diagnostics,
+) -> Result<Option<KinetoTrace>, Error> {
+    let arr_start = match find_events(path, &mut text) {
+        Ok(at) => at,
+        // Said of the text before a member that does not inflate: the whole reading says why.
+        Err(_) if text.failed() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if text.prefix(arr_start + (64 << 10)).is_none() {
+        return Ok(None);
+    }
+    let head = text.head();
+    let walked = json_scan::walk_array_windows(&text, head, arr_start, parse_piece)
+        .map_err(|off| bad_array(path, off))?;
+    let Some((partials, array, last_from)) = walked else {
+        return Ok(None);
+    };
+    // The header after the array, and the insertion point of the annotated trace, are read
+    // from the text at and after the last piece.
+    if text.fill_from(last_from).is_none() {
+        return Ok(None);
+    }
+    let Some(bytes) = text.into_bytes() else {
+        return Ok(None);
+    };
+    let mut t = finish(path, bytes, (arr_start, partials, array), None, false, diag)?;
+    t.gzipped = true;
+    Ok(Some(t))
+}
+
 /// [`walk_events`]' result: where the events array starts, its pieces parsed, how it ends.
 type Walked = (usize, Vec<Partial>, json_scan::ArrayEnd);
+
+/// The error for a `traceEvents` that is not an array, at `off`.
+fn bad_array(path: &Path, off: usize) -> Error {
+    Error::Format {
+        path: path.to_path_buf(),
+        what: format!("\"traceEvents\" is not a well-formed array (byte {off})"),
+    }
+}
 
 /// Finds `traceEvents` and parses its events on all threads, as the text arrives; `done`
 /// is told of each stretch of text a piece has read.
@@ -130,6 +183,19 @@ fn walk_events(
     chunk_bytes: usize,
     done: impl Fn(std::ops::Range<usize>) + Sync,
 ) -> Result<Walked, Error> {
+    let arr_start = find_events(path, &mut json_scan::Arrived(text))?;
+    let (partials, array) =
+        json_scan::walk_array_arriving(text, arr_start, chunk_bytes.max(1), |text, from, limit| {
+            let (p, stop) = parse_piece(text, 0, from, limit);
+            done(from..stop.at());
+            (p, stop)
+        })
+        .map_err(|off| bad_array(path, off))?;
+    Ok((arr_start, partials, array))
+}
+
+/// Where the `traceEvents` array starts (its `[`), found in the text's first bytes.
+fn find_events(path: &Path, text: &mut impl json_scan::Prefix) -> Result<usize, Error> {
     let fmt_err = |what: String| Error::Format {
         path: path.to_path_buf(),
         what,
@@ -139,7 +205,7 @@ fn walk_events(
     // stretches until found or the text is whole.
     let mut want = 1 << 16;
     let (buf, found) = loop {
-        let buf = text.wait_for(want);
+        let buf = text.prefix(want);
         let whole = buf.len() >= total || buf.len() < want.min(total);
         match json_scan::find_top_level_key(buf, b"traceEvents") {
             Ok(Some(f)) if f.value_start < buf.len() => break (buf, Ok(Some(f))),
@@ -162,19 +228,7 @@ fn walk_events(
             "JSON without a \"traceEvents\" array: not a Chrome trace".into(),
         ));
     };
-    let arr_start = found.value_start;
-    let (partials, array) =
-        json_scan::walk_array_arriving(text, arr_start, chunk_bytes.max(1), |text, from, limit| {
-            let (p, stop) = parse_piece(text, from, limit);
-            done(from..stop.at());
-            (p, stop)
-        })
-        .map_err(|off| {
-            fmt_err(format!(
-                "\"traceEvents\" is not a well-formed array (byte {off})"
-            ))
-        })?;
-    Ok((arr_start, partials, array))
+    Ok(found.value_start)
 }
 
 /// The trace from its whole text and its events walked: the header, the warnings about the
@@ -439,11 +493,11 @@ pub fn serde_event_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// Parses the events of one piece of `traceEvents`: from `from` until an element starts at or
-/// past `limit`.
-fn parse_piece(buf: &[u8], from: usize, limit: usize) -> (Partial, json_scan::Stop) {
+/// past `limit`, in `buf`, a stretch of the text starting at byte `base` (what messages say).
+fn parse_piece(buf: &[u8], base: usize, from: usize, limit: usize) -> (Partial, json_scan::Stop) {
     let mut p = Partial::for_text(limit.min(buf.len()).saturating_sub(from));
     let stop = json_scan::walk_elements(buf, from, limit, |pos| {
-        let end = parse_element(&mut p, buf, pos);
+        let end = parse_element(&mut p, buf, base, pos);
         p.elements += usize::from(end.is_some());
         end
     });
@@ -452,8 +506,8 @@ fn parse_piece(buf: &[u8], from: usize, limit: usize) -> (Partial, json_scan::St
 }
 
 /// Parses the element at `pos` into `p`; returns the index past it, or `None` when the text
-/// ends inside it.
-fn parse_element(p: &mut Partial, buf: &[u8], pos: usize) -> Option<usize> {
+/// ends inside it. `buf` starts at byte `base` of the text.
+fn parse_element(p: &mut Partial, buf: &[u8], base: usize, pos: usize) -> Option<usize> {
     if skippable(&buf[pos..]) {
         return json_scan::skip_container(buf, pos).or_else(|| json_scan::skip_value(buf, pos));
     }
@@ -461,12 +515,12 @@ fn parse_element(p: &mut Partial, buf: &[u8], pos: usize) -> Option<usize> {
     // `add` showed in the profile.
     let mut ev = RawEvent::default();
     if let Ok(end) = fast::event(buf, pos, &mut ev) {
-        p.add(&ev, pos);
+        p.add(&ev, base + pos);
         return Some(end);
     }
     match serde_event(&buf[pos..])? {
         Ok((ev, used)) => {
-            p.add(&ev, pos);
+            p.add(&ev, base + pos);
             Some(pos + used)
         }
         Err(e) => {
@@ -475,7 +529,10 @@ fn parse_element(p: &mut Partial, buf: &[u8], pos: usize) -> Option<usize> {
             let next = json_scan::skip_value(buf, pos)?;
             p.anomalies.push((
                 "malformed_event",
-                format!("event at byte {pos} could not be read ({e}); skipped"),
+                format!(
+                    "event at byte {} could not be read ({e}); skipped",
+                    base + pos
+                ),
             ));
             Some(next)
         }
@@ -627,6 +684,91 @@ mod tests {
         assert_eq!(m.ops.len(), 100);
         assert!(dm.is_empty() && d_o.is_empty(), "{dm:?}");
         assert_same_tables(&m, &o);
+    }
+
+    /// `text` as capture writes it, but in members of `piece` bytes of text (capture's are
+    /// 4 MiB), read member by member at `threads` threads: the trace and its warnings.
+    fn by_members(text: &[u8], piece: usize, threads: usize) -> (KinetoTrace, Diagnostics) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.json.gz");
+        let file: Vec<u8> = text
+            .chunks(piece)
+            .flat_map(|p| steptrace_formats::gzip_members::member(p, 1))
+            .collect();
+        std::fs::write(&path, file).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut d = Diagnostics::default();
+        let t = pool.install(|| {
+            let arrival = source::read_arriving(&path, source::Expect::JsonObject).unwrap();
+            let source::Arrival::Members(text, _) = arrival else {
+                panic!("not read member by member");
+            };
+            from_members(&path, text, &mut d)
+                .unwrap()
+                .expect("every member inflates")
+        });
+        (t, d)
+    }
+
+    // A file capture wrote is parsed a member at a time, each in a buffer of its thread's own;
+    // its tables, header, warnings (which name byte offsets) and where the annotated trace's
+    // events go must be those of the same text read whole, wherever the members cut the
+    // events: on a real capture, on names full of `, {` (nearly every member's first guess
+    // falls inside a string, and an event spans several members), and on a text cut inside
+    // an event with a malformed one before it.
+    #[test]
+    fn a_capture_file_read_member_by_member_parses_as_its_text_read_whole() {
+        let sample =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces/resnet18/trace.json.gz");
+        let real = source::read(&sample).unwrap().bytes.to_vec();
+        let name = format!("x{}", ", {".repeat(3_000));
+        let events: Vec<String> = (0..60)
+            .map(|i| {
+                format!(r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}{i}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}"#)
+            })
+            .collect();
+        let strings = format!(
+            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
+            events.join(",\n  ")
+        );
+        let bad = r#"{"ph": "X", "cat": "cpu_op", "name": "b", "ts": 2, "dur": 1, "args": "oops"}"#;
+        let mut cut = format!("{{\"traceEvents\": [{}, {bad}, ", events[..30].join(", "));
+        cut.push_str(&events[30][..40]);
+        for (text, pieces) in [
+            (real, &[1 << 20, 100_003, 4_096][..]),
+            (strings.into_bytes(), &[1_000, 9_999, 70_000][..]),
+            (cut.into_bytes(), &[777, 5_000][..]),
+        ] {
+            let mut d = Diagnostics::default();
+            let whole =
+                from_bytes(Path::new("trace.json.gz"), text.clone(), false, &mut d).unwrap();
+            for &piece in pieces {
+                for threads in [1, 3] {
+                    let (t, dm) = by_members(&text, piece, threads);
+                    assert_same_tables(&t, &whole);
+                    assert_eq!(t.header, whole.header);
+                    assert_eq!(t.truncated, whole.truncated);
+                    assert_eq!(t.text_bytes, whole.text_bytes);
+                    let lines = |d: &Diagnostics| {
+                        d.lines()
+                            .iter()
+                            .map(|l| {
+                                l.replace(&*t.path.to_string_lossy(), "P")
+                                    .replace("trace.json.gz", "P")
+                            })
+                            .collect::<Vec<_>>()
+                    };
+                    assert_eq!(
+                        lines(&dm),
+                        lines(&d),
+                        "{piece} bytes a member, {threads} threads"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

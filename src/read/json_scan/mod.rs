@@ -434,6 +434,27 @@ impl Arriving for [u8] {
     }
 }
 
+/// Text whose first bytes are had as far as they are asked for (text arriving, or inflated
+/// member by member), for finding what comes before a large array.
+pub(crate) trait Prefix {
+    /// The whole text's length.
+    fn total(&self) -> usize;
+    /// The text from 0 through at least `want` bytes (fewer where there are no more to have).
+    fn prefix(&mut self, want: usize) -> &[u8];
+}
+
+/// [`Arriving`] text as a [`Prefix`].
+pub(crate) struct Arrived<'a, T: ?Sized>(pub &'a T);
+
+impl<T: Arriving + ?Sized> Prefix for Arrived<'_, T> {
+    fn total(&self) -> usize {
+        self.0.total()
+    }
+    fn prefix(&mut self, want: usize) -> &[u8] {
+        self.0.wait_for(want)
+    }
+}
+
 /// Text that arrives only as far as it is asked for: the most a reader can be held back, each
 /// piece seeing the text end just past its stretch and margin (tests and the fuzz target
 /// `arriving_walk` hold [`walk_array_arriving`] to [`walk_array_parallel`] with it).
@@ -641,6 +662,162 @@ pub(crate) fn walk_array_arriving<T: Send>(
         })
         .collect();
     verify_pieces(buf, &cuts, &limits, results, &task)
+}
+
+/// Text held a window at a time (a file capture wrote, in gzip members that say their sizes):
+/// any stretch of it can be had, copied into a buffer, but never the whole at once.
+pub(crate) trait Windows: Sync {
+    /// The whole text's length.
+    fn total(&self) -> usize;
+    /// Where each window starts, ascending, the first at 0.
+    fn starts(&self) -> &[usize];
+    /// The text from the start of the window holding `from` through at least `to` (or the
+    /// end) into `buf`, which keeps its length from call to call (its pages are reused, never
+    /// zeroed again): that stretch's start and length, or `None` where it cannot be had (a
+    /// window that does not inflate).
+    fn fill(&self, from: usize, to: usize, buf: &mut Vec<u8>) -> Option<(usize, usize)>;
+}
+
+/// How far past its window a piece of [`walk_array_windows`] is given text: an element that
+/// starts in the window and ends within this is read with no second fill.
+const WINDOW_MARGIN: usize = 64 << 10;
+
+/// [`walk_array_arriving`] over text held a window at a time: one piece per window, from its
+/// first guessed element start until an element starts in a later window, each read from a
+/// buffer of its thread's own (so a trace's text is never held whole, and its pages are not
+/// faulted in afresh for each window). `head` is the text from 0 through at least the
+/// array's first element; `task(view, base, from, limit)` gets a stretch of the text starting
+/// at `base` and offsets into it. A piece whose guess was wrong, or whose walk came within
+/// [`READ_AHEAD`] of the end of its stretch, is redone from the true boundary over a longer
+/// one. The results, in order, are those of one sequential walk cut where each window ends,
+/// whatever the number of threads; the last item is where the last piece started (all a
+/// reader of the text after the array needs to keep of it). `Ok(None)` where a window could
+/// not be had, or the array's first element lies past `head`.
+#[allow(clippy::type_complexity)]
+pub(crate) fn walk_array_windows<T: Send>(
+    text: &(impl Windows + ?Sized),
+    head: &[u8],
+    start: usize,
+    task: impl Fn(&[u8], usize, usize, usize) -> (T, Stop) + Sync,
+) -> Result<Option<(Vec<T>, ArrayEnd, usize)>, usize> {
+    use rayon::prelude::*;
+    let total = text.total();
+    let first = match array_first(head, start)? {
+        Ok(first) if first < head.len() => first,
+        Ok(_) => return Ok(None),
+        Err(empty) => return Ok(Some((Vec::new(), empty, start))),
+    };
+    let starts = text.starts();
+    let limit_of = |j: usize| starts.get(j + 1).copied().unwrap_or(usize::MAX);
+    // The piece from `from` (an element start, or a guess) until an element starts at or past
+    // `limit`, over a stretch reaching `to`: its result, where it stopped (in the text's
+    // offsets) and how far its stretch reached.
+    let run = |buf: &mut Vec<u8>, from: usize, limit: usize, to: usize| {
+        let (base, len) = text.fill(from, to, buf)?;
+        let (t, stop) = task(&buf[..len], base, from - base, limit.saturating_sub(base));
+        let stop = match stop {
+            Stop::Next(i) => Stop::Next(base + i),
+            Stop::End(i) => Stop::End(base + i),
+            Stop::Cut(i) => Stop::Cut(base + i),
+            Stop::Bad(i) => Stop::Bad(base + i),
+        };
+        Some((t, stop, base + len))
+    };
+    let trusted = |stop: Stop, seen: usize| {
+        seen >= total || matches!(stop, Stop::Next(b) if b + READ_AHEAD <= seen)
+    };
+    let reach = |limit: usize| limit.saturating_add(WINDOW_MARGIN).min(total);
+    let j0 = starts.partition_point(|&s| s <= first).saturating_sub(1);
+    // One buffer a thread, reused for every window it reads.
+    let bufs: Vec<std::sync::Mutex<Vec<u8>>> = (0..rayon::current_num_threads().max(1))
+        .map(|_| std::sync::Mutex::new(Vec::new()))
+        .collect();
+    let mut guessed: Vec<Option<(usize, T, Stop, usize)>> = (j0..starts.len())
+        .into_par_iter()
+        .map(|j| {
+            let slot = &bufs[rayon::current_thread_index().unwrap_or(0) % bufs.len()];
+            let mut buf = slot.lock().unwrap_or_else(|e| e.into_inner());
+            let limit = limit_of(j);
+            let from = if j == j0 {
+                first
+            } else {
+                // The window's first `{` after a `,`, both in this window.
+                let (base, len) = text.fill(starts[j], reach(limit), &mut buf)?;
+                let view = &buf[..len];
+                let end = limit.min(base + len) - base;
+                base + window_guess(view, starts[j] - base, end)?
+            };
+            let (t, stop, seen) = run(&mut buf, from, limit, reach(limit))?;
+            Some((from, t, stop, seen))
+        })
+        .collect();
+    let mut out = Vec::with_capacity(guessed.len());
+    let mut buf = Vec::new();
+    let (mut at, mut j) = (first, j0);
+    loop {
+        while j + 1 < starts.len() && starts[j + 1] <= at {
+            j += 1;
+        }
+        let limit = limit_of(j);
+        let done = match guessed.get_mut(j - j0).and_then(Option::take) {
+            Some((from, t, stop, seen)) if from == at && trusted(stop, seen) => (t, stop),
+            _ => {
+                // Redone from the true boundary, over twice the stretch each time it comes
+                // too near the end of what it was given.
+                let mut to = reach(limit).max(at);
+                loop {
+                    let Some((t, stop, seen)) = run(&mut buf, at, limit, to) else {
+                        return Ok(None);
+                    };
+                    if trusted(stop, seen) {
+                        break (t, stop);
+                    }
+                    to = at
+                        + (to - at)
+                            .max(WINDOW_MARGIN)
+                            .saturating_mul(2)
+                            .min(total - at);
+                }
+            }
+        };
+        let (t, stop) = done;
+        out.push(t);
+        match stop {
+            Stop::Next(b) => at = b,
+            Stop::End(e) => {
+                let end = ArrayEnd {
+                    end: Some(e),
+                    cut_at: None,
+                };
+                return Ok(Some((out, end, at)));
+            }
+            Stop::Cut(c) => {
+                let end = ArrayEnd {
+                    end: None,
+                    cut_at: Some(c),
+                };
+                return Ok(Some((out, end, at)));
+            }
+            Stop::Bad(b) => return Err(b),
+        }
+    }
+}
+
+/// The first `{` after a `,` (white space between) in `view[from..end]`, the comma read in
+/// `view` too; `None` where the stretch has none.
+fn window_guess(view: &[u8], from: usize, end: usize) -> Option<usize> {
+    let mut j = from;
+    while let Some(r) = view.get(j..end) {
+        let at = j + memchr::memchr(b'{', r)?;
+        let before = view[from..at]
+            .iter()
+            .rposition(|c| !matches!(c, b' ' | b'\n' | b'\r' | b'\t'));
+        if before.is_some_and(|b| view[from + b] == b',') {
+            return Some(at);
+        }
+        j = at + 1;
+    }
+    None
 }
 
 /// Guessed element starts for `pieces` pieces of the array text from `first` (an element

@@ -172,6 +172,105 @@ fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
     }
 }
 
+/// A text held in windows of `size` bytes, as a capture file's members hold it.
+struct Cut<'a> {
+    text: &'a [u8],
+    starts: Vec<usize>,
+}
+
+impl<'a> Cut<'a> {
+    fn new(text: &'a [u8], size: usize) -> Self {
+        let starts = (0..text.len().max(1)).step_by(size).collect();
+        Cut { text, starts }
+    }
+}
+
+impl Windows for Cut<'_> {
+    fn total(&self) -> usize {
+        self.text.len()
+    }
+    fn starts(&self) -> &[usize] {
+        &self.starts
+    }
+    fn fill(&self, from: usize, to: usize, buf: &mut Vec<u8>) -> Option<(usize, usize)> {
+        let i = self.starts.partition_point(|&s| s <= from) - 1;
+        let base = self.starts[i];
+        let own = self.starts.get(i + 1).copied().unwrap_or(self.text.len());
+        let end = to.min(self.text.len()).max(own);
+        if buf.len() < end - base {
+            buf.resize(end - base, 0);
+        }
+        buf[..end - base].copy_from_slice(&self.text[base..end]);
+        Some((base, end - base))
+    }
+}
+
+/// [`walk_array_windows`] over `text` in windows of `size`, its spans in the text's offsets.
+fn walk_windows(
+    text: &[u8],
+    start: usize,
+    size: usize,
+) -> Result<(Vec<(usize, usize)>, ArrayEnd), usize> {
+    let task = |view: &[u8], base: usize, from: usize, limit: usize| {
+        let (spans, stop) = element_spans(view, from, limit);
+        let spans: Vec<(usize, usize)> = spans.iter().map(|&(s, e)| (base + s, base + e)).collect();
+        (spans, stop)
+    };
+    let (parts, end, _) =
+        walk_array_windows(&Cut::new(text, size), text, start, task)?.expect("every window is had");
+    Ok((parts.into_iter().flatten().collect(), end))
+}
+
+// A walk over a text held a window at a time (a capture file's members) must find the same
+// elements and end as the walk over the whole text, whatever the window size and the number
+// of threads: with long strings full of what looks like element starts (wrong guesses; an
+// element spanning many windows), cut inside an element, and not an array at some byte.
+#[test]
+fn a_walk_over_windows_equals_the_walk_over_the_whole() {
+    let mut s = String::from("{\"traceEvents\": [");
+    for i in 0..400 {
+        if i > 0 {
+            s.push_str(",\n");
+        }
+        let long = if i % 97 == 5 {
+            format!("{}, ", "y".repeat(999))
+                .replace(", ", ",{")
+                .repeat(150)
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            r#"{{"name": "x,{{\"ph\": {i}, [{long}", "v": [{i}, {{"a": ",{{"}}]}}"#
+        ));
+    }
+    s.push_str("], \"traceName\": \"t\"}");
+    let full = s.as_bytes();
+    let start = find_top_level_key(full, b"traceEvents")
+        .unwrap()
+        .unwrap()
+        .value_start;
+    let bad = s.replacen("},\n{", "} x {", 1);
+    for text in [full, &full[..full.len() / 2], bad.as_bytes()] {
+        let whole = walk_array_parallel(text, start, 1 << 20, element_spans)
+            .map(|(p, e)| (p.into_iter().flatten().collect::<Vec<_>>(), e));
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for size in [64, 1000, 4096, 100_000] {
+                let windows = pool.install(|| walk_windows(text, start, size));
+                assert_eq!(
+                    windows,
+                    whole,
+                    "windows of {size}, {threads} threads, {} bytes",
+                    text.len()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn issue22_piece_starts_scan_each_byte_a_bounded_number_of_times_whatever_the_padding() {
     // Events, then padding with no `{` after them: every piece's guess search used to run
