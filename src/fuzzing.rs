@@ -93,6 +93,21 @@ pub fn arriving_walk(data: &[u8]) {
         let text = js::OnDemand::new(data);
         let arriving = js::walk_array_arriving(&text, found.value_start, piece, spans);
         assert_eq!(arriving, whole, "piece {piece}");
+        // The same text held a window at a time (a capture file's members).
+        let windows = js::InWindows::new(data, piece);
+        let task = |view: &[u8], base: usize, from: usize, limit: usize| {
+            let (s, stop) = spans(view, from, limit);
+            (
+                s.iter()
+                    .map(|&(a, b)| (base + a, base + b))
+                    .collect::<Vec<_>>(),
+                stop,
+            )
+        };
+        let by_windows = js::walk_array_windows(&windows, data, found.value_start, task)
+            .map(|w| w.map(|(p, end, _)| (p.concat(), end)));
+        let flat = whole.map(|(p, end)| Some((p.concat(), end)));
+        assert_eq!(by_windows, flat, "windows of {piece}");
     }
 }
 

@@ -771,6 +771,50 @@ mod tests {
         }
     }
 
+    // A capture file whose second member does not inflate (a byte of its stream changed, or
+    // its CRC): refused with what is wrong, as when it was read whole, never parsed from a
+    // member half read; at 1 thread and at 3.
+    #[test]
+    fn a_capture_file_with_a_bad_member_is_refused_with_what_is_wrong() {
+        let events: Vec<String> = (0..2_000)
+            .map(|i| format!(r#"{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}"#))
+            .collect();
+        let text = format!(
+            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
+            events.join(",\n")
+        );
+        let file: Vec<u8> = text
+            .as_bytes()
+            .chunks(20_000)
+            .flat_map(|p| steptrace_formats::gzip_members::member(p, 1))
+            .collect();
+        let (m, _) = steptrace_formats::gzip_members::members(&file).unwrap();
+        assert!(m.len() >= 5, "{} members", m.len());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.json.gz");
+        for (at, what) in [
+            (m[1].offset + m[1].len / 2, "corrupt gzip stream"),
+            (m[3].offset + m[3].len - 8, "invalid checksum"),
+        ] {
+            let mut bad = file.clone();
+            bad[at] ^= 0x5a;
+            std::fs::write(&path, &bad).unwrap();
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let err = pool
+                    .install(|| load(&path, &mut Diagnostics::default()))
+                    .unwrap_err();
+                assert!(err.to_string().contains(what), "{err}");
+            }
+        }
+        std::fs::write(&path, &file).unwrap();
+        let t = load(&path, &mut Diagnostics::default()).unwrap();
+        assert_eq!(t.ops.len(), 2_000);
+    }
+
     #[test]
     fn skips_unused_events_without_losing_module_ranges() {
         assert!(skippable(

@@ -678,6 +678,44 @@ pub(crate) trait Windows: Sync {
     fn fill(&self, from: usize, to: usize, buf: &mut Vec<u8>) -> Option<(usize, usize)>;
 }
 
+/// A text in memory held as [`Windows`] of a given size (tests and the fuzz target
+/// `arriving_walk` hold [`walk_array_windows`] to [`walk_array_parallel`] with it).
+pub(crate) struct InWindows<'a> {
+    text: &'a [u8],
+    starts: Vec<usize>,
+}
+
+impl<'a> InWindows<'a> {
+    /// `text` in windows of `size` bytes (the last shorter).
+    pub(crate) fn new(text: &'a [u8], size: usize) -> Self {
+        let starts = (0..text.len().max(1)).step_by(size.max(1)).collect();
+        InWindows { text, starts }
+    }
+}
+
+impl Windows for InWindows<'_> {
+    fn total(&self) -> usize {
+        self.text.len()
+    }
+    fn starts(&self) -> &[usize] {
+        &self.starts
+    }
+    fn fill(&self, from: usize, to: usize, buf: &mut Vec<u8>) -> Option<(usize, usize)> {
+        let i = self
+            .starts
+            .partition_point(|&s| s <= from)
+            .saturating_sub(1);
+        let base = self.starts[i];
+        let own = self.starts.get(i + 1).copied().unwrap_or(self.text.len());
+        let end = to.min(self.text.len()).max(own);
+        if buf.len() < end - base {
+            buf.resize(end - base, 0);
+        }
+        buf[..end - base].copy_from_slice(&self.text[base..end]);
+        Some((base, end - base))
+    }
+}
+
 /// How far past its window a piece of [`walk_array_windows`] is given text: an element that
 /// starts in the window and ends within this is read with no second fill.
 const WINDOW_MARGIN: usize = 64 << 10;
@@ -703,7 +741,7 @@ pub(crate) fn walk_array_windows<T: Send>(
     use rayon::prelude::*;
     let total = text.total();
     let first = match array_first(head, start)? {
-        Ok(first) if first < head.len() => first,
+        Ok(first) if first < head.len() || head.len() >= total => first,
         Ok(_) => return Ok(None),
         Err(empty) => return Ok(Some((Vec::new(), empty, start))),
     };

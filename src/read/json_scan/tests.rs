@@ -172,39 +172,6 @@ fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
     }
 }
 
-/// A text held in windows of `size` bytes, as a capture file's members hold it.
-struct Cut<'a> {
-    text: &'a [u8],
-    starts: Vec<usize>,
-}
-
-impl<'a> Cut<'a> {
-    fn new(text: &'a [u8], size: usize) -> Self {
-        let starts = (0..text.len().max(1)).step_by(size).collect();
-        Cut { text, starts }
-    }
-}
-
-impl Windows for Cut<'_> {
-    fn total(&self) -> usize {
-        self.text.len()
-    }
-    fn starts(&self) -> &[usize] {
-        &self.starts
-    }
-    fn fill(&self, from: usize, to: usize, buf: &mut Vec<u8>) -> Option<(usize, usize)> {
-        let i = self.starts.partition_point(|&s| s <= from) - 1;
-        let base = self.starts[i];
-        let own = self.starts.get(i + 1).copied().unwrap_or(self.text.len());
-        let end = to.min(self.text.len()).max(own);
-        if buf.len() < end - base {
-            buf.resize(end - base, 0);
-        }
-        buf[..end - base].copy_from_slice(&self.text[base..end]);
-        Some((base, end - base))
-    }
-}
-
 /// [`walk_array_windows`] over `text` in windows of `size`, its spans in the text's offsets.
 fn walk_windows(
     text: &[u8],
@@ -216,8 +183,8 @@ fn walk_windows(
         let spans: Vec<(usize, usize)> = spans.iter().map(|&(s, e)| (base + s, base + e)).collect();
         (spans, stop)
     };
-    let (parts, end, _) =
-        walk_array_windows(&Cut::new(text, size), text, start, task)?.expect("every window is had");
+    let (parts, end, _) = walk_array_windows(&InWindows::new(text, size), text, start, task)?
+        .expect("every window is had");
     Ok((parts.into_iter().flatten().collect(), end))
 }
 
