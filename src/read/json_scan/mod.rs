@@ -748,18 +748,17 @@ pub(crate) fn walk_array_windows<T: Send>(
     let starts = text.starts();
     let limit_of = |j: usize| starts.get(j + 1).copied().unwrap_or(usize::MAX);
     // The piece from `from` (an element start, or a guess) until an element starts at or past
-    // `limit`, over a stretch reaching `to`: its result, where it stopped (in the text's
+    // `limit`, over `view`, the text from `base`: its result, where it stopped (in the text's
     // offsets) and how far its stretch reached.
-    let run = |buf: &mut Vec<u8>, from: usize, limit: usize, to: usize| {
-        let (base, len) = text.fill(from, to, buf)?;
-        let (t, stop) = task(&buf[..len], base, from - base, limit.saturating_sub(base));
+    let run_on = |view: &[u8], base: usize, from: usize, limit: usize| {
+        let (t, stop) = task(view, base, from - base, limit.saturating_sub(base));
         let stop = match stop {
             Stop::Next(i) => Stop::Next(base + i),
             Stop::End(i) => Stop::End(base + i),
             Stop::Cut(i) => Stop::Cut(base + i),
             Stop::Bad(i) => Stop::Bad(base + i),
         };
-        Some((t, stop, base + len))
+        (t, stop, base + view.len())
     };
     let trusted = |stop: Stop, seen: usize| {
         seen >= total || matches!(stop, Stop::Next(b) if b + READ_AHEAD <= seen)
@@ -776,16 +775,17 @@ pub(crate) fn walk_array_windows<T: Send>(
             let slot = &bufs[rayon::current_thread_index().unwrap_or(0) % bufs.len()];
             let mut buf = slot.lock().unwrap_or_else(|e| e.into_inner());
             let limit = limit_of(j);
+            // The window is inflated once, for its guess and its piece.
+            let (base, len) = text.fill(starts[j].max(first), reach(limit), &mut buf)?;
+            let view = &buf[..len];
             let from = if j == j0 {
                 first
             } else {
                 // The window's first `{` after a `,`, both in this window.
-                let (base, len) = text.fill(starts[j], reach(limit), &mut buf)?;
-                let view = &buf[..len];
                 let end = limit.min(base + len) - base;
                 base + window_guess(view, starts[j] - base, end)?
             };
-            let (t, stop, seen) = run(&mut buf, from, limit, reach(limit))?;
+            let (t, stop, seen) = run_on(view, base, from, limit);
             Some((from, t, stop, seen))
         })
         .collect();
@@ -804,9 +804,10 @@ pub(crate) fn walk_array_windows<T: Send>(
                 // too near the end of what it was given.
                 let mut to = reach(limit).max(at);
                 loop {
-                    let Some((t, stop, seen)) = run(&mut buf, at, limit, to) else {
+                    let Some((base, len)) = text.fill(at, to, &mut buf) else {
                         return Ok(None);
                     };
+                    let (t, stop, seen) = run_on(&buf[..len], base, at, limit);
                     if trusted(stop, seen) {
                         break (t, stop);
                     }
