@@ -215,6 +215,11 @@ pub enum Arrival {
     Members(MemberText, u64),
 }
 
+/// The most text a member may state for the member-by-member read: capture writes 4 MiB
+/// ([`steptrace_formats::gzip_members::PIECE`]); each parse thread holds a member's text, so a
+/// stated size is not taken on trust (a few bytes of file could ask for 4 GiB a thread).
+const MEMBER_MAX_TEXT: usize = 64 << 20;
+
 /// [`read_expecting`], but a single-stream gzip file (torch's `.json.gz`) is inflated on a
 /// thread of its own while the caller reads what has arrived; its first bytes are checked
 /// against `expect` before this returns. Where that inflate ends in [`Ended::Elsewhere`], the
@@ -229,9 +234,17 @@ pub fn read_arriving(path: &Path, expect: Expect) -> Result<Arrival, Error> {
     };
     let single = is_gzip(&raw) && members.is_none();
     // A file capture wrote, whole: read a member at a time once its first bytes are what they
-    // should be. A file cut inside a member is read whole, which yields what it holds.
+    // should be. A file cut inside a member is read whole, which yields what it holds; so is
+    // one whose members state more than a member can hold, or more text than the memory
+    // available (a piece redone over a long element may need all of it), where the whole
+    // read says what is wrong before inflating.
+    let members = members.filter(|(m, cut)| {
+        let total: u64 = m.iter().map(|m| m.inflated as u64).sum();
+        !cut && m.iter().all(|m| m.inflated <= MEMBER_MAX_TEXT)
+            && memory_available().is_none_or(|a| total <= a)
+    });
     let raw = match members {
-        Some((members, false)) => match MemberText::new(raw, members) {
+        Some((members, _)) => match MemberText::new(raw, members) {
             Ok(mut text) => {
                 let total = text.total();
                 let Some(head) = text.prefix(INFLATE_CHECK_BYTES) else {

@@ -813,6 +813,22 @@ mod tests {
         std::fs::write(&path, &file).unwrap();
         let t = load(&path, &mut Diagnostics::default()).unwrap();
         assert_eq!(t.ops.len(), 2_000);
+        // A member stating 4 GiB of text (a few changed bytes): not read member by member,
+        // where each thread would have asked for a buffer that size; the whole read says the
+        // member does not inflate to it.
+        let mut big = file.clone();
+        // (A member past the 64 KiB whose first bytes are checked before that choice.)
+        let late = &m[m.len() - 2];
+        let isize_at = late.offset + late.len - 4;
+        big[isize_at..isize_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&path, &big).unwrap();
+        let arrival = source::read_arriving(&path, source::Expect::JsonObject);
+        assert!(!matches!(arrival, Ok(source::Arrival::Members(..))));
+        let err = load(&path, &mut Diagnostics::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("stated size") || err.to_string().contains("memory"),
+            "{err}"
+        );
     }
 
     #[test]
