@@ -637,6 +637,15 @@ mod tests {
         [parse(src.bytes), parse(text.into())]
     }
 
+    /// `n` CPU op events named `name` and their index.
+    fn named_events(name: &str, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                format!(r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}{i}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}"#)
+            })
+            .collect()
+    }
+
     fn assert_same_tables(a: &KinetoTrace, b: &KinetoTrace) {
         assert_eq!(a.ops, b.ops);
         assert_eq!(a.runtime, b.runtime);
@@ -670,12 +679,7 @@ mod tests {
         assert_same_tables(&m, &o);
         assert_eq!(format!("{dm:?}"), format!("{d_o:?}"));
 
-        let name = format!("x{}", ", {}".repeat(5_000));
-        let events: Vec<String> = (0..100)
-            .map(|i| {
-                format!(r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}{i}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}"#)
-            })
-            .collect();
+        let events = named_events(&format!("x{}", ", {}".repeat(5_000)), 100);
         let text = format!(
             r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
             events.join(",\n  ")
@@ -724,12 +728,7 @@ mod tests {
         let sample =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces/resnet18/trace.json.gz");
         let real = source::read(&sample).unwrap().bytes.to_vec();
-        let name = format!("x{}", ", {".repeat(3_000));
-        let events: Vec<String> = (0..60)
-            .map(|i| {
-                format!(r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}{i}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}"#)
-            })
-            .collect();
+        let events = named_events(&format!("x{}", ", {".repeat(3_000)), 60);
         let strings = format!(
             r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
             events.join(",\n  ")
@@ -776,9 +775,7 @@ mod tests {
     // member half read; at 1 thread and at 3.
     #[test]
     fn a_capture_file_with_a_bad_member_is_refused_with_what_is_wrong() {
-        let events: Vec<String> = (0..2_000)
-            .map(|i| format!(r#"{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}"#))
-            .collect();
+        let events = named_events("op", 2_000);
         let text = format!(
             r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
             events.join(",\n")

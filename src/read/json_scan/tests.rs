@@ -124,18 +124,15 @@ fn parallel_scan_equals_sequential_even_with_misleading_strings() {
     }
 }
 
-/// The walk over text still arriving gives what the walk over the whole text gives, piece for
-/// piece, whatever the piece size and threads: with elements longer than the margin a piece
-/// is handed (redone over the whole text), and strings that look like element starts.
-#[test]
-fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
+/// A trace of 400 events whose strings are full of what looks like element starts: a piece
+/// starting at one (a wrong guess) is redone, and every 97th event is 150 KB long, longer
+/// than the margin a piece is given past its stretch.
+fn misleading_trace() -> String {
     let mut s = String::from("{\"traceEvents\": [");
     for i in 0..400 {
         if i > 0 {
             s.push_str(",\n");
         }
-        // Long strings full of what looks like element starts: a piece starting at one (a
-        // wrong guess) is redone, and the piece before it reads on past what it was given.
         let long = if i % 97 == 5 {
             format!("{}, ", "y".repeat(999))
                 .replace(", ", ",{")
@@ -148,6 +145,15 @@ fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
         ));
     }
     s.push_str("], \"traceName\": \"t\"}");
+    s
+}
+
+/// The walk over text still arriving gives what the walk over the whole text gives, piece for
+/// piece, whatever the piece size and threads: with elements longer than the margin a piece
+/// is handed (redone over the whole text), and strings that look like element starts.
+#[test]
+fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
+    let s = misleading_trace();
     let b = s.as_bytes();
     let start = find_top_level_key(b, b"traceEvents")
         .unwrap()
@@ -194,23 +200,7 @@ fn walk_windows(
 // element spanning many windows), cut inside an element, and not an array at some byte.
 #[test]
 fn a_walk_over_windows_equals_the_walk_over_the_whole() {
-    let mut s = String::from("{\"traceEvents\": [");
-    for i in 0..400 {
-        if i > 0 {
-            s.push_str(",\n");
-        }
-        let long = if i % 97 == 5 {
-            format!("{}, ", "y".repeat(999))
-                .replace(", ", ",{")
-                .repeat(150)
-        } else {
-            String::new()
-        };
-        s.push_str(&format!(
-            r#"{{"name": "x,{{\"ph\": {i}, [{long}", "v": [{i}, {{"a": ",{{"}}]}}"#
-        ));
-    }
-    s.push_str("], \"traceName\": \"t\"}");
+    let s = misleading_trace();
     let full = s.as_bytes();
     let start = find_top_level_key(full, b"traceEvents")
         .unwrap()
