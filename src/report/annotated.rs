@@ -486,16 +486,12 @@ fn splice_members(
     let at = span.insert_at.checked_sub(before)?.min(tail.len());
     Some((|| {
         out.write_all(&raw[..from])?;
-        // The text read in place, not joined into a copy first (the added events are tens of
-        // MB on a large trace): what `middle` writes, around the extras.
+        // The text compressed where it lies, not joined into a copy first (the added events
+        // are tens of MB on a large trace): what `middle` writes, around the extras.
         let (sep, close) = middle_ends(span, !extras.is_empty());
-        let mut text = (&tail[..at])
-            .chain(sep)
-            .chain(extras)
-            .chain(close)
-            .chain(&tail[at..]);
+        let text = [&tail[..at], sep, extras, close, &tail[at..]];
         let threads = rayon::current_num_threads();
-        steptrace_formats::gzip_members::write(&mut text, out, super::gzip::GZ_LEVEL, threads)
+        steptrace_formats::gzip_members::write_parts(&text, out, super::gzip::GZ_LEVEL, threads)
     })())
 }
 
