@@ -127,6 +127,27 @@ impl MemberText {
         Some(())
     }
 
+    /// Inflates into the mapping the members before those [`MemberText::fill_from`] filled
+    /// while the text from their start up to `limit` is all white space: reading back from
+    /// `limit` to the last byte that is not (where the annotated trace's events go: after
+    /// the comma before an event the text was cut inside) then stays in what is filled.
+    /// `None` where a member does not inflate.
+    pub fn fill_back_over_ws(&mut self, limit: usize) -> Option<()> {
+        loop {
+            let start = self.starts.get(self.tail).copied().unwrap_or(self.total);
+            let end = limit.min(self.total);
+            let blank = self.sparse[start.min(end)..end]
+                .iter()
+                .rev()
+                .all(|c| matches!(c, b' ' | b'\n' | b'\r' | b'\t'));
+            if !blank || self.tail == 0 || self.tail <= self.head {
+                return Some(());
+            }
+            self.inflate_into_sparse(self.tail - 1)?;
+            self.tail -= 1;
+        }
+    }
+
     /// The mapping, read-only: the text where [`MemberText::prefix`] and
     /// [`MemberText::fill_from`] filled it, zeros elsewhere.
     pub fn into_bytes(self) -> Option<Bytes> {
