@@ -176,7 +176,7 @@ pub fn write(
     Ok(())
 }
 
-/// [`write`] of text in memory, given as `parts` one after another: the same bytes, but each
+/// [`write()`] of text in memory, given as `parts` one after another: the same bytes, but each
 /// piece is compressed where it lies, copied only where it spans two parts (a batch of
 /// `threads` pieces read into copies was most of the annotated trace's peak memory at 16
 /// threads).
