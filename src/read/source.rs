@@ -211,8 +211,8 @@ pub enum Arrival {
     Whole(Source),
     /// A single-stream gzip file being inflated on a thread of its own; the size on disk.
     Inflating(Inflating, u64),
-    /// A file capture wrote, to be read a member at a time; the size on disk.
-    Members(MemberText, u64),
+    /// A file capture wrote, to be read a member at a time.
+    Members(MemberText),
 }
 
 /// The most text a member may state for the member-by-member read: capture writes 4 MiB
@@ -260,7 +260,7 @@ pub fn read_arriving(path: &Path, expect: Expect) -> Result<Arrival, Error> {
                         what: why.to_owned(),
                     });
                 }
-                return Ok(Arrival::Members(text, file_len));
+                return Ok(Arrival::Members(text));
             }
             Err(raw) => raw,
         },

@@ -41,7 +41,7 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
     let (inf, file_len) = match source::read_arriving(path, source::Expect::JsonObject)? {
         source::Arrival::Whole(src) => return whole(src, diag),
         source::Arrival::Inflating(inf, file_len) => (inf, file_len),
-        source::Arrival::Members(text, _) => {
+        source::Arrival::Members(text) => {
             return match from_members(path, text, diag)? {
                 Some(t) => Ok(t),
                 // A member that does not inflate: read whole, which says what is wrong.
@@ -699,15 +699,22 @@ mod tests {
     }
 
     /// `text` as capture writes it, but in members of `piece` bytes of text (capture's are
-    /// 4 MiB), read member by member at `threads` threads: the trace and its warnings.
+    /// 4 MiB; an empty text is one empty member, as capture writes it).
+    fn members_file(text: &[u8], piece: usize) -> Vec<u8> {
+        if text.is_empty() {
+            return steptrace_formats::gzip_members::member(&[], 1);
+        }
+        text.chunks(piece)
+            .flat_map(|p| steptrace_formats::gzip_members::member(p, 1))
+            .collect()
+    }
+
+    /// [`members_file`] of `text` read member by member at `threads` threads: the trace and
+    /// its warnings.
     fn by_members(text: &[u8], piece: usize, threads: usize) -> (KinetoTrace, Diagnostics) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("trace.json.gz");
-        let file: Vec<u8> = text
-            .chunks(piece)
-            .flat_map(|p| steptrace_formats::gzip_members::member(p, 1))
-            .collect();
-        std::fs::write(&path, file).unwrap();
+        std::fs::write(&path, members_file(text, piece)).unwrap();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
@@ -715,7 +722,7 @@ mod tests {
         let mut d = Diagnostics::default();
         let t = pool.install(|| {
             let arrival = source::read_arriving(&path, source::Expect::JsonObject).unwrap();
-            let source::Arrival::Members(text, _) = arrival else {
+            let source::Arrival::Members(text) = arrival else {
                 panic!("not read member by member");
             };
             from_members(&path, text, &mut d)
@@ -852,14 +859,7 @@ mod tests {
             }
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("trace.json.gz");
-            let file: Vec<u8> = if text.is_empty() {
-                steptrace_formats::gzip_members::member(&[], 1)
-            } else {
-                text.chunks(piece)
-                    .flat_map(|p| steptrace_formats::gzip_members::member(p, 1))
-                    .collect()
-            };
-            std::fs::write(&path, file).unwrap();
+            std::fs::write(&path, members_file(&text, piece)).unwrap();
             let (mut dm, mut dw) = (Diagnostics::default(), Diagnostics::default());
             let members = load(&path, &mut dm);
             let whole = from_bytes(&path, text, false, &mut dw);
@@ -877,11 +877,7 @@ mod tests {
             r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
             events.join(",\n")
         );
-        let file: Vec<u8> = text
-            .as_bytes()
-            .chunks(20_000)
-            .flat_map(|p| steptrace_formats::gzip_members::member(p, 1))
-            .collect();
+        let file = members_file(text.as_bytes(), 20_000);
         let (m, _) = steptrace_formats::gzip_members::members(&file).unwrap();
         assert!(m.len() >= 5, "{} members", m.len());
         let dir = tempfile::tempdir().unwrap();

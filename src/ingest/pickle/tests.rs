@@ -546,33 +546,25 @@ proptest::proptest! {
 /// in the unit tests' build) is refused with one message naming the offset, not read wrong.
 #[test]
 fn a_memo_past_its_side_table_is_refused() {
-    let mut w = W::new();
-    w.op(b"(");
-    for i in 0..5 {
-        w.long(1 << 50 | i);
-        w.put();
-    }
-    w.op(b"l.");
-    let e = parse(&w.out).unwrap_err();
+    // A list of `n` wide integers, each memoized.
+    let wide_list = |n: i64| {
+        let mut w = W::new();
+        w.op(b"(");
+        for i in 0..n {
+            w.long(1 << 50 | i);
+            w.put();
+        }
+        w.op(b"l.");
+        w.out
+    };
+    let e = parse(&wide_list(5)).unwrap_err();
     assert!(
         matches!(&e, PickleError::Malformed { what, .. } if what.contains("wide values memoized")),
         "{e}"
     );
     // Four fit.
-    let mut w = W::new();
-    w.op(b"(");
-    for i in 0..4 {
-        w.long(1 << 50 | i);
-        w.put();
-    }
-    w.op(b"l.");
-    assert_eq!(
-        parse(&w.out)
-            .unwrap()
-            .items(parse(&w.out).unwrap().root)
-            .len(),
-        4
-    );
+    let pk = parse(&wide_list(4)).unwrap();
+    assert_eq!(pk.items(pk.root).len(), 4);
 }
 
 #[test]

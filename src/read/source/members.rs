@@ -180,7 +180,17 @@ impl crate::read::json_scan::Windows for MemberText {
                 buf.resize(need, 0);
             }
             let part = &mut buf[len..need];
-            if s + m.inflated <= to || i == first {
+            if i < self.head || i >= self.tail {
+                // Already inflated into the mapping (the header's members, read first):
+                // copied, not inflated again.
+                let n = if s + m.inflated <= to || i == first {
+                    m.inflated
+                } else {
+                    to - s
+                };
+                part[..n].copy_from_slice(&self.sparse[s..s + n]);
+                len += n;
+            } else if s + m.inflated <= to || i == first {
                 // Whole (every window's own member is read whole, its CRC checked).
                 inflate_member(&self.raw, m, part).ok()?;
                 len = need;
