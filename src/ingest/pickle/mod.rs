@@ -49,9 +49,22 @@ enum Kind {
     Set,
     /// A dict member that is not there (in a record).
     Absent,
+    /// A dict read as a record that a [`RecordSink`] took, with nothing else naming it but
+    /// the stack and the memo (`reader::Reader::sink_record`): no table keeps a slot for it.
+    /// The payload is the record's number, or [`TAKEN`] once it was put in a list.
+    Sunk,
+    /// A list a sunk record held, with nothing else naming it but the memo: its items stay
+    /// where they are in the shared table, and the payload indexes `Pickle::frozen`, their
+    /// place (one per distinct place), so the list's own slot is free for the next one.
+    Frozen,
 }
 
-const KINDS: [Kind; 13] = [
+/// The payload of a [`Kind::Sunk`] whose record was put in a list: the sink has seen it
+/// there, and any later mention is a repeat. One value for all, so that the memo, where
+/// millions of these end, holds them in a few bits (`reader::memo`).
+const TAKEN: u64 = PAYLOAD;
+
+const KINDS: [Kind; 15] = [
     Kind::None,
     Kind::Bool,
     Kind::Int,
@@ -65,6 +78,8 @@ const KINDS: [Kind; 13] = [
     Kind::Dict,
     Kind::Set,
     Kind::Absent,
+    Kind::Sunk,
+    Kind::Frozen,
 ];
 
 /// Bits of a [`ValueId`] below its kind.
@@ -259,6 +274,8 @@ pub struct Pickle {
     /// [`RecordSink`] took them: `sunk`).
     records: Vec<ValueId>,
     sunk: bool,
+    /// The places (`store` slot words of `seqs`) of [`Kind::Frozen`] lists, one per place.
+    frozen: Vec<u64>,
     /// The value STOP returned.
     pub root: ValueId,
 }
@@ -269,6 +286,9 @@ impl Pickle {
         let d = id.data();
         match id.kind() {
             Kind::None | Kind::Absent => Value::None,
+            // A record the sink took: its members are the sink's now.
+            Kind::Sunk => Value::Dict(&[]),
+            Kind::Frozen => Value::List(self.seqs.get_word(self.frozen[d as usize])),
             Kind::Bool => Value::Bool(d != 0),
             // Sign-extend the 60-bit payload.
             Kind::Int => Value::Int(((d << (64 - PAYLOAD_BITS)) as i64) >> (64 - PAYLOAD_BITS)),
@@ -322,8 +342,17 @@ impl Pickle {
             .map(|(_, v)| *v)
     }
 
-    /// The number a [`RecordSink`] gave the dict `id`, when it was read into one.
+    /// The number a [`RecordSink`] gave the dict `id`, when it was read into one; after
+    /// the record was put in a list, `usize::MAX` (a number no record has: the sink has
+    /// seen it, and any later mention is a repeat).
     pub fn record_number(&self, id: ValueId) -> Option<usize> {
+        if id.kind() == Kind::Sunk {
+            return Some(if id.data() == TAKEN {
+                usize::MAX
+            } else {
+                id.data() as usize
+            });
+        }
         if id.kind() != Kind::Dict || !self.sunk {
             return None;
         }
@@ -383,6 +412,10 @@ impl Pickle {
     /// container with a vector of its own, or anything else.
     pub fn items_place(&self, id: ValueId) -> Option<(usize, usize)> {
         match id.kind() {
+            Kind::Frozen => match store::Slot::unpack(self.frozen[id.data() as usize]) {
+                Slot::Flat(start, len) => Some((start, len)),
+                _ => None,
+            },
             Kind::List | Kind::Tuple | Kind::Set => match self.seqs.slot(id.data()) {
                 Slot::Flat(start, len) => Some((start, len)),
                 _ => None,
@@ -395,6 +428,7 @@ impl Pickle {
     pub fn items(&self, id: ValueId) -> &[ValueId] {
         match id.kind() {
             Kind::List | Kind::Tuple | Kind::Set => self.seqs.get(id.data()),
+            Kind::Frozen => self.seqs.get_word(self.frozen[id.data() as usize]),
             _ => &[],
         }
     }
@@ -473,8 +507,21 @@ pub fn parse_stream_into<'a>(
     shape: &'static RecordShape,
     sink: &'a mut dyn RecordSink,
 ) -> Result<Streamed, PickleError> {
+    parse_stream_into_with(src, shape, sink, true)
+}
+
+/// [`parse_stream_into`], with `release` saying whether the tables give back the slots of
+/// what the sink took (off only in tests, to compare the two: with it off, every record's
+/// dict and frame list keeps its slot, as before the tables gave them back).
+pub(crate) fn parse_stream_into_with<'a>(
+    src: Box<dyn std::io::Read + 'a>,
+    shape: &'static RecordShape,
+    sink: &'a mut dyn RecordSink,
+    release: bool,
+) -> Result<Streamed, PickleError> {
     let mut r = reader::Reader::new(reader::Input::new(src), true, Some(shape));
     r.sink = Some(sink);
+    r.release = release;
     r.pk.sunk = true;
     run_stream(r)
 }

@@ -88,7 +88,7 @@ pub(super) const SLOT_MAX_LEN: usize = (1 << (63 - SLOT_LEN_SHIFT)) - 1;
 const SLOT_MAX_START: usize = (1 << SLOT_LEN_SHIFT) - 1;
 
 impl Slot {
-    fn unpack(w: u64) -> Slot {
+    pub(super) fn unpack(w: u64) -> Slot {
         if w & NOT_FLAT == 0 {
             Slot::Flat(
                 (w & SLOT_MAX_START as u64) as usize,
@@ -115,6 +115,10 @@ pub(super) struct Store<T> {
     pub(super) flat: Vec<T>,
     pub(super) items: Vec<u64>,
     pub(super) own: Vec<Vec<T>>,
+    /// Slots given back ([`Store::release`]), for the next empty container: a GB snapshot's
+    /// history entries and their frame lists leave their slots once a sink has read them,
+    /// and the table stays the size of what is live instead of a word per entry.
+    free: Vec<u64>,
 }
 
 impl<T: Copy> Store<T> {
@@ -123,7 +127,27 @@ impl<T: Copy> Store<T> {
             flat: Vec::new(),
             items: Vec::new(),
             own: Vec::new(),
+            free: Vec::new(),
         }
+    }
+
+    /// A new empty container, in a slot given back if there is one.
+    pub(super) fn add_empty(&mut self) -> u64 {
+        if let (Some(w), Some(&c)) = (Slot::flat(self.flat.len(), 0), self.free.last()) {
+            self.free.pop();
+            self.items[c as usize] = w;
+            return c;
+        }
+        self.add(&[])
+    }
+
+    /// Gives container `c`'s slot back: nothing names it any more (its items, if any,
+    /// stay where they are, for whatever else names their place). Returns its slot word.
+    pub(super) fn release(&mut self, c: u64) -> u64 {
+        let w = self.items[c as usize];
+        self.items[c as usize] = 0;
+        self.free.push(c);
+        w
     }
 
     pub(super) fn slot(&self, c: u64) -> Slot {
@@ -215,7 +239,12 @@ impl<T: Copy> Store<T> {
     }
 
     pub(super) fn get(&self, c: u64) -> &[T] {
-        match self.slot(c) {
+        self.get_word(self.items[c as usize])
+    }
+
+    /// The items a slot word names.
+    pub(super) fn get_word(&self, w: u64) -> &[T] {
+        match Slot::unpack(w) {
             Slot::Flat(start, len) => &self.flat[start..start + len],
             Slot::Own(i) => &self.own[i],
             Slot::Record(_) => &[],

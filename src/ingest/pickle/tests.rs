@@ -409,10 +409,15 @@ fn frame_dicts(w: &mut W) -> (Vec<usize>, usize) {
 }
 
 /// A history of entries in many shapes, each drawn from one number: members present or
-/// not, keys written out or by the memo, frames lists new, shared, empty or holding a
+/// not, an entry named twice, keys written out or by the memo, frames lists new, shared, empty or holding a
 /// new frame dict, members no record keeps, duplicate keys, FRAME opcodes; and lists
 /// grown afterwards.
 fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
+    history_pickle_grown(choices, explicit, true)
+}
+
+/// [`history_pickle`], its frame lists grown after the history or not (`grow`).
+fn history_pickle_grown(choices: &[u32], explicit: bool, grow: bool) -> Vec<u8> {
     let mut w = W::new();
     if explicit {
         w.out[1] = 2;
@@ -425,7 +430,11 @@ fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
     for (n, &c) in choices.iter().enumerate() {
         let bit = |i: u32| c >> i & 1 == 1;
         w.op(b"}");
-        w.put();
+        let d = w.put();
+        if bit(27) && bit(28) && bit(29) {
+            // The entry named twice in the history: a copy by the memo before its members.
+            w.get(d);
+        }
         w.op(b"(");
         let mut members = vec!["action", "addr", "size", "stream", "time_us", "frames"];
         members.retain(|m| *m == "action" && !bit(20) || !bit(members_bit(m)));
@@ -505,7 +514,7 @@ fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
     }
     w.op(b"e");
     // Lists grown afterwards (APPENDS onto a memo reference, then POP).
-    for &c in choices.iter().take(3) {
+    for &c in choices.iter().take(if grow { 3 } else { 0 }) {
         if let Some(&l) = lists.get(c as usize % lists.len().max(1)) {
             w.get(l).op(b"(");
             w.get(frames[c as usize % frames.len()]);
@@ -584,13 +593,46 @@ fn marks_cannot_be_popped_as_values() {
 #[derive(Default)]
 struct Taken {
     records: Vec<Vec<Option<ValueId>>>,
+    /// Each record's members written out as they read when it was made ([`render`]).
+    written: Vec<Vec<String>>,
     forgotten: Vec<usize>,
     drops_batches: bool,
 }
 
+/// `v` written out whole as `pk` holds it now: containers by their items (to `depth`, so
+/// that cycles end), whatever ids the read gave them.
+fn render(pk: &Pickle, v: ValueId, depth: usize) -> String {
+    if depth == 0 {
+        return "...".into();
+    }
+    let items = |i: &[ValueId]| -> String {
+        let v: Vec<String> = i.iter().map(|&x| render(pk, x, depth - 1)).collect();
+        v.join(",")
+    };
+    match pk.get(v) {
+        Value::List(i) => format!("L[{}]", items(i)),
+        Value::Tuple(i) => format!("T[{}]", items(i)),
+        Value::Set(i) => format!("S[{}]", items(i)),
+        Value::Dict(kv) => {
+            let v: Vec<String> = kv
+                .iter()
+                .map(|&(k, x)| format!("{}:{}", render(pk, k, depth - 1), render(pk, x, depth - 1)))
+                .collect();
+            format!("{{{}}}", v.join(","))
+        }
+        other => format!("{other:?}"),
+    }
+}
+
 impl RecordSink for Taken {
-    fn record(&mut self, _pk: &Pickle, members: &[Option<ValueId>]) -> usize {
+    fn record(&mut self, pk: &Pickle, members: &[Option<ValueId>]) -> usize {
         self.records.push(members.to_vec());
+        self.written.push(
+            members
+                .iter()
+                .map(|m| m.map_or("-".into(), |v| render(pk, v, 6)))
+                .collect(),
+        );
         self.records.len() - 1
     }
 
@@ -607,8 +649,10 @@ impl RecordSink for Taken {
 
 proptest::proptest! {
     /// A sink is given every record the pickle would keep, with the same members (the same
-    /// values: ids are made alike in both reads), and told of each record extended after it
-    /// was complete, which the kept read turns back into a generic dict.
+    /// values: ids are made alike in both reads while records keep their slots), and told of
+    /// each record extended after it was complete, which the kept read turns back into a
+    /// generic dict. With the slots of what the sink took given back, its records read the
+    /// same member by member, the same are forgotten, and the root reads the same.
     #[test]
     fn a_sink_gets_the_records_the_pickle_would_keep(
         choices in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..40),
@@ -623,7 +667,7 @@ proptest::proptest! {
             .map(|r| r.iter().map(|&v| (v.kind() != Kind::Absent).then_some(v)).collect())
             .collect();
         let mut sink = Taken::default();
-        let s = parse_stream_into(Box::new(&p[..]), &ENTRY, &mut sink).unwrap();
+        let s = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut sink, false).unwrap();
         proptest::prop_assert!(s.cut.is_none());
         proptest::prop_assert_eq!(&sink.records, &want);
         let still = (0..kept.dict_count())
@@ -637,6 +681,23 @@ proptest::proptest! {
                 kept.record(id).is_some()
             );
         }
+        let mut freed = Taken::default();
+        let f = parse_stream_into(Box::new(&p[..]), &ENTRY, &mut freed).unwrap();
+        proptest::prop_assert!(f.cut.is_none());
+        proptest::prop_assert_eq!(&freed.written, &sink.written);
+        proptest::prop_assert_eq!(&freed.forgotten, &sink.forgotten);
+        // The root reads the same too, where no frame list is grown after its entry (one a
+        // sunk record alone held is seen as it was by what named it later: `thaw`).
+        let p = history_pickle_grown(&choices, explicit, false);
+        let mut kept = Taken::default();
+        let k = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut kept, false).unwrap();
+        let mut freed = Taken::default();
+        let f = parse_stream_into(Box::new(&p[..]), &ENTRY, &mut freed).unwrap();
+        proptest::prop_assert_eq!(&freed.written, &kept.written);
+        proptest::prop_assert_eq!(
+            render(&f.pickle, f.pickle.root, 8),
+            render(&k.pickle, k.pickle.root, 8)
+        );
     }
 }
 

@@ -1,12 +1,19 @@
-//! The pickle's memo in 4 bytes a slot. A snapshot torch pickles memoizes every history entry,
-//! its new strings and its new frame lists, and nearly none is named again: at a word a slot
-//! the memo grew with the file (with 4 bytes, a real 1.7 GB snapshot's read went from 0.25x to
-//! 0.20x the file, docs/performance.md). Nearly every memoized value is a container or a string numbered below 2^27, which a slot
-//! holds itself (its kind and number); anything else (a scalar, or a number past that) is kept
-//! in a side table the slot points to.
+//! The pickle's memo, in 4 bytes a slot and fewer where slots repeat. A snapshot torch
+//! pickles memoizes every history entry, its new strings and its new frame lists, and nearly
+//! none is named again: at a word a slot the memo grew with the file (with 4 bytes, a real
+//! 1.7 GB snapshot's read went from 0.25x to 0.20x the file, docs/performance.md). Nearly
+//! every memoized value is a container or a string numbered below 2^27, which a slot holds
+//! itself (its kind and number); anything else (a scalar, or a number past that) is kept in a
+//! side table the slot points to.
+//!
+//! Slots are kept in pages of [`PAGE`]. Once the memo has grown [`PACK_LAG`] pages past one,
+//! the page is packed where its slots take few distinct values: each slot becomes an index
+//! into the page's own list of them, in 0 to 8 bits. A sink's reader leaves a history's
+//! slots so (each entry it took becomes one value, [`super::super::TAKEN`], and each frame
+//! list it read one per distinct stack), and the memo of a 10 GB snapshot then takes tens of
+//! MB instead of most of a GB. A write to a packed page unpacks it, to be packed again later.
 
-use super::super::ValueId;
-use super::super::PAYLOAD_BITS;
+use super::super::{ValueId, PAYLOAD, PAYLOAD_BITS};
 
 /// A slot never stored to.
 const UNSET: u32 = u32::MAX;
@@ -14,22 +21,152 @@ const UNSET: u32 = u32::MAX;
 const SIDE: u32 = 1 << 31;
 /// Bits of a slot's number, below its 4 bits of kind.
 const NUMBER_BITS: u32 = 27;
+/// The number that stands for [`PAYLOAD`] (all payload bits set: a record put in a list,
+/// and the integer -1): numbers below it are themselves.
 const NUMBER: u64 = (1 << NUMBER_BITS) - 1;
 /// Most values the side table holds: below 2^31 - 1, so that no side slot reads as [`UNSET`]
 /// (a few in the unit tests, so that the full table's error is reached).
 const SIDE_MAX: usize = if cfg!(test) { 4 } else { (SIDE - 1) as usize };
 
+/// Slots a page holds.
+const PAGE_BITS: u32 = 12;
+const PAGE: usize = 1 << PAGE_BITS;
+/// Pages are packed once the memo's end is this many pages past them: a history's entries
+/// are read as taken a batch (1,000 entries, a few thousand slots) after they were memoized,
+/// and a packed page written to is unpacked again.
+const PACK_LAG: usize = 4;
+/// Most distinct values a packed page holds (indices of up to 8 bits).
+const PALETTE_MAX: usize = 256;
+
+/// One page of slots.
+#[derive(Debug)]
+enum Page {
+    Raw(Box<[u32]>),
+    /// Each slot an index of `bits` bits into `palette`, 64 / `bits` to a word (`bits` 0: the
+    /// page's slots are all `palette[0]`).
+    Packed {
+        palette: Box<[u32]>,
+        bits: u32,
+        words: Box<[u64]>,
+    },
+}
+
+impl Page {
+    /// A page of slots never stored to, in a few bytes (a sparse PUT index far ahead costs
+    /// no memory for the pages between).
+    fn unset() -> Page {
+        Page::Packed {
+            palette: Box::new([UNSET]),
+            bits: 0,
+            words: Box::new([]),
+        }
+    }
+
+    fn get(&self, i: usize) -> u32 {
+        match self {
+            Page::Raw(s) => s[i],
+            Page::Packed {
+                palette,
+                bits,
+                words,
+            } => {
+                if *bits == 0 {
+                    return palette[0];
+                }
+                let per = (64 / bits) as usize;
+                let w = words[i / per] >> ((i % per) as u32 * bits);
+                palette[(w & ((1 << bits) - 1)) as usize]
+            }
+        }
+    }
+
+    /// The page's slots, unpacked.
+    fn raw(&self) -> Box<[u32]> {
+        match self {
+            Page::Raw(s) => s.clone(),
+            Page::Packed { .. } => (0..PAGE).map(|i| self.get(i)).collect(),
+        }
+    }
+
+    /// The page packed, if it is raw and its slots take at most [`PALETTE_MAX`] values.
+    fn packed(&self) -> Option<Page> {
+        let Page::Raw(slots) = self else {
+            return None;
+        };
+        // The distinct values, by a small open-addressed table of their indices (UNSET
+        // marks an empty place: it is a value too, given a place of its own).
+        const TABLE: usize = 2 * PALETTE_MAX;
+        let mut table = [u16::MAX; TABLE];
+        let mut palette: Vec<u32> = Vec::new();
+        let mut idx = vec![0u8; PAGE];
+        let (mut last, mut last_i) = (slots[0], 0u8);
+        for (i, &s) in slots.iter().enumerate() {
+            // Runs and alternations are the common case: the previous value first.
+            if s == last && i > 0 {
+                idx[i] = last_i;
+                continue;
+            }
+            let mut h = (s.wrapping_mul(0x9E37_79B1) >> (32 - (TABLE.trailing_zeros()))) as usize;
+            let p = loop {
+                match table[h] {
+                    u16::MAX => {
+                        if palette.len() == PALETTE_MAX {
+                            return None;
+                        }
+                        palette.push(s);
+                        table[h] = (palette.len() - 1) as u16;
+                        break palette.len() - 1;
+                    }
+                    p if palette[p as usize] == s => break p as usize,
+                    _ => h = (h + 1) % TABLE,
+                }
+            };
+            idx[i] = p as u8;
+            (last, last_i) = (s, p as u8);
+        }
+        let bits = match palette.len() {
+            1 => 0,
+            2 => 1,
+            3..=4 => 2,
+            5..=16 => 4,
+            _ => 8,
+        };
+        let words = if bits == 0 {
+            Box::new([]) as Box<[u64]>
+        } else {
+            let per = (64 / bits) as usize;
+            idx.chunks(per)
+                .map(|c| {
+                    c.iter()
+                        .enumerate()
+                        .fold(0u64, |w, (j, &x)| w | (x as u64) << (j as u32 * bits))
+                })
+                .collect()
+        };
+        Some(Page::Packed {
+            palette: palette.into(),
+            bits,
+            words,
+        })
+    }
+}
+
 /// The memo: slots by index, as the pickle's PUT and MEMOIZE store them.
 #[derive(Debug, Default)]
 pub(super) struct Memo {
-    slots: Vec<u32>,
+    pages: Vec<Page>,
+    len: usize,
     side: Vec<ValueId>,
+    /// Pages below this one were offered for packing.
+    offered: usize,
+    /// Packed pages a write unpacked, to be offered again.
+    unpacked: Vec<usize>,
 }
 
 impl Memo {
     /// The number of slots (MEMOIZE stores at this index).
     pub(super) fn len(&self) -> usize {
-        self.slots.len()
+        self.len
     }
 
     /// Stores `v` at `idx`, growing the memo to it. False, storing nothing, for a value past
@@ -37,32 +174,93 @@ impl Memo {
     /// memoized: no pickle torch writes, and the reader refuses it).
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
         let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
-        let slot = if data <= NUMBER {
-            (kind as u32) << NUMBER_BITS | data as u32
+        let number = match data {
+            PAYLOAD => Some(NUMBER),
+            d if d < NUMBER => Some(d),
+            _ => None,
+        };
+        let slot = if let Some(n) = number {
+            (kind as u32) << NUMBER_BITS | n as u32
         } else if self.side.len() < SIDE_MAX {
             self.side.push(v);
             SIDE | (self.side.len() - 1) as u32
         } else {
             return false;
         };
-        if self.slots.len() <= idx {
-            self.slots.resize(idx + 1, UNSET);
+        let (p, i) = (idx >> PAGE_BITS, idx & (PAGE - 1));
+        if self.pages.len() <= p {
+            self.pages.resize_with(p + 1, Page::unset);
         }
-        self.slots[idx] = slot;
+        let page = &mut self.pages[p];
+        if let Page::Packed { .. } = page {
+            if page.get(i) == slot {
+                return true;
+            }
+            *page = Page::Raw(page.raw());
+            self.unpacked.push(p);
+        }
+        if let Page::Raw(s) = page {
+            s[i] = slot;
+        }
+        if idx >= self.len {
+            self.len = idx + 1;
+            self.pack_behind();
+        }
         true
+    }
+
+    /// Packs the pages [`PACK_LAG`] behind the end that have not been offered yet, and those
+    /// a write unpacked that are that far behind again.
+    fn pack_behind(&mut self) {
+        let upto = (self.len >> PAGE_BITS).saturating_sub(PACK_LAG);
+        if upto <= self.offered {
+            return;
+        }
+        for p in self.offered..upto {
+            if let Some(packed) = self.pages[p].packed() {
+                self.pages[p] = packed;
+            }
+        }
+        self.offered = upto;
+        let mut keep = Vec::new();
+        for p in std::mem::take(&mut self.unpacked) {
+            if p < upto {
+                if let Some(packed) = self.pages[p].packed() {
+                    self.pages[p] = packed;
+                }
+            } else {
+                keep.push(p);
+            }
+        }
+        self.unpacked = keep;
     }
 
     /// The value stored at `idx`, if one was.
     pub(super) fn get(&self, idx: usize) -> Option<ValueId> {
-        let s = *self.slots.get(idx)?;
+        let s = self.pages.get(idx >> PAGE_BITS)?.get(idx & (PAGE - 1));
         if s == UNSET {
             return None;
         }
         if s & SIDE != 0 {
             return self.side.get((s & !SIDE) as usize).copied();
         }
-        let (kind, data) = ((s >> NUMBER_BITS) as u64, (s as u64) & NUMBER);
+        let (kind, n) = ((s >> NUMBER_BITS) as u64, (s as u64) & NUMBER);
+        let data = if n == NUMBER { PAYLOAD } else { n };
         Some(ValueId(kind << PAYLOAD_BITS | data))
+    }
+
+    /// Bytes the slots of page `p` take (for the tests of what the memo holds).
+    #[cfg(test)]
+    fn page_bytes(&self, p: usize) -> usize {
+        match &self.pages[p] {
+            Page::Raw(s) => s.len() * 4,
+            Page::Packed { palette, words, .. } => palette.len() * 4 + words.len() * 8,
+        }
+    }
+
+    #[cfg(test)]
+    fn slot_bytes(&self) -> usize {
+        (0..self.pages.len()).map(|p| self.page_bytes(p)).sum()
     }
 }
 
@@ -75,15 +273,18 @@ mod tests {
     fn every_value_reads_back_as_stored_whether_the_slot_holds_it_or_the_side_table() {
         let values = [
             ValueId::new(Kind::Dict, 0),
+            ValueId::new(Kind::Dict, NUMBER - 1),
             ValueId::new(Kind::Dict, NUMBER),
-            ValueId::new(Kind::Dict, NUMBER + 1),
             ValueId::new(Kind::Str, 12345),
             ValueId::new(Kind::List, 1 << 40),
             ValueId::new(Kind::Int, (-1i64) as u64),
+            ValueId::new(Kind::Int, (-2i64) as u64),
             ValueId::new(Kind::Int, 7),
             ValueId::new(Kind::Absent, 0),
             ValueId::new(Kind::None, 0),
             ValueId::new(Kind::Bool, 1),
+            ValueId::new(Kind::Sunk, PAYLOAD),
+            ValueId::new(Kind::Frozen, 3),
         ];
         let mut m = Memo::default();
         // Sparse indices (BINPUT may skip), and a slot stored twice keeps the later value.
@@ -97,7 +298,8 @@ mod tests {
         }
         assert_eq!(m.get(1 << 20), None);
         assert_eq!(m.len(), 3 * (values.len() - 1) + 1);
-        // What needed the side table went there; the rest took 4 bytes.
+        // What needed the side table went there (the number that stands for all payload
+        // bits, -1's and a taken record's, did not); the rest took 4 bytes.
         assert_eq!(m.side.len(), 3, "{:?}", m.side);
         // One more fills it; past that a wide value is refused and its slot left as it was,
         // while a narrow one is still stored.
@@ -106,5 +308,65 @@ mod tests {
         assert!(!m.set(2, wide));
         assert_eq!(m.get(2), None);
         assert!(m.set(2, ValueId::new(Kind::Str, 9)));
+    }
+
+    /// Pages of few distinct values are packed once the memo is past them, read back the
+    /// same, unpacked by a write and packed again; pages of many values stay as they were.
+    #[test]
+    fn pages_of_repeated_slots_are_packed_and_read_back_as_stored() {
+        let taken = ValueId::new(Kind::Sunk, PAYLOAD);
+        // As a history leaves it: each entry taken, its string one of a few, its frame list
+        // one of a few dozen stacks; then a stretch of all-distinct strings; then pages of
+        // one value, then sparse slots.
+        let value = |i: usize| -> ValueId {
+            match i {
+                _ if i < 10 * PAGE => match i % 3 {
+                    0 => taken,
+                    1 => ValueId::new(Kind::Str, (i % 7 == 1) as u64),
+                    _ => ValueId::new(Kind::Frozen, (i / 5 % 40) as u64),
+                },
+                _ if i < 12 * PAGE => ValueId::new(Kind::Str, i as u64),
+                _ => taken,
+            }
+        };
+        let n = 20 * PAGE + 5;
+        let mut m = Memo::default();
+        for i in 0..n {
+            assert!(m.set(i, value(i)));
+        }
+        for i in 0..n {
+            assert_eq!(m.get(i), Some(value(i)), "slot {i}");
+        }
+        // 43 values: a byte a slot; one value: the value alone.
+        assert!(m.page_bytes(0) <= PAGE + 256 * 4, "{}", m.page_bytes(0));
+        assert_eq!(m.page_bytes(13), 4);
+        let packed = |m: &Memo, p: usize| matches!(m.pages[p], Page::Packed { .. });
+        assert!(packed(&m, 0) && packed(&m, 13), "packed behind the end");
+        assert!(!packed(&m, 10), "too many values to pack");
+        assert!(!packed(&m, 19), "too near the end");
+        // A write to a packed page of a value it holds keeps it packed; another unpacks it,
+        // and it is packed again once the memo has grown past it.
+        assert_eq!(value(6), taken);
+        assert!(m.set(6, taken));
+        assert!(packed(&m, 0));
+        assert!(m.set(5, ValueId::new(Kind::Dict, 77)));
+        assert!(!packed(&m, 0));
+        assert_eq!(m.get(5), Some(ValueId::new(Kind::Dict, 77)));
+        for i in n..n + PAGE {
+            assert!(m.set(i, taken));
+        }
+        assert!(packed(&m, 0));
+        assert_eq!(m.get(5), Some(ValueId::new(Kind::Dict, 77)));
+        assert_eq!(m.get(6), Some(value(6)));
+        // An index far ahead costs no page of its own for those between.
+        let before = m.slot_bytes();
+        assert!(m.set(1 << 26, taken));
+        assert!(
+            m.slot_bytes() - before < 64 * PAGE,
+            "{}",
+            m.slot_bytes() - before
+        );
+        assert_eq!(m.get((1 << 26) - 1), None);
+        assert_eq!(m.get(1 << 26), Some(taken));
     }
 }

@@ -8,6 +8,7 @@ mod opcodes;
 
 pub(super) use input::Input;
 
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 
 use rustc_hash::{FxHashMap, FxHasher};
@@ -15,6 +16,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 use super::store::{Slot, Store, Text, Texts};
 use super::{
     Kind, Pickle, PickleError, RecordShape, RecordSink, ValueId, PAYLOAD_BITS, RECORD_MAX_KEYS,
+    TAKEN,
 };
 
 /// The pickle machine: the tables it builds, and its stack, marks and memo.
@@ -25,6 +27,9 @@ pub(super) struct Reader<'a> {
     pub(super) input: Input<'a>,
     /// Where records go as they complete, if the caller gave one.
     pub(super) sink: Option<&'a mut dyn RecordSink>,
+    /// Whether the slots of records the sink took, and of their frame lists, are given back
+    /// (`sink_record`; off only in tests, to compare).
+    pub(super) release: bool,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
@@ -42,6 +47,71 @@ pub(super) struct Reader<'a> {
     /// The string id of the record shape's first member, once met: one id for every such
     /// key, as every short string is read once (`short_str`).
     first_key: Option<ValueId>,
+    /// The last empty dict and list made while a sink reads records, followed until a
+    /// record takes them (`sink_record`).
+    fresh_dict: Fresh,
+    fresh_list: Fresh,
+    /// (record number, memo index) of sunk records not yet put in a list, oldest first.
+    sunk_puts: VecDeque<(u64, usize)>,
+    /// The [`Kind::Frozen`] number of each place frozen so far.
+    frozen_at: FxHashMap<u64, u64>,
+}
+
+/// A container followed from its making (`}` or `]`) while a sink reads records: where the
+/// memo stored it, and whether anything else may name it. The pickle machine copies a value
+/// only by GET and DUP, and moves it off the stack into a container for good (it comes back
+/// only by GET), so a container at its place on the stack that was stored in the memo once
+/// and never copied is named by those two places alone, and both can be rewritten.
+#[derive(Debug, Clone, Copy)]
+struct Fresh {
+    id: ValueId,
+    /// Its memo index, [`NO_PUT`] before it is stored.
+    put: usize,
+    /// False once it was copied or stored twice.
+    clean: bool,
+}
+
+const NO_PUT: usize = usize::MAX;
+
+impl Fresh {
+    const NONE: Fresh = Fresh {
+        id: NONE,
+        put: NO_PUT,
+        clean: false,
+    };
+
+    fn new(id: ValueId) -> Fresh {
+        Fresh {
+            id,
+            put: NO_PUT,
+            clean: true,
+        }
+    }
+
+    /// `v` was stored at memo index `idx`.
+    #[inline]
+    fn stored(&mut self, v: ValueId, idx: usize) {
+        if v == self.id {
+            if self.put == NO_PUT {
+                self.put = idx;
+            } else {
+                self.clean = false;
+            }
+        }
+    }
+
+    /// `v` was copied (GET, DUP).
+    #[inline]
+    fn copied(&mut self, v: ValueId) {
+        if v == self.id {
+            self.clean = false;
+        }
+    }
+
+    /// Whether `v` is this container, named by its stack place and its memo slot alone.
+    fn alone(&self, v: ValueId, memo: &memo::Memo) -> bool {
+        v == self.id && self.clean && (self.put == NO_PUT || memo.get(self.put) == Some(v))
+    }
 }
 
 /// Strings up to this long share one id per distinct text (`Reader::short_strs`).
@@ -61,19 +131,60 @@ fn short_key(b: &[u8]) -> ShortKey {
     [w(0), w(1), w(2), b.len() as u64]
 }
 
+/// The fields [`appended`] needs besides the stack.
+pub(super) struct Appending<'s, 'a> {
+    sink: &'s mut Option<&'a mut dyn RecordSink>,
+    pk: &'s mut Pickle,
+    memo: &'s mut memo::Memo,
+    sunk_puts: &'s mut VecDeque<(u64, usize)>,
+}
+
+impl<'a> Reader<'a> {
+    /// The fields [`appended`] needs, borrowed apart from the stack.
+    pub(super) fn appending(&mut self) -> (Appending<'_, 'a>, &mut Vec<ValueId>) {
+        (
+            Appending {
+                sink: &mut self.sink,
+                pk: &mut self.pk,
+                memo: &mut self.memo,
+                sunk_puts: &mut self.sunk_puts,
+            },
+            &mut self.stack,
+        )
+    }
+}
+
 /// Tells the sink, if any, that `items` were just appended to `list` (a list: sets are not
-/// histories), and drops them from the list again where the sink took them all. A function
-/// of the fields, not a method, so that callers can pass their stack.
+/// histories), and drops them from the list again where the sink took them all. The sunk
+/// records among them are in a list from here on: their memo slots say so ([`TAKEN`]), one
+/// value for all, which the memo packs. A function of the fields, not a method, so that
+/// callers can pass their stack.
 #[inline]
-pub(super) fn appended(
-    sink: &mut Option<&mut dyn RecordSink>,
-    pk: &mut Pickle,
-    list: ValueId,
-    items: &[ValueId],
-) {
-    if let (Kind::List, Some(sink)) = (list.kind(), sink.as_mut()) {
-        if sink.appended(pk, list, items) {
-            pk.seqs.drop_last(list.data(), items.len());
+pub(super) fn appended(a: Appending<'_, '_>, list: ValueId, items: &[ValueId]) {
+    let (Kind::List, Some(sink)) = (list.kind(), a.sink.as_mut()) else {
+        return;
+    };
+    if sink.appended(a.pk, list, items) {
+        a.pk.seqs.drop_last(list.data(), items.len());
+    }
+    if a.sunk_puts.is_empty() {
+        return;
+    }
+    for &v in items {
+        if v.kind() != Kind::Sunk || v.data() == TAKEN {
+            continue;
+        }
+        // Records are put in lists in the order they were made: those passed over were
+        // put elsewhere or never, and keep their number in the memo.
+        while let Some(&(r, idx)) = a.sunk_puts.front() {
+            if r > v.data() {
+                break;
+            }
+            a.sunk_puts.pop_front();
+            if r == v.data() {
+                a.memo.set(idx, ValueId::new(Kind::Sunk, TAKEN));
+                break;
+            }
         }
     }
 }
@@ -121,6 +232,7 @@ impl<'a> Reader<'a> {
             share,
             input,
             sink: None,
+            release: false,
             pk: Pickle {
                 texts: Texts::default(),
                 wide: Vec::new(),
@@ -130,6 +242,7 @@ impl<'a> Reader<'a> {
                 shape,
                 records: Vec::new(),
                 sunk: false,
+                frozen: Vec::new(),
                 root: NONE,
             },
             stack: Vec::new(),
@@ -139,6 +252,10 @@ impl<'a> Reader<'a> {
             shared: FxHashMap::default(),
             short_strs: FxHashMap::default(),
             first_key: None,
+            fresh_dict: Fresh::NONE,
+            fresh_list: Fresh::NONE,
+            sunk_puts: VecDeque::new(),
+            frozen_at: FxHashMap::default(),
         }
     }
 
@@ -156,12 +273,12 @@ impl<'a> Reader<'a> {
             let (prev, top) = (self.stack[n - 2], self.stack[n - 1]);
             let item = matches!(
                 top.kind(),
-                Kind::List | Kind::Dict | Kind::Set | Kind::Tuple
+                Kind::List | Kind::Dict | Kind::Set | Kind::Tuple | Kind::Sunk | Kind::Frozen
             );
             let waiting = if dict_level {
                 !(n - from).is_multiple_of(2) && item
             } else {
-                matches!(top.kind(), Kind::List | Kind::Dict)
+                matches!(top.kind(), Kind::List | Kind::Dict | Kind::Sunk)
             };
             if !(waiting
                 && matches!(prev.kind(), Kind::List | Kind::Set)
@@ -171,7 +288,7 @@ impl<'a> Reader<'a> {
             }
             self.pk.seqs.extend(prev.data(), &[top]);
             self.stack.pop();
-            appended(&mut self.sink, &mut self.pk, prev, &[top]);
+            appended(self.appending().0, prev, &[top]);
         }
     }
 
@@ -192,15 +309,17 @@ impl<'a> Reader<'a> {
                 }
             }
             let container = self.stack[from - 1];
-            self.settle_single_appends(from, container.kind() == Kind::Dict);
+            let dict = matches!(container.kind(), Kind::Dict | Kind::Sunk);
+            self.settle_single_appends(from, dict);
             match container.kind() {
                 Kind::List | Kind::Set => self.add_to_list(container, from, offset)?,
-                Kind::Dict => {
+                Kind::Dict | Kind::Sunk => {
                     if !(self.stack.len() - from).is_multiple_of(2) {
                         self.stack.pop(); // a key whose value never came
                     }
                     self.add_to_dict(container, from, offset)?;
-                    unfinished_dict = Some(container);
+                    // As the stack now names it (a record the sink took is sunk there).
+                    unfinished_dict = Some(self.stack[from - 1]);
                 }
                 // A tuple or anything else in the making: its items are dropped.
                 _ => self.stack.truncate(from),
@@ -340,7 +459,96 @@ impl<'a> Reader<'a> {
         if !self.memo.set(idx, v) {
             return Err(self.malformed("more than 2^31 wide values memoized", offset));
         }
+        self.fresh_dict.stored(v, idx);
+        self.fresh_list.stored(v, idx);
         Ok(())
+    }
+
+    /// `v` was copied onto the stack (GET, DUP): a container followed is no longer alone.
+    #[inline]
+    pub(super) fn copied(&mut self, v: ValueId) {
+        self.fresh_dict.copied(v);
+        self.fresh_list.copied(v);
+    }
+
+    /// A new empty dict (`}`), followed while a sink reads records.
+    pub(super) fn empty_dict(&mut self) -> ValueId {
+        let id = ValueId::new(Kind::Dict, self.pk.maps.add_empty());
+        if self.release {
+            self.fresh_dict = Fresh::new(id);
+        }
+        id
+    }
+
+    /// A new empty list (`]`), followed while a sink reads records.
+    pub(super) fn empty_list(&mut self) -> ValueId {
+        let id = ValueId::new(Kind::List, self.pk.seqs.add_empty());
+        if self.release {
+            self.fresh_list = Fresh::new(id);
+        }
+        id
+    }
+
+    /// After the sink took the record `r` of `dict`, whose members are `stack[from..]`:
+    /// where nothing but its stack place and its memo slot names the dict, both become
+    /// [`Kind::Sunk`] and its slot is given back, and so is the slot of a list among the
+    /// members that nothing else names either (a history entry's new frame list: the sink
+    /// has read it), whose memo slot then names its items' place ([`Kind::Frozen`]). The
+    /// tables then hold nothing for the history's millions of entries. False: `dict` is named
+    /// elsewhere too, and keeps its slot as a record.
+    fn sink_record(&mut self, dict: ValueId, from: usize, r: usize) -> bool {
+        let f = self.fresh_dict;
+        if from == 0 || self.stack[from - 1] != dict || !f.alone(dict, &self.memo) {
+            return false;
+        }
+        let sunk = ValueId::new(Kind::Sunk, r as u64);
+        self.stack[from - 1] = sunk;
+        if f.put != NO_PUT {
+            self.memo.set(f.put, sunk);
+            self.sunk_puts.push_back((r as u64, f.put));
+        }
+        self.pk.maps.release(dict.data());
+        self.fresh_dict = Fresh::NONE;
+        let l = self.fresh_list;
+        let member = (from + 1..self.stack.len())
+            .step_by(2)
+            .any(|i| self.stack[i] == l.id);
+        if member
+            && l.alone(l.id, &self.memo)
+            && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..))
+        {
+            let mut w = self.pk.seqs.release(l.id.data());
+            if let Slot::Flat(_, 0) = Slot::unpack(w) {
+                // Every empty list has one place.
+                w = Slot::flat(0, 0).expect("fits");
+            }
+            let frozen = &mut self.pk.frozen;
+            let p = *self.frozen_at.entry(w).or_insert_with(|| {
+                frozen.push(w);
+                frozen.len() as u64 - 1
+            });
+            if l.put != NO_PUT {
+                self.memo.set(l.put, ValueId::new(Kind::Frozen, p));
+            }
+            self.fresh_list = Fresh::NONE;
+        }
+        true
+    }
+
+    /// The list at `stack[at]` made a list of its own again where it is [`Kind::Frozen`]
+    /// (a pickle that extends a history entry's frame list after the entry: none torch
+    /// writes). Its memo slot keeps naming the items as they were.
+    pub(super) fn thaw(&mut self, at: usize) -> ValueId {
+        let v = self.stack[at];
+        if v.kind() != Kind::Frozen {
+            return v;
+        }
+        let items = self.pk.items(v).to_vec();
+        let c = self.pk.seqs.add_empty();
+        self.pk.seqs.set_own(c, items);
+        let l = ValueId::new(Kind::List, c);
+        self.stack[at] = l;
+        l
     }
 
     fn memo_get(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
@@ -348,6 +556,7 @@ impl<'a> Reader<'a> {
             .memo
             .get(idx)
             .ok_or_else(|| self.malformed(format!("memo index {idx} was never stored"), offset))?;
+        self.copied(v);
         self.stack.push(v);
         Ok(())
     }
@@ -355,10 +564,13 @@ impl<'a> Reader<'a> {
     /// Adds `stack[from..]` to the list or set `list`, and drops them from the stack.
     fn add_to_list(
         &mut self,
-        list: ValueId,
+        mut list: ValueId,
         from: usize,
         offset: usize,
     ) -> Result<(), PickleError> {
+        if list.kind() == Kind::Frozen {
+            list = self.thaw(from - 1);
+        }
         if !matches!(list.kind(), Kind::List | Kind::Set) {
             return Err(self.malformed("APPEND to something that is not a list", offset));
         }
@@ -366,7 +578,8 @@ impl<'a> Reader<'a> {
         let fresh = matches!(self.pk.seqs.slot(c), Slot::Flat(_, 0));
         let start = self.pk.seqs.flat.len();
         self.pk.seqs.extend(c, &self.stack[from..]);
-        appended(&mut self.sink, &mut self.pk, list, &self.stack[from..]);
+        let (a, stack) = self.appending();
+        appended(a, list, &stack[from..]);
         self.stack.truncate(from);
         if fresh && self.share {
             if let Slot::Flat(s, len) = self.pk.seqs.slot(c) {
@@ -384,12 +597,15 @@ impl<'a> Reader<'a> {
     /// Adds `stack[from..]` as key, value pairs to the dict `dict`, and drops them.
     fn add_to_dict(
         &mut self,
-        dict: ValueId,
+        mut dict: ValueId,
         from: usize,
         offset: usize,
     ) -> Result<(), PickleError> {
         if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(self.malformed("SETITEMS with an odd number of items", offset));
+        }
+        if dict.kind() == Kind::Sunk {
+            dict = self.unsink(dict, from);
         }
         if dict.kind() != Kind::Dict {
             return Err(self.malformed("SETITEM on something that is not a dict", offset));
@@ -409,7 +625,9 @@ impl<'a> Reader<'a> {
                         self.pk.records.extend_from_slice(&rec[..n]);
                         self.pk.records.len() / n - 1
                     };
-                    self.pk.maps.set_record(c, r);
+                    if !(self.release && self.sink_record(dict, from, r)) {
+                        self.pk.maps.set_record(c, r);
+                    }
                     self.stack.truncate(from);
                     return Ok(());
                 }
@@ -459,6 +677,31 @@ impl<'a> Reader<'a> {
         }
         self.stack.truncate(from);
         Ok(())
+    }
+
+    /// A sunk record's dict (at `stack[from - 1]`) given more members: the sink forgets the
+    /// record, and the dict is a generic one of the later members from here on, in a slot of
+    /// its own, which its memo slot names too while the record was not yet in a list (after
+    /// that, the memo and the list name the record the sink took).
+    fn unsink(&mut self, sunk: ValueId, from: usize) -> ValueId {
+        let r = sunk.data();
+        if r != TAKEN {
+            if let Some(sink) = self.sink.as_mut() {
+                sink.forget(r as usize);
+            }
+        }
+        let c = self.pk.maps.add_empty();
+        self.pk.maps.set_own(c, Vec::new());
+        let d = ValueId::new(Kind::Dict, c);
+        if from > 0 && self.stack[from - 1] == sunk {
+            self.stack[from - 1] = d;
+        }
+        if let Some(i) = self.sunk_puts.iter().position(|&(x, _)| x == r) {
+            if let Some((_, idx)) = self.sunk_puts.remove(i) {
+                self.memo.set(idx, d);
+            }
+        }
+        d
     }
 
     /// The record (and its length) of `stack[from..]` (key, value, key, value, ...) when it is
@@ -538,7 +781,8 @@ impl<'a> Reader<'a> {
     fn seq_from_stack(&mut self, kind: Kind, from: usize) -> ValueId {
         let id = self.pk.seqs.add(&self.stack[from..]);
         let v = ValueId::new(kind, id);
-        appended(&mut self.sink, &mut self.pk, v, &self.stack[from..]);
+        let (a, stack) = self.appending();
+        appended(a, v, &stack[from..]);
         self.stack.truncate(from);
         v
     }

@@ -66,12 +66,12 @@ impl Reader<'_> {
         match op {
             b'(' => self.marks.push(self.stack.len()),
             b'}' => {
-                let id = self.pk.maps.add(&[]);
-                self.stack.push(ValueId::new(Kind::Dict, id));
+                let id = self.empty_dict();
+                self.stack.push(id);
             }
             b']' => {
-                let id = self.pk.seqs.add(&[]);
-                self.stack.push(ValueId::new(Kind::List, id));
+                let id = self.empty_list();
+                self.stack.push(id);
             }
             b')' => {
                 let id = self.pk.seqs.add(&[]);
@@ -114,12 +114,15 @@ impl Reader<'_> {
             }
             b'a' => {
                 let v = self.pop(offset)?;
-                let list = self.top(offset)?;
+                let mut list = self.top(offset)?;
+                if list.kind() == Kind::Frozen {
+                    list = self.thaw(self.stack.len() - 1);
+                }
                 if !matches!(list.kind(), Kind::List | Kind::Set) {
                     return Err(self.malformed("APPEND to something that is not a list", offset));
                 }
                 self.pk.seqs.extend(list.data(), &[v]);
-                appended(&mut self.sink, &mut self.pk, list, &[v]);
+                appended(self.appending().0, list, &[v]);
             }
             b'e' | 0x90 => {
                 let from = self.pop_mark(offset)?;
@@ -325,6 +328,7 @@ impl Reader<'_> {
             }
             b'2' => {
                 let v = self.top(offset)?;
+                self.copied(v);
                 self.stack.push(v);
             }
             _ => return Err(refused(op, offset)),
