@@ -283,6 +283,11 @@ impl W {
         self.memo += 1;
         self.memo - 1
     }
+    /// LONG_BINPUT at `i`, whatever MEMOIZE's count.
+    fn put_at(&mut self, i: usize) -> &mut W {
+        self.op(&[b'r']);
+        self.op(&(i as u32).to_le_bytes())
+    }
     fn get(&mut self, i: usize) -> &mut W {
         if i < 256 {
             self.op(&[b'h', i as u8])
@@ -409,7 +414,7 @@ fn frame_dicts(w: &mut W) -> (Vec<usize>, usize) {
 }
 
 /// A history of entries in many shapes, each drawn from one number: members present or
-/// not, an entry named twice, keys written out or by the memo, frames lists new, shared, empty or holding a
+/// not, an entry named twice, an entry's memo slot stored over, keys written out or by the memo, frames lists new, shared, empty or holding a
 /// new frame dict, members no record keeps, duplicate keys, FRAME opcodes; and lists
 /// grown afterwards.
 fn history_pickle(choices: &[u32], explicit: bool) -> Vec<u8> {
@@ -427,6 +432,7 @@ fn history_pickle_grown(choices: &[u32], explicit: bool, grow: bool) -> Vec<u8> 
     let mut keys: std::collections::HashMap<&str, usize> = Default::default();
     let mut lists = Vec::new();
     let mut actions = Vec::new();
+    let mut overwritten = Vec::new();
     for (n, &c) in choices.iter().enumerate() {
         let bit = |i: u32| c >> i & 1 == 1;
         w.op(b"}");
@@ -436,6 +442,11 @@ fn history_pickle_grown(choices: &[u32], explicit: bool, grow: bool) -> Vec<u8> 
             w.get(d);
         }
         w.op(b"(");
+        if bit(30) && !bit(31) && bit(29) {
+            // Stored over before its members.
+            w.op(b"K\x05").put_at(d).op(b"0");
+            overwritten.push(d);
+        }
         let mut members = vec!["action", "addr", "size", "stream", "time_us", "frames"];
         members.retain(|m| *m == "action" && !bit(20) || !bit(members_bit(m)));
         if bit(11) {
@@ -511,8 +522,16 @@ fn history_pickle_grown(choices: &[u32], explicit: bool, grow: bool) -> Vec<u8> 
             }
         }
         w.op(b"u");
+        if bit(30) && bit(31) {
+            // Something else stored over the entry's memo slot before its list has it.
+            w.op(b"K\x05").put_at(d).op(b"0");
+            overwritten.push(d);
+        }
     }
     w.op(b"e");
+    for &d in &overwritten {
+        w.get(d);
+    }
     // Lists grown afterwards (APPENDS onto a memo reference, then POP).
     for &c in choices.iter().take(if grow { 3 } else { 0 }) {
         if let Some(&l) = lists.get(c as usize % lists.len().max(1)) {

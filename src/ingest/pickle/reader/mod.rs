@@ -53,9 +53,14 @@ pub(super) struct Reader<'a> {
     fresh_list: Fresh,
     /// (record number, memo index) of sunk records not yet put in a list, oldest first.
     sunk_puts: VecDeque<(u64, usize)>,
-    /// The [`Kind::Frozen`] number of each place frozen so far.
+    /// The [`Kind::Frozen`] number of each place frozen so far, and of recent ones by
+    /// place modulo [`FROZEN_CACHE`] (a history names a few hundred stacks over and over).
     frozen_at: FxHashMap<u64, u64>,
+    frozen_recent: Box<[(u64, u64); FROZEN_CACHE]>,
 }
+
+/// Lines of `Reader::frozen_recent`.
+const FROZEN_CACHE: usize = 256;
 
 /// A container followed from its making (`}` or `]`) while a sink reads records: where the
 /// memo stored it, and whether anything else may name it. The pickle machine copies a value
@@ -88,7 +93,8 @@ impl Fresh {
         }
     }
 
-    /// `v` was stored at memo index `idx`.
+    /// `v` was stored at memo index `idx` (another value stored over its slot leaves it
+    /// named by its stack place alone, which `alone` does not tell apart: followed no more).
     #[inline]
     fn stored(&mut self, v: ValueId, idx: usize) {
         if v == self.id {
@@ -97,6 +103,8 @@ impl Fresh {
             } else {
                 self.clean = false;
             }
+        } else if idx == self.put {
+            self.clean = false;
         }
     }
 
@@ -109,8 +117,9 @@ impl Fresh {
     }
 
     /// Whether `v` is this container, named by its stack place and its memo slot alone.
-    fn alone(&self, v: ValueId, memo: &memo::Memo) -> bool {
-        v == self.id && self.clean && (self.put == NO_PUT || memo.get(self.put) == Some(v))
+    #[inline]
+    fn alone(&self, v: ValueId) -> bool {
+        v == self.id && self.clean
     }
 }
 
@@ -181,7 +190,8 @@ pub(super) fn appended(a: Appending<'_, '_>, list: ValueId, items: &[ValueId]) {
                 break;
             }
             a.sunk_puts.pop_front();
-            if r == v.data() {
+            // Unless the pickle stored something else there since.
+            if r == v.data() && a.memo.get(idx) == Some(v) {
                 a.memo.set(idx, ValueId::new(Kind::Sunk, TAKEN));
                 break;
             }
@@ -256,6 +266,7 @@ impl<'a> Reader<'a> {
             fresh_list: Fresh::NONE,
             sunk_puts: VecDeque::new(),
             frozen_at: FxHashMap::default(),
+            frozen_recent: Box::new([(u64::MAX, 0); FROZEN_CACHE]),
         }
     }
 
@@ -450,6 +461,7 @@ impl<'a> Reader<'a> {
         ValueId::new(Kind::Str, self.pk.texts.push(Text::Owned(s.into())))
     }
 
+    #[inline(always)]
     fn memo_put(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
         let v = self.top(offset)?;
         // No pickle stores more memo slots than it has bytes before them.
@@ -465,7 +477,7 @@ impl<'a> Reader<'a> {
     }
 
     /// `v` was copied onto the stack (GET, DUP): a container followed is no longer alone.
-    #[inline]
+    #[inline(always)]
     pub(super) fn copied(&mut self, v: ValueId) {
         self.fresh_dict.copied(v);
         self.fresh_list.copied(v);
@@ -498,7 +510,7 @@ impl<'a> Reader<'a> {
     /// elsewhere too, and keeps its slot as a record.
     fn sink_record(&mut self, dict: ValueId, from: usize, r: usize) -> bool {
         let f = self.fresh_dict;
-        if from == 0 || self.stack[from - 1] != dict || !f.alone(dict, &self.memo) {
+        if from == 0 || self.stack[from - 1] != dict || !f.alone(dict) {
             return false;
         }
         let sunk = ValueId::new(Kind::Sunk, r as u64);
@@ -513,20 +525,25 @@ impl<'a> Reader<'a> {
         let member = (from + 1..self.stack.len())
             .step_by(2)
             .any(|i| self.stack[i] == l.id);
-        if member
-            && l.alone(l.id, &self.memo)
-            && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..))
-        {
+        if member && l.alone(l.id) && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..)) {
             let mut w = self.pk.seqs.release(l.id.data());
             if let Slot::Flat(_, 0) = Slot::unpack(w) {
                 // Every empty list has one place.
                 w = Slot::flat(0, 0).expect("fits");
             }
-            let frozen = &mut self.pk.frozen;
-            let p = *self.frozen_at.entry(w).or_insert_with(|| {
-                frozen.push(w);
-                frozen.len() as u64 - 1
-            });
+            let line = key_line(w) % FROZEN_CACHE;
+            let p = match self.frozen_recent[line] {
+                (at, p) if at == w => p,
+                _ => {
+                    let frozen = &mut self.pk.frozen;
+                    let p = *self.frozen_at.entry(w).or_insert_with(|| {
+                        frozen.push(w);
+                        frozen.len() as u64 - 1
+                    });
+                    self.frozen_recent[line] = (w, p);
+                    p
+                }
+            };
             if l.put != NO_PUT {
                 self.memo.set(l.put, ValueId::new(Kind::Frozen, p));
             }
@@ -551,10 +568,11 @@ impl<'a> Reader<'a> {
         l
     }
 
+    #[inline(always)]
     fn memo_get(&mut self, idx: usize, offset: usize) -> Result<(), PickleError> {
         let v = self
             .memo
-            .get(idx)
+            .get_cached(idx)
             .ok_or_else(|| self.malformed(format!("memo index {idx} was never stored"), offset))?;
         self.copied(v);
         self.stack.push(v);
@@ -698,7 +716,9 @@ impl<'a> Reader<'a> {
         }
         if let Some(i) = self.sunk_puts.iter().position(|&(x, _)| x == r) {
             if let Some((_, idx)) = self.sunk_puts.remove(i) {
-                self.memo.set(idx, d);
+                if self.memo.get(idx) == Some(sunk) {
+                    self.memo.set(idx, d);
+                }
             }
         }
         d
