@@ -14,38 +14,8 @@ VARIANTS=${VARIANTS:-new base}
 for v in $VARIANTS; do xz -dc .corpus/bin/steptrace_$v.xz > $B/steptrace_$v; chmod +x $B/steptrace_$v; done
 ROOT=$(pwd)
 W=/tmp/real_snapshot
-rm -rf "$W" && mkdir -p "$W"
-cp -r "$ROOT/.corpus/src/nanoGPT" "$W/"
-python3 - "$W/nanoGPT/data/openwebtext" <<'PY'
-import os, sys
-import numpy as np
-os.makedirs(sys.argv[1], exist_ok=True)
-rng = np.random.default_rng(0)
-for name, n in (("train.bin", 4_000_000), ("val.bin", 400_000)):
-    rng.integers(0, 50257, size=n, dtype=np.uint16).tofile(os.path.join(sys.argv[1], name))
-PY
+bash "$ROOT/capture/corpus/nanogpt_snapshot.sh" "$W" "$SECS"
 SNAP=$W/snapshot.pickle
-cd "$W/nanoGPT"
-python3 - "$SNAP" "$SECS" <<'PY'
-import runpy, sys, threading, time, _thread
-import torch
-snap, secs = sys.argv[1], float(sys.argv[2])
-torch.cuda.memory._record_memory_history(max_entries=100_000_000)
-sys.argv = ["train.py", "--dataset=openwebtext", "--compile=False", "--dtype=float16",
-            "--gradient_accumulation_steps=4", "--batch_size=8", "--block_size=256",
-            "--n_layer=6", "--n_head=6", "--n_embd=384", "--max_iters=1000000",
-            "--lr_decay_iters=1000000", "--eval_interval=100000", "--eval_iters=2",
-            "--log_interval=100", "--warmup_iters=10", "--out_dir=/tmp/real_snapshot/out"]
-threading.Timer(secs, _thread.interrupt_main).start()
-t0 = time.time()
-try:
-    runpy.run_path("train.py", run_name="__main__")
-except KeyboardInterrupt:
-    pass
-t1 = time.time()
-torch.cuda.memory._dump_snapshot(snap)
-print(f"trained {t1 - t0:.0f} s; _dump_snapshot {time.time() - t1:.0f} s", flush=True)
-PY
 cd "$W"
 ls -l "$SNAP" | tee $OUT/file.txt
 for i in 1 2 3; do for v in $VARIANTS; do
