@@ -285,7 +285,7 @@ impl W {
     }
     /// LONG_BINPUT at `i`, whatever MEMOIZE's count.
     fn put_at(&mut self, i: usize) -> &mut W {
-        self.op(&[b'r']);
+        self.op(b"r");
         self.op(&(i as u32).to_le_bytes())
     }
     fn get(&mut self, i: usize) -> &mut W {

@@ -128,18 +128,18 @@ impl Page {
             idx[i] = p as u8;
             (last, last_i) = (s, p as u8);
         }
-        let bits = match palette.len() {
-            1 => 0,
-            2 => 1,
-            3..=4 => 2,
-            5..=16 => 4,
-            _ => 8,
+        // Bits a slot, and log2 of the slots a word holds.
+        let (bits, per_word) = match palette.len() {
+            1 => (0, 0),
+            2 => (1, 6),
+            3..=4 => (2, 5),
+            5..=16 => (4, 4),
+            _ => (8, 3),
         };
         let words = if bits == 0 {
             Box::new([]) as Box<[u64]>
         } else {
-            let per = (64 / bits) as usize;
-            idx.chunks(per)
+            idx.chunks(1 << per_word)
                 .map(|c| {
                     c.iter()
                         .enumerate()
@@ -150,11 +150,7 @@ impl Page {
         Some(Page::Packed {
             palette: palette.into(),
             bits,
-            per_word: if bits == 0 {
-                0
-            } else {
-                (64 / bits).trailing_zeros()
-            },
+            per_word,
             words,
         })
     }
