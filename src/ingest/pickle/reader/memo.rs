@@ -37,6 +37,11 @@ const PAGE: usize = 1 << PAGE_BITS;
 const PACK_LAG: usize = 4;
 /// Most distinct values a packed page holds (indices of up to 8 bits).
 const PALETTE_MAX: usize = 256;
+/// Most times a page is packed: a pickle that stores over old slots again and again (none
+/// torch writes) would otherwise have each store unpack a page and each 4,096 new slots pack
+/// it again, work without bound per byte of input; this way each page costs at most this many
+/// packings, and the memo's work stays linear in its size.
+const PACKS_MAX: u8 = 3;
 
 /// One page of slots.
 #[derive(Debug)]
@@ -174,6 +179,8 @@ pub(super) struct Memo {
     offered: usize,
     /// Packed pages a write unpacked, to be offered again.
     unpacked: Vec<usize>,
+    /// How many times each page was packed.
+    packs: Vec<u8>,
 }
 
 impl Default for Memo {
@@ -185,6 +192,7 @@ impl Default for Memo {
             side: Vec::new(),
             offered: 0,
             unpacked: Vec::new(),
+            packs: Vec::new(),
         }
     }
 }
@@ -234,6 +242,7 @@ impl Memo {
         let (p, i) = (idx >> PAGE_BITS, idx & (PAGE - 1));
         if self.pages.len() <= p {
             self.pages.resize_with(p + 1, Page::unset);
+            self.packs.resize(p + 1, 0);
         }
         let page = &mut self.pages[p];
         if let Page::Packed { .. } = page {
@@ -241,7 +250,9 @@ impl Memo {
                 return true;
             }
             *page = Page::Raw(page.raw());
-            self.unpacked.push(p);
+            if self.packs[p] > 0 && self.packs[p] < PACKS_MAX {
+                self.unpacked.push(p);
+            }
         }
         if let Page::Raw(s) = page {
             s[i] = slot;
@@ -260,22 +271,17 @@ impl Memo {
         if upto <= self.offered {
             return;
         }
-        for p in self.offered..upto {
-            if let Some(packed) = self.pages[p].packed() {
+        let offered = self.offered;
+        let mut keep = Vec::new();
+        for p in (offered..upto).chain(std::mem::take(&mut self.unpacked)) {
+            if p >= upto {
+                keep.push(p);
+            } else if let Some(packed) = self.pages[p].packed() {
                 self.pages[p] = packed;
+                self.packs[p] += 1;
             }
         }
         self.offered = upto;
-        let mut keep = Vec::new();
-        for p in std::mem::take(&mut self.unpacked) {
-            if p < upto {
-                if let Some(packed) = self.pages[p].packed() {
-                    self.pages[p] = packed;
-                }
-            } else {
-                keep.push(p);
-            }
-        }
         self.unpacked = keep;
     }
 
@@ -423,6 +429,18 @@ mod tests {
         assert!(packed(&m, 0));
         assert_eq!(m.get(5), Some(ValueId::new(Kind::Dict, 77)));
         assert_eq!(m.get(6), Some(value(6)));
+        // A page stored over again and again is packed PACKS_MAX times, then left raw.
+        let mut end = n + PAGE;
+        for round in 0..5u64 {
+            assert!(m.set(5, ValueId::new(Kind::Dict, 100 + round)));
+            for i in end..end + PAGE {
+                assert!(m.set(i, taken));
+            }
+            end += PAGE;
+            assert_eq!(packed(&m, 0), round + 2 < PACKS_MAX as u64, "round {round}");
+            assert_eq!(m.get(5), Some(ValueId::new(Kind::Dict, 100 + round)));
+        }
+        assert_eq!(m.packs[0], PACKS_MAX);
         // An index far ahead costs no page of its own for those between.
         let before = m.slot_bytes();
         assert!(m.set(1 << 26, taken));
