@@ -760,6 +760,22 @@ mod tests {
         )
     }
 
+    /// `bytes` read as a snapshot, with the tables giving back what the sink took or not
+    /// (`release`): the snapshot (or the error) and the warnings, written out.
+    fn read_as_text(bytes: &[u8], release: bool) -> String {
+        let mut d = Diagnostics::default();
+        let s = from_stream(
+            Path::new("s.pickle"),
+            Box::new(bytes),
+            false,
+            &mut d,
+            None,
+            release,
+        )
+        .map(collected);
+        format!("{s:?} {d:?}")
+    }
+
     /// Every committed snapshot, whole and cut at a few places, reads the same with the
     /// tables giving back what the sink took (the history entries' dicts and frame lists)
     /// as with every one keeping its slot: the same entries, stacks, segments and warnings.
@@ -780,19 +796,6 @@ mod tests {
         }
         files.sort();
         assert!(files.len() >= 10, "{files:?}");
-        let read = |bytes: &[u8], release: bool| {
-            let mut d = Diagnostics::default();
-            let s = from_stream(
-                Path::new("s.pickle"),
-                Box::new(bytes),
-                false,
-                &mut d,
-                None,
-                release,
-            )
-            .map(collected);
-            format!("{s:?} {d:?}")
-        };
         let mut entries = 0;
         for f in &files {
             let gz = std::fs::read(f).unwrap();
@@ -801,7 +804,7 @@ mod tests {
                 .unwrap();
             for cut in [bytes.len(), bytes.len() * 2 / 3, bytes.len() / 2 + 7] {
                 let b = &bytes[..cut];
-                let (freed, kept) = (read(b, true), read(b, false));
+                let (freed, kept) = (read_as_text(b, true), read_as_text(b, false));
                 if freed != kept {
                     let at = freed.bytes().zip(kept.bytes()).take_while(|(x, y)| x == y);
                     let mut at = at.count().saturating_sub(200);
@@ -844,19 +847,6 @@ mod tests {
             std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut b).unwrap();
             b
         });
-        let read = |bytes: &[u8], release: bool| {
-            let mut d = Diagnostics::default();
-            let s = from_stream(
-                Path::new("s.pickle"),
-                Box::new(bytes),
-                false,
-                &mut d,
-                None,
-                release,
-            )
-            .map(collected);
-            format!("{s:?} {d:?}")
-        };
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
             x ^= x << 13;
@@ -870,7 +860,10 @@ mod tests {
                 let at = (next() % b.len() as u64) as usize;
                 b[at] = next() as u8;
             }
-            assert!(read(&b, true) == read(&b, false), "case {case}");
+            assert!(
+                read_as_text(&b, true) == read_as_text(&b, false),
+                "case {case}"
+            );
         }
     }
 
