@@ -53,14 +53,9 @@ pub(super) struct Reader<'a> {
     fresh_list: Fresh,
     /// (record number, memo index) of sunk records not yet put in a list, oldest first.
     sunk_puts: VecDeque<(u64, usize)>,
-    /// The [`Kind::Frozen`] number of each place frozen so far, and of recent ones by
-    /// place modulo [`FROZEN_CACHE`] (a history names a few hundred stacks over and over).
+    /// The [`Kind::Frozen`] number of each place frozen so far.
     frozen_at: FxHashMap<u64, u64>,
-    frozen_recent: Box<[(u64, u64); FROZEN_CACHE]>,
 }
-
-/// Lines of `Reader::frozen_recent`.
-const FROZEN_CACHE: usize = 256;
 
 /// A container followed from its making (`}` or `]`) while a sink reads records: where the
 /// memo stored it, and whether anything else may name it. The pickle machine copies a value
@@ -266,7 +261,6 @@ impl<'a> Reader<'a> {
             fresh_list: Fresh::NONE,
             sunk_puts: VecDeque::new(),
             frozen_at: FxHashMap::default(),
-            frozen_recent: Box::new([(u64::MAX, 0); FROZEN_CACHE]),
         }
     }
 
@@ -531,19 +525,11 @@ impl<'a> Reader<'a> {
                 // Every empty list has one place.
                 w = Slot::flat(0, 0).expect("fits");
             }
-            let line = key_line(w) % FROZEN_CACHE;
-            let p = match self.frozen_recent[line] {
-                (at, p) if at == w => p,
-                _ => {
-                    let frozen = &mut self.pk.frozen;
-                    let p = *self.frozen_at.entry(w).or_insert_with(|| {
-                        frozen.push(w);
-                        frozen.len() as u64 - 1
-                    });
-                    self.frozen_recent[line] = (w, p);
-                    p
-                }
-            };
+            let frozen = &mut self.pk.frozen;
+            let p = *self.frozen_at.entry(w).or_insert_with(|| {
+                frozen.push(w);
+                frozen.len() as u64 - 1
+            });
             if l.put != NO_PUT {
                 self.memo.set(l.put, ValueId::new(Kind::Frozen, p));
             }
