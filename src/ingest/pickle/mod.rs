@@ -509,21 +509,35 @@ pub fn parse_stream_into<'a>(
     shape: &'static RecordShape,
     sink: &'a mut dyn RecordSink,
 ) -> Result<Streamed, PickleError> {
-    parse_stream_into_with(src, shape, sink, true)
+    parse_stream_into_with(src, shape, sink, ReadMode::Direct)
 }
 
-/// [`parse_stream_into`], with `release` saying whether the tables give back the slots of
-/// what the sink took (off only in tests, to compare the two: with it off, every record's
-/// dict and frame list keeps its slot, as before the tables gave them back).
+/// How [`parse_stream_into_with`] reads what a sink takes (anything but `Direct` only in
+/// tests, to hold each way to the one before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum ReadMode {
+    /// Every record's dict and frame list keeps its slot in the tables, as before the
+    /// tables gave them back; each opcode through the loop.
+    Kept,
+    /// The slots of what the sink took are given back; each opcode through the loop.
+    Released,
+    /// As `Released`, and history entries of the usual form read by their own path
+    /// (`reader::entry`).
+    Direct,
+}
+
+/// [`parse_stream_into`], read the way `mode` says.
 pub(crate) fn parse_stream_into_with<'a>(
     src: Box<dyn std::io::Read + 'a>,
     shape: &'static RecordShape,
     sink: &'a mut dyn RecordSink,
-    release: bool,
+    mode: ReadMode,
 ) -> Result<Streamed, PickleError> {
     let mut r = reader::Reader::new(reader::Input::new(src), true, Some(shape));
     r.sink = Some(sink);
-    r.release = release;
+    r.release = mode != ReadMode::Kept;
+    r.direct = mode == ReadMode::Direct;
     r.pk.sunk = true;
     run_stream(r)
 }

@@ -686,7 +686,7 @@ proptest::proptest! {
             .map(|r| r.iter().map(|&v| (v.kind() != Kind::Absent).then_some(v)).collect())
             .collect();
         let mut sink = Taken::default();
-        let s = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut sink, false).unwrap();
+        let s = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut sink, ReadMode::Kept).unwrap();
         proptest::prop_assert!(s.cut.is_none());
         proptest::prop_assert_eq!(&sink.records, &want);
         let still = (0..kept.dict_count())
@@ -700,23 +700,27 @@ proptest::proptest! {
                 kept.record(id).is_some()
             );
         }
-        let mut freed = Taken::default();
-        let f = parse_stream_into(Box::new(&p[..]), &ENTRY, &mut freed).unwrap();
-        proptest::prop_assert!(f.cut.is_none());
-        proptest::prop_assert_eq!(&freed.written, &sink.written);
-        proptest::prop_assert_eq!(&freed.forgotten, &sink.forgotten);
+        for mode in [ReadMode::Direct, ReadMode::Released] {
+            let mut freed = Taken::default();
+            let f = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut freed, mode).unwrap();
+            proptest::prop_assert!(f.cut.is_none());
+            proptest::prop_assert_eq!(&freed.written, &sink.written);
+            proptest::prop_assert_eq!(&freed.forgotten, &sink.forgotten);
+        }
         // The root reads the same too, where no frame list is grown after its entry (one a
         // sunk record alone held is seen as it was by what named it later: `thaw`).
         let p = history_pickle_grown(&choices, explicit, false);
         let mut kept = Taken::default();
-        let k = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut kept, false).unwrap();
-        let mut freed = Taken::default();
-        let f = parse_stream_into(Box::new(&p[..]), &ENTRY, &mut freed).unwrap();
-        proptest::prop_assert_eq!(&freed.written, &kept.written);
-        proptest::prop_assert_eq!(
-            render(&f.pickle, f.pickle.root, 8),
-            render(&k.pickle, k.pickle.root, 8)
-        );
+        let k = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut kept, ReadMode::Kept).unwrap();
+        for mode in [ReadMode::Direct, ReadMode::Released] {
+            let mut freed = Taken::default();
+            let f = parse_stream_into_with(Box::new(&p[..]), &ENTRY, &mut freed, mode).unwrap();
+            proptest::prop_assert_eq!(&freed.written, &kept.written);
+            proptest::prop_assert_eq!(
+                render(&f.pickle, f.pickle.root, 8),
+                render(&k.pickle, k.pickle.root, 8)
+            );
+        }
     }
 }
 

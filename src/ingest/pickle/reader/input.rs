@@ -100,6 +100,25 @@ impl<'r> Input<'r> {
         Ok(s)
     }
 
+    /// The bytes read and not yet taken, at least `n` of them where the input holds that
+    /// many more (fewer only at its end).
+    #[inline]
+    pub(in crate::ingest::pickle) fn ahead(&mut self, n: usize) -> &[u8] {
+        if self.end - self.pos < n {
+            // Half a window or more, so that the bytes kept are moved once in that many
+            // (a source may hand out a few KB a read).
+            self.fill(n.max(self.buf.len() / 2));
+        }
+        &self.buf[self.pos..self.end]
+    }
+
+    /// Takes `n` bytes that [`Input::ahead`] showed.
+    #[inline]
+    pub(in crate::ingest::pickle) fn skip(&mut self, n: usize) {
+        debug_assert!(self.pos + n <= self.end);
+        self.pos += n;
+    }
+
     #[inline]
     pub(in crate::ingest::pickle) fn u8(&mut self) -> Result<u8, PickleError> {
         if self.pos < self.end {

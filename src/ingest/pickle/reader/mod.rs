@@ -2,6 +2,7 @@
 //! data are run; see the module above for what is refused. This file holds the machine's state
 //! and the operations on it; `opcodes` reads the opcodes that drive them.
 
+mod entry;
 mod input;
 mod memo;
 mod opcodes;
@@ -30,12 +31,17 @@ pub(super) struct Reader<'a> {
     /// Whether the slots of records the sink took, and of their frame lists, are given back
     /// (`sink_record`; off only in tests, to compare).
     pub(super) release: bool,
+    /// Whether history entries of the usual form are read by their own path (`entry`; off
+    /// only in tests, to compare; on only with `release`).
+    pub(super) direct: bool,
+    /// The entry that path reads.
+    scan: entry::Scan,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
     memo: memo::Memo,
-    /// (string index + 1, what it names) of recent dict keys, by string index modulo size.
-    key_cache: [(u64, Option<KeySlot>); KEY_CACHE],
+    /// What recent dict keys name.
+    keys: Keys,
     /// Where in `seqs.flat` each distinct short list filled in one go is, by a hash of its
     /// items: every allocation's stack is a list of its own, mostly of the same frames as
     /// others, and sharing their items saves a tenth of a GB snapshot's memory.
@@ -44,9 +50,6 @@ pub(super) struct Reader<'a> {
     /// action afresh (millions of `'alloc'`), and one id for each distinct one keeps their
     /// bytes and words out of the tables.
     short_strs: FxHashMap<ShortKey, ValueId>,
-    /// The string id of the record shape's first member, once met: one id for every such
-    /// key, as every short string is read once (`short_str`).
-    first_key: Option<ValueId>,
     /// The last empty dict and list made while a sink reads records, followed until a
     /// record takes them (`sink_record`).
     fresh_dict: Fresh,
@@ -210,6 +213,49 @@ enum KeySlot {
     Ignored(usize),
 }
 
+/// What recent dict keys name in a record, by string id.
+struct Keys {
+    /// (string index + 1, what it names) of recent dict keys, by string index modulo size.
+    cache: [(u64, Option<KeySlot>); KEY_CACHE],
+    /// The string id of the record shape's first member, once met: one id for every such
+    /// key, as every short string is read once (`short_str`).
+    first: Option<ValueId>,
+}
+
+impl Keys {
+    /// Which record member the string `k` names, if any. Pickles share each key string through
+    /// the memo, so a small cache by string index answers nearly every lookup without
+    /// comparing text (`add_to_dict`, where the comparisons ran, was a tenth of the unpickle's
+    /// profile; the cache's own gain was not measured apart from the session's other steps).
+    #[inline(always)]
+    fn slot(&mut self, pk: &Pickle, k: ValueId) -> Option<KeySlot> {
+        if k.kind() != Kind::Str {
+            return None;
+        }
+        let t = k.data();
+        let line = &mut self.cache[key_line(t)];
+        if line.0 == t + 1 {
+            return line.1;
+        }
+        let shape = pk.shape?;
+        let key = pk.texts.bytes(t);
+        let slot = if let Some(i) = shape.keys.iter().position(|e| e.as_bytes() == key) {
+            if i == 0 {
+                self.first = Some(k);
+            }
+            Some(KeySlot::Kept(i))
+        } else {
+            shape
+                .ignored
+                .iter()
+                .position(|e| e.as_bytes() == key)
+                .map(KeySlot::Ignored)
+        };
+        self.cache[key_line(t)] = (t + 1, slot);
+        slot
+    }
+}
+
 /// Lines of the key cache, a power of two: string ids are spans of the text arena, so a
 /// line is chosen by a multiplicative hash of the id (their low bits repeat).
 const KEY_CACHE: usize = 256;
@@ -238,6 +284,8 @@ impl<'a> Reader<'a> {
             input,
             sink: None,
             release: false,
+            direct: false,
+            scan: entry::Scan::default(),
             pk: Pickle {
                 texts: Texts::default(),
                 wide: Vec::new(),
@@ -253,10 +301,12 @@ impl<'a> Reader<'a> {
             stack: Vec::new(),
             marks: Vec::new(),
             memo: memo::Memo::default(),
-            key_cache: [(0, None); KEY_CACHE],
+            keys: Keys {
+                cache: [(0, None); KEY_CACHE],
+                first: None,
+            },
             shared: FxHashMap::default(),
             short_strs: FxHashMap::default(),
-            first_key: None,
             fresh_dict: Fresh::NONE,
             fresh_list: Fresh::NONE,
             sunk_puts: VecDeque::new(),
@@ -519,7 +569,17 @@ impl<'a> Reader<'a> {
         let member = (from + 1..self.stack.len())
             .step_by(2)
             .any(|i| self.stack[i] == l.id);
-        if member && l.alone(l.id) && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..)) {
+        if member {
+            self.freeze_fresh_list();
+        }
+        true
+    }
+
+    /// The list last made, a member of a record the sink just took, given back where nothing
+    /// else names it (see [`Reader::sink_record`]).
+    fn freeze_fresh_list(&mut self) {
+        let l = self.fresh_list;
+        if l.alone(l.id) && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..)) {
             let mut w = self.pk.seqs.release(l.id.data());
             if let Slot::Flat(_, 0) = Slot::unpack(w) {
                 // Every empty list has one place.
@@ -535,7 +595,6 @@ impl<'a> Reader<'a> {
             }
             self.fresh_list = Fresh::NONE;
         }
-        true
     }
 
     /// The list at `stack[at]` made a list of its own again where it is [`Kind::Frozen`]
@@ -670,7 +729,7 @@ impl<'a> Reader<'a> {
             // lookup of each key.
             let first = (from..self.stack.len()).step_by(2).any(|i| {
                 let k = self.stack[i];
-                match self.first_key {
+                match self.keys.first {
                     Some(f) => k == f,
                     None => matches!(self.key_slot(k), Some(KeySlot::Kept(0))),
                 }
@@ -737,36 +796,9 @@ impl<'a> Reader<'a> {
         (rec[0] != ABSENT).then_some((rec, n))
     }
 
-    /// Which record member the string `k` names, if any. Pickles share each key string through
-    /// the memo, so a small cache by string index answers nearly every lookup without
-    /// comparing text (`add_to_dict`, where the comparisons ran, was a tenth of the unpickle's
-    /// profile; the cache's own gain was not measured apart from the session's other steps).
     #[inline]
     fn key_slot(&mut self, k: ValueId) -> Option<KeySlot> {
-        if k.kind() != Kind::Str {
-            return None;
-        }
-        let t = k.data();
-        let line = &mut self.key_cache[key_line(t)];
-        if line.0 == t + 1 {
-            return line.1;
-        }
-        let shape = self.pk.shape?;
-        let key = self.pk.texts.bytes(t);
-        let slot = if let Some(i) = shape.keys.iter().position(|e| e.as_bytes() == key) {
-            if i == 0 {
-                self.first_key = Some(k);
-            }
-            Some(KeySlot::Kept(i))
-        } else {
-            shape
-                .ignored
-                .iter()
-                .position(|e| e.as_bytes() == key)
-                .map(KeySlot::Ignored)
-        };
-        self.key_cache[key_line(t)] = (t + 1, slot);
-        slot
+        self.keys.slot(&self.pk, k)
     }
 
     fn int(&mut self, v: i64) -> ValueId {

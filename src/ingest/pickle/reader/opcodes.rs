@@ -66,6 +66,9 @@ impl Reader<'_> {
         match op {
             b'(' => self.marks.push(self.stack.len()),
             b'}' => {
+                if self.direct && self.direct_entry(offset)? {
+                    return Ok(());
+                }
                 let id = self.empty_dict();
                 self.stack.push(id);
             }
