@@ -489,6 +489,9 @@ pub struct Streamed {
     pub cut: Option<usize>,
     /// The source's error that ended the input (a corrupt or cut gzip stream), if any.
     pub read_error: Option<std::io::Error>,
+    /// How many of the records a sink took were read by the path of their own
+    /// (`reader::entry`) rather than opcode by opcode.
+    pub direct_records: usize,
 }
 
 /// Parses a pickle as it streams from `src` (with records of `shape`), except that a pickle
@@ -556,6 +559,7 @@ fn run_stream(mut r: reader::Reader<'_>) -> Result<Streamed, PickleError> {
     };
     let read_error = r.input.take_error();
     Ok(Streamed {
+        direct_records: r.direct_records,
         pickle: r.pk,
         cut,
         read_error,

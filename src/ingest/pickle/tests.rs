@@ -780,3 +780,28 @@ fn a_list_of_records_the_sink_took_no_longer_holds_them() {
         .collect();
     assert_eq!(lens, [3, 2, 1]);
 }
+
+/// The path of their own reads nearly every history entry of a snapshot torch wrote (its
+/// entries' form: keys by GET, a fresh `compile_context` string, a frame list by GET, empty
+/// or new), so that a change that sends them back to the loop shows here and not only in
+/// a benchmark; the few left to the loop are those cut by a FRAME opcode or met first.
+#[test]
+fn nearly_every_entry_of_a_real_snapshot_is_read_by_the_direct_path() {
+    let f = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/sample_traces/corpus/nanogpt_train_fp16_accum/snapshot.pickle.gz"
+    );
+    let gz = std::fs::read(f).unwrap();
+    let src = flate2::read::GzDecoder::new(&gz[..]);
+    let mut sink = Taken::default();
+    let shape = &crate::ingest::snapshot::HISTORY_ENTRY;
+    let s = parse_stream_into(Box::new(src), shape, &mut sink).unwrap();
+    let n = sink.records.len();
+    assert!(n > 5_000, "{n}");
+    assert!(s.direct_records * 100 >= n * 95, "{} of {n}", s.direct_records);
+    // And none without the sink's slots given back: that read is the loop's alone.
+    let mut kept = Taken::default();
+    let src = flate2::read::GzDecoder::new(&gz[..]);
+    let k = parse_stream_into_with(Box::new(src), shape, &mut kept, ReadMode::Kept).unwrap();
+    assert_eq!((k.direct_records, kept.records.len()), (0, n));
+}

@@ -36,6 +36,8 @@ pub(super) struct Reader<'a> {
     pub(super) direct: bool,
     /// The entry that path reads.
     scan: entry::Scan,
+    /// How many entries that path read.
+    pub(super) direct_records: usize,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
@@ -286,6 +288,7 @@ impl<'a> Reader<'a> {
             release: false,
             direct: false,
             scan: entry::Scan::default(),
+            direct_records: 0,
             pk: Pickle {
                 texts: Texts::default(),
                 wide: Vec::new(),
