@@ -10,6 +10,7 @@ use super::Error;
 
 mod inflating;
 mod members;
+mod read_ahead;
 pub use inflating::{BlockStart, Ended, Inflating};
 pub use members::MemberText;
 
@@ -432,7 +433,9 @@ pub fn open_pickle_stream(path: &Path) -> Result<(Box<dyn Read + Send>, bool), E
             return Err(format(why));
         }
     }
-    Ok((Box::new(stream), gz))
+    // Read (and inflated) beside the pickle's reader, which reads on one thread.
+    let ahead = read_ahead::ReadAhead::new(Box::new(stream)).map_err(FileError::at(path))?;
+    Ok((Box::new(ahead), gz))
 }
 
 /// The first byte of a file, after inflating when gzip (the first deflate block only: a

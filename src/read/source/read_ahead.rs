@@ -1,0 +1,167 @@
+//! A stream read on a thread of its own, a chunk ahead of its reader: a snapshot's pickle is
+//! read by one thread from start to end, and the source's own work (the kernel's copy out of
+//! the page cache for a plain file, the whole inflate for a `.pickle.gz`) then runs beside it
+//! on another core instead of before each window it reads.
+
+use std::io::{self, Read};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+
+/// Bytes a chunk holds.
+const CHUNK: usize = 1 << 20;
+/// Chunks read and not yet taken, at most: what the source may be ahead by.
+const AHEAD: usize = 4;
+
+/// The reading end: chunks in order, then the source's error if one ended it.
+pub(super) struct ReadAhead {
+    chunks: Receiver<io::Result<Vec<u8>>>,
+    /// Chunks taken, sent back to be filled again (the reader's memory stays a few chunks).
+    spent: SyncSender<Vec<u8>>,
+    chunk: Vec<u8>,
+    at: usize,
+    done: bool,
+}
+
+impl ReadAhead {
+    /// Starts reading `src` on a new thread. The thread ends at the source's end or error,
+    /// or once this reader is dropped.
+    pub(super) fn new(mut src: Box<dyn Read + Send>) -> io::Result<ReadAhead> {
+        let (tx, chunks) = sync_channel::<io::Result<Vec<u8>>>(AHEAD);
+        let (spent, back) = sync_channel::<Vec<u8>>(AHEAD + 2);
+        std::thread::Builder::new()
+            .name("read-ahead".into())
+            .spawn(move || loop {
+                let mut buf = back.try_recv().unwrap_or_default();
+                buf.resize(CHUNK, 0);
+                let mut n = 0;
+                let err = loop {
+                    match src.read(&mut buf[n..]) {
+                        Ok(0) => break None,
+                        Ok(k) => {
+                            n += k;
+                            if n == buf.len() {
+                                break None;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Some(e),
+                    }
+                };
+                buf.truncate(n);
+                let end = n < CHUNK || err.is_some();
+                if n > 0 && tx.send(Ok(buf)).is_err() {
+                    return;
+                }
+                if let Some(e) = err {
+                    let _ = tx.send(Err(e));
+                }
+                if end {
+                    return;
+                }
+            })?;
+        Ok(ReadAhead {
+            chunks,
+            spent,
+            chunk: Vec::new(),
+            at: 0,
+            done: false,
+        })
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.chunk.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.chunks.recv() {
+                Ok(Ok(next)) => {
+                    let old = std::mem::replace(&mut self.chunk, next);
+                    // A full channel back only means the thread has buffers enough.
+                    let _ = self.spent.try_send(old);
+                    self.at = 0;
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+            }
+        }
+        let n = out.len().min(self.chunk.len() - self.at);
+        out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source that hands out `step` bytes a read and then fails, or ends.
+    struct Source {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+        fail: bool,
+    }
+
+    impl Read for Source {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            if self.at == self.bytes.len() {
+                return if self.fail {
+                    Err(io::Error::new(io::ErrorKind::InvalidData, "broken"))
+                } else {
+                    Ok(0)
+                };
+            }
+            let n = out.len().min(self.step).min(self.bytes.len() - self.at);
+            out[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn every_byte_comes_in_order_and_a_source_error_after_them() {
+        let bytes: Vec<u8> = (0..3 * CHUNK + 777).map(|i| (i * 7 % 251) as u8).collect();
+        for (step, fail) in [(CHUNK, false), (1000, false), (65_537, true)] {
+            let src = Source {
+                bytes: bytes.clone(),
+                at: 0,
+                step,
+                fail,
+            };
+            let mut r = ReadAhead::new(Box::new(src)).unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 300_001];
+            let err = loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break None,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) => break Some(e),
+                }
+            };
+            assert!(got == bytes, "step {step}: {} of {} bytes", got.len(), bytes.len());
+            assert_eq!(err.map(|e| e.kind()), fail.then_some(io::ErrorKind::InvalidData));
+        }
+    }
+
+    #[test]
+    fn a_reader_dropped_early_ends_the_thread_without_reading_on() {
+        let src = Source {
+            bytes: vec![1; 100 * CHUNK],
+            at: 0,
+            step: CHUNK,
+            fail: false,
+        };
+        let mut r = ReadAhead::new(Box::new(src)).unwrap();
+        let mut b = [0u8; 10];
+        assert_eq!(r.read(&mut b).unwrap(), 10);
+        drop(r);
+    }
+}
