@@ -292,7 +292,10 @@ impl Scan {
                         None => short_key(b),
                     };
                     c += n;
-                    if key == self.last_str.0 {
+                    // Word by word: compared as an array, the key went through the stack
+                    // and its load stalled on the stores just made (a tenth of the scan).
+                    let l = &self.last_str.0;
+                    if (key[0] ^ l[0]) | (key[1] ^ l[1]) | (key[2] ^ l[2]) | (key[3] ^ l[3]) == 0 {
                         (SCALAR, self.last_str.1)
                     } else if let Some(&v) = short_strs.get(&key) {
                         self.last_str = (key, v);
@@ -334,12 +337,12 @@ impl Scan {
                 }
                 _ => return None,
             };
-            self.puts[i] = if tag == SCALAR && op != 0x8c && op != b'X' || tag == GOT {
-                NO_PUT
-            } else if tag == LIST {
-                NO_PUT
-            } else {
+            // Strings alone are stored after their opcode (a list's store came after `]`).
+            let string = op == 0x8c || op == b'X';
+            self.puts[i] = if string {
                 self.put(w, &mut c)?.unwrap_or(NO_PUT)
+            } else {
+                NO_PUT
             };
             self.keys[i] = k;
             self.slots[i] = slot;
