@@ -106,6 +106,14 @@ impl ValueId {
     fn data(self) -> u64 {
         self.0 & PAYLOAD
     }
+
+    /// A line of a small cache of `lines` (a power of two) by id: a hash of the whole id
+    /// (ids of one kind differ in their low bits, strings' by where they lie).
+    #[inline]
+    pub fn line(self, lines: usize) -> usize {
+        debug_assert!(lines.is_power_of_two());
+        (self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - lines.trailing_zeros())) as usize
+    }
 }
 
 /// A plain-data pickle value, as seen through [`Pickle::get`].
@@ -436,7 +444,13 @@ impl Pickle {
     }
 
     /// An integer value (bools count as 0/1; floats that are whole numbers too).
+    #[inline]
     pub fn as_i64(&self, id: ValueId) -> Option<i64> {
+        // Every member of every history entry: the small integer without `get`'s match.
+        if id.kind() == Kind::Int {
+            let d = id.data();
+            return Some(((d << (64 - PAYLOAD_BITS)) as i64) >> (64 - PAYLOAD_BITS));
+        }
         match self.get(id) {
             Value::Int(i) => Some(i),
             Value::Bool(b) => Some(b as i64),

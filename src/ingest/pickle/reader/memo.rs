@@ -285,13 +285,20 @@ impl Memo {
         self.unpacked = keep;
     }
 
-    /// [`Memo::get`] through the cache of recent GETs (the GET opcodes').
-    #[inline]
+    /// [`Memo::get`] through the cache of recent GETs (the GET opcodes'). The hit inlined
+    /// where it is called (out of line, the call was 4.6% of the 1 GB generated snapshot's
+    /// read), the miss not.
+    #[inline(always)]
     pub(super) fn get_cached(&mut self, idx: usize) -> Option<ValueId> {
         let line = self.cache[idx % CACHE];
         if line.0 == idx {
             return Some(line.1);
         }
+        self.get_missed(idx)
+    }
+
+    #[inline(never)]
+    fn get_missed(&mut self, idx: usize) -> Option<ValueId> {
         let v = self.get(idx)?;
         self.cache[idx % CACHE] = (idx, v);
         Some(v)
