@@ -535,7 +535,8 @@ pub fn parse_stream_into<'a>(
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) enum ReadMode {
     /// Every record's dict and frame list keeps its slot in the tables, as before the
-    /// tables gave them back; each opcode through the loop.
+    /// tables gave them back; each opcode through the loop (and the snapshot's sink takes
+    /// each batch item by item): the reference read.
     Kept,
     /// The slots of what the sink took are given back; each opcode through the loop.
     Released,

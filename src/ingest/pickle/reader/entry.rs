@@ -431,7 +431,10 @@ impl Reader<'_> {
         let d = ValueId::new(Kind::Dict, dict);
         let put = self.scan.put;
         if put != NO_PUT {
-            self.memo_store(put, d, offset)?;
+            // The memo's slot is written once, below, with the record: what the loop stores
+            // there first is stored over before anything reads it. Its mark on a list
+            // followed (stored over) is made here, in the loop's order.
+            self.fresh_list.stored(d, put);
         }
         let n = self.pk.shape.map_or(0, |sh| sh.keys.len());
         let mut rec = [ABSENT; RECORD_MAX_KEYS];
