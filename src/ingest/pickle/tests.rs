@@ -798,7 +798,11 @@ fn nearly_every_entry_of_a_real_snapshot_is_read_by_the_direct_path() {
     let s = parse_stream_into(Box::new(src), shape, &mut sink).unwrap();
     let n = sink.records.len();
     assert!(n > 5_000, "{n}");
-    assert!(s.direct_records * 100 >= n * 95, "{} of {n}", s.direct_records);
+    assert!(
+        s.direct_records * 100 >= n * 95,
+        "{} of {n}",
+        s.direct_records
+    );
     // And none without the sink's slots given back: that read is the loop's alone.
     let mut kept = Taken::default();
     let src = flate2::read::GzDecoder::new(&gz[..]);

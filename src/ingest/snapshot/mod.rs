@@ -49,7 +49,14 @@ pub fn looks_like_snapshot(path: &Path) -> bool {
 /// warning, as a cut trace does.
 pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
     let (stream, gz) = source::open_pickle_stream(path)?;
-    Ok(collected(from_stream(path, stream, gz, diag, None, pickle::ReadMode::Direct)?))
+    Ok(collected(from_stream(
+        path,
+        stream,
+        gz,
+        diag,
+        None,
+        pickle::ReadMode::Direct,
+    )?))
 }
 
 /// [`load`], handing each device's history to `sink` as it is read instead of keeping it:
@@ -291,10 +298,14 @@ impl<'h> EntrySink<'h> {
         if n == 0 || n > self.pending.len() {
             return false;
         }
-        let in_order = items.iter().zip(&self.pending).enumerate().all(|(i, (&it, e))| {
-            pk.record_number(it) == Some(self.base + i)
-                && e.as_ref().is_some_and(|e| e.stack != NO_ACTION)
-        });
+        let in_order = items
+            .iter()
+            .zip(&self.pending)
+            .enumerate()
+            .all(|(i, (&it, e))| {
+                pk.record_number(it) == Some(self.base + i)
+                    && e.as_ref().is_some_and(|e| e.stack != NO_ACTION)
+            });
         if !in_order {
             return false;
         }

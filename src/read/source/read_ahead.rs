@@ -146,8 +146,16 @@ mod tests {
                     Err(e) => break Some(e),
                 }
             };
-            assert!(got == bytes, "step {step}: {} of {} bytes", got.len(), bytes.len());
-            assert_eq!(err.map(|e| e.kind()), fail.then_some(io::ErrorKind::InvalidData));
+            assert!(
+                got == bytes,
+                "step {step}: {} of {} bytes",
+                got.len(),
+                bytes.len()
+            );
+            assert_eq!(
+                err.map(|e| e.kind()),
+                fail.then_some(io::ErrorKind::InvalidData)
+            );
         }
     }
 

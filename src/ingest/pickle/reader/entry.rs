@@ -400,7 +400,13 @@ impl Reader<'_> {
         sc.memo_len = self.memo.len();
         let w = self.input.ahead(SCAN);
         if sc
-            .scan(w, &mut self.memo, &mut self.keys, &self.pk, &self.short_strs)
+            .scan(
+                w,
+                &mut self.memo,
+                &mut self.keys,
+                &self.pk,
+                &self.short_strs,
+            )
             .is_none()
         {
             return Ok(false);
@@ -491,17 +497,6 @@ impl Reader<'_> {
         self.direct_records += 1;
         Ok(true)
     }
-
-    /// A memo store of `v` at `idx` (checked by the scan), as [`Reader::memo_put`] makes it.
-    #[inline(always)]
-    fn memo_store(&mut self, idx: usize, v: ValueId, offset: usize) -> Result<(), PickleError> {
-        if !self.memo.set(idx, v) {
-            return Err(self.malformed("more than 2^31 wide values memoized", offset));
-        }
-        self.fresh_dict.stored(v, idx);
-        self.fresh_list.stored(v, idx);
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -512,7 +507,11 @@ mod tests {
     fn a_key_read_ahead_is_the_key_of_the_bytes_alone() {
         let text: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
         for n in 0..=SHORT_STR {
-            assert_eq!(key_ahead(&text[..SHORT_STR], n), short_key(&text[..n]), "{n}");
+            assert_eq!(
+                key_ahead(&text[..SHORT_STR], n),
+                short_key(&text[..n]),
+                "{n}"
+            );
         }
     }
 }

@@ -515,6 +515,13 @@ impl<'a> Reader<'a> {
         if idx > self.pos() {
             return Err(self.malformed(format!("memo index {idx} out of range"), offset));
         }
+        self.memo_store(idx, v, offset)
+    }
+
+    /// Stores `v` at memo index `idx` (in range: checked by the caller); the containers
+    /// followed learn of it.
+    #[inline(always)]
+    fn memo_store(&mut self, idx: usize, v: ValueId, offset: usize) -> Result<(), PickleError> {
         if !self.memo.set(idx, v) {
             return Err(self.malformed("more than 2^31 wide values memoized", offset));
         }
