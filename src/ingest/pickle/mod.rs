@@ -106,14 +106,6 @@ impl ValueId {
     fn data(self) -> u64 {
         self.0 & PAYLOAD
     }
-
-    /// A line of a small cache of `lines` (a power of two) by id: a hash of the whole id
-    /// (ids of one kind differ in their low bits, strings' by where they lie).
-    #[inline]
-    pub fn line(self, lines: usize) -> usize {
-        debug_assert!(lines.is_power_of_two());
-        (self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - lines.trailing_zeros())) as usize
-    }
 }
 
 /// A plain-data pickle value, as seen through [`Pickle::get`].

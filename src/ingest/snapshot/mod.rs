@@ -188,12 +188,7 @@ struct EntrySink<'h> {
     /// Whether batches of the records made first, in order, are taken in one go
     /// ([`EntrySink::appended_in_order`]; off only in tests, to compare).
     in_order: bool,
-    /// The actions of strings met, by id ([`EntrySink::action_of`]).
-    actions: [(Option<ValueId>, Action); ACTION_LINES],
 }
-
-/// Lines of [`EntrySink::action_of`]'s answers, a power of two.
-const ACTION_LINES: usize = 16;
 
 /// What a list was given, as [`Extractor::run`] reports it for a device's history (its
 /// other items, entries without an action among them, are what is left of its length).
@@ -222,7 +217,6 @@ impl<'h> EntrySink<'h> {
             batch: Vec::new(),
             batch_list: 0,
             out,
-            actions: [(None, Action::Other); ACTION_LINES],
             in_order: true,
         }
     }
@@ -237,7 +231,7 @@ impl<'h> EntrySink<'h> {
             unreachable!("HISTORY_ENTRY has six kept members")
         };
         let u64_of = |v: Option<ValueId>| v.and_then(|v| pk.as_u64(v));
-        let action = action.and_then(|a| self.action_of(pk, a));
+        let action = action.and_then(|a| pk.str_bytes(a));
         let stack = if action.is_none() {
             NO_ACTION
         } else {
@@ -246,26 +240,13 @@ impl<'h> EntrySink<'h> {
             self.stacks.stack_of(pk, frames)
         };
         TraceEntry {
-            action: action.unwrap_or(Action::Other),
+            action: action.map_or(Action::Other, parse_action),
             addr: u64_of(addr).unwrap_or(0),
             size: u64_of(size).unwrap_or(0),
             stream: stream.and_then(|v| pk.as_i64(v)).unwrap_or(0),
             time_us: time_us.and_then(|v| pk.as_i64(v)),
             stack,
         }
-    }
-
-    /// The action a string names, `None` for anything but a string. Each entry names one of
-    /// a few strings (the pickle reads each short text once), so the answer is kept by id.
-    #[inline]
-    fn action_of(&mut self, pk: &Pickle, a: ValueId) -> Option<Action> {
-        let line = &mut self.actions[a.line(ACTION_LINES)];
-        if line.0 == Some(a) {
-            return Some(line.1);
-        }
-        let action = parse_action(pk.str_bytes(a)?);
-        *line = (Some(a), action);
-        Some(action)
     }
 
     /// The entry `item` makes in a list, if it is one not yet in a list: a pending record's,
@@ -313,21 +294,33 @@ impl<'h> EntrySink<'h> {
             let Some(Some(e)) = self.pending.pop_front() else {
                 continue; // checked above: every one is there
             };
-            if self.batch_list != li || self.batch.len() >= BATCH {
-                self.flush();
-                self.batch_list = li;
-            }
-            self.batch.push(e);
+            self.push(li, e);
         }
         self.base += n;
         let c = self.lists.entry(li).or_default();
         c.entries += n;
         c.dropped += n;
+        self.drop_taken_front();
+        true
+    }
+
+    /// Adds `e`, given to the list `li`, to the batch, which is handed on first where it is
+    /// another list's or full.
+    fn push(&mut self, li: usize, e: TraceEntry) {
+        if self.batch_list != li || self.batch.len() >= BATCH {
+            self.flush();
+            self.batch_list = li;
+        }
+        self.batch.push(e);
+    }
+
+    /// Taken entries leave the front (records never put in a list stay: no snapshot torch
+    /// writes has one).
+    fn drop_taken_front(&mut self) {
         while let Some(None) = self.pending.front() {
             self.pending.pop_front();
             self.base += 1;
         }
-        true
     }
 
     /// Hands the batch gathered on.
@@ -378,11 +371,7 @@ impl pickle::RecordSink for EntrySink<'_> {
                 Some(Ok(e)) if e.stack == NO_ACTION => {}
                 Some(Ok(e)) => {
                     count.entries += 1;
-                    if self.batch_list != li || self.batch.len() >= BATCH {
-                        self.flush();
-                        self.batch_list = li;
-                    }
-                    self.batch.push(e);
+                    self.push(li, e);
                 }
             }
         }
@@ -397,12 +386,7 @@ impl pickle::RecordSink for EntrySink<'_> {
                 c.dropped += count.entries;
             }
         }
-        // Taken entries leave the front (records never put in a list stay: no snapshot
-        // torch writes has one).
-        while let Some(None) = self.pending.front() {
-            self.pending.pop_front();
-            self.base += 1;
-        }
+        self.drop_taken_front();
         all
     }
 }
@@ -421,20 +405,6 @@ struct Stacks {
     stack_by_items: FxHashMap<(usize, usize), StackId>,
     /// ...and by content (equal stacks written as separate lists).
     stack_by_frames: FxHashMap<Box<[FrameId]>, StackId>,
-    /// Recent answers by place, in front of `stack_by_items` (each entry asks once: a
-    /// lookup in the map was 6% of a GB snapshot's read), by a hash of the place modulo
-    /// [`PLACE_LINES`]; empty until the first answer.
-    place_lines: Vec<((usize, usize), StackId)>,
-}
-
-/// Lines of `Stacks::place_lines`, a power of two.
-const PLACE_LINES: usize = 256;
-
-/// The line of a place in `Stacks::place_lines`.
-#[inline]
-fn place_line(at: (usize, usize)) -> usize {
-    let h = (at.0 as u64 ^ (at.1 as u64).rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> (64 - PLACE_LINES.trailing_zeros())) as usize
 }
 
 impl Stacks {
@@ -449,16 +419,8 @@ impl Stacks {
         // without hashing each list's frames. (Their address did, until it was seen that the
         // table's buffer moves as it grows, so that an address can later hold other items.)
         let at = id.and_then(|id| pk.items_place(id));
-        if let Some(at) = at {
-            if let Some(&(p, s)) = self.place_lines.get(place_line(at)) {
-                if p == at {
-                    return s;
-                }
-            }
-            if let Some(&s) = self.stack_by_items.get(&at) {
-                self.remember_place(at, s);
-                return s;
-            }
+        if let Some(s) = at.and_then(|at| self.stack_by_items.get(&at)) {
+            return *s;
         }
         let objects = id.map_or(&[][..], |id| pk.items(id));
         if let Some(&s) = self.stack_by_list.get(objects) {
@@ -478,15 +440,6 @@ impl Stacks {
             self.stack_by_items.insert(at, s);
         }
         s
-    }
-
-    /// Keeps `s` as the answer for the place `at` in [`Stacks::place_lines`].
-    fn remember_place(&mut self, at: (usize, usize), s: StackId) {
-        if self.place_lines.is_empty() {
-            // No place is (usize::MAX, usize::MAX): an empty line never answers.
-            self.place_lines = vec![((usize::MAX, usize::MAX), StackId(0)); PLACE_LINES];
-        }
-        self.place_lines[place_line(at)] = (at, s);
     }
 
     fn frame(&mut self, pk: &Pickle, id: ValueId) -> Option<FrameId> {

@@ -43,17 +43,21 @@ const PALETTE_MAX: usize = 256;
 /// packings, and the memo's work stays linear in its size.
 const PACKS_MAX: u8 = 3;
 
+/// Log2 of the slots a word of a packed page holds, for `bits` (1, 2, 4 or 8) a slot.
+#[inline]
+fn per_word(bits: u32) -> u32 {
+    6 - bits.trailing_zeros()
+}
+
 /// One page of slots.
 #[derive(Debug)]
 enum Page {
     Raw(Box<[u32]>),
-    /// Each slot an index of `bits` bits into `palette`, 64 / `bits` (2^`per_word` of them)
-    /// to a word (`bits` 0: the page's slots are all `palette[0]`). Read with shifts alone:
-    /// every history entry reads its keys from the memo.
+    /// Each slot an index of `bits` bits (1, 2, 4 or 8) into `palette`, 64 / `bits` to a word
+    /// (`bits` 0: the page's slots are all `palette[0]`). Read with shifts alone (`per_word`).
     Packed {
         palette: Box<[u32]>,
         bits: u32,
-        per_word: u32,
         words: Box<[u64]>,
     },
 }
@@ -65,7 +69,6 @@ impl Page {
         Page::Packed {
             palette: Box::new([UNSET]),
             bits: 0,
-            per_word: 0,
             words: Box::new([]),
         }
     }
@@ -77,12 +80,12 @@ impl Page {
             Page::Packed {
                 palette,
                 bits,
-                per_word,
                 words,
             } => {
                 if *bits == 0 {
                     return palette[0];
                 }
+                let per_word = per_word(*bits);
                 let w = words[i >> per_word] >> ((i as u32 & ((1 << per_word) - 1)) * bits);
                 palette[(w & ((1 << bits) - 1)) as usize]
             }
@@ -133,18 +136,18 @@ impl Page {
             idx[i] = p as u8;
             (last, last_i) = (s, p as u8);
         }
-        // Bits a slot, and log2 of the slots a word holds.
-        let (bits, per_word) = match palette.len() {
-            1 => (0, 0),
-            2 => (1, 6),
-            3..=4 => (2, 5),
-            5..=16 => (4, 4),
-            _ => (8, 3),
+        // Bits a slot.
+        let bits = match palette.len() {
+            1 => 0,
+            2 => 1,
+            3..=4 => 2,
+            5..=16 => 4,
+            _ => 8,
         };
         let words = if bits == 0 {
             Box::new([]) as Box<[u64]>
         } else {
-            idx.chunks(1 << per_word)
+            idx.chunks(1 << per_word(bits))
                 .map(|c| {
                     c.iter()
                         .enumerate()
@@ -155,7 +158,6 @@ impl Page {
         Some(Page::Packed {
             palette: palette.into(),
             bits,
-            per_word,
             words,
         })
     }
