@@ -163,6 +163,11 @@ pub enum Expect {
     Any,
 }
 
+/// The error for a text whose first character (after white space) is not `{`, where a JSON
+/// object is expected: one text, whichever reader finds it (the capture-form read checks the
+/// first bytes, the whole read its header; a random search found the two worded apart).
+pub const NOT_A_JSON_OBJECT: &str = "not a JSON object (its first character is not '{')";
+
 impl Expect {
     /// Why `head` (the first bytes, or the whole input when shorter) cannot be this; `None`
     /// when it can, or when too little is known yet.
@@ -170,7 +175,7 @@ impl Expect {
         match self {
             Expect::JsonObject => match head.iter().find(|c| !c.is_ascii_whitespace()) {
                 Some(b'{') => None,
-                Some(_) => Some("not a JSON object (its first character is not '{')"),
+                Some(_) => Some(NOT_A_JSON_OBJECT),
                 // A whole input of whitespace is the parser's to name (an empty file).
                 None if !whole && head.len() >= INFLATE_CHECK_BYTES => {
                     Some("not a JSON object (64 KiB of whitespace first)")

@@ -226,7 +226,7 @@ fn find_events(path: &Path, text: &mut impl json_scan::Prefix) -> Result<usize, 
     }
     let found = found.map_err(|off| {
         if off == 0 || buf.get(json_scan::skip_ws(buf, 0)) != Some(&b'{') {
-            fmt_err("not a JSON object (a Chrome trace starts with '{')".into())
+            fmt_err(source::NOT_A_JSON_OBJECT.into())
         } else {
             fmt_err(format!("malformed JSON near byte {off}"))
         }
@@ -864,6 +864,24 @@ mod tests {
             let members = load(&path, &mut dm);
             let whole = from_bytes(&path, text, false, &mut dw);
             proptest::prop_assert_eq!(as_read(&path, members, &dm), as_read(&path, whole, &dw));
+        }
+    }
+
+    /// A text that does not start with `{` is refused in the same words read member by
+    /// member (its first bytes checked) as read whole (its header parsed): the search above
+    /// found them worded apart.
+    #[test]
+    fn a_text_that_is_no_object_is_refused_alike_by_members_and_whole() {
+        for text in [&b"\"tr"[..], b"  [1, 2]", b"x{\"traceEvents\": []}"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("trace.json.gz");
+            std::fs::write(&path, members_file(text, 2)).unwrap();
+            let (mut dm, mut dw) = (Diagnostics::default(), Diagnostics::default());
+            let members = load(&path, &mut dm);
+            let whole = from_bytes(&path, text.to_vec(), false, &mut dw);
+            let (m, w) = (as_read(&path, members, &dm), as_read(&path, whole, &dw));
+            assert!(m.contains("not a JSON object"), "{m}");
+            assert_eq!(m, w);
         }
     }
 
