@@ -498,6 +498,8 @@ pub struct Streamed {
     /// How many of the records a sink took were read by the path of their own
     /// (`reader::entry`) rather than opcode by opcode.
     pub direct_records: usize,
+    /// How many of those were decoded on the thread ahead of the reader.
+    pub decoded_ahead: usize,
 }
 
 /// Parses a pickle as it streams from `src` (with records of `shape`), except that a pickle
@@ -514,11 +516,11 @@ pub fn parse_stream<'a>(
 
 /// [`parse_stream`], each dict of `shape` given to `sink` as it completes instead of kept.
 pub fn parse_stream_into<'a>(
-    src: Box<dyn std::io::Read + 'a>,
+    src: Box<dyn std::io::Read + Send + 'a>,
     shape: &'static RecordShape,
     sink: &'a mut dyn RecordSink,
 ) -> Result<Streamed, PickleError> {
-    parse_stream_into_with(src, shape, sink, ReadMode::Direct)
+    parse_stream_into_with(src, shape, sink, ReadMode::Ahead)
 }
 
 /// How [`parse_stream_into_with`] reads what a sink takes (anything but `Direct` only in
@@ -533,23 +535,38 @@ pub(crate) enum ReadMode {
     /// The slots of what the sink took are given back; each opcode through the loop.
     Released,
     /// As `Released`, and history entries of the usual form read by their own path
-    /// (`reader::entry`).
+    /// (`reader::entry`), decoded on the reader's thread.
     Direct,
+    /// As `Direct`, the input read and its entries decoded on a thread ahead of the reader
+    /// (`reader::ahead`): the way files are read.
+    Ahead,
 }
 
 /// [`parse_stream_into`], read the way `mode` says.
 pub(crate) fn parse_stream_into_with<'a>(
-    src: Box<dyn std::io::Read + 'a>,
+    src: Box<dyn std::io::Read + Send + 'a>,
     shape: &'static RecordShape,
     sink: &'a mut dyn RecordSink,
     mode: ReadMode,
 ) -> Result<Streamed, PickleError> {
-    let mut r = reader::Reader::new(reader::Input::new(src), true, Some(shape));
-    r.sink = Some(sink);
-    r.release = mode != ReadMode::Kept;
-    r.direct = mode == ReadMode::Direct;
-    r.pk.sunk = true;
-    run_stream(r)
+    let read = |input: reader::Input<'_>, sink: &mut dyn RecordSink| {
+        let mut r = reader::Reader::new(input, true, Some(shape));
+        r.sink = Some(sink);
+        r.release = mode != ReadMode::Kept;
+        r.direct = matches!(mode, ReadMode::Direct | ReadMode::Ahead);
+        r.pk.sunk = true;
+        run_stream(r)
+    };
+    if mode != ReadMode::Ahead {
+        return read(reader::Input::new(src), sink);
+    }
+    std::thread::scope(|s| match reader::ahead::spawn(s, src) {
+        // The reader (and so the thread's channel) is gone when `read` returns, which ends
+        // the thread the scope then waits for.
+        Ok(chunks) => read(reader::Input::from_chunks(chunks), sink),
+        // No thread to be had: read here.
+        Err(src) => read(reader::Input::new(src), sink),
+    })
 }
 
 fn run_stream(mut r: reader::Reader<'_>) -> Result<Streamed, PickleError> {
@@ -567,6 +584,7 @@ fn run_stream(mut r: reader::Reader<'_>) -> Result<Streamed, PickleError> {
     let read_error = r.input.take_error();
     Ok(Streamed {
         direct_records: r.direct_records,
+        decoded_ahead: r.decoded_ahead,
         pickle: r.pk,
         cut,
         read_error,

@@ -55,7 +55,7 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<Snapshot, Error> {
         gz,
         diag,
         None,
-        pickle::ReadMode::Direct,
+        pickle::ReadMode::Ahead,
     )?))
 }
 
@@ -71,7 +71,7 @@ pub fn load_streamed(
     sink: &mut dyn HistorySink,
 ) -> Result<Snapshot, Error> {
     let (stream, gz) = source::open_pickle_stream(path)?;
-    Ok(from_stream(path, stream, gz, diag, Some(sink), pickle::ReadMode::Direct)?.0)
+    Ok(from_stream(path, stream, gz, diag, Some(sink), pickle::ReadMode::Ahead)?.0)
 }
 
 /// Parses snapshot pickle bytes.
@@ -115,7 +115,7 @@ impl HistorySink for Collect {
 
 fn from_stream<'a>(
     path: &Path,
-    stream: Box<dyn std::io::Read + 'a>,
+    stream: Box<dyn std::io::Read + Send + 'a>,
     gz: bool,
     diag: &mut Diagnostics,
     out: Option<&mut dyn HistorySink>,
@@ -818,7 +818,7 @@ mod tests {
                 gz,
                 &mut d,
                 None,
-                pickle::ReadMode::Direct,
+                pickle::ReadMode::Ahead,
             )
             .map(collected),
             d,
@@ -848,7 +848,7 @@ mod tests {
     /// through the opcode loop alone: the same entries, stacks, segments and warnings.
     #[test]
     fn snapshots_read_alike_every_way_the_reader_can_take_them() {
-        use pickle::ReadMode::{Direct, Kept, Released};
+        use pickle::ReadMode::{Ahead, Direct, Kept, Released};
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces");
         let mut files = Vec::new();
         let mut dirs = vec![root];
@@ -873,7 +873,11 @@ mod tests {
             for cut in [bytes.len(), bytes.len() * 2 / 3, bytes.len() / 2 + 7] {
                 let b = &bytes[..cut];
                 let kept = read_as_text(b, Kept);
-                for freed in [read_as_text(b, Direct), read_as_text(b, Released)] {
+                for freed in [
+                    read_as_text(b, Ahead),
+                    read_as_text(b, Direct),
+                    read_as_text(b, Released),
+                ] {
                     if freed == kept {
                         continue;
                     }
@@ -900,7 +904,7 @@ mod tests {
     /// the same, and none panics.
     #[test]
     fn damaged_snapshots_read_alike_every_way_the_reader_can_take_them() {
-        use pickle::ReadMode::{Direct, Kept, Released};
+        use pickle::ReadMode::{Ahead, Direct, Kept, Released};
         let cases: usize = std::env::var("STEPTRACE_DAMAGED_CASES")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -933,6 +937,7 @@ mod tests {
                 b[at] = next() as u8;
             }
             let kept = read_as_text(&b, Kept);
+            assert!(read_as_text(&b, Ahead) == kept, "case {case}, ahead");
             assert!(read_as_text(&b, Direct) == kept, "case {case}, direct");
             assert!(read_as_text(&b, Released) == kept, "case {case}, released");
         }

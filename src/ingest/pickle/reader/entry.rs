@@ -71,6 +71,15 @@ pub(super) struct Scan {
     last_str: (ShortKey, ValueId),
     /// (memo index, value, member) of keys met, by memo index modulo [`KEY_LINES`].
     key_lines: [(usize, ValueId, KeySlot); KEY_LINES],
+    /// The keys of the last entry resolved key by key: their memo indices, what those held
+    /// and what they name (as `slots`), and the kept members' mask. Every entry of a
+    /// history names the same key slots in the same order, and while the memo watches them
+    /// ([`Memo::watch`]) an entry naming the same indices has the same keys.
+    run_idx: [u32; PAIRS],
+    run_keys: [ValueId; PAIRS],
+    run_slots: [u8; PAIRS],
+    run_n: usize,
+    run_kept: u16,
 }
 
 /// Lines of `Scan::key_lines`, a power of two.
@@ -97,6 +106,11 @@ impl Default for Scan {
             at: 0,
             last_str: ([u64::MAX; 4], ABSENT),
             key_lines: [(NO_PUT, ABSENT, KeySlot::Kept(0)); KEY_LINES],
+            run_idx: [0; PAIRS],
+            run_keys: [ABSENT; PAIRS],
+            run_slots: [0; PAIRS],
+            run_n: 0,
+            run_kept: 0,
         }
     }
 }
@@ -111,251 +125,443 @@ fn le<const N: usize>(w: &[u8], c: &mut usize) -> Option<u64> {
     Some(u64::from_le_bytes(x))
 }
 
+/// A memo store as [`decode`] writes it: none, MEMOIZE (the memo's length, known only to the
+/// reader), or BINPUT's index plus this.
+const PUT_NONE: u64 = 0;
+const PUT_MEMOIZE: u64 = 1;
+const PUT_INDEX: u64 = 2;
+
+/// Words before an entry's pairs in [`Decoded::words`]: its length after the `}` and its
+/// pair count, its store, its list's store, and its list's items in [`Decoded::items`].
+const HEAD: usize = 4;
+
+/// History entries decoded from their bytes alone, without the memo: what the scan then
+/// resolves against the memo. Decoding is a function of the bytes, so it can run on another
+/// thread ahead of the reader (`ahead`), which uses an entry only where its own `}` is at the
+/// offset the entry was decoded at; a `}` byte inside another opcode's argument decodes to an
+/// entry no `}` of the reader's meets, and is passed over.
+#[derive(Default)]
+pub(super) struct Decoded {
+    /// The input offset just past each entry's `}`, ascending.
+    ats: Vec<u64>,
+    /// Where each entry's words start.
+    starts: Vec<u32>,
+    /// Each entry: [`HEAD`] words, then two a pair: the key's memo index and the value's
+    /// tag (`index | tag << 32`), and the value (a GET's index, a scalar's [`ValueId`], a
+    /// string's place, length and store, or nothing for the list).
+    words: Vec<u64>,
+    /// The memo indices of the entries' new lists' items.
+    items: Vec<u32>,
+    /// The next entry the reader has not passed.
+    next: usize,
+}
+
+impl Decoded {
+    pub(super) fn clear(&mut self) {
+        self.ats.clear();
+        self.starts.clear();
+        self.words.clear();
+        self.items.clear();
+        self.next = 0;
+    }
+
+    /// Decodes every entry whose `}` is in `chunk` and whose bytes are too, `chunk` being the
+    /// input from offset `base`.
+    pub(super) fn decode_chunk(&mut self, chunk: &[u8], base: u64) {
+        let mut from = 0;
+        while let Some(i) = memchr::memchr(b'}', &chunk[from..]) {
+            let at = from + i + 1;
+            from = match self.decode(&chunk[at..], base + at as u64) {
+                // The bytes an entry took hold no other (a `}` in them is an argument's).
+                Some(len) => at + len,
+                None => at,
+            };
+        }
+    }
+
+    /// Decodes the entry whose `}` ends just before `w`, at input offset `at`: its length
+    /// after the `}`, or `None` (nothing kept) where it is not of the form.
+    pub(super) fn decode(&mut self, w: &[u8], at: u64) -> Option<usize> {
+        let (words, items) = (self.words.len(), self.items.len());
+        match decode_entry(w, at, &mut self.words, &mut self.items) {
+            Some(len) => {
+                self.ats.push(at);
+                self.starts.push(words as u32);
+                Some(len)
+            }
+            None => {
+                self.words.truncate(words);
+                self.items.truncate(items);
+                None
+            }
+        }
+    }
+
+    /// Whether an entry was decoded at `at`, having passed over those before it (the reader
+    /// asks in ascending order): then it is [`Decoded::current`].
+    pub(super) fn find(&mut self, at: u64) -> bool {
+        while let Some(&a) = self.ats.get(self.next) {
+            if a >= at {
+                return a == at;
+            }
+            self.next += 1;
+        }
+        false
+    }
+
+    /// Whether every entry was passed over.
+    pub(super) fn spent(&self) -> bool {
+        self.next >= self.ats.len()
+    }
+
+    /// The entry [`Decoded::find`] found: its words and the items' indices.
+    pub(super) fn current(&self) -> (&[u64], &[u32]) {
+        let s = self.starts[self.next] as usize;
+        (&self.words[s..], &self.items)
+    }
+}
+
+/// A memo store opcode at `w[*c]`, if there is one, as a `PUT_` code. BINPUT's index is
+/// held to the offset as [`Reader::memo_put`] holds it (no pickle stores more slots than it
+/// has bytes before them).
+#[inline(always)]
+fn decode_put(w: &[u8], c: &mut usize, at: u64) -> Option<u64> {
+    let idx = match *w.get(*c)? {
+        0x94 => {
+            *c += 1;
+            return Some(PUT_MEMOIZE);
+        }
+        b'q' => {
+            *c += 1;
+            le::<1>(w, c)?
+        }
+        b'r' => {
+            *c += 1;
+            le::<4>(w, c)?
+        }
+        _ => return Some(PUT_NONE),
+    };
+    (idx <= at + *c as u64).then_some(idx + PUT_INDEX)
+}
+
+/// A GET opcode's memo index at `w[*c]`, if it is one.
+#[inline(always)]
+fn decode_get(w: &[u8], c: &mut usize) -> Option<u32> {
+    match *w.get(*c)? {
+        b'h' => {
+            *c += 1;
+            Some(le::<1>(w, c)? as u32)
+        }
+        b'j' => {
+            *c += 1;
+            Some(le::<4>(w, c)? as u32)
+        }
+        _ => None,
+    }
+}
+
+/// Decodes the entry whose `}` ends just before `w` (at input offset `at`) into `words` and
+/// `items`: its length after the `}`, or `None` where it is not of the form (a memo store,
+/// a MARK, pairs of a key's GET and a value that is a GET, a small integer, None, a bool, a
+/// short string and its store, or a new list of GETs; then SETITEMS). What needs the memo
+/// (what the keys name, what GETs get, whether a string was met before) is the scan's.
+#[inline(always)]
+fn decode_entry(w: &[u8], at: u64, words: &mut Vec<u64>, items: &mut Vec<u32>) -> Option<usize> {
+    let mut c = 0;
+    let put = decode_put(w, &mut c, at)?;
+    if *w.get(c)? != b'(' {
+        return None;
+    }
+    c += 1;
+    let head = words.len();
+    words.extend_from_slice(&[0, put, PUT_NONE, 0]);
+    let mut n = 0u64;
+    let mut list = false;
+    loop {
+        if *w.get(c)? == b'u' {
+            c += 1;
+            break;
+        }
+        if n as usize == PAIRS {
+            return None;
+        }
+        let key = decode_get(w, &mut c)?;
+        let op = *w.get(c)?;
+        let (tag, v) = match op {
+            b'h' | b'j' => (GOT, decode_get(w, &mut c)? as u64),
+            b'K' => {
+                c += 1;
+                (SCALAR, int(le::<1>(w, &mut c)? as i64)?.0)
+            }
+            b'M' => {
+                c += 1;
+                (SCALAR, int(le::<2>(w, &mut c)? as i64)?.0)
+            }
+            b'J' => {
+                c += 1;
+                (SCALAR, int(le::<4>(w, &mut c)? as u32 as i32 as i64)?.0)
+            }
+            0x8a => {
+                let len = *w.get(c + 1)? as usize;
+                if len > 8 {
+                    return None;
+                }
+                let b = w.get(c + 2..c + 2 + len)?;
+                c += 2 + len;
+                let v = match b.last() {
+                    None => 0,
+                    Some(&top) => {
+                        let mut x = if top & 0x80 != 0 { [0xff; 8] } else { [0; 8] };
+                        x[..len].copy_from_slice(b);
+                        i64::from_le_bytes(x)
+                    }
+                };
+                (SCALAR, int(v)?.0)
+            }
+            b'N' => {
+                c += 1;
+                (SCALAR, super::NONE.0)
+            }
+            0x88 | 0x89 => {
+                c += 1;
+                (SCALAR, ValueId::new(Kind::Bool, (op == 0x88) as u64).0)
+            }
+            0x8c | b'X' => {
+                c += 1;
+                let len = if op == 0x8c {
+                    le::<1>(w, &mut c)?
+                } else {
+                    le::<4>(w, &mut c)?
+                } as usize;
+                if len > SHORT_STR {
+                    return None;
+                }
+                w.get(c..c + len)?;
+                let place = c as u64;
+                c += len;
+                // Strings alone are stored after their opcode (a list's store comes
+                // after its `]`).
+                let put = decode_put(w, &mut c, at)?;
+                (STR, place | (len as u64) << 16 | put << 24)
+            }
+            b']' => {
+                if list {
+                    return None;
+                }
+                list = true;
+                c += 1;
+                words[head + 2] = decode_put(w, &mut c, at)?;
+                let first = items.len();
+                match *w.get(c)? {
+                    b'(' => {
+                        c += 1;
+                        while *w.get(c)? != b'e' {
+                            items.push(decode_get(w, &mut c)?);
+                        }
+                        c += 1;
+                    }
+                    b'h' | b'j' => {
+                        // One item and APPEND, or an empty list and the next key.
+                        let mut after = c;
+                        let item = decode_get(w, &mut after)?;
+                        if *w.get(after)? == b'a' {
+                            items.push(item);
+                            c = after + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                words[head + 3] = first as u64 | ((items.len() - first) as u64) << 32;
+                (LIST, 0)
+            }
+            _ => return None,
+        };
+        words.extend_from_slice(&[key as u64 | (tag as u64) << 32, v]);
+        n += 1;
+    }
+    // What `Reader::record` asks of the pairs' count (a dict given one pair stays generic).
+    if n < 2 {
+        return None;
+    }
+    words[head] = c as u64 | n << 32;
+    Some(c)
+}
+
 impl Scan {
-    /// A memo store opcode at `w[*c]`, if there is one: its index.
+    /// The memo index of a `PUT_` code, as the store makes it, recorded as the entry's.
     #[inline(always)]
-    fn put(&mut self, w: &[u8], c: &mut usize) -> Option<Option<usize>> {
-        let idx = match *w.get(*c)? {
-            0x94 => {
-                *c += 1;
+    fn put(&mut self, code: u64) -> Option<usize> {
+        let idx = match code {
+            PUT_NONE => return Some(NO_PUT),
+            PUT_MEMOIZE => {
+                // Held to the offset of the entry's `}`, short of the store's own: an entry
+                // this refuses goes to the loop, which holds it exactly.
+                if self.memo_len > self.at {
+                    return None;
+                }
                 self.memo_len
             }
-            b'q' => {
-                *c += 1;
-                le::<1>(w, c)? as usize
-            }
-            b'r' => {
-                *c += 1;
-                le::<4>(w, c)? as usize
-            }
-            _ => return Some(None),
+            i => (i - PUT_INDEX) as usize,
         };
-        let mine = &self.mine[..self.n_mine];
-        if idx > self.at + *c || self.n_mine == self.mine.len() || mine.contains(&idx) {
+        if self.n_mine == self.mine.len() || self.mine[..self.n_mine].contains(&idx) {
             return None;
         }
         self.mine[self.n_mine] = idx;
         self.n_mine += 1;
         self.least_mine = self.least_mine.min(idx);
         self.memo_len = self.memo_len.max(idx + 1);
-        Some(Some(idx))
+        Some(idx)
     }
 
-    /// A GET opcode at `w[*c]`, if it is one and names a slot stored before the entry.
+    /// What the memo holds at `idx`, where it was stored before the entry.
     #[inline(always)]
-    fn get(&self, w: &[u8], c: &mut usize, memo: &mut Memo) -> Option<ValueId> {
-        let idx = match *w.get(*c)? {
-            b'h' => {
-                *c += 1;
-                le::<1>(w, c)? as usize
-            }
-            b'j' => {
-                *c += 1;
-                le::<4>(w, c)? as usize
-            }
-            _ => return None,
-        };
+    fn get(&self, idx: u32, memo: &mut Memo) -> Option<ValueId> {
+        let idx = idx as usize;
         if idx >= self.least_mine && self.mine[..self.n_mine].contains(&idx) {
             return None;
         }
         memo.get_cached(idx)
     }
 
-    /// A key's GET at `w[*c]`: its value and what it names. Keys are a few memo slots
-    /// named over and over, so the answer is kept by memo index (checked against the memo's
-    /// value, which a store may have changed): the lookup by the string's id waited on the
-    /// memo's answer first.
+    /// A key's GET of `idx`: its value and what it names. Keys are a few memo slots named
+    /// over and over, so the answer is kept by memo index (checked against the memo's value,
+    /// which a store may have changed): the lookup by the string's id waited on the memo's
+    /// answer first.
     #[inline(always)]
     fn key(
         &mut self,
-        w: &[u8],
-        c: &mut usize,
+        idx: u32,
         memo: &mut Memo,
         keys: &mut Keys,
         pk: &Pickle,
     ) -> Option<(ValueId, KeySlot)> {
-        let op = *w.get(*c)?;
-        let idx = match op {
-            b'h' => *w.get(*c + 1)? as usize,
-            b'j' => le::<4>(w, &mut (*c + 1))? as usize,
-            _ => return None,
-        };
-        let line = self.key_lines[idx % KEY_LINES];
-        let k = self.get(w, c, memo)?;
-        if line.0 == idx && line.1 == k {
+        let line = self.key_lines[idx as usize % KEY_LINES];
+        let k = self.get(idx, memo)?;
+        if line.0 == idx as usize && line.1 == k {
             return Some((k, line.2));
         }
         let slot = keys.slot(pk, k)?;
-        self.key_lines[idx % KEY_LINES] = (idx, k, slot);
+        self.key_lines[idx as usize % KEY_LINES] = (idx as usize, k, slot);
         Some((k, slot))
     }
 
-    /// Scans the entry whose `}` was just read; `w` is the input from there. False: it is
-    /// not of the form this path reads.
+    /// Resolves the decoded entry `e` (its words, and the items they place in `items`)
+    /// against the memo, as the loop would read it; `w` is the input from just past its `}`.
+    /// False: it is not an entry this path reads.
     #[inline(always)]
-    fn scan(
+    fn resolve(
         &mut self,
+        (e, items): (&[u64], &[u32]),
         w: &[u8],
         memo: &mut Memo,
         keys: &mut Keys,
         pk: &Pickle,
         short_strs: &FxHashMap<ShortKey, ValueId>,
     ) -> Option<()> {
-        let mut c = 0;
-        self.put = self.put(w, &mut c)?.unwrap_or(NO_PUT);
-        if *w.get(c)? != b'(' {
-            return None;
-        }
-        c += 1;
+        let (len, n) = (e[0] as u32 as usize, (e[0] >> 32) as usize);
+        self.put = self.put(e[1])?;
+        let run = self.run_n == n
+            && memo.watched_unchanged()
+            && (0..n).all(|i| e[HEAD + 2 * i] as u32 == self.run_idx[i]);
         let (mut kept, mut ignored) = (0u16, 0u16);
-        let mut list = false;
-        loop {
-            if *w.get(c)? == b'u' {
-                c += 1;
-                break;
-            }
-            let i = self.n;
-            if i == PAIRS {
-                return None;
-            }
-            let (k, slot) = self.key(w, &mut c, memo, keys, pk)?;
-            let slot = match slot {
-                KeySlot::Kept(j) => {
-                    if kept & 1 << j != 0 {
-                        return None;
+        if run {
+            kept = self.run_kept;
+        }
+        let mut below = 0;
+        for i in 0..n {
+            let (kw, v) = (e[HEAD + 2 * i], e[HEAD + 2 * i + 1]);
+            let slot = if run {
+                self.keys[i] = self.run_keys[i];
+                self.run_slots[i]
+            } else {
+                let (k, slot) = self.key(kw as u32, memo, keys, pk)?;
+                self.keys[i] = k;
+                match slot {
+                    KeySlot::Kept(j) => {
+                        if kept & 1 << j != 0 {
+                            return None;
+                        }
+                        kept |= 1 << j;
+                        j as u8
                     }
-                    kept |= 1 << j;
-                    j as u8
-                }
-                KeySlot::Ignored(j) => {
-                    if ignored & 1 << j != 0 {
-                        return None;
+                    KeySlot::Ignored(j) => {
+                        if ignored & 1 << j != 0 {
+                            return None;
+                        }
+                        ignored |= 1 << j;
+                        IGNORED | j as u8
                     }
-                    ignored |= 1 << j;
-                    IGNORED | j as u8
                 }
             };
-            let op = *w.get(c)?;
-            let (tag, v) = match op {
-                b'h' | b'j' => (GOT, self.get(w, &mut c, memo)?),
-                b'K' => {
-                    c += 1;
-                    (SCALAR, int(le::<1>(w, &mut c)? as i64)?)
-                }
-                b'M' => {
-                    c += 1;
-                    (SCALAR, int(le::<2>(w, &mut c)? as i64)?)
-                }
-                b'J' => {
-                    c += 1;
-                    (SCALAR, int(le::<4>(w, &mut c)? as u32 as i32 as i64)?)
-                }
-                0x8a => {
-                    let n = *w.get(c + 1)? as usize;
-                    if n > 8 {
-                        return None;
-                    }
-                    let b = w.get(c + 2..c + 2 + n)?;
-                    c += 2 + n;
-                    let v = match b.last() {
-                        None => 0,
-                        Some(&top) => {
-                            let mut x = if top & 0x80 != 0 { [0xff; 8] } else { [0; 8] };
-                            x[..n].copy_from_slice(b);
-                            i64::from_le_bytes(x)
-                        }
-                    };
-                    (SCALAR, int(v)?)
-                }
-                b'N' => {
-                    c += 1;
-                    (SCALAR, super::NONE)
-                }
-                0x88 | 0x89 => {
-                    c += 1;
-                    (SCALAR, ValueId::new(Kind::Bool, (op == 0x88) as u64))
-                }
-                0x8c | b'X' => {
-                    c += 1;
-                    let n = if op == 0x8c {
-                        le::<1>(w, &mut c)?
-                    } else {
-                        le::<4>(w, &mut c)?
-                    } as usize;
-                    if n > SHORT_STR {
-                        return None;
-                    }
-                    let b = w.get(c..c + n)?;
+            below = below.max(kw as u32 as usize + 1);
+            let mut put = NO_PUT;
+            let (tag, v) = match (kw >> 32) as u8 {
+                GOT => (GOT, self.get(v as u32, memo)?),
+                SCALAR => (SCALAR, ValueId(v)),
+                STR => {
+                    let (at, n) = ((v & 0xffff) as usize, (v >> 16 & 0xff) as usize);
+                    let b = w.get(at..at + n)?;
                     // A text met before was checked then (as `Reader::str_next` does).
-                    let key = match w.get(c..c + SHORT_STR) {
+                    let key = match w.get(at..at + SHORT_STR) {
                         Some(ahead) => key_ahead(ahead, n),
                         None => short_key(b),
                     };
-                    c += n;
                     // Word by word: compared as an array, the key went through the stack
                     // and its load stalled on the stores just made (a tenth of the scan).
                     let l = &self.last_str.0;
-                    if (key[0] ^ l[0]) | (key[1] ^ l[1]) | (key[2] ^ l[2]) | (key[3] ^ l[3]) == 0 {
+                    let r = if (key[0] ^ l[0]) | (key[1] ^ l[1]) | (key[2] ^ l[2]) | (key[3] ^ l[3])
+                        == 0
+                    {
                         (SCALAR, self.last_str.1)
-                    } else if let Some(&v) = short_strs.get(&key) {
-                        self.last_str = (key, v);
-                        (SCALAR, v)
+                    } else if let Some(&id) = short_strs.get(&key) {
+                        self.last_str = (key, id);
+                        (SCALAR, id)
                     } else {
                         std::str::from_utf8(b).ok()?;
-                        self.strs[i] = ((c - n) as u32, n as u32);
+                        self.strs[i] = (at as u32, n as u32);
                         (STR, ABSENT)
-                    }
+                    };
+                    put = self.put(v >> 24)?;
+                    r
                 }
-                b']' => {
-                    if list {
-                        return None;
-                    }
-                    list = true;
-                    c += 1;
-                    self.list_put = self.put(w, &mut c)?.unwrap_or(NO_PUT);
-                    match *w.get(c)? {
-                        b'(' => {
-                            c += 1;
-                            while *w.get(c)? != b'e' {
-                                let item = self.get(w, &mut c, memo)?;
-                                self.items.push(item);
-                            }
-                            c += 1;
-                        }
-                        b'h' | b'j' => {
-                            // One item and APPEND, or an empty list and the next key.
-                            let mut after = c;
-                            let item = self.get(w, &mut after, memo)?;
-                            if *w.get(after)? == b'a' {
-                                self.items.push(item);
-                                c = after + 1;
-                            }
-                        }
-                        _ => {}
+                LIST => {
+                    self.list_put = self.put(e[2])?;
+                    let (first, count) = (e[3] as u32 as usize, (e[3] >> 32) as usize);
+                    for &item in &items[first..first + count] {
+                        let item = self.get(item, memo)?;
+                        self.items.push(item);
                     }
                     (LIST, ABSENT)
                 }
                 _ => return None,
             };
-            // Strings alone are stored after their opcode (a list's store came after `]`).
-            let string = op == 0x8c || op == b'X';
-            self.puts[i] = if string {
-                self.put(w, &mut c)?.unwrap_or(NO_PUT)
-            } else {
-                NO_PUT
-            };
-            self.keys[i] = k;
+            self.puts[i] = put;
             self.slots[i] = slot;
             self.tags[i] = tag;
             self.vals[i] = v;
             self.n = i + 1;
         }
-        // What `Reader::record` asks: two pairs or more (a dict given one pair stays
-        // generic), and the first kept member.
-        if self.n < 2 || kept & 1 == 0 {
+        // What `Reader::record` asks: the first kept member.
+        if kept & 1 == 0 {
             return None;
         }
-        self.len = c;
+        if run {
+            // The keys' GETs held to the entry's own stores, as `get` holds them: the run's
+            // keys were read from before the entry.
+            if self.least_mine < below {
+                return None;
+            }
+        } else {
+            for i in 0..n {
+                self.run_idx[i] = e[HEAD + 2 * i] as u32;
+            }
+            self.run_keys[..n].copy_from_slice(&self.keys[..n]);
+            self.run_slots[..n].copy_from_slice(&self.slots[..n]);
+            self.run_n = n;
+            self.run_kept = kept;
+            memo.watch(below);
+        }
+        self.len = len;
         Some(())
     }
 }
@@ -398,18 +604,34 @@ impl Reader<'_> {
         sc.n_mine = 0;
         sc.least_mine = NO_PUT;
         sc.memo_len = self.memo.len();
-        let w = self.input.ahead(SCAN);
-        if sc
-            .scan(
-                w,
-                &mut self.memo,
-                &mut self.keys,
-                &self.pk,
-                &self.short_strs,
-            )
-            .is_none()
-        {
+        let at = sc.at as u64;
+        self.input.ahead(SCAN);
+        // Decoded ahead, on another thread, where it was (an entry across two chunks was not),
+        // else here.
+        let ahead = self.input.decoded_at(at);
+        let w = self.input.window();
+        let (e, items) = if ahead {
+            self.input.decoded()
+        } else {
+            self.local.clear();
+            if self.local.decode(w, at).is_none() {
+                return Ok(false);
+            }
+            self.local.current()
+        };
+        let resolved = sc.resolve(
+            (e, items),
+            w,
+            &mut self.memo,
+            &mut self.keys,
+            &self.pk,
+            &self.short_strs,
+        );
+        if resolved.is_none() {
             return Ok(false);
+        }
+        if ahead {
+            self.decoded_ahead += 1;
         }
         // The strings not met before, made as the loop makes them (short ones once per
         // distinct text), while the window still holds their bytes.
@@ -502,6 +724,62 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each decoded entry: its offset, its words and its list's items.
+    fn entries(d: &Decoded) -> Vec<(u64, Vec<u64>, Vec<u32>)> {
+        (0..d.ats.len())
+            .map(|i| {
+                let s = d.starts[i] as usize;
+                let e = d.starts.get(i + 1).map_or(d.words.len(), |&x| x as usize);
+                let w = d.words[s..e].to_vec();
+                let (first, n) = (w[3] as u32 as usize, (w[3] >> 32) as usize);
+                (d.ats[i], w, d.items[first..first + n].to_vec())
+            })
+            .collect()
+    }
+
+    /// The thread ahead decodes each chunk alone: an entry it decodes there is the entry
+    /// decoded from the whole input at that offset (words and items alike; the items' place
+    /// aside), and the entries it cannot (those across two chunks) are few.
+    #[test]
+    fn an_entry_decoded_in_a_chunk_is_the_entry_decoded_from_the_whole_input() {
+        let f = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/sample_traces/corpus/nanogpt_train_fp16_accum/snapshot.pickle.gz"
+        );
+        let gz = std::fs::read(f).unwrap();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut bytes).unwrap();
+        let mut whole = Decoded::default();
+        whole.decode_chunk(&bytes, 0);
+        let whole: FxHashMap<u64, (Vec<u64>, Vec<u32>)> = entries(&whole)
+            .into_iter()
+            .map(|(at, mut w, items)| {
+                w[3] = 0;
+                (at, (w, items))
+            })
+            .collect();
+        assert!(whole.len() > 5_000, "{}", whole.len());
+        for size in [4099, 65_536 + 3] {
+            let mut matched = 0;
+            for (i, c) in bytes.chunks(size).enumerate() {
+                let mut d = Decoded::default();
+                d.decode_chunk(c, (i * size) as u64);
+                for (at, mut w, items) in entries(&d) {
+                    w[3] = 0;
+                    if let Some(e) = whole.get(&at) {
+                        assert_eq!(e, &(w, items), "at {at}, chunks of {size}");
+                        matched += 1;
+                    }
+                }
+            }
+            assert!(
+                matched * 100 >= whole.len() * 95,
+                "{matched} of {}",
+                whole.len()
+            );
+        }
+    }
 
     #[test]
     fn a_key_read_ahead_is_the_key_of_the_bytes_alone() {

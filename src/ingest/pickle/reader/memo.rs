@@ -183,6 +183,9 @@ pub(super) struct Memo {
     unpacked: Vec<usize>,
     /// How many times each page was packed.
     packs: Vec<u8>,
+    /// Slots below this are watched ([`Memo::watch`]), and whether one was stored to since.
+    watch_below: usize,
+    watched_stored: bool,
 }
 
 impl Default for Memo {
@@ -193,6 +196,8 @@ impl Default for Memo {
             len: 0,
             side: Vec::new(),
             offered: 0,
+            watch_below: 0,
+            watched_stored: false,
             unpacked: Vec::new(),
             packs: Vec::new(),
         }
@@ -210,6 +215,9 @@ impl Memo {
     /// memoized: no pickle torch writes, and the reader refuses it).
     #[inline]
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
+        if idx < self.watch_below {
+            self.watched_stored = true;
+        }
         let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
         let number = match data {
             PAYLOAD => Some(NUMBER),
@@ -285,6 +293,19 @@ impl Memo {
         }
         self.offered = upto;
         self.unpacked = keep;
+    }
+
+    /// Watches the slots below `below`: [`Memo::watched_unchanged`] says whether one was
+    /// stored to since (what a cache of their values needs to know).
+    pub(super) fn watch(&mut self, below: usize) {
+        self.watch_below = below;
+        self.watched_stored = false;
+    }
+
+    /// Whether no slot [`Memo::watch`] named was stored to since.
+    #[inline(always)]
+    pub(super) fn watched_unchanged(&self) -> bool {
+        !self.watched_stored
     }
 
     /// [`Memo::get`] through the cache of recent GETs (the GET opcodes'). The hit inlined

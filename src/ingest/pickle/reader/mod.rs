@@ -2,6 +2,7 @@
 //! data are run; see the module above for what is refused. This file holds the machine's state
 //! and the operations on it; `opcodes` reads the opcodes that drive them.
 
+pub(super) mod ahead;
 mod entry;
 mod input;
 mod memo;
@@ -38,6 +39,10 @@ pub(super) struct Reader<'a> {
     scan: entry::Scan,
     /// How many entries that path read.
     pub(super) direct_records: usize,
+    /// How many of those the thread ahead decoded.
+    pub(super) decoded_ahead: usize,
+    /// An entry decoded here (not ahead).
+    local: entry::Decoded,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
@@ -289,6 +294,8 @@ impl<'a> Reader<'a> {
             direct: false,
             scan: entry::Scan::default(),
             direct_records: 0,
+            decoded_ahead: 0,
+            local: entry::Decoded::default(),
             pk: Pickle {
                 texts: Texts::default(),
                 wide: Vec::new(),
