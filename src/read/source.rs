@@ -438,7 +438,11 @@ pub fn open_pickle_stream(path: &Path) -> Result<(Box<dyn Read + Send>, bool), E
             return Err(format(why));
         }
     }
-    // Read (and inflated) beside the pickle's reader, which reads on one thread.
+    if !gz {
+        // The pickle's reader reads a plain file on a thread of its own already.
+        return Ok((Box::new(stream), gz));
+    }
+    // Inflated beside the pickle's reader and the thread that decodes ahead of it.
     let ahead = read_ahead::ReadAhead::new(Box::new(stream)).map_err(FileError::at(path))?;
     Ok((Box::new(ahead), gz))
 }

@@ -14,7 +14,7 @@ use super::entry::Decoded;
 /// entries fall across chunks (those the reader decodes itself).
 const CHUNK: usize = if cfg!(test) { 4099 } else { 1 << 20 };
 /// Chunks read and not yet taken, at most.
-const AHEAD: usize = 4;
+const AHEAD: usize = 16;
 
 type Sent = io::Result<(Vec<u8>, Decoded)>;
 
