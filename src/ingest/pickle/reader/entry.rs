@@ -21,6 +21,9 @@ use crate::ingest::pickle::Pickle;
 /// Bytes the scan looks at: an entry longer than this (a stack of hundreds of new frames) is
 /// read by the loop.
 const SCAN: usize = 4096;
+/// What the thread ahead reads of a chunk, at most, in trying entries: this many times its
+/// bytes (a chunk torch wrote takes its bytes and a little more).
+const TRIES: usize = 4;
 /// Most pairs an entry has: a record's kept and ignored members.
 const PAIRS: usize = 2 * RECORD_MAX_KEYS;
 
@@ -167,23 +170,39 @@ impl Decoded {
 
     /// Decodes every entry whose `}` is in `chunk` and whose bytes are too, `chunk` being the
     /// input from offset `base`.
-    pub(super) fn decode_chunk(&mut self, chunk: &[u8], base: u64) {
+    ///
+    /// Each try reads at most [`SCAN`] bytes, and a chunk's tries read at most [`TRIES`]
+    /// times its bytes between them: a pickle whose arguments hold `}` after `}`, each
+    /// followed by what looks like an entry for a while (a byte string of them, GETs whose
+    /// indices hold them), costs this thread work in proportion to its size, and the reader
+    /// reads the entries of a chunk given up on itself.
+    /// Returns the bytes its tries read.
+    pub(super) fn decode_chunk(&mut self, chunk: &[u8], base: u64) -> usize {
         let mut from = 0;
+        let mut read = 0;
         while let Some(i) = memchr::memchr(b'}', &chunk[from..]) {
             let at = from + i + 1;
-            from = match self.decode(&chunk[at..], base + at as u64) {
+            let w = &chunk[at..chunk.len().min(at + SCAN)];
+            let mut reach = 0;
+            let entry = self.decode(w, base + at as u64, &mut reach);
+            read += reach;
+            if read > TRIES * chunk.len() {
+                break;
+            }
+            from = match entry {
                 // The bytes an entry took hold no other (a `}` in them is an argument's).
                 Some(len) => at + len,
                 None => at,
             };
         }
+        read
     }
 
     /// Decodes the entry whose `}` ends just before `w`, at input offset `at`: its length
     /// after the `}`, or `None` (nothing kept) where it is not of the form.
-    pub(super) fn decode(&mut self, w: &[u8], at: u64) -> Option<usize> {
+    pub(super) fn decode(&mut self, w: &[u8], at: u64, reach: &mut usize) -> Option<usize> {
         let (words, items) = (self.words.len(), self.items.len());
-        match decode_entry(w, at, &mut self.words, &mut self.items) {
+        match decode_entry(w, at, &mut self.words, &mut self.items, reach) {
             Some(len) => {
                 self.ats.push(at);
                 self.starts.push(words as u32);
@@ -266,125 +285,136 @@ fn decode_get(w: &[u8], c: &mut usize) -> Option<u32> {
 /// short string and its store, or a new list of GETs; then SETITEMS). What needs the memo
 /// (what the keys name, what GETs get, whether a string was met before) is the scan's.
 #[inline(always)]
-fn decode_entry(w: &[u8], at: u64, words: &mut Vec<u64>, items: &mut Vec<u32>) -> Option<usize> {
+fn decode_entry(
+    w: &[u8],
+    at: u64,
+    words: &mut Vec<u64>,
+    items: &mut Vec<u32>,
+    reach: &mut usize,
+) -> Option<usize> {
     let mut c = 0;
-    let put = decode_put(w, &mut c, at)?;
-    if *w.get(c)? != b'(' {
-        return None;
-    }
-    c += 1;
-    let head = words.len();
-    words.extend_from_slice(&[0, put, PUT_NONE, 0]);
-    let mut n = 0u64;
-    let mut list = false;
-    loop {
-        if *w.get(c)? == b'u' {
-            c += 1;
-            break;
-        }
-        if n as usize == PAIRS {
+    // How far it read, entry or not: the thread ahead's work is bounded by it.
+    let entry = (|| {
+        let put = decode_put(w, &mut c, at)?;
+        if *w.get(c)? != b'(' {
             return None;
         }
-        let key = decode_get(w, &mut c)?;
-        let op = *w.get(c)?;
-        let (tag, v) = match op {
-            b'h' | b'j' => (GOT, decode_get(w, &mut c)? as u64),
-            b'K' => {
+        c += 1;
+        let head = words.len();
+        words.extend_from_slice(&[0, put, PUT_NONE, 0]);
+        let mut n = 0u64;
+        let mut list = false;
+        loop {
+            if *w.get(c)? == b'u' {
                 c += 1;
-                (SCALAR, int(le::<1>(w, &mut c)? as i64)?.0)
+                break;
             }
-            b'M' => {
-                c += 1;
-                (SCALAR, int(le::<2>(w, &mut c)? as i64)?.0)
+            if n as usize == PAIRS {
+                return None;
             }
-            b'J' => {
-                c += 1;
-                (SCALAR, int(le::<4>(w, &mut c)? as u32 as i32 as i64)?.0)
-            }
-            0x8a => {
-                let len = *w.get(c + 1)? as usize;
-                if len > 8 {
-                    return None;
+            let key = decode_get(w, &mut c)?;
+            let op = *w.get(c)?;
+            let (tag, v) = match op {
+                b'h' | b'j' => (GOT, decode_get(w, &mut c)? as u64),
+                b'K' => {
+                    c += 1;
+                    (SCALAR, int(le::<1>(w, &mut c)? as i64)?.0)
                 }
-                let b = w.get(c + 2..c + 2 + len)?;
-                c += 2 + len;
-                let v = match b.last() {
-                    None => 0,
-                    Some(&top) => {
-                        let mut x = if top & 0x80 != 0 { [0xff; 8] } else { [0; 8] };
-                        x[..len].copy_from_slice(b);
-                        i64::from_le_bytes(x)
+                b'M' => {
+                    c += 1;
+                    (SCALAR, int(le::<2>(w, &mut c)? as i64)?.0)
+                }
+                b'J' => {
+                    c += 1;
+                    (SCALAR, int(le::<4>(w, &mut c)? as u32 as i32 as i64)?.0)
+                }
+                0x8a => {
+                    let len = *w.get(c + 1)? as usize;
+                    if len > 8 {
+                        return None;
                     }
-                };
-                (SCALAR, int(v)?.0)
-            }
-            b'N' => {
-                c += 1;
-                (SCALAR, super::NONE.0)
-            }
-            0x88 | 0x89 => {
-                c += 1;
-                (SCALAR, ValueId::new(Kind::Bool, (op == 0x88) as u64).0)
-            }
-            0x8c | b'X' => {
-                c += 1;
-                let len = if op == 0x8c {
-                    le::<1>(w, &mut c)?
-                } else {
-                    le::<4>(w, &mut c)?
-                } as usize;
-                if len > SHORT_STR {
-                    return None;
-                }
-                w.get(c..c + len)?;
-                let place = c as u64;
-                c += len;
-                // Strings alone are stored after their opcode (a list's store comes
-                // after its `]`).
-                let put = decode_put(w, &mut c, at)?;
-                (STR, place | (len as u64) << 16 | put << 24)
-            }
-            b']' => {
-                if list {
-                    return None;
-                }
-                list = true;
-                c += 1;
-                words[head + 2] = decode_put(w, &mut c, at)?;
-                let first = items.len();
-                match *w.get(c)? {
-                    b'(' => {
-                        c += 1;
-                        while *w.get(c)? != b'e' {
-                            items.push(decode_get(w, &mut c)?);
+                    let b = w.get(c + 2..c + 2 + len)?;
+                    c += 2 + len;
+                    let v = match b.last() {
+                        None => 0,
+                        Some(&top) => {
+                            let mut x = if top & 0x80 != 0 { [0xff; 8] } else { [0; 8] };
+                            x[..len].copy_from_slice(b);
+                            i64::from_le_bytes(x)
                         }
-                        c += 1;
-                    }
-                    b'h' | b'j' => {
-                        // One item and APPEND, or an empty list and the next key.
-                        let mut after = c;
-                        let item = decode_get(w, &mut after)?;
-                        if *w.get(after)? == b'a' {
-                            items.push(item);
-                            c = after + 1;
-                        }
-                    }
-                    _ => {}
+                    };
+                    (SCALAR, int(v)?.0)
                 }
-                words[head + 3] = first as u64 | ((items.len() - first) as u64) << 32;
-                (LIST, 0)
-            }
-            _ => return None,
-        };
-        words.extend_from_slice(&[key as u64 | (tag as u64) << 32, v]);
-        n += 1;
-    }
-    // What `Reader::record` asks of the pairs' count (a dict given one pair stays generic).
-    if n < 2 {
-        return None;
-    }
-    words[head] = c as u64 | n << 32;
-    Some(c)
+                b'N' => {
+                    c += 1;
+                    (SCALAR, super::NONE.0)
+                }
+                0x88 | 0x89 => {
+                    c += 1;
+                    (SCALAR, ValueId::new(Kind::Bool, (op == 0x88) as u64).0)
+                }
+                0x8c | b'X' => {
+                    c += 1;
+                    let len = if op == 0x8c {
+                        le::<1>(w, &mut c)?
+                    } else {
+                        le::<4>(w, &mut c)?
+                    } as usize;
+                    if len > SHORT_STR {
+                        return None;
+                    }
+                    w.get(c..c + len)?;
+                    let place = c as u64;
+                    c += len;
+                    // Strings alone are stored after their opcode (a list's store comes
+                    // after its `]`).
+                    let put = decode_put(w, &mut c, at)?;
+                    (STR, place | (len as u64) << 16 | put << 24)
+                }
+                b']' => {
+                    if list {
+                        return None;
+                    }
+                    list = true;
+                    c += 1;
+                    words[head + 2] = decode_put(w, &mut c, at)?;
+                    let first = items.len();
+                    match *w.get(c)? {
+                        b'(' => {
+                            c += 1;
+                            while *w.get(c)? != b'e' {
+                                items.push(decode_get(w, &mut c)?);
+                            }
+                            c += 1;
+                        }
+                        b'h' | b'j' => {
+                            // One item and APPEND, or an empty list and the next key.
+                            let mut after = c;
+                            let item = decode_get(w, &mut after)?;
+                            if *w.get(after)? == b'a' {
+                                items.push(item);
+                                c = after + 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                    words[head + 3] = first as u64 | ((items.len() - first) as u64) << 32;
+                    (LIST, 0)
+                }
+                _ => return None,
+            };
+            words.extend_from_slice(&[key as u64 | (tag as u64) << 32, v]);
+            n += 1;
+        }
+        // What `Reader::record` asks of the pairs' count (a dict given one pair stays generic).
+        if n < 2 {
+            return None;
+        }
+        words[head] = c as u64 | n << 32;
+        Some(c)
+    })();
+    *reach = c;
+    entry
 }
 
 impl Scan {
@@ -614,7 +644,8 @@ impl Reader<'_> {
             self.input.decoded()
         } else {
             self.local.clear();
-            if self.local.decode(w, at).is_none() {
+            let w = &w[..w.len().min(SCAN)];
+            if self.local.decode(w, at, &mut 0).is_none() {
                 return Ok(false);
             }
             self.local.current()
@@ -779,6 +810,28 @@ mod tests {
                 whole.len()
             );
         }
+    }
+
+    /// Bytes whose `}`s each start what reads as an entry for a while (frame lists of GETs
+    /// running on past the next `}`, whose index bytes hold `}` and MARK): the thread ahead
+    /// reads a chunk of them a bounded number of times over, not once per `}`.
+    #[test]
+    fn a_chunk_of_entry_beginnings_costs_the_thread_ahead_work_in_proportion_to_its_size() {
+        // `}` MARK, a key's GET, `]` MARK, then LONG_BINGETs in pairs, the first's index
+        // bytes `}` MARK `j` and one more, the second's two more, `]` and MARK: from each
+        // `}`, a MARK, a key's GET across the two, a new list and its MARK, and the GETs
+        // that follow as its items, as far as the bytes go.
+        let mut chunk = b"}(h\x00](".to_vec();
+        while chunk.len() < 1 << 16 {
+            chunk.extend_from_slice(b"j}(j\x01j\x02\x03](");
+        }
+        let mut d = Decoded::default();
+        let read = d.decode_chunk(&chunk, 0);
+        assert!(
+            read <= TRIES * chunk.len() + SCAN,
+            "{read} for {}",
+            chunk.len()
+        );
     }
 
     #[test]
