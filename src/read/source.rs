@@ -10,7 +10,7 @@ use super::Error;
 
 mod inflating;
 mod members;
-mod read_ahead;
+pub(crate) mod read_ahead;
 pub use inflating::{BlockStart, Ended, Inflating};
 pub use members::MemberText;
 

@@ -11,9 +11,13 @@ const CHUNK: usize = 1 << 20;
 /// Chunks read and not yet taken, at most: what the source may be ahead by.
 const AHEAD: usize = 4;
 
-/// The reading end: chunks in order, then the source's error if one ended it.
-pub(super) struct ReadAhead {
-    chunks: Receiver<io::Result<Vec<u8>>>,
+/// A chunk as its thread sends it: its bytes and what the thread made of them.
+pub(crate) type Sent<T> = io::Result<(Vec<u8>, T)>;
+
+/// The reading end of chunks a thread reads ([`feed`]): the chunks in order, then the
+/// source's error if one ended it.
+pub(crate) struct Chunks<T> {
+    chunks: Receiver<Sent<T>>,
     /// Chunks taken, sent back to be filled again (the reader's memory stays a few chunks).
     spent: SyncSender<Vec<u8>>,
     chunk: Vec<u8>,
@@ -21,65 +25,87 @@ pub(super) struct ReadAhead {
     done: bool,
 }
 
-impl ReadAhead {
-    /// Starts reading `src` on a new thread. The thread ends at the source's end or error,
-    /// or once this reader is dropped.
-    pub(super) fn new(mut src: Box<dyn Read + Send>) -> io::Result<ReadAhead> {
-        let (tx, chunks) = sync_channel::<io::Result<Vec<u8>>>(AHEAD);
-        let (spent, back) = sync_channel::<Vec<u8>>(AHEAD + 2);
-        std::thread::Builder::new()
-            .name("read-ahead".into())
-            .spawn(move || loop {
-                let mut buf = back.try_recv().unwrap_or_default();
-                buf.resize(CHUNK, 0);
-                let mut n = 0;
-                let err = loop {
-                    match src.read(&mut buf[n..]) {
-                        Ok(0) => break None,
-                        Ok(k) => {
-                            n += k;
-                            if n == buf.len() {
-                                break None;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => break Some(e),
-                    }
-                };
-                buf.truncate(n);
-                let end = n < CHUNK || err.is_some();
-                if n > 0 && tx.send(Ok(buf)).is_err() {
-                    return;
-                }
-                if let Some(e) = err {
-                    let _ = tx.send(Err(e));
-                }
-                if end {
-                    return;
-                }
-            })?;
-        Ok(ReadAhead {
+/// The channels between a thread that reads chunks and their reader, `ahead` chunks deep.
+#[allow(clippy::type_complexity)]
+pub(crate) fn channels<T>(ahead: usize) -> ((SyncSender<Sent<T>>, Receiver<Vec<u8>>), Chunks<T>) {
+    let (tx, chunks) = sync_channel::<Sent<T>>(ahead);
+    let (spent, back) = sync_channel::<Vec<u8>>(ahead + 2);
+    (
+        (tx, back),
+        Chunks {
             chunks,
             spent,
             chunk: Vec::new(),
             at: 0,
             done: false,
-        })
+        },
+    )
+}
+
+/// The reading thread's loop: reads `src` in chunks of `size`, hands each with what `work`
+/// makes of it (given the chunk and its offset in the stream) to the reader, until the
+/// source ends or fails or the reader is gone.
+pub(crate) fn feed<T>(
+    mut src: impl Read,
+    (tx, back): (SyncSender<Sent<T>>, Receiver<Vec<u8>>),
+    size: usize,
+    mut work: impl FnMut(&[u8], u64) -> T,
+) {
+    let mut base = 0u64;
+    loop {
+        let mut buf = back.try_recv().unwrap_or_default();
+        buf.resize(size, 0);
+        let mut n = 0;
+        let err = loop {
+            match src.read(&mut buf[n..]) {
+                Ok(0) => break None,
+                Ok(k) => {
+                    n += k;
+                    if n == buf.len() {
+                        break None;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(e),
+            }
+        };
+        buf.truncate(n);
+        let end = n < size || err.is_some();
+        if n > 0 {
+            let made = work(&buf, base);
+            base += n as u64;
+            if tx.send(Ok((buf, made))).is_err() {
+                return;
+            }
+        }
+        if let Some(e) = err {
+            let _ = tx.send(Err(e));
+        }
+        if end {
+            return;
+        }
     }
 }
 
-impl Read for ReadAhead {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+impl<T> Chunks<T> {
+    /// Reads into `out` as `Read` does; what the thread made of each chunk goes to `made` as
+    /// the chunk is taken (before any of its bytes are read).
+    pub(crate) fn read_with(
+        &mut self,
+        out: &mut [u8],
+        mut made: impl FnMut(T),
+    ) -> io::Result<usize> {
         while self.at == self.chunk.len() {
             if self.done {
                 return Ok(0);
             }
             match self.chunks.recv() {
-                Ok(Ok(next)) => {
+                Ok(Ok((next, m))) => {
                     let old = std::mem::replace(&mut self.chunk, next);
                     // A full channel back only means the thread has buffers enough.
                     let _ = self.spent.try_send(old);
                     self.at = 0;
+                    made(m);
                 }
                 Ok(Err(e)) => {
                     self.done = true;
@@ -95,6 +121,27 @@ impl Read for ReadAhead {
         out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
         self.at += n;
         Ok(n)
+    }
+}
+
+/// The reading end of a stream read on a thread of its own.
+pub(super) struct ReadAhead(Chunks<()>);
+
+impl ReadAhead {
+    /// Starts reading `src` on a new thread. The thread ends at the source's end or error,
+    /// or once this reader is dropped.
+    pub(super) fn new(src: Box<dyn Read + Send>) -> io::Result<ReadAhead> {
+        let (ends, chunks) = channels(AHEAD);
+        std::thread::Builder::new()
+            .name("read-ahead".into())
+            .spawn(move || feed(src, ends, CHUNK, |_, _| ()))?;
+        Ok(ReadAhead(chunks))
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.0.read_with(out, |()| {})
     }
 }
 
