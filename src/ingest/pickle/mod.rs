@@ -500,6 +500,8 @@ pub struct Streamed {
     pub direct_records: usize,
     /// How many of those were decoded on the thread ahead of the reader.
     pub decoded_ahead: usize,
+    /// How many of those had the frame list of the entry before (`reader::entry::ListRun`).
+    pub list_runs: usize,
 }
 
 /// Parses a pickle as it streams from `src` (with records of `shape`), except that a pickle
@@ -585,6 +587,7 @@ fn run_stream(mut r: reader::Reader<'_>) -> Result<Streamed, PickleError> {
     Ok(Streamed {
         direct_records: r.direct_records,
         decoded_ahead: r.decoded_ahead,
+        list_runs: r.list_runs,
         pickle: r.pk,
         cut,
         read_error,

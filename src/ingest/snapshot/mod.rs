@@ -405,6 +405,9 @@ struct Stacks {
     stack_by_items: FxHashMap<(usize, usize), StackId>,
     /// ...and by content (equal stacks written as separate lists).
     stack_by_frames: FxHashMap<Box<[FrameId]>, StackId>,
+    /// The last place looked up and its stack: most entries name the frames of the entry
+    /// before, whose list the pickle reader gives the same place.
+    last_place: Option<((usize, usize), StackId)>,
 }
 
 impl Stacks {
@@ -419,8 +422,18 @@ impl Stacks {
         // without hashing each list's frames. (Their address did, until it was seen that the
         // table's buffer moves as it grows, so that an address can later hold other items.)
         let at = id.and_then(|id| pk.items_place(id));
-        if let Some(s) = at.and_then(|at| self.stack_by_items.get(&at)) {
-            return *s;
+        if let Some(at) = at {
+            // A place's stack never changes once found (the places of lists looked up are
+            // never written over), so the last one answers for it as the table would.
+            if let Some((last, s)) = self.last_place {
+                if last == at {
+                    return s;
+                }
+            }
+            if let Some(&s) = self.stack_by_items.get(&at) {
+                self.last_place = Some((at, s));
+                return s;
+            }
         }
         let objects = id.map_or(&[][..], |id| pk.items(id));
         if let Some(&s) = self.stack_by_list.get(objects) {

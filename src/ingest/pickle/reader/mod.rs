@@ -41,6 +41,8 @@ pub(super) struct Reader<'a> {
     pub(super) direct_records: usize,
     /// How many of those the thread ahead decoded.
     pub(super) decoded_ahead: usize,
+    /// How many of those took the frame list of the run (`entry::ListRun`).
+    pub(super) list_runs: usize,
     /// An entry decoded here (not ahead).
     local: entry::Decoded,
     stack: Vec<ValueId>,
@@ -65,6 +67,15 @@ pub(super) struct Reader<'a> {
     sunk_puts: VecDeque<(u64, usize)>,
     /// The [`Kind::Frozen`] number of each place frozen so far.
     frozen_at: FxHashMap<u64, u64>,
+    /// Whether the sink was told of a generic dict (`RecordSink::generic`), which its
+    /// `appended` may then take: no history entry's new list is then read by the run of
+    /// `list_run`.
+    generic_given: bool,
+    /// Whether the items `add_to_list` last added went to a shared place (`share_items`).
+    list_shared: bool,
+    /// The last history entry's new list that the direct path read in full, where a list of
+    /// the same items would be read the same way again (`entry`'s run of frame lists).
+    list_run: entry::ListRun,
 }
 
 /// A container followed from its making (`}` or `]`) while a sink reads records: where the
@@ -295,6 +306,7 @@ impl<'a> Reader<'a> {
             scan: entry::Scan::default(),
             direct_records: 0,
             decoded_ahead: 0,
+            list_runs: 0,
             local: entry::Decoded::default(),
             pk: Pickle {
                 texts: Texts::default(),
@@ -321,6 +333,9 @@ impl<'a> Reader<'a> {
             fresh_list: Fresh::NONE,
             sunk_puts: VecDeque::new(),
             frozen_at: FxHashMap::default(),
+            generic_given: false,
+            list_shared: false,
+            list_run: entry::ListRun::default(),
         }
     }
 
@@ -593,25 +608,39 @@ impl<'a> Reader<'a> {
     }
 
     /// The list last made, a member of a record the sink just took, given back where nothing
-    /// else names it (see [`Reader::sink_record`]).
-    fn freeze_fresh_list(&mut self) {
+    /// else names it (see [`Reader::sink_record`]). Returns its [`Kind::Frozen`] number
+    /// where it was.
+    fn freeze_fresh_list(&mut self) -> Option<u64> {
+        self.freeze_fresh_list_as(None)
+    }
+
+    /// [`Reader::freeze_fresh_list`], its place's frozen number given where the caller knows
+    /// it (`entry`'s run of frame lists: the place of the list before, frozen before).
+    pub(super) fn freeze_fresh_list_as(&mut self, known: Option<u64>) -> Option<u64> {
         let l = self.fresh_list;
-        if l.alone(l.id) && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..)) {
-            let mut w = self.pk.seqs.release(l.id.data());
-            if let Slot::Flat(_, 0) = Slot::unpack(w) {
-                // Every empty list has one place.
-                w = Slot::flat(0, 0).expect("fits");
-            }
-            let frozen = &mut self.pk.frozen;
-            let p = *self.frozen_at.entry(w).or_insert_with(|| {
-                frozen.push(w);
-                frozen.len() as u64 - 1
-            });
-            if l.put != NO_PUT {
-                self.memo.set(l.put, ValueId::new(Kind::Frozen, p));
-            }
-            self.fresh_list = Fresh::NONE;
+        if !(l.alone(l.id) && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..))) {
+            return None;
         }
+        let mut w = self.pk.seqs.release(l.id.data());
+        let p = match known {
+            Some(p) => p,
+            None => {
+                if let Slot::Flat(_, 0) = Slot::unpack(w) {
+                    // Every empty list has one place.
+                    w = Slot::flat(0, 0).expect("fits");
+                }
+                let frozen = &mut self.pk.frozen;
+                *self.frozen_at.entry(w).or_insert_with(|| {
+                    frozen.push(w);
+                    frozen.len() as u64 - 1
+                })
+            }
+        };
+        if l.put != NO_PUT {
+            self.memo.set(l.put, ValueId::new(Kind::Frozen, p));
+        }
+        self.fresh_list = Fresh::NONE;
+        Some(p)
     }
 
     /// The list at `stack[at]` made a list of its own again where it is [`Kind::Frozen`]
@@ -661,12 +690,14 @@ impl<'a> Reader<'a> {
         let (a, stack) = self.appending();
         appended(a, list, &stack[from..]);
         self.stack.truncate(from);
+        self.list_shared = false;
         if fresh && self.share {
             if let Slot::Flat(s, len) = self.pk.seqs.slot(c) {
                 if s == start && len <= SHARE_MAX {
-                    let at = self.share_items(start);
+                    let (at, shared) = self.share_items(start);
                     if let Some(w) = Slot::flat(at, len) {
                         self.pk.seqs.items[c as usize] = w;
+                        self.list_shared = shared;
                     }
                 }
             }
@@ -753,6 +784,7 @@ impl<'a> Reader<'a> {
             });
             if let (true, Some(sink)) = (first, self.sink.as_mut()) {
                 sink.generic(dict);
+                self.generic_given = true;
             }
         }
         self.stack.truncate(from);
@@ -858,12 +890,14 @@ impl<'a> Reader<'a> {
     }
 
     /// Where the items just read into `seqs.flat[start..]` are kept: an earlier list's equal
-    /// items, the new ones then dropped, or `start` itself. Safe to share: a list that grows
-    /// later moves its items to a vector of its own first ([`Store::extend_with`]).
-    fn share_items(&mut self, start: usize) -> usize {
+    /// items, the new ones then dropped, or `start` itself; and whether that place is the one
+    /// the same items will be given again (false for no items, and for items kept apart
+    /// because another list has their hash). Safe to share: a list that grows later moves
+    /// its items to a vector of its own first ([`Store::extend_with`]).
+    fn share_items(&mut self, start: usize) -> (usize, bool) {
         let items = &self.pk.seqs.flat[start..];
         if items.is_empty() {
-            return start;
+            return (start, false);
         }
         let h = {
             let mut hasher = FxHasher::default();
@@ -873,13 +907,13 @@ impl<'a> Reader<'a> {
         match self.shared.get(&h) {
             Some(&at) if self.pk.seqs.flat.get(at..at + items.len()) == Some(items) => {
                 self.pk.seqs.flat.truncate(start);
-                at
+                (at, true)
             }
             // Another list with this hash: kept apart.
-            Some(_) => start,
+            Some(_) => (start, false),
             None => {
                 self.shared.insert(h, start);
-                start
+                (start, true)
             }
         }
     }
