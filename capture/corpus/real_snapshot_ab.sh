@@ -3,7 +3,8 @@
 # capture/corpus/real_snapshot.sh runs it, for SECONDS of training), each build timed three
 # times, alternating, with its peak RSS; the first two builds' outputs compared.
 #
-#   VARIANTS="new base" bash capture/corpus/real_snapshot_ab.sh SECONDS    (on the GPU machine)
+#   VARIANTS="new base" [PICKLE_LOAD=1] bash capture/corpus/real_snapshot_ab.sh SECONDS
+#   (on the GPU machine)
 # Needs .corpus/src/nanoGPT and .corpus/bin/steptrace_<variant>.xz (builds without Parquet,
 # stripped, carried to the device); writes timings.txt, diff.txt and the file's size to $OUT.
 # Results: benches/results/real_snapshot_nanogpt_1128/.
@@ -24,6 +25,10 @@ done; done
 set -- $VARIANTS
 diff -r $W/o_${1}_1 $W/o_${2}_1 > $OUT/diff.txt && echo "outputs identical ($1 vs $2)" | tee -a $OUT/timings.txt
 cp $W/o_${1}_1/summary.json $OUT/summary_$1.json
+# PICKLE_LOAD=1: Python's pickle.load of the same file once (what every other viewer does).
+if [ "${PICKLE_LOAD:-0}" = 1 ]; then
+  /usr/bin/time -f "pickle.load: %e s %M KB" python3 -c "import pickle; pickle.load(open('$SNAP', 'rb'))" 2>&1 | tail -1 | tee -a $OUT/timings.txt
+fi
 python3 -c "
 import pickletools, itertools
 f = open('$SNAP', 'rb')

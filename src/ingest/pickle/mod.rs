@@ -237,6 +237,9 @@ pub trait RecordSink {
     /// it instead of keeping every record to the end. True: every item was a record the
     /// sink handed on for good, so the list need not hold them (a GB snapshot's history
     /// lists held a word per entry): [`Pickle::items`] of the list then lacks them.
+    /// Items none of which is a record ([`Pickle::record_number`]) or a dict the sink was
+    /// told of by [`RecordSink::generic`] (a history entry's frame list) must change nothing
+    /// and return false: the reader skips the call for a frame list like the last one.
     fn appended(&mut self, _pk: &Pickle, _list: ValueId, _items: &[ValueId]) -> bool {
         false
     }
