@@ -26,5 +26,8 @@ for i in $(seq 1 "$RUNS"); do for v in $VARIANTS; do
   /usr/bin/time -f "$v run $i: %e s %M KB %U user" $B/steptrace_$v analyze "$SNAP" --out $W/o_${v}_$i -q 2>&1 | tail -1 | tee -a $OUT/timings.txt
 done; done
 set -- $VARIANTS
-diff -r $W/o_${1}_1 $W/o_${2}_1 > $OUT/diff.txt && echo "outputs identical ($1 vs $2)" | tee -a $OUT/timings.txt
+if [ $# -ge 2 ]; then
+  diff -r $W/o_${1}_1 $W/o_${2}_1 > $OUT/diff.txt && echo "outputs identical ($1 vs $2)" | tee -a $OUT/timings.txt
+fi
+cp $W/o_${1}_1/summary.json $OUT/summary_$1.json
 /usr/bin/time -f "pickle.load: %e s %M KB" python3 -c "import pickle; pickle.load(open('$SNAP', 'rb'))" 2>&1 | tail -1 | tee -a $OUT/timings.txt
