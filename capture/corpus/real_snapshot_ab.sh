@@ -23,7 +23,9 @@ for i in 1 2 3; do for v in $VARIANTS; do
   /usr/bin/time -f "$v run $i: %e s %M KB" $B/steptrace_$v analyze "$SNAP" --out $W/o_${v}_$i -q 2>&1 | tail -1 | tee -a $OUT/timings.txt
 done; done
 set -- $VARIANTS
-diff -r $W/o_${1}_1 $W/o_${2}_1 > $OUT/diff.txt && echo "outputs identical ($1 vs $2)" | tee -a $OUT/timings.txt
+if [ $# -ge 2 ]; then
+  diff -r $W/o_${1}_1 $W/o_${2}_1 > $OUT/diff.txt && echo "outputs identical ($1 vs $2)" | tee -a $OUT/timings.txt
+fi
 cp $W/o_${1}_1/summary.json $OUT/summary_$1.json
 # PICKLE_LOAD=1: Python's pickle.load of the same file once (what every other viewer does).
 if [ "${PICKLE_LOAD:-0}" = 1 ]; then

@@ -884,3 +884,66 @@ fn a_key_slot_stored_over_between_entries_names_the_new_key() {
         }
     }
 }
+
+/// A frame's memo slot stored over between two entries whose new frame lists name it (no
+/// pickle torch writes does that) names the new frame in the later entry, however the entries
+/// are read: the items the direct path keeps from one entry's list to the next are dropped
+/// once their slots change, and lists of the same items as the last one take its place.
+#[test]
+fn a_frame_slot_stored_over_between_entries_names_the_new_frame() {
+    let mut w = W::new();
+    w.op(b"]");
+    w.put();
+    w.op(b"(");
+    // Two frames memoized (and popped off the list's items).
+    w.str("f1");
+    let f1 = w.put();
+    w.op(b"0").str("f2");
+    let f2 = w.put();
+    w.op(b"0");
+    // The first entry writes its keys (and memoizes them); the later ones GET them.
+    w.op(b"}");
+    w.put();
+    w.op(b"(").str("action");
+    let action = w.put();
+    w.str("alloc").put();
+    w.str("frames");
+    let frames = w.put();
+    w.op(b"]");
+    w.put();
+    w.op(b"(").get(f1).get(f2).op(b"eu");
+    let entry = |w: &mut W| {
+        w.op(b"}");
+        w.put();
+        w.op(b"(").get(action).str("alloc").put();
+        w.get(frames).op(b"]");
+        w.put();
+        w.op(b"(").get(f1).get(f2).op(b"eu");
+    };
+    entry(&mut w);
+    entry(&mut w);
+    // The second frame's slot now holds "f3".
+    w.str("f3").put_at(f2).op(b"0");
+    entry(&mut w);
+    entry(&mut w);
+    w.op(b"e.");
+    let mut kept = Taken::default();
+    parse_stream_into_with(Box::new(&w.out[..]), &ENTRY, &mut kept, ReadMode::Kept).unwrap();
+    let named: Vec<bool> = kept.written.iter().map(|r| r[5].contains("f3")).collect();
+    assert_eq!(
+        named,
+        [false, false, false, true, true],
+        "{:?}",
+        kept.written
+    );
+    for mode in [ReadMode::Ahead, ReadMode::Direct, ReadMode::Released] {
+        let mut sink = Taken::default();
+        let s = parse_stream_into_with(Box::new(&w.out[..]), &ENTRY, &mut sink, mode).unwrap();
+        assert_eq!(sink.written, kept.written, "{mode:?}");
+        if mode != ReadMode::Released {
+            assert_eq!(s.direct_records, 4, "{mode:?}");
+            // The third entry's list and the fifth's are the list before them again.
+            assert_eq!(s.list_runs, 2, "{mode:?}");
+        }
+    }
+}

@@ -14,7 +14,7 @@
 use super::super::{Kind, PickleError, ValueId, RECORD_MAX_KEYS};
 use rustc_hash::FxHashMap;
 
-use super::memo::Memo;
+use super::memo::{Memo, Watch};
 use super::{short_key, Fresh, KeySlot, Keys, Reader, ShortKey, ABSENT, NO_PUT, SHORT_STR};
 use crate::ingest::pickle::store::Slot;
 use crate::ingest::pickle::Pickle;
@@ -84,6 +84,13 @@ pub(super) struct Scan {
     run_slots: [u8; PAIRS],
     run_n: usize,
     run_kept: u16,
+    /// The items of the last new frame list resolved item by item: their memo indices and
+    /// what those held, with the least index above them ([`Watch::Items`]). Most entries'
+    /// new lists name the same frames as the last one, and while the memo watches their
+    /// slots, the same indices hold the same frames.
+    items_idx: Vec<u32>,
+    items_vals: Vec<ValueId>,
+    items_below: usize,
 }
 
 /// Lines of `Scan::key_lines`, a power of two.
@@ -147,6 +154,9 @@ impl Default for Scan {
             run_slots: [0; PAIRS],
             run_n: 0,
             run_kept: 0,
+            items_idx: Vec::new(),
+            items_vals: Vec::new(),
+            items_below: 0,
         }
     }
 }
@@ -524,13 +534,14 @@ impl Scan {
         let (len, n) = (e[0] as u32 as usize, (e[0] >> 32) as usize);
         self.put = self.put(e[1])?;
         let run = self.run_n == n
-            && memo.watched_unchanged()
+            && memo.watched_unchanged(Watch::Keys)
             && (0..n).all(|i| e[HEAD + 2 * i] as u32 == self.run_idx[i]);
         let (mut kept, mut ignored) = (0u16, 0u16);
         if run {
             kept = self.run_kept;
         }
         let mut below = 0;
+        let mut items_run = false;
         for i in 0..n {
             let (kw, v) = (e[HEAD + 2 * i], e[HEAD + 2 * i + 1]);
             let slot = if run {
@@ -590,9 +601,22 @@ impl Scan {
                 LIST => {
                     self.list_put = self.put(e[2])?;
                     let (first, count) = (e[3] as u32 as usize, (e[3] >> 32) as usize);
-                    for &item in &items[first..first + count] {
-                        let item = self.get(item, memo)?;
-                        self.items.push(item);
+                    let idx = &items[first..first + count];
+                    if memo.watched_unchanged(Watch::Items) && self.items_idx == idx {
+                        self.items.extend_from_slice(&self.items_vals);
+                        items_run = true;
+                    } else {
+                        for &item in idx {
+                            let item = self.get(item, memo)?;
+                            self.items.push(item);
+                        }
+                        // Watched from here: what the slots hold now, as read.
+                        self.items_idx.clear();
+                        self.items_idx.extend_from_slice(idx);
+                        self.items_vals.clear();
+                        self.items_vals.extend_from_slice(&self.items);
+                        self.items_below = idx.iter().max().map_or(0, |&m| m as usize + 1);
+                        memo.watch(Watch::Items, self.items_below);
                     }
                     (LIST, ABSENT)
                 }
@@ -606,6 +630,11 @@ impl Scan {
         }
         // What `Reader::record` asks: the first kept member.
         if kept & 1 == 0 {
+            return None;
+        }
+        // The items' GETs held to the entry's own stores, as `get` holds them: the run's
+        // items were read from before the entry.
+        if items_run && self.least_mine < self.items_below {
             return None;
         }
         if run {
@@ -622,7 +651,7 @@ impl Scan {
             self.run_slots[..n].copy_from_slice(&self.slots[..n]);
             self.run_n = n;
             self.run_kept = kept;
-            memo.watch(below);
+            memo.watch(Watch::Keys, below);
         }
         self.len = len;
         Some(())
@@ -754,8 +783,7 @@ impl Reader<'_> {
                     if empty
                         && run.empty != NO_FROZEN
                         && !self.generic_given
-                        && self.pk.seqs.slot(l.data())
-                            == Slot::Flat(self.pk.seqs.flat.len(), 0)
+                        && self.pk.seqs.slot(l.data()) == Slot::Flat(self.pk.seqs.flat.len(), 0)
                     {
                         // An empty list, as the loop leaves it (its place the table's end,
                         // frozen to the empty place's number).

@@ -183,9 +183,20 @@ pub(super) struct Memo {
     unpacked: Vec<usize>,
     /// How many times each page was packed.
     packs: Vec<u8>,
-    /// Slots below this are watched ([`Memo::watch`]), and whether one was stored to since.
-    watch_below: usize,
-    watched_stored: bool,
+    /// Slots below each mark are watched ([`Memo::watch`]), and whether one was stored to
+    /// since: [`Watch::Keys`]'s and [`Watch::Items`]'s.
+    watch_below: [usize; 2],
+    watched_stored: [bool; 2],
+}
+
+/// What a watch of the memo's slots ([`Memo::watch`]) is for: the keys of the last history
+/// entry, or the items of its new frame list (`entry`'s runs). Kept apart: the keys lie low
+/// in the memo and the frames anywhere, and a store among the frames' slots leaves the
+/// keys' run alone.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Watch {
+    Keys = 0,
+    Items = 1,
 }
 
 impl Default for Memo {
@@ -196,8 +207,8 @@ impl Default for Memo {
             len: 0,
             side: Vec::new(),
             offered: 0,
-            watch_below: 0,
-            watched_stored: false,
+            watch_below: [0; 2],
+            watched_stored: [false; 2],
             unpacked: Vec::new(),
             packs: Vec::new(),
         }
@@ -213,10 +224,13 @@ impl Memo {
     /// Stores `v` at `idx`, growing the memo to it. False, storing nothing, for a value past
     /// what a slot holds once the side table has [`SIDE_MAX`] of them (billions of wide values
     /// memoized: no pickle torch writes, and the reader refuses it).
-    #[inline]
+    #[inline(always)]
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
-        if idx < self.watch_below {
-            self.watched_stored = true;
+        if idx < self.watch_below[0] {
+            self.watched_stored[0] = true;
+        }
+        if idx < self.watch_below[1] {
+            self.watched_stored[1] = true;
         }
         let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
         let number = match data {
@@ -237,10 +251,18 @@ impl Memo {
             line.1 = v;
         }
         let (p, i) = (idx >> PAGE_BITS, idx & (PAGE - 1));
-        // A raw page below the end: every store but the first to a page, and the marks of
-        // taken records.
-        if let (true, Some(Page::Raw(s))) = (idx < self.len, self.pages.get_mut(p)) {
+        // A raw page: every store but the first to a page, the marks of taken records, and
+        // each MEMOIZE of a protocol-4 pickle (at the end: the packing behind it moves only
+        // when the end reaches another page).
+        if let Some(Page::Raw(s)) = self.pages.get_mut(p) {
             s[i] = slot;
+            if idx >= self.len {
+                let before = self.len;
+                self.len = idx + 1;
+                if self.len >> PAGE_BITS != before >> PAGE_BITS {
+                    self.pack_behind();
+                }
+            }
             return true;
         }
         self.store(idx, slot)
@@ -297,15 +319,15 @@ impl Memo {
 
     /// Watches the slots below `below`: [`Memo::watched_unchanged`] says whether one was
     /// stored to since (what a cache of their values needs to know).
-    pub(super) fn watch(&mut self, below: usize) {
-        self.watch_below = below;
-        self.watched_stored = false;
+    pub(super) fn watch(&mut self, w: Watch, below: usize) {
+        self.watch_below[w as usize] = below;
+        self.watched_stored[w as usize] = false;
     }
 
-    /// Whether no slot [`Memo::watch`] named was stored to since.
+    /// Whether no slot the watch `w` named was stored to since.
     #[inline(always)]
-    pub(super) fn watched_unchanged(&self) -> bool {
-        !self.watched_stored
+    pub(super) fn watched_unchanged(&self, w: Watch) -> bool {
+        !self.watched_stored[w as usize]
     }
 
     /// [`Memo::get`] through the cache of recent GETs (the GET opcodes'). The hit inlined
