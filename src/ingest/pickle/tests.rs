@@ -826,6 +826,34 @@ fn nearly_every_entry_of_a_real_snapshot_is_read_by_the_direct_path_and_decoded_
     assert_eq!((k.direct_records, kept.records.len()), (0, n));
 }
 
+/// Writes a history entry's opening whose keys are written out (and memoized), as the first
+/// entry of a history is, up to its `action` pair: the memo index of the `action` key.
+fn first_entry_opening(w: &mut W) -> usize {
+    w.op(b"}");
+    w.put();
+    w.op(b"(").str("action");
+    let action = w.put();
+    w.str("alloc").put();
+    action
+}
+
+/// Reads `bytes` in every mode with a sink: each gives the records the kept read gives
+/// (returned); the direct path's counts for each mode that has it.
+fn records_alike_in_every_mode(bytes: &[u8]) -> (Taken, Vec<(ReadMode, usize, usize)>) {
+    let mut kept = Taken::default();
+    parse_stream_into_with(Box::new(bytes), &ENTRY, &mut kept, ReadMode::Kept).unwrap();
+    let mut counts = Vec::new();
+    for mode in [ReadMode::Ahead, ReadMode::Direct, ReadMode::Released] {
+        let mut sink = Taken::default();
+        let s = parse_stream_into_with(Box::new(bytes), &ENTRY, &mut sink, mode).unwrap();
+        assert_eq!(sink.written, kept.written, "{mode:?}");
+        if mode != ReadMode::Released {
+            counts.push((mode, s.direct_records, s.list_runs));
+        }
+    }
+    (kept, counts)
+}
+
 /// A key's memo slot stored over between two entries that name it (no pickle torch writes
 /// does that) names the new key in the later entry, however the entries are read: the
 /// direct path's keys kept from one entry to the next are dropped once their slots change.
@@ -836,11 +864,7 @@ fn a_key_slot_stored_over_between_entries_names_the_new_key() {
     w.put();
     w.op(b"(");
     // The first entry writes its keys (and memoizes them); the later ones GET them.
-    w.op(b"}");
-    w.put();
-    w.op(b"(").str("action");
-    let action = w.put();
-    w.str("alloc").put();
+    let action = first_entry_opening(&mut w);
     w.str("addr");
     let key = w.put();
     w.op(&[b'K', 1, b'u']);
@@ -857,8 +881,7 @@ fn a_key_slot_stored_over_between_entries_names_the_new_key() {
     entry(&mut w, 4);
     entry(&mut w, 5);
     w.op(b"e.");
-    let mut kept = Taken::default();
-    parse_stream_into_with(Box::new(&w.out[..]), &ENTRY, &mut kept, ReadMode::Kept).unwrap();
+    let (kept, counts) = records_alike_in_every_mode(&w.out);
     let addr_size: Vec<(String, String)> = kept
         .written
         .iter()
@@ -875,13 +898,8 @@ fn a_key_slot_stored_over_between_entries_names_the_new_key() {
         ]
         .map(|(a, s)| (a.to_string(), s.to_string())),
     );
-    for mode in [ReadMode::Ahead, ReadMode::Direct, ReadMode::Released] {
-        let mut sink = Taken::default();
-        let s = parse_stream_into_with(Box::new(&w.out[..]), &ENTRY, &mut sink, mode).unwrap();
-        assert_eq!(sink.written, kept.written, "{mode:?}");
-        if mode != ReadMode::Released {
-            assert_eq!(s.direct_records, 4, "{mode:?}");
-        }
+    for (mode, direct, _) in counts {
+        assert_eq!(direct, 4, "{mode:?}");
     }
 }
 
@@ -902,11 +920,7 @@ fn a_frame_slot_stored_over_between_entries_names_the_new_frame() {
     let f2 = w.put();
     w.op(b"0");
     // The first entry writes its keys (and memoizes them); the later ones GET them.
-    w.op(b"}");
-    w.put();
-    w.op(b"(").str("action");
-    let action = w.put();
-    w.str("alloc").put();
+    let action = first_entry_opening(&mut w);
     w.str("frames");
     let frames = w.put();
     w.op(b"]");
@@ -927,8 +941,7 @@ fn a_frame_slot_stored_over_between_entries_names_the_new_frame() {
     entry(&mut w);
     entry(&mut w);
     w.op(b"e.");
-    let mut kept = Taken::default();
-    parse_stream_into_with(Box::new(&w.out[..]), &ENTRY, &mut kept, ReadMode::Kept).unwrap();
+    let (kept, counts) = records_alike_in_every_mode(&w.out);
     let named: Vec<bool> = kept.written.iter().map(|r| r[5].contains("f3")).collect();
     assert_eq!(
         named,
@@ -936,14 +949,9 @@ fn a_frame_slot_stored_over_between_entries_names_the_new_frame() {
         "{:?}",
         kept.written
     );
-    for mode in [ReadMode::Ahead, ReadMode::Direct, ReadMode::Released] {
-        let mut sink = Taken::default();
-        let s = parse_stream_into_with(Box::new(&w.out[..]), &ENTRY, &mut sink, mode).unwrap();
-        assert_eq!(sink.written, kept.written, "{mode:?}");
-        if mode != ReadMode::Released {
-            assert_eq!(s.direct_records, 4, "{mode:?}");
-            // The third entry's list and the fifth's are the list before them again.
-            assert_eq!(s.list_runs, 2, "{mode:?}");
-        }
+    for (mode, direct, runs) in counts {
+        assert_eq!(direct, 4, "{mode:?}");
+        // The third entry's list and the fifth's are the list before them again.
+        assert_eq!(runs, 2, "{mode:?}");
     }
 }
