@@ -820,6 +820,7 @@ mod tests {
         cut: usize,
         kind: std::io::ErrorKind,
         gz: bool,
+        mode: pickle::ReadMode,
     ) -> (Result<Snapshot, Error>, Diagnostics) {
         let bytes = sample()[..cut].to_vec();
         let mut d = Diagnostics::default();
@@ -831,7 +832,7 @@ mod tests {
                 gz,
                 &mut d,
                 None,
-                pickle::ReadMode::Ahead,
+                mode,
             )
             .map(collected),
             d,
@@ -963,23 +964,26 @@ mod tests {
         let all = from_bytes(Path::new("s.pickle"), &whole, &mut d).unwrap();
         let n_all: usize = all.device_traces.iter().map(Vec::len).sum();
         let cut = whole.len() * 3 / 4;
-        let (s, d) = read_failing(cut, std::io::ErrorKind::UnexpectedEof, true);
-        let s = s.unwrap();
-        let n: usize = s.device_traces.iter().map(Vec::len).sum();
-        assert!(n > 0 && n < n_all, "{n} of {n_all}");
-        // One for the gzip stream, one for the pickle it cut.
-        assert_eq!(d.count("truncated_snapshot"), 2);
-        // Corrupt deflate data, or any read error of a plain file: refused, not half-read.
-        for (kind, gz) in [
-            (std::io::ErrorKind::InvalidData, true),
-            (std::io::ErrorKind::UnexpectedEof, false),
-        ] {
-            let (s, _) = read_failing(cut, kind, gz);
-            let Err(e) = s else {
-                panic!("a failed read was taken as a snapshot")
-            };
-            let e = e.to_string();
-            assert!(e.contains("the source failed"), "{e}");
+        // Read by the thread ahead (as `load` reads) and by the reader's own (as in memory).
+        for mode in [pickle::ReadMode::Ahead, pickle::ReadMode::Direct] {
+            let (s, d) = read_failing(cut, std::io::ErrorKind::UnexpectedEof, true, mode);
+            let s = s.unwrap();
+            let n: usize = s.device_traces.iter().map(Vec::len).sum();
+            assert!(n > 0 && n < n_all, "{n} of {n_all}, {mode:?}");
+            // One for the gzip stream, one for the pickle it cut.
+            assert_eq!(d.count("truncated_snapshot"), 2, "{mode:?}");
+            // Corrupt deflate data, or any read error of a plain file: refused, not half-read.
+            for (kind, gz) in [
+                (std::io::ErrorKind::InvalidData, true),
+                (std::io::ErrorKind::UnexpectedEof, false),
+            ] {
+                let (s, _) = read_failing(cut, kind, gz, mode);
+                let Err(e) = s else {
+                    panic!("a failed read was taken as a snapshot ({mode:?})")
+                };
+                let e = e.to_string();
+                assert!(e.contains("the source failed"), "{e}, {mode:?}");
+            }
         }
     }
 }
