@@ -802,7 +802,7 @@ impl Reader<'_> {
                     } else {
                         let from = self.stack.len();
                         self.stack.extend_from_slice(&self.scan.items);
-                        self.add_to_list(l, from, offset)?;
+                        let shared = self.add_to_list(l, from, offset)?;
                         // The sink's `appended` does nothing with items none of which is
                         // a record or a dict it was told of (`RecordSink::appended`); a
                         // dict that is no record never becomes one.
@@ -812,7 +812,7 @@ impl Reader<'_> {
                                 .items
                                 .iter()
                                 .all(|&v| self.pk.record_number(v).is_none());
-                        if sink_blind && (empty || self.list_shared) {
+                        if sink_blind && (empty || shared) {
                             new_run = Some(self.pk.seqs.items[l.data() as usize]);
                         }
                     }
@@ -845,7 +845,7 @@ impl Reader<'_> {
         self.pk.maps.release(dict);
         self.fresh_dict = Fresh::NONE;
         if list {
-            let frozen = self.freeze_fresh_list_as(known);
+            let frozen = self.freeze_fresh_list(known);
             if known.is_none() {
                 let run = &mut self.list_run;
                 let empty = self.scan.items.is_empty();

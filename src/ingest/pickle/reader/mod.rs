@@ -71,8 +71,6 @@ pub(super) struct Reader<'a> {
     /// `appended` may then take: no history entry's new list is then read by the run of
     /// `list_run`.
     generic_given: bool,
-    /// Whether the items `add_to_list` last added went to a shared place (`share_items`).
-    list_shared: bool,
     /// The last history entry's new list that the direct path read in full, where a list of
     /// the same items would be read the same way again (`entry`'s run of frame lists).
     list_run: entry::ListRun,
@@ -334,7 +332,6 @@ impl<'a> Reader<'a> {
             sunk_puts: VecDeque::new(),
             frozen_at: FxHashMap::default(),
             generic_given: false,
-            list_shared: false,
             list_run: entry::ListRun::default(),
         }
     }
@@ -392,7 +389,9 @@ impl<'a> Reader<'a> {
             let dict = matches!(container.kind(), Kind::Dict | Kind::Sunk);
             self.settle_single_appends(from, dict);
             match container.kind() {
-                Kind::List | Kind::Set => self.add_to_list(container, from, offset)?,
+                Kind::List | Kind::Set => {
+                    self.add_to_list(container, from, offset)?;
+                }
                 Kind::Dict | Kind::Sunk => {
                     if !(self.stack.len() - from).is_multiple_of(2) {
                         self.stack.pop(); // a key whose value never came
@@ -602,21 +601,16 @@ impl<'a> Reader<'a> {
             .step_by(2)
             .any(|i| self.stack[i] == l.id);
         if member {
-            self.freeze_fresh_list();
+            self.freeze_fresh_list(None);
         }
         true
     }
 
     /// The list last made, a member of a record the sink just took, given back where nothing
-    /// else names it (see [`Reader::sink_record`]). Returns its [`Kind::Frozen`] number
-    /// where it was.
-    fn freeze_fresh_list(&mut self) -> Option<u64> {
-        self.freeze_fresh_list_as(None)
-    }
-
-    /// [`Reader::freeze_fresh_list`], its place's frozen number given where the caller knows
-    /// it (`entry`'s run of frame lists: the place of the list before, frozen before).
-    pub(super) fn freeze_fresh_list_as(&mut self, known: Option<u64>) -> Option<u64> {
+    /// else names it (see [`Reader::sink_record`]): its [`Kind::Frozen`] number where it
+    /// was. `known`: that number, where the caller knows it (`entry`'s run of frame lists:
+    /// the place of the list before, frozen before).
+    pub(super) fn freeze_fresh_list(&mut self, known: Option<u64>) -> Option<u64> {
         let l = self.fresh_list;
         if !(l.alone(l.id) && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..))) {
             return None;
@@ -670,13 +664,15 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    /// Adds `stack[from..]` to the list or set `list`, and drops them from the stack.
+    /// Adds `stack[from..]` to the list or set `list`, and drops them from the stack. True
+    /// where they went to a shared place, the one the same items will be given again
+    /// (`share_items`).
     fn add_to_list(
         &mut self,
         mut list: ValueId,
         from: usize,
         offset: usize,
-    ) -> Result<(), PickleError> {
+    ) -> Result<bool, PickleError> {
         if list.kind() == Kind::Frozen {
             list = self.thaw(from - 1);
         }
@@ -690,19 +686,18 @@ impl<'a> Reader<'a> {
         let (a, stack) = self.appending();
         appended(a, list, &stack[from..]);
         self.stack.truncate(from);
-        self.list_shared = false;
         if fresh && self.share {
             if let Slot::Flat(s, len) = self.pk.seqs.slot(c) {
                 if s == start && len <= SHARE_MAX {
                     let (at, shared) = self.share_items(start);
                     if let Some(w) = Slot::flat(at, len) {
                         self.pk.seqs.items[c as usize] = w;
-                        self.list_shared = shared;
+                        return Ok(shared);
                     }
                 }
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Adds `stack[from..]` as key, value pairs to the dict `dict`, and drops them.
