@@ -108,6 +108,15 @@ pub fn arriving_walk(data: &[u8]) {
             .map(|w| w.map(|(p, end, _)| (p.concat(), end)));
         let flat = whole.map(|(p, end)| Some((p.concat(), end)));
         assert_eq!(by_windows, flat, "windows of {piece}");
+        // The same text arriving a window at a time from one producer (a single gzip
+        // stream), at most two windows ahead.
+        let mut in_order = js::InMemory::start(data, piece, 2);
+        let _ = js::Prefix::prefix(&mut in_order, found.value_start + js::WINDOW_MARGIN);
+        let walked = in_order
+            .walk(found.value_start, task)
+            .map(|w| w.map(|(p, end, _)| (p.concat(), end)));
+        assert!(in_order.finish().1, "the producer ended whole");
+        assert_eq!(walked, flat, "windows of {piece} arriving in order");
     }
 }
 

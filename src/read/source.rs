@@ -11,7 +11,8 @@ use super::Error;
 mod inflating;
 mod members;
 pub(crate) mod read_ahead;
-pub use inflating::{BlockStart, Ended, Inflating};
+pub use inflating::{BlockStart, Ended, KEEP_TAIL};
+pub(crate) use inflating::{Inflating, StreamText};
 pub use members::MemberText;
 
 /// An input's bytes: the file mapped into memory, or a buffer (inflated gzip, tests).
@@ -212,11 +213,12 @@ pub fn read_expecting(path: &Path, expect: Expect) -> Result<Source, Error> {
 
 /// An input's text, whole or still inflating.
 #[derive(Debug)]
-pub enum Arrival {
+pub(crate) enum Arrival {
     /// Read (and inflated) whole.
     Whole(Source),
-    /// A single-stream gzip file being inflated on a thread of its own; the size on disk.
-    Inflating(Inflating, u64),
+    /// A single-stream gzip file being inflated on a thread of its own, a window at a time;
+    /// the size on disk.
+    Inflating(StreamText, u64),
     /// A file capture wrote, to be read a member at a time.
     Members(MemberText),
 }
@@ -230,7 +232,7 @@ const MEMBER_MAX_TEXT: usize = 64 << 20;
 /// thread of its own while the caller reads what has arrived; its first bytes are checked
 /// against `expect` before this returns. Where that inflate ends in [`Ended::Elsewhere`], the
 /// caller reads the file with [`read_expecting`], which says what is wrong with it.
-pub fn read_arriving(path: &Path, expect: Expect) -> Result<Arrival, Error> {
+pub(crate) fn read_arriving(path: &Path, expect: Expect) -> Result<Arrival, Error> {
     let raw = open(path).map_err(FileError::at(path))?;
     let file_len = raw.len() as u64;
     let members = if is_gzip(&raw) {
@@ -278,22 +280,22 @@ pub fn read_arriving(path: &Path, expect: Expect) -> Result<Arrival, Error> {
     let Some(len) = len.filter(|_| inflating::header_len(&raw).is_some()) else {
         return read_opened(path, raw, expect).map(Arrival::Whole);
     };
-    let Some(inf) = Inflating::start(raw, len) else {
+    let Some(mut text) = Inflating::start(raw, len) else {
         return read_expecting(path, expect).map(Arrival::Whole);
     };
-    let head = inf.wait_for(INFLATE_CHECK_BYTES);
+    let head = super::json_scan::Prefix::prefix(&mut text, INFLATE_CHECK_BYTES);
     if head.len() < INFLATE_CHECK_BYTES {
         // It stopped early: the usual reading names what is wrong.
-        drop(inf);
+        drop(text);
         return read_expecting(path, expect).map(Arrival::Whole);
     }
-    if let Some(why) = expect.refuse(head, false) {
+    if let Some(why) = expect.refuse(&head[..INFLATE_CHECK_BYTES], false) {
         return Err(Error::Format {
             path: path.to_path_buf(),
             what: why.to_owned(),
         });
     }
-    Ok(Arrival::Inflating(inf, file_len))
+    Ok(Arrival::Inflating(text, file_len))
 }
 
 /// [`read_expecting`] of a file already opened.
@@ -330,6 +332,27 @@ fn read_opened(path: &Path, raw: Bytes, expect: Expect) -> Result<Source, Error>
             truncated_gzip: false,
         })
     }
+}
+
+/// A text of `total` bytes of which only `parts` (each at its offset) were kept: an anonymous
+/// mapping of the whole length, never written elsewhere (those pages take no memory and read as
+/// zeros). `None` where no mapping can be had or a part does not fit.
+pub fn sparse_text(total: usize, parts: &[(usize, &[u8])]) -> Option<Bytes> {
+    if total == 0 {
+        return Some(Bytes::Owned(Vec::new()));
+    }
+    // No swap reserved: most of the mapping is never written.
+    let mut map = memmap2::MmapOptions::new()
+        .len(total)
+        .no_reserve_swap()
+        .map_anon()
+        .ok()?;
+    for &(at, part) in parts {
+        let end = at.checked_add(part.len()).filter(|&e| e <= total)?;
+        map[at..end].copy_from_slice(part);
+    }
+    let map = map.make_read_only().ok()?;
+    Some(Bytes::Inflated(map))
 }
 
 /// Bytes of memory the system can still give (Linux's `MemAvailable`); `None` elsewhere.

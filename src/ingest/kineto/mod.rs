@@ -38,9 +38,9 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
         t.gzipped = src.gzipped;
         Ok(t)
     };
-    let (inf, file_len) = match source::read_arriving(path, source::Expect::JsonObject)? {
+    let (text, file_len) = match source::read_arriving(path, source::Expect::JsonObject)? {
         source::Arrival::Whole(src) => return whole(src, diag),
-        source::Arrival::Inflating(inf, file_len) => (inf, file_len),
+        source::Arrival::Inflating(text, file_len) => (text, file_len),
         source::Arrival::Members(text) => {
             return match from_members(path, text, diag)? {
                 Some(t) => Ok(t),
@@ -52,20 +52,81 @@ pub fn load(path: &Path, diag: &mut Diagnostics) -> Result<KinetoTrace, Error> {
             };
         }
     };
-    let walked = walk_events(path, &inf, CHUNK_BYTES, |_| {});
-    match inf.finish() {
-        source::Ended::Whole(text, blocks) => {
-            let mut t = finish(path, text, walked?, Some((&blocks, file_len)), false, diag)?;
-            t.gzipped = true;
-            Ok(t)
-        }
+    match from_stream(path, text, file_len, diag)? {
+        Some(t) => Ok(t),
         // Not what that path reads (several members, a cut or corrupt stream): read whole,
         // which yields what a cut stream holds or says what is wrong.
-        source::Ended::Elsewhere => whole(
+        None => whole(
             source::read_expecting(path, source::Expect::JsonObject)?,
             diag,
         ),
     }
+}
+
+/// A single-stream gzip file (torch's `.json.gz`) parsed a window at a time as it inflates
+/// ([`source::StreamText`]), its text never held whole: its tables are those of the same text
+/// read whole. `None` where the stream does not inflate whole and checked, or where what is
+/// read after the events array lies outside the text kept of its end
+/// ([`source::KEEP_TAIL`]): the caller reads the file whole.
+fn from_stream(
+    path: &Path,
+    mut text: source::StreamText,
+    file_len: u64,
+    diag: &mut Diagnostics,
+) -> Result<Option<KinetoTrace>, Error> {
+    let total = json_scan::Prefix::total(&text);
+    let found = find_events(path, &mut text);
+    let walked = found.as_ref().ok().map(|&arr_start| {
+        let _ = json_scan::Prefix::prefix(&mut text, arr_start + (64 << 10));
+        text.walk(arr_start, parse_piece)
+    });
+    let head = text.take_head();
+    // Whatever the walk found, the stream is read to its end and checked first: a stream
+    // that is not whole is the whole reading's to say.
+    let source::Ended::Whole {
+        blocks,
+        tail_at,
+        tail,
+    } = source::Inflating::finish(text)
+    else {
+        return Ok(None);
+    };
+    let arr_start = found?;
+    let walked = walked.expect("walked where found");
+    let Some((partials, array, last_from)) = walked.map_err(|off| bad_array(path, off))? else {
+        return Ok(None);
+    };
+    // The text `finish` reads: the header before the array (in the head) and everything from
+    // the last piece and the insertion point on (in the tail).
+    let kept = |from: usize| from >= tail_at || tail_at <= head.len();
+    let back_from = match array.end {
+        Some(e) => e.saturating_sub(1),
+        None => array.cut_at.unwrap_or(total),
+    };
+    if head.len() < arr_start.min(total) || !kept(last_from.min(back_from)) {
+        return Ok(None);
+    }
+    let Some(bytes) = source::sparse_text(total, &[(0, &head), (tail_at, &tail)]) else {
+        return Ok(None);
+    };
+    // Reading back from `back_from` over white space to the insertion point must end inside
+    // what is kept.
+    let blank = |c: &u8| matches!(c, b' ' | b'\n' | b'\r' | b'\t');
+    if tail_at > head.len() && bytes[tail_at..back_from.max(tail_at)].iter().all(blank) {
+        return Ok(None);
+    }
+    let blocks: Vec<source::BlockStart> = blocks.into_iter().filter(|b| kept(b.text_at)).collect();
+    drop((head, tail));
+    let mut t = finish(
+        path,
+        bytes,
+        (arr_start, partials, array),
+        Some((&blocks, file_len)),
+        false,
+        diag,
+    )?;
+    t.gzipped = true;
+    Ok(Some(t))
 }
 
 /// The most text after a block start that the annotated trace's splice keeps (past it the

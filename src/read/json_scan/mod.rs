@@ -8,6 +8,9 @@
 
 use memchr::{memchr2, memchr3};
 
+mod in_order;
+pub(crate) use in_order::{InMemory, InOrder, Msg, Producer, Window};
+
 /// Skips JSON whitespace from `i`; returns the first index that is not whitespace.
 pub(crate) fn skip_ws(buf: &[u8], mut i: usize) -> usize {
     while i < buf.len() && matches!(buf[i], b' ' | b'\n' | b'\r' | b'\t') {
@@ -718,7 +721,7 @@ impl Windows for InWindows<'_> {
 
 /// How far past its window a piece of [`walk_array_windows`] is given text: an element that
 /// starts in the window and ends within this is read with no second fill.
-const WINDOW_MARGIN: usize = 64 << 10;
+pub(crate) const WINDOW_MARGIN: usize = 64 << 10;
 
 /// [`walk_array_arriving`] over text held a window at a time: one piece per window, from its
 /// first guessed element start until an element starts in a later window, each read from a
@@ -747,22 +750,6 @@ pub(crate) fn walk_array_windows<T: Send>(
     };
     let starts = text.starts();
     let limit_of = |j: usize| starts.get(j + 1).copied().unwrap_or(usize::MAX);
-    // The piece from `from` (an element start, or a guess) until an element starts at or past
-    // `limit`, over `view`, the text from `base`: its result, where it stopped (in the text's
-    // offsets) and how far its stretch reached.
-    let run_on = |view: &[u8], base: usize, from: usize, limit: usize| {
-        let (t, stop) = task(view, base, from - base, limit.saturating_sub(base));
-        let stop = match stop {
-            Stop::Next(i) => Stop::Next(base + i),
-            Stop::End(i) => Stop::End(base + i),
-            Stop::Cut(i) => Stop::Cut(base + i),
-            Stop::Bad(i) => Stop::Bad(base + i),
-        };
-        (t, stop, base + view.len())
-    };
-    let trusted = |stop: Stop, seen: usize| {
-        seen >= total || matches!(stop, Stop::Next(b) if b + READ_AHEAD <= seen)
-    };
     let reach = |limit: usize| limit.saturating_add(WINDOW_MARGIN).min(total);
     let j0 = starts.partition_point(|&s| s <= first).saturating_sub(1);
     // One buffer a thread, reused for every window it reads.
@@ -777,16 +764,8 @@ pub(crate) fn walk_array_windows<T: Send>(
             let limit = limit_of(j);
             // The window is inflated once, for its guess and its piece.
             let (base, len) = text.fill(starts[j].max(first), reach(limit), &mut buf)?;
-            let view = &buf[..len];
-            let from = if j == j0 {
-                first
-            } else {
-                // The window's first `{` after a `,`, both in this window.
-                let end = limit.min(base + len) - base;
-                base + window_guess(view, starts[j] - base, end)?
-            };
-            let (t, stop, seen) = run_on(view, base, from, limit);
-            Some((from, t, stop, seen))
+            let from = (j == j0).then_some(first);
+            window_piece(&buf[..len], base, from, limit, total, &task)
         })
         .collect();
     let mut out = Vec::with_capacity(guessed.len());
@@ -798,7 +777,7 @@ pub(crate) fn walk_array_windows<T: Send>(
         }
         let limit = limit_of(j);
         let done = match guessed.get_mut(j - j0).and_then(Option::take) {
-            Some((from, t, stop, seen)) if from == at && trusted(stop, seen) => (t, stop),
+            Some((from, t, stop, seen)) if from == at && trusted(stop, seen, total) => (t, stop),
             _ => {
                 // Redone from the true boundary, over twice the stretch each time it comes
                 // too near the end of what it was given.
@@ -807,8 +786,8 @@ pub(crate) fn walk_array_windows<T: Send>(
                     let Some((base, len)) = text.fill(at, to, &mut buf) else {
                         return Ok(None);
                     };
-                    let (t, stop, seen) = run_on(&buf[..len], base, at, limit);
-                    if trusted(stop, seen) {
+                    let (t, stop, seen) = run_piece(&task, &buf[..len], base, at, limit);
+                    if trusted(stop, seen, total) {
                         break (t, stop);
                     }
                     to = at
@@ -840,6 +819,56 @@ pub(crate) fn walk_array_windows<T: Send>(
             Stop::Bad(b) => return Err(b),
         }
     }
+}
+
+/// The piece over `view` (the text from `base`: a window's own bytes and its margin) whose
+/// stretch ends at `limit`: from `first` (the array's first element, in the window holding
+/// it) or else the window's first guessed element start, until an element starts at or past
+/// `limit`. Its start, result and stop (in the text's offsets) and how far its view reached;
+/// `None` where the window has no guess.
+fn window_piece<T>(
+    view: &[u8],
+    base: usize,
+    first: Option<usize>,
+    limit: usize,
+    total: usize,
+    task: &impl Fn(&[u8], usize, usize, usize) -> (T, Stop),
+) -> Option<(usize, T, Stop, usize)> {
+    let from = match first {
+        Some(f) => f,
+        None => {
+            // The window's first `{` after a `,`, both in this window.
+            let end = limit.min(base + view.len()).min(total) - base;
+            base + window_guess(view, 0, end)?
+        }
+    };
+    let (t, stop, seen) = run_piece(task, view, base, from, limit);
+    Some((from, t, stop, seen))
+}
+
+/// `task` over `view` (the text from `base`) from `from` until an element starts at or past
+/// `limit`: its result, where it stopped (in the text's offsets) and how far its view reached.
+fn run_piece<T>(
+    task: &impl Fn(&[u8], usize, usize, usize) -> (T, Stop),
+    view: &[u8],
+    base: usize,
+    from: usize,
+    limit: usize,
+) -> (T, Stop, usize) {
+    let (t, stop) = task(view, base, from - base, limit.saturating_sub(base));
+    let stop = match stop {
+        Stop::Next(i) => Stop::Next(base + i),
+        Stop::End(i) => Stop::End(base + i),
+        Stop::Cut(i) => Stop::Cut(base + i),
+        Stop::Bad(i) => Stop::Bad(base + i),
+    };
+    (t, stop, base + view.len())
+}
+
+/// Whether a piece's stop can be taken: it was given the whole text's rest, or stopped well
+/// before the end of what it was given (an element that runs on past its view reads as cut).
+fn trusted(stop: Stop, seen: usize, total: usize) -> bool {
+    seen >= total || matches!(stop, Stop::Next(b) if b + READ_AHEAD <= seen)
 }
 
 /// The first `{` after a `,` (white space between) in `view[from..end]`, the comma read in

@@ -228,6 +228,62 @@ fn a_walk_over_windows_equals_the_walk_over_the_whole() {
     }
 }
 
+/// [`InOrder::walk`] over `text` sent in windows of `size` by a thread at most `cap` windows
+/// ahead, its spans in the text's offsets; as kineto reads a single gzip stream.
+fn walk_in_order(
+    text: &[u8],
+    start: usize,
+    size: usize,
+    cap: usize,
+) -> Result<(Vec<(usize, usize)>, ArrayEnd), usize> {
+    let task = |view: &[u8], base: usize, from: usize, limit: usize| {
+        let (spans, stop) = element_spans(view, from, limit);
+        let spans: Vec<(usize, usize)> = spans.iter().map(|&(s, e)| (base + s, base + e)).collect();
+        (spans, stop)
+    };
+    let mut t = InMemory::start(text, size, cap);
+    let _ = Prefix::prefix(&mut t, start + WINDOW_MARGIN);
+    let walked = t.walk(start, task);
+    assert!(t.finish().1, "the producer ended whole");
+    let (parts, end, _) = walked?.expect("every window arrives");
+    Ok((parts.into_iter().flatten().collect(), end))
+}
+
+// A walk over a text arriving a window at a time from one producer (a single gzip stream
+// inflated into a few buffers) must find the same elements and end as the walk over the whole
+// text, whatever the window size, the producer's cap and the number of threads: with wrong
+// guesses, elements longer than a window and its margin (redone over windows the producer
+// sends past its cap), a text cut inside an element, and one that is not an array at a byte.
+#[test]
+fn a_walk_over_windows_arriving_in_order_equals_the_walk_over_the_whole() {
+    let s = misleading_trace();
+    let full = s.as_bytes();
+    let start = find_top_level_key(full, b"traceEvents")
+        .unwrap()
+        .unwrap()
+        .value_start;
+    let bad = s.replacen("},\n{", "} x {", 1);
+    for text in [full, &full[..full.len() / 2], bad.as_bytes()] {
+        let whole = walk_array_parallel(text, start, 1 << 20, element_spans)
+            .map(|(p, e)| (p.into_iter().flatten().collect::<Vec<_>>(), e));
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for (size, cap) in [(64, 1), (1000, 3), (4096, 2), (100_000, 1), (100_000, 8)] {
+                let got = pool.install(|| walk_in_order(text, start, size, cap));
+                assert_eq!(
+                    got,
+                    whole,
+                    "windows of {size}, cap {cap}, {threads} threads, {} bytes",
+                    text.len()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn issue22_piece_starts_scan_each_byte_a_bounded_number_of_times_whatever_the_padding() {
     // Events, then padding with no `{` after them: every piece's guess search used to run

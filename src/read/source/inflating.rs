@@ -1,22 +1,32 @@
 //! The usual gzip trace (one member, as torch writes `.json.gz`) inflated on a thread of its
-//! own into a buffer of the size its trailer states, while the parse reads what has arrived:
-//! the parse no longer waits for the whole text (docs/performance.md). zlib's block-at-a-time
-//! inflate (`Z_BLOCK`) also says where each deflate block starts, so the annotated trace can
-//! keep the input's compressed stream up to the block where its events go in and compress
-//! only the rest (as zlib's `gzappend` does), instead of compressing the whole text again.
+//! own into windows of a few MiB, each handed to the parse as it fills
+//! ([`crate::read::json_scan::InOrder`]): the parse no longer waits for the whole text, and the
+//! text is never held whole. A few buffers serve every window, so the inflate writes into
+//! memory already faulted in and in cache: into one buffer of the whole text's size, zlib-rs
+//! took 0.27-0.29 s for the 255 MB benchmark trace's stream, into a reused one 0.15-0.16 s
+//! (docs/performance.md, "Compressed inputs"). zlib's block-at-a-time inflate (`Z_BLOCK`)
+//! also says where each deflate block starts, so the annotated trace can keep the input's
+//! compressed stream up to the block where its events go in and compress only the rest (as
+//! zlib's `gzappend` does), instead of compressing the whole text again; the text after
+//! [`KEEP_TAIL`] from the end is kept for it and for what follows the events array.
 //!
 //! Anything this path does not expect (several members, a stated size that is wrong, a cut or
 //! corrupt stream) ends it with [`Ended::Elsewhere`]: the caller reads the file the usual way,
 //! which says what is wrong or yields what a cut stream holds.
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex};
 
 use libz_rs_sys as z;
 
-/// Text published to the parse at least this often (it waits for whole pieces anyway).
-const PUBLISH_BYTES: usize = 1 << 20;
+use crate::read::json_scan::{InOrder, Msg, Producer, Window};
+
+/// Each window's own text: the parse's piece, as a capture file's members are
+/// ([`steptrace_formats::gzip_members::PIECE`]).
+const WINDOW: usize = 4 << 20;
+/// What a window carries of the next one's text, for a piece that reads past its own end.
+const MARGIN: usize = crate::read::json_scan::WINDOW_MARGIN;
 /// Output asked of one inflate call: inflate stops earlier at each block's end.
 const STEP: usize = 1 << 20;
 
@@ -24,6 +34,10 @@ const STEP: usize = 1 << 20;
 /// annotated trace's events go in just before the end (Kineto writes a few short members
 /// after `traceEvents`).
 const BLOCKS_IN_LAST: usize = 8 << 20;
+
+/// The text kept from this far before the end: every block start recorded there, the last
+/// window's piece, and what follows the events array.
+pub const KEEP_TAIL: usize = BLOCKS_IN_LAST + STEP + WINDOW + 2 * MARGIN;
 
 /// Where a deflate block starts in a gzip member, and the text before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,60 +54,94 @@ pub struct BlockStart {
 #[derive(Debug)]
 pub enum Ended {
     /// The whole member inflated to its stated size, CRC and size checked, nothing but zero
-    /// bytes after it: the text, and where each block starts (in order, the first at text 0).
-    Whole(super::Bytes, Vec<BlockStart>),
+    /// bytes after it: where each block starts (in order, the first at text 0), and the text
+    /// from `tail_at` to the end.
+    Whole {
+        /// The block starts.
+        blocks: Vec<BlockStart>,
+        /// Where the kept text starts.
+        tail_at: usize,
+        /// The text from `tail_at` to the end.
+        tail: Vec<u8>,
+    },
     /// Not a file this path reads (or stopped early): read it the usual way.
     Elsewhere,
 }
 
-/// The mapping being filled, shared by the inflating thread (which writes only past `filled`)
-/// and the readers (which read only before it).
-struct Shared {
-    ptr: NonNull<u8>,
-    len: usize,
-    /// Bytes filled so far, and whether the writer is done.
-    state: Mutex<(usize, bool)>,
-    arrived: Condvar,
+/// The single stream's text as the parse reads it, a window at a time.
+pub(crate) type StreamText = InOrder<Inflating>;
+
+/// The buffers between the inflating thread and the parse.
+struct Ring {
+    state: Mutex<RingState>,
+    room: Condvar,
     /// Set by the owner to make the writer stop (an error elsewhere, the owner dropped).
     stop: AtomicBool,
+    /// Windows out at once (being filled, parsed or held for a piece), unless more is needed.
+    cap: usize,
 }
 
-// SAFETY: `ptr` points into a mapping of `len` bytes held by the `Inflating` that owns this;
-// the writer thread writes only bytes at or past the published `filled` and publishes them
-// under the mutex before any reader is given a view that includes them; readers only read
-// below `filled`. No byte is written while it can be read, and the mapping is unmapped or
-// handed out only after the writer has been joined.
-unsafe impl Send for Shared {}
-// SAFETY: as for `Send`: shared access is reads of the published prefix and the mutex.
-unsafe impl Sync for Shared {}
+struct RingState {
+    /// Buffers handed back, to fill again.
+    free: Vec<Vec<u8>>,
+    /// Buffers taken by the writer and not handed back.
+    out: usize,
+    /// The text the parse waits for: the writer goes past its cap until it has sent this.
+    need: usize,
+}
 
-/// Marks the inflate ended when dropped, waking every reader.
-struct Done<'a>(&'a Shared);
+impl Ring {
+    /// A buffer for the window from `start`, once fewer than the cap are out (or the parse
+    /// waits for text from there); `None` once told to stop.
+    fn take(&self, start: usize) -> Option<Vec<u8>> {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while g.out >= self.cap && g.need <= start && !self.stop.load(Ordering::Relaxed) {
+            g = self.room.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        g.out += 1;
+        Some(
+            g.free
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(WINDOW + MARGIN)),
+        )
+    }
 
-impl Drop for Done<'_> {
-    fn drop(&mut self) {
-        let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.1 = true;
-        self.0.arrived.notify_all();
+    fn wake(&self) {
+        let _g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.room.notify_all();
     }
 }
 
+/// Sends the end of the windows when dropped, however the writer ends (a panic included: a
+/// parse waiting for a window that will not come would wait for ever).
+struct EndGuard {
+    tx: Sender<Msg>,
+    ok: bool,
+}
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Ended(self.ok));
+    }
+}
+
+/// What the writer hands back where the stream checks out: the block starts and the text's
+/// last [`KEEP_TAIL`] bytes.
+type Inflated = (Vec<BlockStart>, Vec<u8>);
+
 /// A gzip member being inflated on its own thread.
-pub struct Inflating {
-    shared: std::sync::Arc<Shared>,
-    thread: Option<std::thread::JoinHandle<Option<Vec<BlockStart>>>>,
-    /// The thread faulting the buffer's pages in ahead of the inflate ([`populate_ahead`]).
-    populator: Option<std::thread::JoinHandle<()>>,
-    /// The mapping `shared.ptr` points into, not touched through this handle until the writer
-    /// is joined; handed out by [`Inflating::finish`].
-    map: Option<memmap2::MmapMut>,
+pub(crate) struct Inflating {
+    ring: Arc<Ring>,
+    len: usize,
+    thread: Option<std::thread::JoinHandle<Option<Inflated>>>,
 }
 
 impl std::fmt::Debug for Inflating {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inflating")
-            .field("len", &self.shared.len)
-            .finish()
+        f.debug_struct("Inflating").field("len", &self.len).finish()
     }
 }
 
@@ -122,124 +170,103 @@ pub(super) fn header_len(raw: &[u8]) -> Option<usize> {
 
 impl Inflating {
     /// Starts inflating the member in `raw` (whose stated size is `len`) on a thread of its
-    /// own; `None` where no thread or memory can be had.
-    pub(super) fn start(raw: super::Bytes, len: usize) -> Option<Inflating> {
+    /// own, its windows read by the [`StreamText`] returned; `None` where no thread can be had.
+    pub(super) fn start(raw: super::Bytes, len: usize) -> Option<StreamText> {
         let header = header_len(&raw)?;
-        let mut map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
-        let ptr = NonNull::new(map.as_mut_ptr())?;
-        let shared = std::sync::Arc::new(Shared {
-            ptr,
-            len,
-            state: Mutex::new((0, false)),
-            arrived: Condvar::new(),
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Enough windows for every parse thread to have one and the writer to fill the next.
+        let cap = 2 * rayon::current_num_threads().max(1) + 2;
+        let ring = Arc::new(Ring {
+            state: Mutex::new(RingState {
+                free: Vec::new(),
+                out: 0,
+                need: 0,
+            }),
+            room: Condvar::new(),
             stop: AtomicBool::new(false),
+            cap,
         });
-        let writer = std::sync::Arc::clone(&shared);
+        let writer = Arc::clone(&ring);
+        let send = tx.clone();
         let thread = std::thread::Builder::new()
             .name("steptrace-inflate".into())
             .spawn(move || {
-                // Readers are told the inflate ended however it ends, a panic included: one
-                // waiting for text that will not come would wait for ever.
-                let _done = Done(&writer);
-                let blocks = run(&writer, &raw, header);
+                let mut end = EndGuard {
+                    tx: send,
+                    ok: false,
+                };
+                let r = run(&writer, &raw, header, len, &end.tx);
+                end.ok = r.is_some();
                 super::drop_aside(raw);
-                blocks
+                r
             })
             .ok()?;
-        // Not started (no thread to be had): the inflate's writes fault the pages in.
-        let ahead = std::sync::Arc::clone(&shared);
-        let populator = std::thread::Builder::new()
-            .name("steptrace-populate".into())
-            .spawn(move || populate_ahead(&ahead))
-            .ok();
-        Some(Inflating {
-            shared,
+        let inf = Inflating {
+            ring,
+            len,
             thread: Some(thread),
-            populator,
-            map: Some(map),
-        })
+        };
+        Some(InOrder::new(inf, tx, rx))
     }
 
-    /// [`Inflating::start`] over bytes in memory (tests elsewhere in the crate).
-    #[cfg(test)]
-    pub(crate) fn start_for_test(raw: Vec<u8>, len: usize) -> Option<Inflating> {
-        Inflating::start(super::Bytes::Owned(raw), len)
-    }
-
-    /// The text's whole length, as the member states it.
-    pub fn len(&self) -> usize {
-        self.shared.len
-    }
-
-    /// Whether the text is empty.
-    pub fn is_empty(&self) -> bool {
-        self.shared.len == 0
-    }
-
-    /// The text arrived so far, once at least `want` bytes of it have (fewer only where the
-    /// inflate has ended first).
-    pub fn wait_for(&self, want: usize) -> &[u8] {
-        let want = want.min(self.shared.len);
-        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        while st.0 < want && !st.1 {
-            st = self
-                .shared
-                .arrived
-                .wait(st)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-        let filled = st.0;
-        drop(st);
-        // SAFETY: the first `filled` bytes were written and published under the mutex (read
-        // just now, which orders those writes before this read); the writer never writes
-        // them again, and the buffer lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.shared.ptr.as_ptr(), filled) }
-    }
-
-    /// Waits for the inflate to end: the whole text and its blocks, or [`Ended::Elsewhere`].
-    pub fn finish(mut self) -> Ended {
-        let blocks = self.join();
-        let filled = self
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
-        match (blocks, self.map.take()) {
-            (Some(blocks), Some(map)) if filled == self.shared.len => match map.make_read_only() {
-                Ok(m) => Ended::Whole(super::Bytes::Inflated(m), blocks),
-                Err(_) => Ended::Elsewhere,
+    /// Waits for the inflate to end (every window received: [`InOrder::finish`]): the blocks
+    /// and the text's tail, or [`Ended::Elsewhere`].
+    pub(crate) fn finish(text: StreamText) -> Ended {
+        let (mut inf, ok) = text.finish();
+        let r = inf.thread.take().and_then(|t| t.join().ok()).flatten();
+        match r {
+            Some((blocks, tail)) if ok => Ended::Whole {
+                blocks,
+                tail_at: inf.len - tail.len(),
+                tail,
             },
             _ => Ended::Elsewhere,
         }
     }
 
-    /// Waits for the inflate to end, then stops and waits for the populating thread: no
-    /// thread touches the mapping once this returns.
-    fn join(&mut self) -> Option<Vec<BlockStart>> {
-        let blocks = self.thread.take().and_then(|t| t.join().ok()).flatten();
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(p) = self.populator.take() {
-            let _ = p.join();
+    /// The whole text and its block starts, every window copied out in order (tests).
+    #[cfg(test)]
+    pub(crate) fn whole_for_test(raw: Vec<u8>, len: usize) -> Option<(Vec<u8>, Vec<BlockStart>)> {
+        let mut text = Inflating::start(super::Bytes::Owned(raw), len)?;
+        let whole = crate::read::json_scan::Prefix::prefix(&mut text, len).to_vec();
+        match Inflating::finish(text) {
+            Ended::Whole { blocks, .. } if whole.len() == len => Some((whole, blocks)),
+            _ => None,
         }
-        blocks
+    }
+}
+
+impl Producer for Inflating {
+    fn total(&self) -> usize {
+        self.len
+    }
+    fn window_len(&self) -> usize {
+        WINDOW
+    }
+    fn release(&self, buf: Option<Vec<u8>>) {
+        let mut g = self.ring.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.out = g.out.saturating_sub(1);
+        if let Some(mut b) = buf {
+            b.clear();
+            g.free.push(b);
+        }
+        self.ring.room.notify_all();
+    }
+    fn need(&self, to: usize) {
+        let mut g = self.ring.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.need = g.need.max(to);
+        self.ring.room.notify_all();
     }
 }
 
 impl Drop for Inflating {
     fn drop(&mut self) {
-        // The writer stops and is joined before the mapping it writes into is unmapped.
-        self.shared.stop.store(true, Ordering::Relaxed);
-        let _ = self.join();
-    }
-}
-
-impl crate::read::json_scan::Arriving for Inflating {
-    fn total(&self) -> usize {
-        self.shared.len
-    }
-    fn wait_for(&self, want: usize) -> &[u8] {
-        Inflating::wait_for(self, want)
+        // The writer stops (woken where it waits for a buffer) and is joined.
+        self.ring.stop.store(true, Ordering::Relaxed);
+        self.ring.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -270,55 +297,17 @@ impl Drop for Stream {
     }
 }
 
-/// Bytes of the buffer faulted in at a time, ahead of the inflate's writes.
-const POPULATE_BYTES: usize = 8 << 20;
-
-/// Faults in the buffer's next pages from `from` in one call (`MADV_POPULATE_WRITE`), where
-/// the system can, rather than one trap per 4 KiB page as the inflate writes: kernel time
-/// 0.24-0.31 → 0.20-0.25 s on the 255 MB benchmark trace's `.gz` (lean command, 5 alternating
-/// runs each; wall medians 0.58 → 0.55 s). Huge pages (`MADV_HUGEPAGE`) were slower at the
-/// median: their faults compact memory first on this machine (0.14-0.82 s in the kernel).
-/// Returns the new end of what is faulted in (the buffer's end where it cannot be done: the
-/// writes then fault the pages in one by one).
-///
-/// Done on a thread of its own ahead of the inflate ([`populate_ahead`]), not by the
-/// inflating thread between its steps: the single stream's inflate is the one serial part of
-/// reading it, and the page faults were a fifth of that thread's time.
-fn populate(sh: &Shared, from: usize) -> usize {
-    let to = (from + POPULATE_BYTES).min(sh.len);
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: `from` is a multiple of POPULATE_BYTES (a multiple of the page size) inside
-        // the mapping, `to - from` stays inside it, and the mapping outlives this thread
-        // (`Inflating::join`). Populating maps zero pages where none is mapped yet and leaves
-        // mapped ones as they are: it writes no byte, so bytes the inflate has written,
-        // before or during the call, keep their value.
-        let r = unsafe {
-            libc::madvise(
-                sh.ptr.as_ptr().add(from).cast(),
-                to - from,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if r != 0 {
-            return sh.len;
-        }
-    }
-    to
-}
-
-/// Inflates the member whose deflate data starts at `raw[header]` into the shared buffer,
-/// publishing the text as it goes: the block starts where it all checks out, `None` where not.
-/// Faults in the whole buffer from its start, [`POPULATE_BYTES`] at a time, until done or
-/// told to stop.
-fn populate_ahead(sh: &Shared) {
-    let mut at = 0;
-    while at < sh.len && !sh.stop.load(Ordering::Relaxed) {
-        at = populate(sh, at);
-    }
-}
-
-fn run(sh: &Shared, raw: &[u8], header: usize) -> Option<Vec<BlockStart>> {
+/// Inflates the member whose deflate data starts at `raw[header]` (its stated size `len`)
+/// into windows sent through `tx` in order, each buffer taken from the ring: the block starts
+/// and the text's last [`KEEP_TAIL`] bytes where it all checks out, `None` where not (or told
+/// to stop, or the parse gone).
+fn run(
+    ring: &Ring,
+    raw: &[u8],
+    header: usize,
+    len: usize,
+    tx: &Sender<Msg>,
+) -> Option<Inflated> {
     let mut s = Stream::new()?;
     let input = &raw[header..];
     let mut crc = crc32fast::Hasher::new();
@@ -328,39 +317,66 @@ fn run(sh: &Shared, raw: &[u8], header: usize) -> Option<Vec<BlockStart>> {
         text_at: 0,
         crc: 0,
     }];
-    let (mut used, mut out, mut published) = (0usize, 0usize, 0usize);
+    let tail_at = len.saturating_sub(KEEP_TAIL);
+    let mut tail = Vec::with_capacity(len - tail_at);
+    let (mut used, mut out) = (0usize, 0usize);
+    // The window being filled starts at `start` and holds the text from there through `out`.
+    let mut start = 0usize;
+    let mut cur = ring.take(0)?;
     loop {
-        if sh.stop.load(Ordering::Relaxed) {
+        if ring.stop.load(Ordering::Relaxed) {
             return None;
         }
-        let room = (sh.len - out).min(STEP);
+        let own = WINDOW.min(len - start);
+        let full = (own + MARGIN).min(len - start);
+        if cur.len() == full && start + own < len {
+            // Full with its margin: the next window starts with that margin's text.
+            let mut next = ring.take(start + own)?;
+            next.extend_from_slice(&cur[own..]);
+            let w = Window {
+                start,
+                own,
+                text: std::mem::replace(&mut cur, next),
+            };
+            tx.send(Msg::Window(w)).ok()?;
+            start += own;
+            continue;
+        }
+        let room = (full - cur.len()).min(STEP);
+        cur.reserve(room);
         let give = (input.len() - used).min(u32::MAX as usize);
         let st = &mut *s.0;
         st.next_in = input[used..].as_ptr().cast_mut();
         st.avail_in = give as u32;
-        // SAFETY: bytes at `out..out + room` lie inside the buffer and past what has been
-        // published, so no reader sees them until the next publication below.
-        st.next_out = unsafe { sh.ptr.as_ptr().add(out) };
+        // SAFETY: `room` bytes of spare capacity were reserved just above; the inflate writes
+        // only there, and nothing else reads `cur` meanwhile.
+        st.next_out = unsafe { cur.as_mut_ptr().add(cur.len()) };
         st.avail_out = room as u32;
         let (in0, out0) = (st.total_in, st.total_out);
-        // SAFETY: the stream is initialised; `next_in`/`avail_in` describe readable input and
-        // `next_out`/`avail_out` writable output, as set just above.
         // Block by block only near the end, where added events go: stopping at every block
         // cost a tenth of the inflate's time (`--timings`, -j1, 5 alternating runs).
-        let flush = if sh.len - out > BLOCKS_IN_LAST {
+        let flush = if len - out > BLOCKS_IN_LAST {
             z::Z_NO_FLUSH
         } else {
             z::Z_BLOCK
         };
+        // SAFETY: the stream is initialised; `next_in`/`avail_in` describe readable input and
+        // `next_out`/`avail_out` writable output, as set just above.
         let r = unsafe { z::inflate(st, flush) };
         let took = (st.total_in - in0) as usize;
         let gave = (st.total_out - out0) as usize;
-        // SAFETY: the inflate wrote these `gave` bytes just now; nothing reads them yet.
-        crc.update(unsafe { std::slice::from_raw_parts(sh.ptr.as_ptr().add(out), gave) });
+        let was = cur.len();
+        // SAFETY: the inflate wrote these `gave` bytes (at most `room`) just past the length.
+        unsafe { cur.set_len(was + gave) };
+        let new = &cur[was..];
+        crc.update(new);
+        if out + gave > tail_at {
+            tail.extend_from_slice(&new[tail_at.saturating_sub(out)..]);
+        }
         used += took;
         out += gave;
-        // Stopped before a block's header (a block-by-block call); not after the final block (64: the block just
-        // ended was the last, and what follows is padding).
+        // Stopped before a block's header (a block-by-block call); not after the final block
+        // (64: the block just ended was the last, and what follows is padding).
         let at_block = st.data_type & 128 != 0 && st.data_type & 64 == 0;
         if r == z::Z_OK && at_block {
             // In the stream's state: bits read from the input but not yet used.
@@ -371,21 +387,24 @@ fn run(sh: &Shared, raw: &[u8], header: usize) -> Option<Vec<BlockStart>> {
                 crc: crc.clone().finalize(),
             });
         }
-        let end = r == z::Z_STREAM_END;
-        if end || out - published >= PUBLISH_BYTES {
-            let mut g = sh.state.lock().unwrap_or_else(|e| e.into_inner());
-            g.0 = out;
-            sh.arrived.notify_all();
-            published = out;
-        }
-        if end {
+        if r == z::Z_STREAM_END {
             // The trailer: CRC-32 and size of the text, then nothing but zero padding.
             let trailer = input.get(used..used + 8)?;
             let ok = trailer[..4] == crc.finalize().to_le_bytes()
                 && trailer[4..] == (out as u32).to_le_bytes()
-                && out == sh.len
+                && out == len
                 && input[used + 8..].iter().all(|&b| b == 0);
-            return ok.then_some(blocks);
+            if !ok {
+                return None;
+            }
+            let own = cur.len();
+            tx.send(Msg::Window(Window {
+                start,
+                own,
+                text: cur,
+            }))
+            .ok()?;
+            return Some((blocks, tail));
         }
         // Corrupt data, a cut stream, or more text than stated: the usual path's to say.
         if r != z::Z_OK || (took == 0 && gave == 0) {
@@ -416,18 +435,16 @@ mod tests {
     }
 
     /// The text arrives whole and equal to the input, its blocks' starts are in order from
-    /// text 0, none after the final block, and their CRCs are those of the text before them.
+    /// text 0, none after the final block, and their CRCs are those of the text before them;
+    /// the tail kept is the text's end.
     #[test]
     fn a_member_inflates_whole_with_block_starts_a_reader_can_resume_at() {
-        // Longer than the stretch at the end where block starts are recorded.
-        let data = text(BLOCKS_IN_LAST + (3 << 20));
+        // Longer than the stretch at the end where block starts are recorded, and than the
+        // text kept of the end.
+        let data = text(KEEP_TAIL + (3 << 20));
         let file = gz(&data, 6);
-        let inf = Inflating::start(super::super::Bytes::Owned(file.clone()), data.len()).unwrap();
-        assert!(inf.wait_for(1 << 20).len() >= 1 << 20);
-        let Ended::Whole(out, blocks) = inf.finish() else {
-            panic!("the member did not inflate whole")
-        };
-        assert!(*out == data[..]);
+        let (out, blocks) = Inflating::whole_for_test(file.clone(), data.len()).unwrap();
+        assert!(out == data);
         assert!(blocks.len() > 10, "{} blocks", blocks.len());
         assert_eq!(blocks[0].text_at, 0);
         assert!(blocks
@@ -441,6 +458,47 @@ mod tests {
             assert_eq!(b.crc, crc32fast::hash(&data[..b.text_at]));
         }
         // That a stream resumes at each start is held by report::gzip's tests.
+        let text = Inflating::start(super::super::Bytes::Owned(file), data.len()).unwrap();
+        let Ended::Whole { tail_at, tail, .. } = Inflating::finish(text) else {
+            panic!("the member did not inflate whole")
+        };
+        assert_eq!(tail_at, data.len() - KEEP_TAIL);
+        assert!(tail == data[tail_at..]);
+    }
+
+    /// The windows sent are the text in order, each its own bytes then the next one's first
+    /// [`MARGIN`] bytes, and the writer never has more than its cap out while the parse does
+    /// not ask for more: the text is not held whole.
+    #[test]
+    fn windows_carry_the_next_ones_start_and_the_writer_waits_for_buffers_handed_back() {
+        let data = text(5 * WINDOW + 12_345);
+        let t = Inflating::start(super::super::Bytes::Owned(gz(&data, 1)), data.len()).unwrap();
+        let cap = 2 * rayon::current_num_threads().max(1) + 2;
+        let mut seen = 0;
+        let mut at = 0;
+        loop {
+            // Nothing handed back yet: at most `cap` buffers may be out, the writer's own
+            // included, and it stops there.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let g = t.producer().ring.state.lock().unwrap().out;
+            assert!(g <= cap, "{g} buffers out, cap {cap}");
+            match t.recv_for_test() {
+                Msg::Window(w) => {
+                    assert_eq!(w.start, at);
+                    let end = (w.start + w.own + MARGIN).min(data.len());
+                    assert!(w.text == data[w.start..end], "window at {}", w.start);
+                    at += w.own;
+                    seen += 1;
+                    t.producer().release(Some(w.text));
+                }
+                Msg::Ended(ok) => {
+                    assert!(ok);
+                    break;
+                }
+                Msg::Done => unreachable!(),
+            }
+        }
+        assert_eq!((at, seen), (data.len(), 6));
     }
 
     /// What this path does not read ends it, for the usual path to read: two members, a
@@ -450,8 +508,8 @@ mod tests {
         let data = text(1 << 20);
         let one = gz(&data, 6);
         let ended = |file: Vec<u8>, len: usize| {
-            let inf = Inflating::start(super::super::Bytes::Owned(file), len).unwrap();
-            matches!(inf.finish(), Ended::Elsewhere)
+            let t = Inflating::start(super::super::Bytes::Owned(file), len).unwrap();
+            matches!(Inflating::finish(t), Ended::Elsewhere)
         };
         let mut two = one.clone();
         two.extend_from_slice(&gz(b"more", 6));
@@ -467,14 +525,14 @@ mod tests {
         assert!(!ended(padded, data.len()));
     }
 
-    /// Dropped while inflating: the thread stops and the buffer is freed (no hang, no leak
-    /// that Miri or a sanitizer would see).
+    /// Dropped while inflating, the writer waiting for a buffer: it stops and is joined (no
+    /// hang).
     #[test]
     fn dropping_an_inflate_midway_stops_it() {
-        let data = text(8 << 20);
-        let inf = Inflating::start(super::super::Bytes::Owned(gz(&data, 1)), data.len()).unwrap();
-        let _ = inf.wait_for(1);
-        drop(inf);
+        let data = text(8 * WINDOW);
+        let mut t = Inflating::start(super::super::Bytes::Owned(gz(&data, 1)), data.len()).unwrap();
+        let _ = crate::read::json_scan::Prefix::prefix(&mut t, 1);
+        drop(t);
     }
 
     #[test]
