@@ -334,27 +334,6 @@ fn read_opened(path: &Path, raw: Bytes, expect: Expect) -> Result<Source, Error>
     }
 }
 
-/// A text of `total` bytes of which only `parts` (each at its offset) were kept: an anonymous
-/// mapping of the whole length, never written elsewhere (those pages take no memory and read as
-/// zeros). `None` where no mapping can be had or a part does not fit.
-pub fn sparse_text(total: usize, parts: &[(usize, &[u8])]) -> Option<Bytes> {
-    if total == 0 {
-        return Some(Bytes::Owned(Vec::new()));
-    }
-    // No swap reserved: most of the mapping is never written.
-    let mut map = memmap2::MmapOptions::new()
-        .len(total)
-        .no_reserve_swap()
-        .map_anon()
-        .ok()?;
-    for &(at, part) in parts {
-        let end = at.checked_add(part.len()).filter(|&e| e <= total)?;
-        map[at..end].copy_from_slice(part);
-    }
-    let map = map.make_read_only().ok()?;
-    Some(Bytes::Inflated(map))
-}
-
 /// Bytes of memory the system can still give (Linux's `MemAvailable`); `None` elsewhere.
 fn memory_available() -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;

@@ -86,7 +86,7 @@ fn from_stream(
     let source::Ended::Whole {
         blocks,
         tail_at,
-        tail,
+        text: mut kept_text,
     } = source::Inflating::finish(text)
     else {
         return Ok(None);
@@ -98,25 +98,28 @@ fn from_stream(
     };
     // The text `finish` reads: the header before the array (in the head) and everything from
     // the last piece and the insertion point on (in the tail).
-    let kept = |from: usize| from >= tail_at || tail_at <= head.len();
+    let head_len = head.len();
+    let kept = |from: usize| from >= tail_at || tail_at <= head_len;
     let back_from = match array.end {
         Some(e) => e.saturating_sub(1),
         None => array.cut_at.unwrap_or(total),
     };
-    if head.len() < arr_start.min(total) || !kept(last_from.min(back_from)) {
+    if head.len() < arr_start.min(total) || head.len() > total || !kept(last_from.min(back_from)) {
         return Ok(None);
     }
-    let Some(bytes) = source::sparse_text(total, &[(0, &head), (tail_at, &tail)]) else {
-        return Ok(None);
-    };
     // Reading back from `back_from` over white space to the insertion point must end inside
     // what is kept.
     let blank = |c: &u8| matches!(c, b' ' | b'\n' | b'\r' | b'\t');
-    if tail_at > head.len() && bytes[tail_at..back_from.max(tail_at)].iter().all(blank) {
+    if tail_at > head.len() && kept_text[tail_at..back_from.max(tail_at)].iter().all(blank) {
         return Ok(None);
     }
+    kept_text[..head.len()].copy_from_slice(&head);
+    drop(head);
+    let Ok(bytes) = kept_text.make_read_only() else {
+        return Ok(None);
+    };
+    let bytes = source::Bytes::Inflated(bytes);
     let blocks: Vec<source::BlockStart> = blocks.into_iter().filter(|b| kept(b.text_at)).collect();
-    drop((head, tail));
     let mut t = finish(
         path,
         bytes,
@@ -925,6 +928,79 @@ mod tests {
             let members = load(&path, &mut dm);
             let whole = from_bytes(&path, text, false, &mut dw);
             proptest::prop_assert_eq!(as_read(&path, members, &dm), as_read(&path, whole, &dw));
+        }
+    }
+
+    // A single gzip stream (torch's `.json.gz`) read a window at a time as it inflates: its
+    // tables, header, warnings and insertion point are those of its text read whole, at 1
+    // thread and at 3; where the text is longer than what is kept of its end, only the head
+    // and the tail are held, and where what is read after the events array lies outside
+    // them (a long member after the array, a long run of white space before its `]`), the
+    // whole read is taken instead, with the same result. A stream read the window way keeps
+    // where its blocks start for the annotated trace (`gzip_resume`), and its tail is the
+    // text's own.
+    #[test]
+    fn a_single_gzip_stream_read_a_window_at_a_time_parses_as_its_text_read_whole() {
+        use std::io::Write;
+        // Names full of `, {` (wrong guesses) and enough events to pass the text kept.
+        let events = named_events(&format!("x{}", ", {".repeat(40)), 90_000);
+        let body = events.join(",\n  ");
+        assert!(body.len() > source::KEEP_TAIL + (4 << 20), "{}", body.len());
+        let normal = format!(r#"{{"traceEvents": [{body}], "traceName": "t"}}"#);
+        let long_after = format!(
+            r#"{{"traceEvents": [{body}], "traceName": "{}"}}"#,
+            "n".repeat(source::KEEP_TAIL)
+        );
+        let blank_before_end = format!(
+            r#"{{"traceEvents": [{body}{}], "traceName": "t"}}"#,
+            " ".repeat(source::KEEP_TAIL)
+        );
+        let cut = normal[..normal.len() - 5_000].to_string();
+        // Cut inside an event after a long run of white space: the last piece starts at the
+        // cut event, and the comma before it, which goes with the cut, lies before the tail.
+        let blank_before_cut = format!(
+            r#"{{"traceEvents": [{body},{}{}"#,
+            " ".repeat(source::KEEP_TAIL),
+            &events[0][..40]
+        );
+        for (name, text, windowed) in [
+            ("normal", normal, true),
+            ("a long member after the array", long_after, false),
+            ("white space before the `]`", blank_before_end, false),
+            ("cut inside an event", cut, true),
+            (
+                "cut inside an event after white space",
+                blank_before_cut,
+                false,
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("trace.json.gz");
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+            enc.write_all(text.as_bytes()).unwrap();
+            std::fs::write(&path, enc.finish().unwrap()).unwrap();
+            let mut dw = Diagnostics::default();
+            let whole = from_bytes(&path, text.as_bytes().to_vec(), false, &mut dw);
+            let want = as_read(&path, whole, &dw);
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut d = Diagnostics::default();
+                let t = pool.install(|| load(&path, &mut d));
+                let resume = t.as_ref().ok().and_then(|t| t.gzip_resume.clone());
+                // Compared whole, said short: a difference prints the tables of 90,000 events.
+                let got = as_read(&path, t, &d);
+                assert!(got == want, "{name}, {threads} threads");
+                // A complete stream read the window way can be spliced; its kept tail is the
+                // text's own.
+                let complete = windowed && !name.starts_with("cut");
+                assert_eq!(resume.is_some(), complete, "{name}");
+                if let Some(r) = resume {
+                    assert!(r.tail == text.as_bytes()[r.text_at..], "{name}");
+                }
+            }
         }
     }
 

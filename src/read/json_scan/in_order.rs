@@ -226,6 +226,9 @@ impl<P: Producer> InOrder<P> {
                 s.spawn(move |_| {
                     let from = (j == j0).then_some(first);
                     let r = window_piece(&text, start, from, limit_of(j), total, task);
+                    // Let go of the window before saying so: the walk hands its buffer back
+                    // to be filled again only where it holds the last reference.
+                    drop(text);
                     *slots[j - j0].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                     let _ = tx.send(Msg::Done);
                 });

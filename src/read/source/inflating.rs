@@ -61,8 +61,9 @@ pub enum Ended {
         blocks: Vec<BlockStart>,
         /// Where the kept text starts.
         tail_at: usize,
-        /// The text from `tail_at` to the end.
-        tail: Vec<u8>,
+        /// A mapping of the whole text's length holding the text from `tail_at` to the end;
+        /// never written before it (those pages take no memory and read as zeros).
+        text: memmap2::MmapMut,
     },
     /// Not a file this path reads (or stopped early): read it the usual way.
     Elsewhere,
@@ -129,8 +130,8 @@ impl Drop for EndGuard {
 }
 
 /// What the writer hands back where the stream checks out: the block starts and the text's
-/// last [`KEEP_TAIL`] bytes.
-type Inflated = (Vec<BlockStart>, Vec<u8>);
+/// last [`KEEP_TAIL`] bytes in a mapping of the whole text's length.
+type Inflated = (Vec<BlockStart>, memmap2::MmapMut);
 
 /// A gzip member being inflated on its own thread.
 pub(crate) struct Inflating {
@@ -215,10 +216,10 @@ impl Inflating {
         let (mut inf, ok) = text.finish();
         let r = inf.thread.take().and_then(|t| t.join().ok()).flatten();
         match r {
-            Some((blocks, tail)) if ok => Ended::Whole {
+            Some((blocks, text)) if ok => Ended::Whole {
                 blocks,
-                tail_at: inf.len - tail.len(),
-                tail,
+                tail_at: inf.len.saturating_sub(KEEP_TAIL),
+                text,
             },
             _ => Ended::Elsewhere,
         }
@@ -301,13 +302,7 @@ impl Drop for Stream {
 /// into windows sent through `tx` in order, each buffer taken from the ring: the block starts
 /// and the text's last [`KEEP_TAIL`] bytes where it all checks out, `None` where not (or told
 /// to stop, or the parse gone).
-fn run(
-    ring: &Ring,
-    raw: &[u8],
-    header: usize,
-    len: usize,
-    tx: &Sender<Msg>,
-) -> Option<Inflated> {
+fn run(ring: &Ring, raw: &[u8], header: usize, len: usize, tx: &Sender<Msg>) -> Option<Inflated> {
     let mut s = Stream::new()?;
     let input = &raw[header..];
     let mut crc = crc32fast::Hasher::new();
@@ -318,7 +313,12 @@ fn run(
         crc: 0,
     }];
     let tail_at = len.saturating_sub(KEEP_TAIL);
-    let mut tail = Vec::with_capacity(len - tail_at);
+    // No swap reserved: only the tail is ever written.
+    let mut keep = memmap2::MmapOptions::new()
+        .len(len.max(1))
+        .no_reserve_swap()
+        .map_anon()
+        .ok()?;
     let (mut used, mut out) = (0usize, 0usize);
     // The window being filled starts at `start` and holds the text from there through `out`.
     let mut start = 0usize;
@@ -371,7 +371,8 @@ fn run(
         let new = &cur[was..];
         crc.update(new);
         if out + gave > tail_at {
-            tail.extend_from_slice(&new[tail_at.saturating_sub(out)..]);
+            let from = tail_at.max(out);
+            keep[from..out + gave].copy_from_slice(&new[from - out..]);
         }
         used += took;
         out += gave;
@@ -404,7 +405,7 @@ fn run(
                 text: cur,
             }))
             .ok()?;
-            return Some((blocks, tail));
+            return Some((blocks, keep));
         }
         // Corrupt data, a cut stream, or more text than stated: the usual path's to say.
         if r != z::Z_OK || (took == 0 && gave == 0) {
@@ -459,11 +460,12 @@ mod tests {
         }
         // That a stream resumes at each start is held by report::gzip's tests.
         let text = Inflating::start(super::super::Bytes::Owned(file), data.len()).unwrap();
-        let Ended::Whole { tail_at, tail, .. } = Inflating::finish(text) else {
+        let Ended::Whole { tail_at, text, .. } = Inflating::finish(text) else {
             panic!("the member did not inflate whole")
         };
         assert_eq!(tail_at, data.len() - KEEP_TAIL);
-        assert!(tail == data[tail_at..]);
+        assert!(text[tail_at..] == data[tail_at..]);
+        assert!(text[..tail_at].iter().all(|&b| b == 0));
     }
 
     /// The windows sent are the text in order, each its own bytes then the next one's first
