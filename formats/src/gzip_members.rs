@@ -176,6 +176,60 @@ pub fn write(
     Ok(())
 }
 
+/// Text in memory given as parts one after another, cut into pieces of a size (the last
+/// shorter): each piece borrowed where it lies inside one part, gathered into a copy only
+/// where it spans two. The cuts are those of the joined text, whatever the parts.
+pub struct Pieces<'a, 'p> {
+    parts: std::iter::Peekable<std::iter::Copied<std::slice::Iter<'p, &'a [u8]>>>,
+    rest: &'a [u8],
+    size: usize,
+}
+
+impl<'a, 'p> Pieces<'a, 'p> {
+    /// `parts` in pieces of `size` bytes (at least one).
+    pub fn new(parts: &'p [&'a [u8]], size: usize) -> Self {
+        Pieces {
+            parts: parts.iter().copied().peekable(),
+            rest: &[],
+            size: size.max(1),
+        }
+    }
+}
+
+impl<'a> Iterator for Pieces<'a, '_> {
+    type Item = std::borrow::Cow<'a, [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use std::borrow::Cow;
+        while self.rest.is_empty() {
+            self.rest = self.parts.next()?;
+        }
+        // Whole inside this part, or nothing after it but empty parts.
+        while self.parts.peek().is_some_and(|p| p.is_empty()) {
+            self.parts.next();
+        }
+        if self.rest.len() >= self.size || self.parts.peek().is_none() {
+            let (piece, r) = self.rest.split_at(self.rest.len().min(self.size));
+            self.rest = r;
+            return Some(Cow::Borrowed(piece));
+        }
+        // A piece that spans parts: gathered into a copy.
+        let mut p = Vec::with_capacity(self.size);
+        while p.len() < self.size {
+            if self.rest.is_empty() {
+                match self.parts.next() {
+                    Some(q) => self.rest = q,
+                    None => break,
+                }
+            }
+            let n = self.rest.len().min(self.size - p.len());
+            p.extend_from_slice(&self.rest[..n]);
+            self.rest = &self.rest[n..];
+        }
+        Some(Cow::Owned(p))
+    }
+}
+
 /// [`write()`] of text in memory, given as `parts` one after another: the same bytes, but each
 /// piece is compressed where it lies, copied only where it spans two parts (a batch of
 /// `threads` pieces read into copies was most of the annotated trace's peak memory at 16
@@ -186,45 +240,15 @@ pub fn write_parts(
     level: u32,
     threads: usize,
 ) -> io::Result<()> {
-    use std::borrow::Cow;
     let threads = threads.max(1);
-    let mut parts = parts.iter().copied().filter(|p| !p.is_empty()).peekable();
-    let mut rest: &[u8] = &[];
+    let mut pieces = Pieces::new(parts, PIECE);
     let mut wrote_any = false;
     loop {
-        let mut pieces: Vec<Cow<[u8]>> = Vec::with_capacity(threads);
-        while pieces.len() < threads {
-            if rest.is_empty() {
-                match parts.next() {
-                    Some(p) => rest = p,
-                    None => break,
-                }
-            }
-            if rest.len() >= PIECE || parts.peek().is_none() {
-                let (piece, r) = rest.split_at(rest.len().min(PIECE));
-                pieces.push(Cow::Borrowed(piece));
-                rest = r;
-                continue;
-            }
-            // A piece that spans parts: gathered into a copy.
-            let mut p = Vec::with_capacity(PIECE);
-            while p.len() < PIECE {
-                if rest.is_empty() {
-                    match parts.next() {
-                        Some(q) => rest = q,
-                        None => break,
-                    }
-                }
-                let n = rest.len().min(PIECE - p.len());
-                p.extend_from_slice(&rest[..n]);
-                rest = &rest[n..];
-            }
-            pieces.push(Cow::Owned(p));
-        }
-        if pieces.is_empty() {
+        let batch: Vec<_> = pieces.by_ref().take(threads).collect();
+        if batch.is_empty() {
             break;
         }
-        write_batch(&pieces, out, level)?;
+        write_batch(&batch, out, level)?;
         wrote_any = true;
     }
     if !wrote_any {
@@ -256,6 +280,44 @@ fn write_batch(
 
 #[cfg(test)]
 mod tests {
+    /// Text given in parts comes out in the pieces of the joined text, whatever the parts
+    /// (empty ones included), each piece borrowed where it lies inside one part.
+    #[test]
+    fn pieces_of_parts_are_the_joined_texts_pieces_borrowed_where_whole_in_a_part() {
+        use std::borrow::Cow;
+        let text: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for cuts in [
+            vec![],
+            vec![0, 0, 5_000],
+            vec![1, 999, 1_000, 1_001, 7_777],
+            vec![3_000, 3_000, 9_999],
+        ] {
+            let mut parts = Vec::new();
+            let mut at = 0;
+            for &c in &cuts {
+                parts.push(&text[at..c]);
+                at = c;
+            }
+            parts.push(&text[at..]);
+            for size in [1, 1_000, 3_333, 20_000] {
+                let pieces: Vec<Cow<[u8]>> = Pieces::new(&parts, size).collect();
+                let want: Vec<&[u8]> = text.chunks(size).collect();
+                assert_eq!(pieces.len(), want.len(), "{cuts:?} {size}");
+                let mut start = 0;
+                for (p, w) in pieces.iter().zip(&want) {
+                    assert_eq!(&p[..], *w);
+                    let end = start + w.len();
+                    // Inside one part: borrowed.
+                    let mut bounds = cuts.iter().filter(|&&c| c > start && c < end);
+                    if bounds.next().is_none() {
+                        assert!(matches!(p, Cow::Borrowed(_)), "{cuts:?} {size} at {start}");
+                    }
+                    start = end;
+                }
+            }
+        }
+    }
+
     use super::*;
 
     fn text(n: usize) -> Vec<u8> {

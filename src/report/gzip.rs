@@ -99,11 +99,13 @@ pub fn gzip_parallel_level(
 const RESUME_LEVEL: i32 = 6;
 
 /// Writes the gzip file `raw` (a single-stream input) with its text from `r.text_at` on
-/// replaced by `first` and then `rest`, keeping its compressed bytes before the block start
+/// replaced by `first` and then the groups of `rest` (each group's parts one after another),
+/// keeping its compressed bytes before the block start
 /// `r.bit` as they are (as zlib's `gzappend` does): the deflate stream goes on from that bit
 /// with `first` (the partial byte's bits primed into the new stream, zlib level 6, ended on a
-/// byte by a sync flush), then `rest` in pieces compressed on all threads as
-/// [`gzip_parallel`] does (the added events: 27 MB on the benchmark trace, which at level 6 on
+/// byte by a sync flush), then each group of `rest` in pieces of [`GZ_BLOCK`] (cut as the
+/// group's joined text would be, borrowed where a piece lies in one part) compressed on all
+/// threads as [`gzip_parallel`] does (the added events: 27 MB on the benchmark trace, which at level 6 on
 /// one thread had taken most of the run), then an empty final block; the trailer gets the
 /// whole text's CRC-32 (resumed from the CRC before the block) and size. `None` where `raw`
 /// is not the file `r` was taken from.
@@ -111,7 +113,7 @@ pub(crate) fn resume_stream(
     raw: &[u8],
     r: &crate::model::tables::kineto::GzipResume,
     first: &[u8],
-    rest: &[&[u8]],
+    rest: &[&[&[u8]]],
     out: &mut impl Write,
 ) -> Option<std::io::Result<()>> {
     use rayon::prelude::*;
@@ -132,14 +134,23 @@ pub(crate) fn resume_stream(
         }
         crc.update(first);
         d.write(first, libz_rs_sys::Z_SYNC_FLUSH, out)?;
-        let blocks: Vec<&[u8]> = rest.iter().flat_map(|p| p.chunks(GZ_BLOCK)).collect();
-        let pieces = blocks
-            .par_iter()
-            .map(|b| deflate_piece(b, GZ_LEVEL))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        for (b, (bytes, _)) in blocks.iter().zip(pieces) {
-            crc.update(b);
-            out.write_all(&bytes)?;
+        let batch = 2 * rayon::current_num_threads().max(1);
+        for group in rest {
+            let mut pieces = steptrace_formats::gzip_members::Pieces::new(group, GZ_BLOCK);
+            loop {
+                let blocks: Vec<_> = pieces.by_ref().take(batch).collect();
+                if blocks.is_empty() {
+                    break;
+                }
+                let done = blocks
+                    .par_iter()
+                    .map(|b| deflate_piece(b, GZ_LEVEL))
+                    .collect::<std::io::Result<Vec<_>>>()?;
+                for (b, (bytes, _)) in blocks.iter().zip(done) {
+                    crc.update(b);
+                    out.write_all(&bytes)?;
+                }
+            }
         }
         // The final block: empty, fixed Huffman (BFINAL=1, BTYPE=01, end of block).
         out.write_all(&[0x03, 0x00])?;
@@ -321,9 +332,15 @@ mod tests {
             let at = (text.len() - b.text_at) / 2;
             let added: &[u8] = b"<the added events>";
             let mut out = Vec::new();
-            resume_stream(&file, &r, &r.tail[..at], &[added, &r.tail[at..]], &mut out)
-                .unwrap()
-                .unwrap();
+            resume_stream(
+                &file,
+                &r,
+                &r.tail[..at],
+                &[&[added, &r.tail[at..]]],
+                &mut out,
+            )
+            .unwrap()
+            .unwrap();
             let mut want = text[..b.text_at + at].to_vec();
             want.extend_from_slice(added);
             want.extend_from_slice(&text[b.text_at + at..]);

@@ -77,7 +77,9 @@ fn capture_gzip_members_are_copied_up_to_the_added_events() {
             complete: true,
         };
         let mut out = Vec::new();
-        splice_members(&src, &mut out, span, b"{\"x\":1}")
+        // The added events in two blocks, as they are formatted.
+        let blocks = [b"{\"x\":".to_vec(), b"1}".to_vec()];
+        splice_members(&src, &mut out, span, &blocks)
             .unwrap()
             .unwrap();
         let k = insert_at / PIECE;
