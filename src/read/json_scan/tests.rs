@@ -178,28 +178,43 @@ fn a_walk_over_arriving_text_equals_the_walk_over_the_whole() {
     }
 }
 
+/// The windowed walks' task: each element's span, in the text's offsets.
+fn spans_in_text(
+    view: &[u8],
+    base: usize,
+    from: usize,
+    limit: usize,
+) -> (Vec<(usize, usize)>, Stop) {
+    let (spans, stop) = element_spans(view, from, limit);
+    let spans: Vec<(usize, usize)> = spans.iter().map(|&(s, e)| (base + s, base + e)).collect();
+    (spans, stop)
+}
+
+/// A walk's elements and end, or where the text is not an array.
+type Spans = Result<(Vec<(usize, usize)>, ArrayEnd), usize>;
+
 /// [`walk_array_windows`] over `text` in windows of `size`, its spans in the text's offsets.
-fn walk_windows(
-    text: &[u8],
-    start: usize,
-    size: usize,
-) -> Result<(Vec<(usize, usize)>, ArrayEnd), usize> {
-    let task = |view: &[u8], base: usize, from: usize, limit: usize| {
-        let (spans, stop) = element_spans(view, from, limit);
-        let spans: Vec<(usize, usize)> = spans.iter().map(|&(s, e)| (base + s, base + e)).collect();
-        (spans, stop)
-    };
-    let (parts, end, _) = walk_array_windows(&InWindows::new(text, size), text, start, task)?
-        .expect("every window is had");
+fn walk_windows(text: &[u8], start: usize, size: usize) -> Spans {
+    let (parts, end, _) =
+        walk_array_windows(&InWindows::new(text, size), text, start, spans_in_text)?
+            .expect("every window is had");
     Ok((parts.into_iter().flatten().collect(), end))
 }
 
-// A walk over a text held a window at a time (a capture file's members) must find the same
-// elements and end as the walk over the whole text, whatever the window size and the number
-// of threads: with long strings full of what looks like element starts (wrong guesses; an
-// element spanning many windows), cut inside an element, and not an array at some byte.
-#[test]
-fn a_walk_over_windows_equals_the_walk_over_the_whole() {
+/// [`InOrder::walk`] over `text` sent in windows of `size` by a thread at most `cap` windows
+/// ahead, its spans in the text's offsets; as kineto reads a single gzip stream.
+fn walk_in_order(text: &[u8], start: usize, size: usize, cap: usize) -> Spans {
+    let mut t = InMemory::start(text, size, cap);
+    let _ = Prefix::prefix(&mut t, start + WINDOW_MARGIN);
+    let walked = t.walk(start, spans_in_text);
+    assert!(t.finish().1, "the producer ended whole");
+    let (parts, end, _) = walked?.expect("every window arrives");
+    Ok((parts.into_iter().flatten().collect(), end))
+}
+
+/// `check(text, start, whole walk, pool, threads)` over the misleading trace whole, cut
+/// inside an element and not an array at a byte, at 1 and 3 threads.
+fn each_misleading_text(check: impl Fn(&[u8], usize, &Spans, &rayon::ThreadPool, usize)) {
     let s = misleading_trace();
     let full = s.as_bytes();
     let start = find_top_level_key(full, b"traceEvents")
@@ -215,38 +230,28 @@ fn a_walk_over_windows_equals_the_walk_over_the_whole() {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            for size in [64, 1000, 4096, 100_000] {
-                let windows = pool.install(|| walk_windows(text, start, size));
-                assert_eq!(
-                    windows,
-                    whole,
-                    "windows of {size}, {threads} threads, {} bytes",
-                    text.len()
-                );
-            }
+            check(text, start, &whole, &pool, threads);
         }
     }
 }
 
-/// [`InOrder::walk`] over `text` sent in windows of `size` by a thread at most `cap` windows
-/// ahead, its spans in the text's offsets; as kineto reads a single gzip stream.
-fn walk_in_order(
-    text: &[u8],
-    start: usize,
-    size: usize,
-    cap: usize,
-) -> Result<(Vec<(usize, usize)>, ArrayEnd), usize> {
-    let task = |view: &[u8], base: usize, from: usize, limit: usize| {
-        let (spans, stop) = element_spans(view, from, limit);
-        let spans: Vec<(usize, usize)> = spans.iter().map(|&(s, e)| (base + s, base + e)).collect();
-        (spans, stop)
-    };
-    let mut t = InMemory::start(text, size, cap);
-    let _ = Prefix::prefix(&mut t, start + WINDOW_MARGIN);
-    let walked = t.walk(start, task);
-    assert!(t.finish().1, "the producer ended whole");
-    let (parts, end, _) = walked?.expect("every window arrives");
-    Ok((parts.into_iter().flatten().collect(), end))
+// A walk over a text held a window at a time (a capture file's members) must find the same
+// elements and end as the walk over the whole text, whatever the window size and the number
+// of threads: with long strings full of what looks like element starts (wrong guesses; an
+// element spanning many windows), cut inside an element, and not an array at some byte.
+#[test]
+fn a_walk_over_windows_equals_the_walk_over_the_whole() {
+    each_misleading_text(|text, start, whole, pool, threads| {
+        for size in [64, 1000, 4096, 100_000] {
+            let windows = pool.install(|| walk_windows(text, start, size));
+            assert_eq!(
+                &windows,
+                whole,
+                "windows of {size}, {threads} threads, {} bytes",
+                text.len()
+            );
+        }
+    });
 }
 
 // A walk over a text arriving a window at a time from one producer (a single gzip stream
@@ -256,32 +261,17 @@ fn walk_in_order(
 // sends past its cap), a text cut inside an element, and one that is not an array at a byte.
 #[test]
 fn a_walk_over_windows_arriving_in_order_equals_the_walk_over_the_whole() {
-    let s = misleading_trace();
-    let full = s.as_bytes();
-    let start = find_top_level_key(full, b"traceEvents")
-        .unwrap()
-        .unwrap()
-        .value_start;
-    let bad = s.replacen("},\n{", "} x {", 1);
-    for text in [full, &full[..full.len() / 2], bad.as_bytes()] {
-        let whole = walk_array_parallel(text, start, 1 << 20, element_spans)
-            .map(|(p, e)| (p.into_iter().flatten().collect::<Vec<_>>(), e));
-        for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            for (size, cap) in [(64, 1), (1000, 3), (4096, 2), (100_000, 1), (100_000, 8)] {
-                let got = pool.install(|| walk_in_order(text, start, size, cap));
-                assert_eq!(
-                    got,
-                    whole,
-                    "windows of {size}, cap {cap}, {threads} threads, {} bytes",
-                    text.len()
-                );
-            }
+    each_misleading_text(|text, start, whole, pool, threads| {
+        for (size, cap) in [(64, 1), (1000, 3), (4096, 2), (100_000, 1), (100_000, 8)] {
+            let got = pool.install(|| walk_in_order(text, start, size, cap));
+            assert_eq!(
+                &got,
+                whole,
+                "windows of {size}, cap {cap}, {threads} threads, {} bytes",
+                text.len()
+            );
         }
-    }
+    });
 }
 
 #[test]
