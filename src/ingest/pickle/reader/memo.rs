@@ -186,6 +186,8 @@ pub(super) struct Memo {
     /// Slots below each mark are watched ([`Memo::watch`]), and whether one was stored to
     /// since: [`Watch::Keys`]'s and [`Watch::Items`]'s.
     watch_below: [usize; 2],
+    /// The greater of the two marks.
+    watch_max: usize,
     watched_stored: [bool; 2],
 }
 
@@ -208,6 +210,7 @@ impl Default for Memo {
             side: Vec::new(),
             offered: 0,
             watch_below: [0; 2],
+            watch_max: 0,
             watched_stored: [false; 2],
             unpacked: Vec::new(),
             packs: Vec::new(),
@@ -226,11 +229,9 @@ impl Memo {
     /// memoized: no pickle torch writes, and the reader refuses it).
     #[inline(always)]
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
-        if idx < self.watch_below[0] {
-            self.watched_stored[0] = true;
-        }
-        if idx < self.watch_below[1] {
-            self.watched_stored[1] = true;
+        // One compare on the way of every store (a protocol-4 pickle's are past both marks).
+        if idx < self.watch_max {
+            self.stored_under_watch(idx);
         }
         let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
         let number = match data {
@@ -266,6 +267,15 @@ impl Memo {
             return true;
         }
         self.store(idx, slot)
+    }
+
+    /// A store at `idx`, below one mark at least: each watch it falls under has seen a store.
+    fn stored_under_watch(&mut self, idx: usize) {
+        for w in 0..2 {
+            if idx < self.watch_below[w] {
+                self.watched_stored[w] = true;
+            }
+        }
     }
 
     /// [`Memo::set`] of a slot to a page that is packed or not yet there, or past the end.
@@ -321,6 +331,7 @@ impl Memo {
     /// stored to since (what a cache of their values needs to know).
     pub(super) fn watch(&mut self, w: Watch, below: usize) {
         self.watch_below[w as usize] = below;
+        self.watch_max = self.watch_below[0].max(self.watch_below[1]);
         self.watched_stored[w as usize] = false;
     }
 
