@@ -185,9 +185,9 @@ impl<P: Producer> InOrder<P> {
         Some((base, buf.len()))
     }
 
-    /// Walks the array whose `[` is at `start` (in [`InOrder::head`], which must reach its
-    /// first element) with `task(view, base, from, limit)` as [`super::walk_array_windows`]
-    /// does. `Ok(None)` where the text stopped arriving (the producer ended short or
+    /// Walks the array whose `[` is at `start` (in the head [`Prefix::prefix`] copied, which
+    /// must reach its first element) with `task(view, base, from, limit)` as
+    /// [`super::walk_array_windows`] does. `Ok(None)` where the text stopped arriving (the producer ended short or
     /// unchecked: the caller reads the file another way), or the array's first element lies
     /// past the head.
     pub(crate) fn walk<T: Send>(
