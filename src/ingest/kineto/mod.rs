@@ -1004,6 +1004,49 @@ mod tests {
         }
     }
 
+    // A single stream that breaks after many windows were parsed (the file cut, a byte of
+    // its deflate data changed): the walk stops where the inflate does, and the file is read
+    // whole, which yields what a cut stream holds or says what is wrong; at 1 and 3 threads,
+    // never a hang.
+    #[test]
+    fn a_single_gzip_stream_broken_midway_is_read_as_the_whole_read_reads_it() {
+        use std::io::Write;
+        let events = named_events("op", 120_000);
+        let text = format!(
+            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
+            events.join(",\n  ")
+        );
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+        enc.write_all(text.as_bytes()).unwrap();
+        let gz = enc.finish().unwrap();
+        let mut bad = gz.clone();
+        bad[gz.len() * 2 / 3] ^= 0x55;
+        for (name, file) in [("cut", gz[..gz.len() * 2 / 3].to_vec()), ("bad byte", bad)] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("trace.json.gz");
+            std::fs::write(&path, file).unwrap();
+            let mut dw = Diagnostics::default();
+            let whole = source::read_expecting(&path, source::Expect::JsonObject)
+                .map_err(Error::from)
+                .and_then(|src| from_bytes(&path, src.bytes, src.truncated_gzip, &mut dw));
+            let want = as_read(&path, whole, &dw);
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut d = Diagnostics::default();
+                let t = pool.install(|| load(&path, &mut d));
+                let got = as_read(&path, t, &d);
+                assert!(
+                    got == want,
+                    "{name}, {threads} threads: {}",
+                    &got[..got.len().min(300)]
+                );
+            }
+        }
+    }
+
     /// A text that does not start with `{` is refused in the same words read member by
     /// member (its first bytes checked) as read whole (its header parsed): the search above
     /// found them worded apart.

@@ -18,7 +18,9 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
-use super::{array_first, run_piece, trusted, window_piece, ArrayEnd, Prefix, Stop, WINDOW_MARGIN};
+use super::{
+    array_first, longer, run_piece, trusted, window_piece, ArrayEnd, Prefix, Stop, WINDOW_MARGIN,
+};
 
 /// One window of the text: `own` bytes from `start`, then up to [`WINDOW_MARGIN`] bytes of the
 /// next window's (fewer at the end), all in `text`.
@@ -282,11 +284,7 @@ impl<P: Producer> InOrder<P> {
                                 if trusted(stop, seen, total) {
                                     break Some((t, stop));
                                 }
-                                to = at
-                                    + (to - at)
-                                        .max(WINDOW_MARGIN)
-                                        .saturating_mul(2)
-                                        .min(total - at);
+                                to = longer(at, to, total);
                             };
                             match redone {
                                 Some(d) => {
@@ -303,22 +301,10 @@ impl<P: Producer> InOrder<P> {
                         }
                     };
                     out.push(t);
-                    let end = match stop {
-                        Stop::Next(b) => {
-                            at = b;
-                            continue;
-                        }
-                        Stop::End(e) => ArrayEnd {
-                            end: Some(e),
-                            cut_at: None,
-                        },
-                        Stop::Cut(c) => ArrayEnd {
-                            end: None,
-                            cut_at: Some(c),
-                        },
-                        Stop::Bad(b) => return Err(b),
-                    };
-                    return Ok(Some((out, end, at)));
+                    if let Some(end) = stop.array_end()? {
+                        return Ok(Some((out, end, at)));
+                    }
+                    at = stop.at();
                 }
                 match self.recv() {
                     Msg::Window(win) => {

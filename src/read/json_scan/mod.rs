@@ -400,6 +400,23 @@ pub(crate) fn walk_elements(
 }
 
 impl Stop {
+    /// How the array ended where a walk stopped past its end or inside an element, `None`
+    /// where it stopped at the next element (the walk goes on), `Err` where it is no array.
+    pub(crate) fn array_end(self) -> Result<Option<ArrayEnd>, usize> {
+        match self {
+            Stop::Next(_) => Ok(None),
+            Stop::End(e) => Ok(Some(ArrayEnd {
+                end: Some(e),
+                cut_at: None,
+            })),
+            Stop::Cut(c) => Ok(Some(ArrayEnd {
+                end: None,
+                cut_at: Some(c),
+            })),
+            Stop::Bad(b) => Err(b),
+        }
+    }
+
     /// Where the walk stopped.
     pub(crate) fn at(self) -> usize {
         match self {
@@ -545,28 +562,13 @@ fn verify_pieces<T>(
     loop {
         let (t, stop) = results[k].take().expect("each piece is taken once");
         out.push(t);
-        match stop {
-            Stop::Next(b) => {
-                k += 1;
-                if cuts[k] != b {
-                    results[k] = Some(task(buf, b, limits[k]));
-                }
-            }
-            Stop::End(e) => {
-                let end = ArrayEnd {
-                    end: Some(e),
-                    cut_at: None,
-                };
-                return Ok((out, end));
-            }
-            Stop::Cut(c) => {
-                let end = ArrayEnd {
-                    end: None,
-                    cut_at: Some(c),
-                };
-                return Ok((out, end));
-            }
-            Stop::Bad(b) => return Err(b),
+        if let Some(end) = stop.array_end()? {
+            return Ok((out, end));
+        }
+        k += 1;
+        let next = stop.at();
+        if cuts[k] != next {
+            results[k] = Some(task(buf, next, limits[k]));
         }
     }
 }
@@ -790,34 +792,16 @@ pub(crate) fn walk_array_windows<T: Send>(
                     if trusted(stop, seen, total) {
                         break (t, stop);
                     }
-                    to = at
-                        + (to - at)
-                            .max(WINDOW_MARGIN)
-                            .saturating_mul(2)
-                            .min(total - at);
+                    to = longer(at, to, total);
                 }
             }
         };
         let (t, stop) = done;
         out.push(t);
-        match stop {
-            Stop::Next(b) => at = b,
-            Stop::End(e) => {
-                let end = ArrayEnd {
-                    end: Some(e),
-                    cut_at: None,
-                };
-                return Ok(Some((out, end, at)));
-            }
-            Stop::Cut(c) => {
-                let end = ArrayEnd {
-                    end: None,
-                    cut_at: Some(c),
-                };
-                return Ok(Some((out, end, at)));
-            }
-            Stop::Bad(b) => return Err(b),
+        if let Some(end) = stop.array_end()? {
+            return Ok(Some((out, end, at)));
         }
+        at = stop.at();
     }
 }
 
@@ -863,6 +847,15 @@ fn run_piece<T>(
         Stop::Bad(i) => Stop::Bad(base + i),
     };
     (t, stop, base + view.len())
+}
+
+/// The stretch from `at` a piece redone over the text through `to` is given next, having come
+/// too near its end: twice as long (at least twice the margin), up to the text's end.
+fn longer(at: usize, to: usize, total: usize) -> usize {
+    at + (to - at)
+        .max(WINDOW_MARGIN)
+        .saturating_mul(2)
+        .min(total - at)
 }
 
 /// Whether a piece's stop can be taken: it was given the whole text's rest, or stopped well
