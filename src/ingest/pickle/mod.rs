@@ -554,6 +554,17 @@ pub(crate) fn parse_stream_into_with<'a>(
     sink: &'a mut dyn RecordSink,
     mode: ReadMode,
 ) -> Result<Streamed, PickleError> {
+    parse_stream_into_threaded(src, shape, sink, mode, reader::ahead::builder())
+}
+
+/// [`parse_stream_into_with`], the thread ahead (`ReadMode::Ahead`) made by `builder`.
+fn parse_stream_into_threaded<'a>(
+    src: Box<dyn std::io::Read + Send + 'a>,
+    shape: &'static RecordShape,
+    sink: &'a mut dyn RecordSink,
+    mode: ReadMode,
+    builder: std::thread::Builder,
+) -> Result<Streamed, PickleError> {
     let read = |input: reader::Input<'_>, sink: &mut dyn RecordSink| {
         let mut r = reader::Reader::new(input, true, Some(shape));
         r.sink = Some(sink);
@@ -565,7 +576,7 @@ pub(crate) fn parse_stream_into_with<'a>(
     if mode != ReadMode::Ahead {
         return read(reader::Input::new(src), sink);
     }
-    std::thread::scope(|s| match reader::ahead::spawn(s, src) {
+    std::thread::scope(|s| match reader::ahead::spawn(s, src, builder) {
         // The reader (and so the thread's channel) is gone when `read` returns, which ends
         // the thread the scope then waits for.
         Ok(chunks) => read(reader::Input::from_chunks(chunks), sink),

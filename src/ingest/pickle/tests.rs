@@ -826,6 +826,44 @@ fn nearly_every_entry_of_a_real_snapshot_is_read_by_the_direct_path_and_decoded_
     assert_eq!((k.direct_records, kept.records.len()), (0, n));
 }
 
+/// Where the thread ahead cannot be started (out of threads or memory), the reader reads its
+/// source on its own thread, from the first byte: the records of a snapshot torch wrote are
+/// those read with the thread, and none was decoded ahead.
+#[test]
+fn a_snapshot_whose_thread_ahead_cannot_start_is_read_whole_on_the_readers_thread() {
+    // A stack no machine can map: the spawn fails (checked, or the test would prove nothing).
+    let refused = || std::thread::Builder::new().stack_size(usize::MAX >> 2);
+    assert!(
+        refused().spawn(|| ()).is_err(),
+        "the thread was made after all"
+    );
+    let f = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/sample_traces/corpus/nanogpt_train_fp16_accum/snapshot.pickle.gz"
+    );
+    let gz = std::fs::read(f).unwrap();
+    let shape = &crate::ingest::snapshot::HISTORY_ENTRY;
+    let mut with = Taken::default();
+    let src = flate2::read::GzDecoder::new(&gz[..]);
+    let a = parse_stream_into_with(Box::new(src), shape, &mut with, ReadMode::Ahead).unwrap();
+    assert!(a.decoded_ahead > 0);
+    let mut without = Taken::default();
+    let src = flate2::read::GzDecoder::new(&gz[..]);
+    let b = super::parse_stream_into_threaded(
+        Box::new(src),
+        shape,
+        &mut without,
+        ReadMode::Ahead,
+        refused(),
+    )
+    .unwrap();
+    assert_eq!(b.decoded_ahead, 0, "decoded ahead with no thread");
+    assert!(b.cut.is_none() && b.read_error.is_none());
+    assert!(without.records.len() > 5_000, "{}", without.records.len());
+    assert_eq!(without.written, with.written);
+    assert_eq!(b.direct_records, a.direct_records);
+}
+
 /// Writes a history entry's opening whose keys are written out (and memoized), as the first
 /// entry of a history is, up to its `action` pair: the memo index of the `action` key.
 fn first_entry_opening(w: &mut W) -> usize {

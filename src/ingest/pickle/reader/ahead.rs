@@ -24,28 +24,33 @@ pub(in crate::ingest::pickle) struct Chunks {
     spent_decoded: SyncSender<Decoded>,
 }
 
-/// Starts reading `src` in chunks on a thread of `scope`, each chunk's entries decoded. The
-/// source comes back where the thread cannot be started, to be read the plain way.
+/// The thread's builder (named, so that a profile tells the thread apart).
+pub(in crate::ingest::pickle) fn builder() -> std::thread::Builder {
+    std::thread::Builder::new().name("decode-ahead".into())
+}
+
+/// Starts reading `src` in chunks on a thread of `scope` made by `builder` ([`builder`]; the
+/// tests give one that cannot start), each chunk's entries decoded. The source comes back,
+/// unread, where the thread cannot be started, to be read the plain way.
 pub(in crate::ingest::pickle) fn spawn<'scope, 'env>(
     scope: &'scope Scope<'scope, 'env>,
     src: Box<dyn Read + Send + 'env>,
+    builder: std::thread::Builder,
 ) -> Result<Chunks, Box<dyn Read + Send + 'env>> {
     let (ends, chunks) = read_ahead::channels::<Decoded>(AHEAD);
     let (spent_decoded, back_decoded) = sync_channel::<Decoded>(AHEAD + 2);
     // The source goes to the thread once it runs, so that a thread not started leaves it here.
     let (give, take) = sync_channel::<Box<dyn Read + Send + 'env>>(1);
-    let started = std::thread::Builder::new()
-        .name("decode-ahead".into())
-        .spawn_scoped(scope, move || {
-            if let Ok(src) = take.recv() {
-                read_ahead::feed(src, ends, CHUNK, |chunk, base| {
-                    let mut d = back_decoded.try_recv().unwrap_or_default();
-                    d.clear();
-                    d.decode_chunk(chunk, base);
-                    d
-                });
-            }
-        });
+    let started = builder.spawn_scoped(scope, move || {
+        if let Ok(src) = take.recv() {
+            read_ahead::feed(src, ends, CHUNK, |chunk, base| {
+                let mut d = back_decoded.try_recv().unwrap_or_default();
+                d.clear();
+                d.decode_chunk(chunk, base);
+                d
+            });
+        }
+    });
     if started.is_err() {
         return Err(src);
     }
