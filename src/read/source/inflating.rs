@@ -174,10 +174,14 @@ impl Inflating {
     /// Starts inflating the member in `raw` (whose stated size is `len`) on a thread of its
     /// own, its windows read by the [`StreamText`] returned; `None` where no thread can be had.
     pub(super) fn start(raw: super::Bytes, len: usize) -> Option<StreamText> {
+        // Enough windows for every parse thread to have one and the writer to fill the next.
+        Self::start_capped(raw, len, 2 * rayon::current_num_threads().max(1) + 2)
+    }
+
+    /// [`Inflating::start`] with at most `cap` buffers out while the parse asks for no more.
+    fn start_capped(raw: super::Bytes, len: usize, cap: usize) -> Option<StreamText> {
         let header = header_len(&raw)?;
         let (tx, rx) = std::sync::mpsc::channel();
-        // Enough windows for every parse thread to have one and the writer to fill the next.
-        let cap = 2 * rayon::current_num_threads().max(1) + 2;
         let ring = Arc::new(Ring {
             state: Mutex::new(RingState {
                 free: Vec::new(),
@@ -508,6 +512,44 @@ mod tests {
             }
         }
         assert_eq!((at, seen), (data.len(), 6));
+    }
+
+    /// The writer sends a window it has filled before it waits for a buffer for the next: a
+    /// parse that hands each window back only once it has the next (as it does while a piece
+    /// runs past a window's end) does not wait on a writer that waits on it, even with two
+    /// buffers in all. (Asking for the buffer first hung so, with every buffer out.)
+    #[test]
+    fn a_parse_holding_each_window_until_the_next_arrives_does_not_wait_on_the_writer() {
+        use std::sync::mpsc::RecvTimeoutError;
+        let data = text(6 * WINDOW + 777);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let file = super::super::Bytes::Owned(gz(&data, 1));
+            let t = Inflating::start_capped(file, data.len(), 2).unwrap();
+            let (mut held, mut at) = (None, 0);
+            loop {
+                match t.recv_for_test() {
+                    Msg::Window(w) => {
+                        assert_eq!(w.start, at);
+                        at += w.own;
+                        if let Some(before) = held.replace(w.text) {
+                            t.producer().release(Some(before));
+                        }
+                    }
+                    Msg::Ended(ok) => {
+                        assert!(ok);
+                        break;
+                    }
+                    Msg::Done => unreachable!(),
+                }
+            }
+            done.send(at == data.len()).unwrap();
+        });
+        match finished.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(whole) => assert!(whole, "the windows stopped short of the text"),
+            Err(RecvTimeoutError::Timeout) => panic!("the writer and the parse wait on each other"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the reading thread panicked"),
+        }
     }
 
     /// What this path does not read ends it, for the usual path to read: two members, a
