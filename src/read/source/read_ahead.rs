@@ -22,12 +22,19 @@ pub(crate) struct Chunks<T> {
     spent: SyncSender<Vec<u8>>,
     chunk: Vec<u8>,
     at: usize,
+    /// Bytes each chunk's buffer has before its own ([`channels`]).
+    head: usize,
     done: bool,
 }
 
-/// The channels between a thread that reads chunks and their reader, `ahead` chunks deep.
+/// The channels between a thread that reads chunks and their reader, `ahead` chunks deep;
+/// each chunk's buffer has `head` bytes of room before the chunk's own, for a reader that
+/// takes the buffer whole ([`Chunks::next_whole`]) to put in front what it has not read yet.
 #[allow(clippy::type_complexity)]
-pub(crate) fn channels<T>(ahead: usize) -> ((SyncSender<Sent<T>>, Receiver<Vec<u8>>), Chunks<T>) {
+pub(crate) fn channels<T>(
+    ahead: usize,
+    head: usize,
+) -> ((SyncSender<Sent<T>>, Receiver<Vec<u8>>), Chunks<T>) {
     let (tx, chunks) = sync_channel::<Sent<T>>(ahead);
     let (spent, back) = sync_channel::<Vec<u8>>(ahead + 2);
     (
@@ -37,31 +44,34 @@ pub(crate) fn channels<T>(ahead: usize) -> ((SyncSender<Sent<T>>, Receiver<Vec<u
             spent,
             chunk: Vec::new(),
             at: 0,
+            head,
             done: false,
         },
     )
 }
 
-/// The reading thread's loop: reads `src` in chunks of `size`, hands each with what `work`
-/// makes of it (given the chunk and its offset in the stream) to the reader, until the
-/// source ends or fails or the reader is gone.
+/// The reading thread's loop: reads `src` in chunks of `size` (each after `head` bytes of
+/// room in its buffer, as [`channels`] was told), hands each with what `work` makes of it
+/// (given the chunk and its offset in the stream) to the reader, until the source ends or
+/// fails or the reader is gone.
 pub(crate) fn feed<T>(
     mut src: impl Read,
     (tx, back): (SyncSender<Sent<T>>, Receiver<Vec<u8>>),
     size: usize,
+    head: usize,
     mut work: impl FnMut(&[u8], u64) -> T,
 ) {
     let mut base = 0u64;
     loop {
         let mut buf = back.try_recv().unwrap_or_default();
-        buf.resize(size, 0);
+        buf.resize(head + size, 0);
         let mut n = 0;
         let err = loop {
-            match src.read(&mut buf[n..]) {
+            match src.read(&mut buf[head + n..]) {
                 Ok(0) => break None,
                 Ok(k) => {
                     n += k;
-                    if n == buf.len() {
+                    if n == size {
                         break None;
                     }
                 }
@@ -69,10 +79,10 @@ pub(crate) fn feed<T>(
                 Err(e) => break Some(e),
             }
         };
-        buf.truncate(n);
+        buf.truncate(head + n);
         let end = n < size || err.is_some();
         if n > 0 {
-            let made = work(&buf, base);
+            let made = work(&buf[head..], base);
             base += n as u64;
             if tx.send(Ok((buf, made))).is_err() {
                 return;
@@ -96,31 +106,55 @@ impl<T> Chunks<T> {
         mut made: impl FnMut(T),
     ) -> io::Result<usize> {
         while self.at == self.chunk.len() {
-            if self.done {
-                return Ok(0);
-            }
-            match self.chunks.recv() {
-                Ok(Ok((next, m))) => {
+            match self.next_whole(&mut made)? {
+                Some(next) => {
                     let old = std::mem::replace(&mut self.chunk, next);
-                    // A full channel back only means the thread has buffers enough.
-                    let _ = self.spent.try_send(old);
-                    self.at = 0;
-                    made(m);
+                    self.give_back(old);
+                    self.at = self.head;
                 }
-                Ok(Err(e)) => {
-                    self.done = true;
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.done = true;
-                    return Ok(0);
-                }
+                None => return Ok(0),
             }
         }
         let n = out.len().min(self.chunk.len() - self.at);
         out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
         self.at += n;
         Ok(n)
+    }
+
+    /// Whether every byte of the chunks taken so far has been read: the next is to be had
+    /// whole ([`Chunks::next_whole`]).
+    pub(crate) fn between_chunks(&self) -> bool {
+        self.at == self.chunk.len()
+    }
+
+    /// The next chunk's buffer itself, its bytes after the room [`channels`] was told of
+    /// (what the thread made of it goes to `made`); `None` at the end. Only between chunks
+    /// ([`Chunks::between_chunks`]): the reader hands it back with [`Chunks::give_back`].
+    pub(crate) fn next_whole(&mut self, mut made: impl FnMut(T)) -> io::Result<Option<Vec<u8>>> {
+        debug_assert!(self.between_chunks());
+        if self.done {
+            return Ok(None);
+        }
+        match self.chunks.recv() {
+            Ok(Ok((next, m))) => {
+                made(m);
+                Ok(Some(next))
+            }
+            Ok(Err(e)) => {
+                self.done = true;
+                Err(e)
+            }
+            Err(_) => {
+                self.done = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// A buffer the reader is done with, for the thread to fill again.
+    pub(crate) fn give_back(&self, buf: Vec<u8>) {
+        // A full channel back only means the thread has buffers enough.
+        let _ = self.spent.try_send(buf);
     }
 }
 
@@ -131,10 +165,10 @@ impl ReadAhead {
     /// Starts reading `src` on a new thread. The thread ends at the source's end or error,
     /// or once this reader is dropped.
     pub(super) fn new(src: Box<dyn Read + Send>) -> io::Result<ReadAhead> {
-        let (ends, chunks) = channels(AHEAD);
+        let (ends, chunks) = channels(AHEAD, 0);
         std::thread::Builder::new()
             .name("read-ahead".into())
-            .spawn(move || feed(src, ends, CHUNK, |_, _| ()))?;
+            .spawn(move || feed(src, ends, CHUNK, 0, |_, _| ()))?;
         Ok(ReadAhead(chunks))
     }
 }

@@ -16,6 +16,11 @@ use crate::read::source::read_ahead;
 const CHUNK: usize = if cfg!(test) { 4099 } else { 1 << 20 };
 /// Chunks read and not yet taken, at most.
 const AHEAD: usize = 16;
+/// Room before each chunk's bytes in its buffer, for the bytes the reader has not taken yet
+/// when it takes the buffer whole ([`Chunks::next_whole`]): an entry's scan asks for 4 KiB
+/// at most. In the tests less than that, so that entries fall across hand-overs as well as
+/// across chunks, and the copying read still runs for what is longer.
+pub(super) const HEAD: usize = if cfg!(test) { 61 } else { 64 << 10 };
 
 /// The reading end: chunks in order with their decoded entries, and the decoded batches
 /// spent, sent back to be filled again.
@@ -37,13 +42,13 @@ pub(in crate::ingest::pickle) fn spawn<'scope, 'env>(
     src: Box<dyn Read + Send + 'env>,
     builder: std::thread::Builder,
 ) -> Result<Chunks, Box<dyn Read + Send + 'env>> {
-    let (ends, chunks) = read_ahead::channels::<Decoded>(AHEAD);
+    let (ends, chunks) = read_ahead::channels::<Decoded>(AHEAD, HEAD);
     let (spent_decoded, back_decoded) = sync_channel::<Decoded>(AHEAD + 2);
     // The source goes to the thread once it runs, so that a thread not started leaves it here.
     let (give, take) = sync_channel::<Box<dyn Read + Send + 'env>>(1);
     let started = builder.spawn_scoped(scope, move || {
         if let Ok(src) = take.recv() {
-            read_ahead::feed(src, ends, CHUNK, |chunk, base| {
+            read_ahead::feed(src, ends, CHUNK, HEAD, |chunk, base| {
                 let mut d = back_decoded.try_recv().unwrap_or_default();
                 d.clear();
                 d.decode_chunk(chunk, base);
@@ -72,6 +77,26 @@ impl Chunks {
         decoded: &mut VecDeque<Decoded>,
     ) -> io::Result<usize> {
         self.chunks.read_with(out, |d| decoded.push_back(d))
+    }
+
+    /// Whether the chunks taken so far have been read to their end ([`Chunks::next_whole`]).
+    pub(super) fn between_chunks(&self) -> bool {
+        self.chunks.between_chunks()
+    }
+
+    /// The next chunk's buffer itself, its bytes from [`HEAD`] on (`None` at the end), its
+    /// decoded entries to `decoded`; only between chunks. The reader gives its last buffer
+    /// back with [`Chunks::give_back`].
+    pub(super) fn next_whole(
+        &mut self,
+        decoded: &mut VecDeque<Decoded>,
+    ) -> io::Result<Option<Vec<u8>>> {
+        self.chunks.next_whole(|d| decoded.push_back(d))
+    }
+
+    /// A buffer the reader is done with, for the thread to fill again.
+    pub(super) fn give_back(&self, buf: Vec<u8>) {
+        self.chunks.give_back(buf);
     }
 
     /// A batch of decoded entries the reader has passed, sent back to be filled again.

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read};
 
 use super::super::PickleError;
-use super::ahead::Chunks;
+use super::ahead::{Chunks, HEAD};
 use super::entry::Decoded;
 
 /// The window's starting size; it grows only for a single opcode argument larger than it.
@@ -31,7 +31,9 @@ pub(in crate::ingest::pickle) struct Input<'r> {
     /// The next byte to read is `buf[pos]`; `buf[pos..end]` is read and not yet taken.
     pos: usize,
     end: usize,
-    /// The offset in the whole input of `buf[0]`.
+    /// The offset in the whole input of `buf[0]`, modulo 2^64: a chunk taken whole puts
+    /// `buf[0]` in the room before its bytes, which for the first chunk lies before the
+    /// input's start (only offsets of `buf[pos..]` are ever taken).
     base: usize,
     eof: bool,
     /// A read error other than the input's end, kept for the caller (a corrupt or cut gzip
@@ -65,7 +67,7 @@ impl<'r> Input<'r> {
     /// The offset in the whole input of the next byte.
     #[inline]
     pub(in crate::ingest::pickle) fn offset(&self) -> usize {
-        self.base + self.pos
+        self.base.wrapping_add(self.pos)
     }
 
     /// The read error that ended the input early, if one did.
@@ -76,9 +78,40 @@ impl<'r> Input<'r> {
     /// Makes `n` bytes available at `pos`, reading on; false where the input ends first.
     #[cold]
     fn fill(&mut self, n: usize) -> bool {
+        if let Src::Ahead(a) = &mut self.src {
+            // The thread's chunks taken whole, the bytes not yet taken put in the room before
+            // the chunk's own: nothing is copied but those (each chunk copied into the window
+            // had been about 4% of the reader's thread on a GB snapshot).
+            while self.end - self.pos < n && !self.eof {
+                let rest = self.end - self.pos;
+                if rest > HEAD || !a.between_chunks() {
+                    break;
+                }
+                match a.next_whole(&mut self.decoded) {
+                    Ok(Some(mut chunk)) => {
+                        let start = HEAD - rest;
+                        chunk[start..HEAD].copy_from_slice(&self.buf[self.pos..self.end]);
+                        // `buf[0]`'s offset may lie before the input's start (the first chunk:
+                        // nothing before it): offsets are taken at or past `pos` only.
+                        self.base = self.base.wrapping_add(self.pos).wrapping_sub(start);
+                        a.give_back(std::mem::replace(&mut self.buf, chunk));
+                        self.pos = start;
+                        self.end = self.buf.len();
+                    }
+                    Ok(None) => self.eof = true,
+                    Err(e) => {
+                        self.error = Some(e);
+                        self.eof = true;
+                    }
+                }
+            }
+            if self.end - self.pos >= n || self.eof {
+                return self.end - self.pos >= n;
+            }
+        }
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
-            self.base += self.pos;
+            self.base = self.base.wrapping_add(self.pos);
             self.end -= self.pos;
             self.pos = 0;
         }
@@ -118,7 +151,7 @@ impl<'r> Input<'r> {
         }
         if self.end - self.pos < n && !self.fill(n) {
             return Err(PickleError::Truncated {
-                offset: self.base + self.end,
+                offset: self.base.wrapping_add(self.end),
             });
         }
         let s = &self.buf[self.pos..self.pos + n];
@@ -131,9 +164,14 @@ impl<'r> Input<'r> {
     #[inline]
     pub(in crate::ingest::pickle) fn ahead(&mut self, n: usize) -> &[u8] {
         if self.end - self.pos < n {
-            // Half a window or more, so that the bytes kept are moved once in that many
-            // (a source may hand out a few KB a read).
-            self.fill(n.max(self.buf.len() / 2));
+            // From a reader, half a window or more, so that the bytes kept are moved once in
+            // that many (a source may hand out a few KB a read); the thread ahead's chunks
+            // come whole, the bytes kept put in front of them.
+            let want = match self.src {
+                Src::Read(_) => n.max(self.buf.len() / 2),
+                Src::Ahead(_) => n,
+            };
+            self.fill(want);
         }
         &self.buf[self.pos..self.end]
     }
@@ -205,7 +243,7 @@ impl<'r> Input<'r> {
             }
             if !self.fill(1) {
                 return Err(PickleError::Truncated {
-                    offset: self.base + self.end,
+                    offset: self.base.wrapping_add(self.end),
                 });
             }
         }
