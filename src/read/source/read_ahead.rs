@@ -240,6 +240,51 @@ mod tests {
         }
     }
 
+    /// With room before each chunk, a reader that copies (`read_with`) gets every byte in
+    /// order, and one that takes the buffers whole (`next_whole`) gets the chunks in order
+    /// after the room, what the thread made of each before its bytes, then the source's end.
+    #[test]
+    fn chunks_with_room_before_them_read_as_the_stream_either_way() {
+        let bytes: Vec<u8> = (0..5 * 1000 + 77).map(|i| (i * 13 % 251) as u8).collect();
+        for whole in [false, true] {
+            let (ends, mut chunks) = channels::<u64>(2, 7);
+            let src = Source {
+                bytes: bytes.clone(),
+                at: 0,
+                step: 333,
+                fail: false,
+            };
+            let t = std::thread::spawn(move || {
+                feed(src, ends, 1000, 7, |c, base| base + c.len() as u64)
+            });
+            let (mut got, mut made) = (Vec::new(), Vec::new());
+            if whole {
+                while let Some(buf) = chunks.next_whole(|m| made.push(m)).unwrap() {
+                    assert!(buf.len() > 7);
+                    got.extend_from_slice(&buf[7..]);
+                    chunks.give_back(buf);
+                }
+            } else {
+                let mut out = vec![0u8; 450];
+                loop {
+                    match chunks.read_with(&mut out, |m| made.push(m)).unwrap() {
+                        0 => break,
+                        n => got.extend_from_slice(&out[..n]),
+                    }
+                }
+            }
+            t.join().unwrap();
+            assert!(
+                got == bytes,
+                "whole {whole}: {} of {} bytes",
+                got.len(),
+                bytes.len()
+            );
+            // Each chunk's end offset, as the thread made it: 1000 bytes a chunk.
+            assert_eq!(made, [1000, 2000, 3000, 4000, 5000, 5077], "whole {whole}");
+        }
+    }
+
     #[test]
     fn a_reader_dropped_early_ends_the_thread_without_reading_on() {
         let src = Source {
