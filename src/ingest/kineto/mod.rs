@@ -877,6 +877,18 @@ mod tests {
         format!("{s} {:?}", d.lines()).replace(&*p, "P")
     }
 
+    /// [`load`] of `path` on a pool of `threads` threads: the trace (or the error) and the
+    /// warnings.
+    fn load_on(path: &Path, threads: usize) -> (Result<KinetoTrace, Error>, Diagnostics) {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut d = Diagnostics::default();
+        let t = pool.install(|| load(path, &mut d));
+        (t, d)
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
         // A text changed at random (bytes of JSON structure put in or taken out, a stretch
@@ -983,12 +995,7 @@ mod tests {
             let whole = from_bytes(&path, text.as_bytes().to_vec(), false, &mut dw);
             let want = as_read(&path, whole, &dw);
             for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let mut d = Diagnostics::default();
-                let t = pool.install(|| load(&path, &mut d));
+                let (t, d) = load_on(&path, threads);
                 let resume = t.as_ref().ok().and_then(|t| t.gzip_resume.clone());
                 // Compared whole, said short: a difference prints the tables of 90,000 events.
                 let got = as_read(&path, t, &d);
@@ -1031,12 +1038,7 @@ mod tests {
                 .and_then(|src| from_bytes(&path, src.bytes, src.truncated_gzip, &mut dw));
             let want = as_read(&path, whole, &dw);
             for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let mut d = Diagnostics::default();
-                let t = pool.install(|| load(&path, &mut d));
+                let (t, d) = load_on(&path, threads);
                 let got = as_read(&path, t, &d);
                 assert!(
                     got == want,
@@ -1088,13 +1090,7 @@ mod tests {
             bad[at] ^= 0x5a;
             std::fs::write(&path, &bad).unwrap();
             for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let err = pool
-                    .install(|| load(&path, &mut Diagnostics::default()))
-                    .unwrap_err();
+                let err = load_on(&path, threads).0.unwrap_err();
                 assert!(err.to_string().contains(what), "{err}");
             }
         }
