@@ -211,7 +211,16 @@ pub fn write_into(
     ) -> Task<'a> {
         named(name, Box::new(move || w(&dir.join(name))))
     }
-    let mut tasks: Vec<Task<'_>> = vec![
+    let mut tasks: Vec<Task<'_>> = Vec::new();
+    // The annotated trace first: the longest task (tens of MB formatted, and for a gzip input
+    // compressed), started while the short ones fill the other threads.
+    if opts.annotated_trace {
+        tasks.push(file(dir, annotated::file_name(t), |p| {
+            let h = head.lock().unwrap_or_else(|e| e.into_inner()).take();
+            annotated::write(p, t, a, opts.compact, h)
+        }));
+    }
+    tasks.extend([
         file(dir, "summary.json", |p| write_summary(p, a, diag)),
         file(dir, "node_stats.csv", |p| write_node_stats(p, t, a)),
         file(dir, "node_iterations.csv", |p| {
@@ -230,16 +239,10 @@ pub fn write_into(
         named("graph.json/dot", Box::new(|| memory::write_graph(dir, a))),
         file(dir, "kernels.csv", |p| write_kernels(p, a)),
         file(dir, "streams.csv", |p| write_streams(p, a)),
-    ];
+    ]);
     #[cfg(feature = "parquet")]
     for (w, name) in frames::writers().into_iter().zip(frames::FILES) {
         tasks.push(named(name, Box::new(move || w(dir, t, a))));
-    }
-    if opts.annotated_trace {
-        tasks.push(file(dir, annotated::file_name(t), |p| {
-            let h = head.lock().unwrap_or_else(|e| e.into_inner()).take();
-            annotated::write(p, t, a, opts.compact, h)
-        }));
     }
     for (job, slot) in plots.iter().zip(&svgs) {
         let plot_dir = &plot_dir;
