@@ -794,5 +794,15 @@ pub fn drop_aside<T: Send + 'static>(v: T) {
         .spawn(move || drop(v));
 }
 
+/// `data` as one gzip stream at zlib `level`, as torch writes a `.json.gz` (tests of every
+/// module that reads one).
+#[cfg(test)]
+pub(crate) fn gzip_stream(data: &[u8], level: u32) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+    enc.write_all(data).expect("in memory");
+    enc.finish().expect("in memory")
+}
+
 #[cfg(test)]
 mod tests;

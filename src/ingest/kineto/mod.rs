@@ -718,6 +718,14 @@ mod tests {
             .collect()
     }
 
+    /// A trace of `events`, joined by `sep`, with one member after the array.
+    fn trace_of(events: &[String], sep: &str) -> String {
+        format!(
+            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
+            events.join(sep)
+        )
+    }
+
     fn assert_same_tables(a: &KinetoTrace, b: &KinetoTrace) {
         assert_eq!(a.ops, b.ops);
         assert_eq!(a.runtime, b.runtime);
@@ -752,10 +760,7 @@ mod tests {
         assert_eq!(format!("{dm:?}"), format!("{d_o:?}"));
 
         let events = named_events(&format!("x{}", ", {}".repeat(5_000)), 100);
-        let text = format!(
-            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
-            events.join(",\n  ")
-        );
+        let text = trace_of(&events, ",\n  ");
         let [(m, dm), (o, d_o)] = mapped_and_in_memory(text.into_bytes());
         assert_eq!(m.ops.len(), 100);
         assert!(dm.is_empty() && d_o.is_empty(), "{dm:?}");
@@ -808,10 +813,7 @@ mod tests {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces/resnet18/trace.json.gz");
         let real = source::read(&sample).unwrap().bytes.to_vec();
         let events = named_events(&format!("x{}", ", {".repeat(3_000)), 60);
-        let strings = format!(
-            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
-            events.join(",\n  ")
-        );
+        let strings = trace_of(&events, ",\n  ");
         let bad = r#"{"ph": "X", "cat": "cpu_op", "name": "b", "ts": 2, "dur": 1, "args": "oops"}"#;
         let mut cut = format!("{{\"traceEvents\": [{}, {bad},", events[..30].join(", "));
         // White space up to a multiple of 4 KiB: members of 4 KiB then start one at the event
@@ -909,7 +911,7 @@ mod tests {
                     .join("sample_traces/resnet18/trace.json.gz");
                 let real = source::read(&sample).unwrap().bytes.to_vec();
                 let events = named_events(&format!("x{}", ", {".repeat(300)), 40);
-                let strings = format!(r#"{{"traceEvents": [{}], "traceName": "t"}}"#, events.join(",\n "));
+                let strings = trace_of(&events, ",\n ");
                 vec![real[..200_000].to_vec(), real[real.len() - 150_000..].to_vec(), strings.into_bytes()]
             });
             let mut text = seeds[seed].clone();
@@ -953,7 +955,6 @@ mod tests {
     // text's own.
     #[test]
     fn a_single_gzip_stream_read_a_window_at_a_time_parses_as_its_text_read_whole() {
-        use std::io::Write;
         // Names full of `, {` (wrong guesses) and enough events to pass the text kept.
         let events = named_events(&format!("x{}", ", {".repeat(40)), 90_000);
         let body = events.join(",\n  ");
@@ -988,9 +989,7 @@ mod tests {
         ] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("trace.json.gz");
-            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
-            enc.write_all(text.as_bytes()).unwrap();
-            std::fs::write(&path, enc.finish().unwrap()).unwrap();
+            std::fs::write(&path, source::gzip_stream(text.as_bytes(), 6)).unwrap();
             let mut dw = Diagnostics::default();
             let whole = from_bytes(&path, text.as_bytes().to_vec(), false, &mut dw);
             let want = as_read(&path, whole, &dw);
@@ -1017,15 +1016,9 @@ mod tests {
     // never a hang.
     #[test]
     fn a_single_gzip_stream_broken_midway_is_read_as_the_whole_read_reads_it() {
-        use std::io::Write;
         let events = named_events("op", 120_000);
-        let text = format!(
-            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
-            events.join(",\n  ")
-        );
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
-        enc.write_all(text.as_bytes()).unwrap();
-        let gz = enc.finish().unwrap();
+        let text = trace_of(&events, ",\n  ");
+        let gz = source::gzip_stream(text.as_bytes(), 6);
         let mut bad = gz.clone();
         bad[gz.len() * 2 / 3] ^= 0x55;
         for (name, file) in [("cut", gz[..gz.len() * 2 / 3].to_vec()), ("bad byte", bad)] {
@@ -1073,10 +1066,7 @@ mod tests {
     #[test]
     fn a_capture_file_with_a_bad_member_is_refused_with_what_is_wrong() {
         let events = named_events("op", 2_000);
-        let text = format!(
-            r#"{{"traceEvents": [{}], "traceName": "t"}}"#,
-            events.join(",\n")
-        );
+        let text = trace_of(&events, ",\n");
         let file = members_file(text.as_bytes(), 20_000);
         let (m, _) = steptrace_formats::gzip_members::members(&file).unwrap();
         assert!(m.len() >= 5, "{} members", m.len());

@@ -189,9 +189,9 @@ impl<P: Producer> InOrder<P> {
 
     /// Walks the array whose `[` is at `start` (in the head [`Prefix::prefix`] copied, which
     /// must reach its first element) with `task(view, base, from, limit)` as
-    /// [`super::walk_array_windows`] does. `Ok(None)` where the text stopped arriving (the producer ended short or
-    /// unchecked: the caller reads the file another way), or the array's first element lies
-    /// past the head.
+    /// [`super::walk_array_windows`] does. `Ok(None)` where the text stopped arriving (the
+    /// producer ended short or unchecked: the caller reads the file another way), or the
+    /// array's first element lies past the head.
     pub(crate) fn walk<T: Send>(
         &mut self,
         start: usize,

@@ -428,13 +428,6 @@ fn run(ring: &Ring, raw: &[u8], header: usize, len: usize, tx: &Sender<Msg>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-
-    fn gz(data: &[u8], level: u32) -> Vec<u8> {
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
-        enc.write_all(data).unwrap();
-        enc.finish().unwrap()
-    }
 
     fn text(n: usize) -> Vec<u8> {
         let mut x = 9u32;
@@ -454,7 +447,7 @@ mod tests {
         // Longer than the stretch at the end where block starts are recorded, and than the
         // text kept of the end.
         let data = text(KEEP_TAIL + (3 << 20));
-        let file = gz(&data, 6);
+        let file = super::super::gzip_stream(&data, 6);
         let (out, blocks) = Inflating::whole_for_test(file.clone(), data.len()).unwrap();
         assert!(out == data);
         assert!(blocks.len() > 10, "{} blocks", blocks.len());
@@ -485,7 +478,11 @@ mod tests {
     #[test]
     fn windows_carry_the_next_ones_start_and_the_writer_waits_for_buffers_handed_back() {
         let data = text(5 * WINDOW + 12_345);
-        let t = Inflating::start(super::super::Bytes::Owned(gz(&data, 1)), data.len()).unwrap();
+        let t = Inflating::start(
+            super::super::Bytes::Owned(super::super::gzip_stream(&data, 1)),
+            data.len(),
+        )
+        .unwrap();
         let cap = 2 * rayon::current_num_threads().max(1) + 2;
         let mut seen = 0;
         let mut at = 0;
@@ -524,7 +521,7 @@ mod tests {
         let data = text(6 * WINDOW + 777);
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let file = super::super::Bytes::Owned(gz(&data, 1));
+            let file = super::super::Bytes::Owned(super::super::gzip_stream(&data, 1));
             let t = Inflating::start_capped(file, data.len(), 2).unwrap();
             let (mut held, mut at) = (None, 0);
             loop {
@@ -557,13 +554,13 @@ mod tests {
     #[test]
     fn anything_but_one_whole_member_of_the_stated_size_is_left_to_the_usual_path() {
         let data = text(1 << 20);
-        let one = gz(&data, 6);
+        let one = super::super::gzip_stream(&data, 6);
         let ended = |file: Vec<u8>, len: usize| {
             let t = Inflating::start(super::super::Bytes::Owned(file), len).unwrap();
             matches!(Inflating::finish(t), Ended::Elsewhere)
         };
         let mut two = one.clone();
-        two.extend_from_slice(&gz(b"more", 6));
+        two.extend_from_slice(&super::super::gzip_stream(b"more", 6));
         assert!(ended(two, data.len()));
         assert!(ended(one.clone(), data.len() - 1));
         assert!(ended(one.clone(), data.len() + 1));
@@ -581,7 +578,11 @@ mod tests {
     #[test]
     fn dropping_an_inflate_midway_stops_it() {
         let data = text(8 * WINDOW);
-        let mut t = Inflating::start(super::super::Bytes::Owned(gz(&data, 1)), data.len()).unwrap();
+        let mut t = Inflating::start(
+            super::super::Bytes::Owned(super::super::gzip_stream(&data, 1)),
+            data.len(),
+        )
+        .unwrap();
         let _ = crate::read::json_scan::Prefix::prefix(&mut t, 1);
         drop(t);
     }

@@ -1,10 +1,7 @@
 use super::*;
-use std::io::Write;
 
 fn gz(data: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(data).unwrap();
-    enc.finish().unwrap()
+    gzip_stream(data, 6)
 }
 
 /// A file as capture writes it: members that say their length, inflated on all threads.
