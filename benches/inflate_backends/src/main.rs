@@ -1,7 +1,8 @@
 //! One gzip stream's deflate data inflated by each library into one buffer of [`WINDOW`] bytes
 //! used again and again, as steptrace's single-stream read fills its ring of windows
 //! (`src/read/source.rs`, `Inflating`), on one thread; and libdeflate, which does not stream,
-//! into one buffer of the whole text's size, as the whole-text read did. Prints each one's
+//! into one buffer of the whole text's size; and zlib-rs into fresh memory of that size, as
+//! the whole-text read did before the ring (what the ring saves). Prints each one's
 //! fastest and median time of `ROUNDS` rounds (default 5, interleaved). The figures and the
 //! choice they made are in docs/performance.md ("Inflate libraries").
 
@@ -217,7 +218,7 @@ fn main() {
         );
         let mut window = vec![0u8; WINDOW];
         let mut whole = vec![0u8; len];
-        let mut times = vec![Vec::new(); streaming.len() + 1];
+        let mut times = vec![Vec::new(); streaming.len() + 2];
         let mut first: Option<Out> = None;
         for _ in 0..rounds {
             for (k, &(name, f)) in streaming.iter().enumerate() {
@@ -230,11 +231,24 @@ fn main() {
             let out = libdeflate_whole(body, &mut whole);
             times[streaming.len()].push(t.elapsed().as_secs_f64());
             assert_eq!(first, Some(out), "libdeflate differs");
+            // zlib-rs into fresh memory of the text's size, as the whole-text read did before
+            // the ring of windows (its page faults are what the ring saves).
+            let t = Instant::now();
+            // Zeroed by the allocator's fresh mapping, not by a pass over it: its pages are
+            // faulted in as the inflate writes them.
+            let mut fresh = vec![0u8; len];
+            let out = zlib_rs(body, &mut fresh);
+            times[streaming.len() + 1].push(t.elapsed().as_secs_f64());
+            assert_eq!(out.len, len, "zlib-rs into fresh memory");
+            drop(fresh);
         }
         let names = streaming
             .iter()
             .map(|&(n, _)| format!("{n}, 2 MiB window reused"))
-            .chain(["libdeflate, whole text (cannot stream)".to_string()]);
+            .chain([
+                "libdeflate, whole text (cannot stream)".to_string(),
+                "zlib-rs, into fresh memory of the text's size".to_string(),
+            ]);
         for (name, t) in names.zip(&mut times) {
             t.sort_by(f64::total_cmp);
             let median = t[t.len() / 2];
