@@ -1,15 +1,22 @@
 //! Writes a file the way `steptrace capture` writes its `.gz` files, with capture's own writer
 //! and level (`capture/src/finalize`): `cargo run --release -p steptrace-formats --example
-//! gzip_members -- IN OUT.json.gz`. IN may be plain or gzip. The benchmark makes its
-//! capture-form input with it, so that the file timed is the real writer's.
+//! gzip_members -- IN OUT.json.gz [MEMBER_KIB]`. IN may be plain or gzip. The benchmark makes
+//! its capture-form input with it, so that the file timed is the real writer's; MEMBER_KIB
+//! (default capture's 4096) writes members of another size, to measure what that changes.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [src, dst] = args.as_slice() else {
-        eprintln!("usage: gzip_members IN OUT.json.gz");
-        std::process::exit(2);
+    let (src, dst, piece) = match args.as_slice() {
+        [src, dst] => (src, dst, steptrace_formats::gzip_members::PIECE),
+        [src, dst, kib] if kib.parse::<usize>().is_ok_and(|k| k > 0) => {
+            (src, dst, kib.parse::<usize>().unwrap_or(1) << 10)
+        }
+        _ => {
+            eprintln!("usage: gzip_members IN OUT.json.gz [MEMBER_KIB]");
+            std::process::exit(2);
+        }
     };
     let mut file = BufReader::new(std::fs::File::open(src)?);
     let mut head = [0u8; 2];
@@ -22,6 +29,6 @@ fn main() -> std::io::Result<()> {
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out = BufWriter::new(std::fs::File::create(dst)?);
-    steptrace_formats::gzip_members::write(&mut input, &mut out, 6, threads)?;
+    steptrace_formats::gzip_members::write_sized(&mut input, &mut out, 6, threads, piece)?;
     out.flush()
 }

@@ -12,9 +12,12 @@
 use std::io::{self, Read, Write};
 
 /// Input bytes per member: big enough that a member's header and trailer (26 bytes) and the
-/// deflate stream's restart cost nothing measurable, small enough to spread a 100 MB trace
-/// over many cores.
-pub const PIECE: usize = 4 << 20;
+/// deflate stream's restart cost little (the 255 MB benchmark trace at level 6: 18.58 MB in
+/// 2 MiB members, 18.54 MB in 4 MiB ones, 18.65 MB in 1 MiB ones), small enough that a reader
+/// parsing a member a task keeps many cores busy: `analyze` (lean) of that trace on 16 cores
+/// took 0.152 s in 2 MiB members against 0.175 s in 4 MiB ones (plain 0.131 s), on 8 cores
+/// 0.177 against 0.206 s, and the same on 2 (docs/performance.md, "Member size").
+pub const PIECE: usize = 2 << 20;
 
 /// The subfield id in each member's extra field.
 pub const SUBFIELD: [u8; 2] = *b"ST";
@@ -146,14 +149,27 @@ pub fn write(
     level: u32,
     threads: usize,
 ) -> io::Result<()> {
+    write_sized(input, out, level, threads, PIECE)
+}
+
+/// [`write`] with members of `piece` bytes of input (at least 1, under 4 GiB): for measuring
+/// what the member size does to readers (`examples/gzip_members.rs`).
+pub fn write_sized(
+    input: &mut impl Read,
+    out: &mut impl Write,
+    level: u32,
+    threads: usize,
+    piece: usize,
+) -> io::Result<()> {
+    let piece = piece.clamp(1, u32::MAX as usize);
     let threads = threads.max(1);
     let mut wrote_any = false;
     loop {
         // A batch of pieces, read here, compressed side by side, written in order.
         let mut pieces: Vec<Vec<u8>> = Vec::with_capacity(threads);
         for _ in 0..threads {
-            let mut p = Vec::with_capacity(PIECE);
-            input.by_ref().take(PIECE as u64).read_to_end(&mut p)?;
+            let mut p = Vec::with_capacity(piece);
+            input.by_ref().take(piece as u64).read_to_end(&mut p)?;
             if p.is_empty() {
                 break;
             }
@@ -162,7 +178,7 @@ pub fn write(
         if pieces.is_empty() {
             break;
         }
-        let done = pieces.len() < threads || pieces.last().is_some_and(|p| p.len() < PIECE);
+        let done = pieces.len() < threads || pieces.last().is_some_and(|p| p.len() < piece);
         write_batch(&pieces, out, level)?;
         wrote_any = true;
         if done {
@@ -342,6 +358,28 @@ mod tests {
             assert_eq!(m.len(), n.div_ceil(PIECE).max(1));
             assert_eq!(m.iter().map(|x| x.inflated).sum::<usize>(), n);
             assert_eq!(m.last().map(|x| x.offset + x.len), Some(out.len()));
+        }
+    }
+
+    // The member size the measurements of `examples/gzip_members.rs` ask for is the size
+    // written, batches of threads or not, and the file is the same text.
+    #[test]
+    fn members_written_at_a_size_asked_hold_that_much_text_each() {
+        let input = text(10_000);
+        for (piece, threads) in [(1, 1), (7, 3), (999, 2), (10_000, 4), (20_000, 1)] {
+            let mut out = Vec::new();
+            write_sized(&mut &input[..], &mut out, 1, threads, piece).unwrap();
+            let (m, cut) = members(&out).expect("members");
+            assert!(!cut);
+            assert_eq!(m.len(), input.len().div_ceil(piece), "{piece}");
+            let (last, whole) = m.split_last().expect("a member");
+            assert!(whole.iter().all(|x| x.inflated == piece), "{piece}");
+            assert_eq!(last.inflated, input.len() - whole.len() * piece);
+            let mut back = Vec::new();
+            flate2::read::MultiGzDecoder::new(&out[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, input, "{piece}");
         }
     }
 

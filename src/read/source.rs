@@ -223,7 +223,7 @@ pub(crate) enum Arrival {
     Members(MemberText),
 }
 
-/// The most text a member may state for the member-by-member read: capture writes 4 MiB
+/// The most text a member may state for the member-by-member read: capture writes 2 MiB
 /// ([`steptrace_formats::gzip_members::PIECE`]); each parse thread holds a member's text, so a
 /// stated size is not taken on trust (a few bytes of file could ask for 4 GiB a thread).
 const MEMBER_MAX_TEXT: usize = 64 << 20;

@@ -768,7 +768,7 @@ mod tests {
     }
 
     /// `text` as capture writes it, but in members of `piece` bytes of text (capture's are
-    /// 4 MiB; an empty text is one empty member, as capture writes it).
+    /// 2 MiB; an empty text is one empty member, as capture writes it).
     fn members_file(text: &[u8], piece: usize) -> Vec<u8> {
         if text.is_empty() {
             return steptrace_formats::gzip_members::member(&[], 1);
