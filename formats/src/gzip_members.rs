@@ -152,7 +152,7 @@ pub fn write(
     write_sized(input, out, level, threads, PIECE)
 }
 
-/// [`write`] with members of `piece` bytes of input (at least 1, under 4 GiB): for measuring
+/// [`write()`] with members of `piece` bytes of input (at least 1, under 4 GiB): for measuring
 /// what the member size does to readers (`examples/gzip_members.rs`).
 pub fn write_sized(
     input: &mut impl Read,
