@@ -529,6 +529,8 @@ pub(crate) fn walk_array_parallel<T: Send>(
     let results: Vec<Option<(T, Stop)>> = cuts
         .par_iter()
         .zip(limits.par_iter())
+        // A piece a task, as for windows (`walk_array_windows`).
+        .with_max_len(1)
         .map(|(&from, &limit)| Some(task(buf, from, limit)))
         .collect();
     verify_pieces(buf, &cuts, &limits, results, &task)
@@ -760,6 +762,9 @@ pub(crate) fn walk_array_windows<T: Send>(
         .collect();
     let mut guessed: Vec<Option<(usize, T, Stop, usize)>> = (j0..starts.len())
         .into_par_iter()
+        // A window a task: rayon otherwise cuts the range into a few runs of windows read
+        // one after another, and a thread done with its runs waits for the last one's.
+        .with_max_len(1)
         .map(|j| {
             let slot = &bufs[rayon::current_thread_index().unwrap_or(0) % bufs.len()];
             let mut buf = slot.lock().unwrap_or_else(|e| e.into_inner());
