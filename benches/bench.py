@@ -117,8 +117,9 @@ def main():
         # The form `steptrace capture` writes (formats/src/gzip_members.rs), by its own writer:
         # members of 4 MiB of input, each saying its length in an extra field, zlib level 6.
         cgz = path[: -len(".json")] + ".capture.json.gz"
-        if not os.path.exists(cgz):
-            write_members(path, cgz)
+        # Written every run (a second or two): a file kept under --work from an older build
+        # would time that build's member size, not capture's now.
+        write_members(path, cgz)
         out = os.path.join(a.work, "out")
         out_gz = os.path.join(a.work, "out_gz")
         out_cgz = os.path.join(a.work, "out_cgz")
