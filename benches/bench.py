@@ -115,7 +115,8 @@ def main():
             with open(path, "rb") as fi, gzip.open(gz, "wb", compresslevel=6) as fo:
                 shutil.copyfileobj(fi, fo)
         # The form `steptrace capture` writes (formats/src/gzip_members.rs), by its own writer:
-        # members of 4 MiB of input, each saying its length in an extra field, zlib level 6.
+        # members of gzip_members::PIECE bytes of input (2 MiB), each saying its length in an
+        # extra field, zlib level 6.
         cgz = path[: -len(".json")] + ".capture.json.gz"
         # Written every run (a second or two): a file kept under --work from an older build
         # would time that build's member size, not capture's now.

@@ -2,21 +2,25 @@
 //! and level (`capture/src/finalize`): `cargo run --release -p steptrace-formats --example
 //! gzip_members -- IN OUT.json.gz [MEMBER_KIB]`. IN may be plain or gzip. The benchmark makes
 //! its capture-form input with it, so that the file timed is the real writer's; MEMBER_KIB
-//! (default capture's 4096) writes members of another size, to measure what that changes.
+//! (default capture's, `gzip_members::PIECE`) writes members of another size, to measure what
+//! that changes.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (src, dst, piece) = match args.as_slice() {
-        [src, dst] => (src, dst, steptrace_formats::gzip_members::PIECE),
-        [src, dst, kib] if kib.parse::<usize>().is_ok_and(|k| k > 0) => {
-            (src, dst, kib.parse::<usize>().unwrap_or(1) << 10)
-        }
-        _ => {
-            eprintln!("usage: gzip_members IN OUT.json.gz [MEMBER_KIB]");
-            std::process::exit(2);
-        }
+    let parsed = match args.as_slice() {
+        [src, dst] => Some((src, dst, steptrace_formats::gzip_members::PIECE)),
+        [src, dst, kib] => kib
+            .parse::<usize>()
+            .ok()
+            .filter(|&k| k > 0)
+            .map(|k| (src, dst, k << 10)),
+        _ => None,
+    };
+    let Some((src, dst, piece)) = parsed else {
+        eprintln!("usage: gzip_members IN OUT.json.gz [MEMBER_KIB]");
+        std::process::exit(2);
     };
     let mut file = BufReader::new(std::fs::File::open(src)?);
     let mut head = [0u8; 2];

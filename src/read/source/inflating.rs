@@ -427,6 +427,7 @@ fn run(ring: &Ring, raw: &[u8], header: usize, len: usize, tx: &Sender<Msg>) -> 
 
 #[cfg(test)]
 mod tests {
+    use super::super::gzip_stream;
     use super::*;
 
     fn text(n: usize) -> Vec<u8> {
@@ -447,7 +448,7 @@ mod tests {
         // Longer than the stretch at the end where block starts are recorded, and than the
         // text kept of the end.
         let data = text(KEEP_TAIL + (3 << 20));
-        let file = super::super::gzip_stream(&data, 6);
+        let file = gzip_stream(&data, 6);
         let (out, blocks) = Inflating::whole_for_test(file.clone(), data.len()).unwrap();
         assert!(out == data);
         assert!(blocks.len() > 10, "{} blocks", blocks.len());
@@ -479,7 +480,7 @@ mod tests {
     fn windows_carry_the_next_ones_start_and_the_writer_waits_for_buffers_handed_back() {
         let data = text(5 * WINDOW + 12_345);
         let t = Inflating::start(
-            super::super::Bytes::Owned(super::super::gzip_stream(&data, 1)),
+            super::super::Bytes::Owned(gzip_stream(&data, 1)),
             data.len(),
         )
         .unwrap();
@@ -521,7 +522,7 @@ mod tests {
         let data = text(6 * WINDOW + 777);
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let file = super::super::Bytes::Owned(super::super::gzip_stream(&data, 1));
+            let file = super::super::Bytes::Owned(gzip_stream(&data, 1));
             let t = Inflating::start_capped(file, data.len(), 2).unwrap();
             let (mut held, mut at) = (None, 0);
             loop {
@@ -554,13 +555,13 @@ mod tests {
     #[test]
     fn anything_but_one_whole_member_of_the_stated_size_is_left_to_the_usual_path() {
         let data = text(1 << 20);
-        let one = super::super::gzip_stream(&data, 6);
+        let one = gzip_stream(&data, 6);
         let ended = |file: Vec<u8>, len: usize| {
             let t = Inflating::start(super::super::Bytes::Owned(file), len).unwrap();
             matches!(Inflating::finish(t), Ended::Elsewhere)
         };
         let mut two = one.clone();
-        two.extend_from_slice(&super::super::gzip_stream(b"more", 6));
+        two.extend_from_slice(&gzip_stream(b"more", 6));
         assert!(ended(two, data.len()));
         assert!(ended(one.clone(), data.len() - 1));
         assert!(ended(one.clone(), data.len() + 1));
@@ -579,7 +580,7 @@ mod tests {
     fn dropping_an_inflate_midway_stops_it() {
         let data = text(8 * WINDOW);
         let mut t = Inflating::start(
-            super::super::Bytes::Owned(super::super::gzip_stream(&data, 1)),
+            super::super::Bytes::Owned(gzip_stream(&data, 1)),
             data.len(),
         )
         .unwrap();
