@@ -1,13 +1,13 @@
-//! How the compressor's setting for capture's 4 MiB members changes the inflate that
-//! `analyze` then pays: each setting's compress time (one thread), size, and libdeflate's
-//! inflate time of every member, into one reused buffer (as `analyze` reads members).
-//!   cargo run --release --example member_levels -- TRACE.json [ROUNDS]
+//! How the compressor's setting for capture's members changes the inflate that `analyze` then
+//! pays: each setting's compress time (one thread), size, and libdeflate's inflate time of
+//! every member, into one reused buffer (as `analyze` reads members).
+//!   cargo run --release --example member_levels -- TRACE.json [ROUNDS [MEMBER_KIB]]
 //! Results and what they decided: docs/performance.md, "Members' compression level".
 use libdeflate_sys as ld;
 use std::time::Instant;
 
-/// Capture's member size when this was measured (`gzip_members::PIECE`, since 2 MiB).
-const PIECE: usize = 4 << 20;
+/// Capture's member size (`gzip_members::PIECE`), unless MEMBER_KIB says otherwise.
+const PIECE: usize = 2 << 20;
 
 /// A compressor setting: its name and what it makes of a member's text.
 type Setting = (String, Box<dyn Fn(&[u8]) -> Vec<u8>>);
@@ -48,7 +48,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let text = std::fs::read(&args[0]).unwrap();
     let rounds: usize = args.get(1).map_or(3, |r| r.parse().unwrap());
-    let pieces: Vec<&[u8]> = text.chunks(PIECE).collect();
+    let piece = args
+        .get(2)
+        .map_or(PIECE, |k| k.parse::<usize>().unwrap() << 10);
+    let pieces: Vec<&[u8]> = text.chunks(piece).collect();
     let mut settings: Vec<Setting> = Vec::new();
     for l in [1u32, 6, 9] {
         settings.push((format!("zlib-rs level {l}"), Box::new(move |p| zlib(p, l))));
@@ -62,12 +65,13 @@ fn main() {
     // SAFETY: no arguments; checked for null.
     let d = unsafe { ld::libdeflate_alloc_decompressor() };
     assert!(!d.is_null());
-    let mut buf = vec![0u8; PIECE];
+    let mut buf = vec![0u8; piece];
     println!(
-        "{}: {:.1} MB, {} members of 4 MiB; compress on one thread; inflate median of {rounds}",
+        "{}: {:.1} MB, {} members of {} KiB; compress on one thread; inflate median of {rounds}",
         args[0],
         text.len() as f64 / 1e6,
-        pieces.len()
+        pieces.len(),
+        piece >> 10
     );
     for (name, f) in &settings {
         let t = Instant::now();
@@ -110,4 +114,6 @@ fn main() {
             times[rounds / 2]
         );
     }
+    // SAFETY: `d` came from libdeflate_alloc_decompressor and is freed once.
+    unsafe { ld::libdeflate_free_decompressor(d) };
 }
