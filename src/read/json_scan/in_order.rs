@@ -2,8 +2,8 @@
 //! torch writes `.json.gz`) inflated on a thread of its own into a few buffers used again and
 //! again. Inflating a 255 MB stream into one buffer of the whole text's size wrote 255 MB of
 //! fresh pages (0.27-0.29 s with zlib-rs on the 2-core machine, against 0.15-0.16 s into a
-//! reused buffer of a few MiB: docs/performance.md, "Compressed inputs"), and held the text
-//! whole until the parse ended.
+//! reused buffer of a few MiB: docs/performance.md, "Decisions, by stage": `.gz`), and held
+//! the text whole until the parse ended.
 //!
 //! Each window is parsed as soon as it arrives, on the rayon pool, from its first guessed
 //! element start until an element starts in a later window (as [`super::walk_array_windows`]

@@ -4,7 +4,7 @@
 //! text is never held whole. A few buffers serve every window, so the inflate writes into
 //! memory already faulted in and in cache: into one buffer of the whole text's size, zlib-rs
 //! took 0.27-0.29 s for the 255 MB benchmark trace's stream, into a reused one 0.15-0.16 s
-//! (docs/performance.md, "Compressed inputs"). zlib's block-at-a-time inflate (`Z_BLOCK`)
+//! (docs/performance.md, "Decisions, by stage": `.gz`). zlib's block-at-a-time inflate (`Z_BLOCK`)
 //! also says where each deflate block starts, so the annotated trace can keep the input's
 //! compressed stream up to the block where its events go in and compress only the rest (as
 //! zlib's `gzappend` does), instead of compressing the whole text again; the text after
