@@ -1,0 +1,370 @@
+//! A floor for the snapshot reader's history path (issue #44): a pickle machine that keeps
+//! nothing of a history entry but its record (action, address, size, stream, time, stack).
+//! Entry dicts become a record where their SETITEMS ends; a frame list, once its items are in,
+//! becomes the number of its stack (equal item lists share one), so no table holds either.
+//! Everything else (segments, frames, strings) is kept the plain way. It reads the opcodes a
+//! snapshot torch writes (protocols 2 to 5) and stops at any other.
+//!
+//! It is not steptrace's reader: no checks beyond what it needs, no cut files, no streaming,
+//! no replay. It answers one question: how many instructions an entry costs when the work is
+//! only what the record needs (`valgrind --tool=callgrind`), against steptrace's ~3,300.
+//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS]
+use rustc_hash::FxHashMap;
+use std::time::Instant;
+
+/// A value: a tag in the top 4 bits, a payload below.
+type V = u64;
+const SHIFT: u32 = 60;
+const PAYLOAD: u64 = (1 << SHIFT) - 1;
+const INT: u64 = 0;
+const STR: u64 = 1;
+const DICT: u64 = 2;
+const LIST: u64 = 3;
+const NONE: u64 = 4;
+const BOOL: u64 = 5;
+const OTHER: u64 = 6;
+/// A history entry made a record: its number.
+const REC: u64 = 7;
+const MARK: V = u64::MAX;
+
+fn v(tag: u64, payload: u64) -> V {
+    tag << SHIFT | (payload & PAYLOAD)
+}
+fn tag(x: V) -> u64 {
+    x >> SHIFT
+}
+fn payload(x: V) -> u64 {
+    x & PAYLOAD
+}
+
+/// The members a record keeps, by the key's text.
+fn field(key: &[u8]) -> u8 {
+    match key {
+        b"action" => 0,
+        b"addr" => 1,
+        b"size" => 2,
+        b"stream" => 3,
+        b"time_us" => 4,
+        b"frames" => 5,
+        _ => 6,
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Rec {
+    action: u8,
+    addr: u64,
+    size: u64,
+    stream: i64,
+    time_us: i64,
+    stack: u32,
+}
+
+enum List {
+    Open(Vec<V>),
+    /// Its items made a stack: its number.
+    Stack(u32),
+}
+
+#[derive(Default)]
+struct Machine {
+    strs: Vec<(u32, u32)>,
+    dicts: Vec<Vec<(V, V)>>,
+    /// The memo slot each dict was stored at, or `u32::MAX`.
+    dict_slot: Vec<u32>,
+    lists: Vec<List>,
+    memo: Vec<V>,
+    stack: Vec<V>,
+    marks: Vec<usize>,
+    recs: Vec<Rec>,
+    stacks: FxHashMap<Box<[V]>, u32>,
+    /// (key value, field) of the keys met: a direct-mapped cache.
+    keys: Vec<(V, u8)>,
+    last_action: (V, u8),
+    last_items: (Vec<V>, u32),
+}
+
+fn le(b: &[u8]) -> u64 {
+    let mut x = [0u8; 8];
+    x[..b.len()].copy_from_slice(b);
+    u64::from_le_bytes(x)
+}
+
+fn u32_at(f: &[u8], c: usize) -> u64 {
+    u32::from_le_bytes(f[c..c + 4].try_into().unwrap()) as u64
+}
+
+/// The `n` (at most 8) bytes at `f[c..]` as a signed little-endian integer, read as one word
+/// where 8 bytes are there.
+fn long1(f: &[u8], c: usize, n: usize) -> i64 {
+    if n == 0 {
+        return 0;
+    }
+    let w = match f.get(c..c + 8) {
+        Some(w) => u64::from_le_bytes(w.try_into().unwrap()),
+        None => le(&f[c..c + n]),
+    };
+    let sh = 64 - 8 * n as u32;
+    ((w << sh) as i64) >> sh
+}
+
+impl Machine {
+    fn str_bytes<'a>(&self, f: &'a [u8], s: V) -> &'a [u8] {
+        let (at, n) = self.strs[payload(s) as usize];
+        &f[at as usize..(at + n) as usize]
+    }
+
+    fn key_field(&mut self, f: &[u8], k: V) -> u8 {
+        let line = (k as usize ^ (k >> 7) as usize) & 63;
+        if self.keys[line].0 == k {
+            return self.keys[line].1;
+        }
+        let fi = if tag(k) == STR {
+            field(self.str_bytes(f, k))
+        } else {
+            6
+        };
+        self.keys[line] = (k, fi);
+        fi
+    }
+
+    fn stack_of(&mut self, l: V) -> u32 {
+        if tag(l) != LIST {
+            return u32::MAX;
+        }
+        let li = payload(l) as usize;
+        let items = match &mut self.lists[li] {
+            List::Stack(s) => return *s,
+            List::Open(items) => std::mem::take(items),
+        };
+        let s = if items == self.last_items.0 {
+            self.last_items.1
+        } else {
+            let next = self.stacks.len() as u32;
+            let s = *self.stacks.entry(items.clone().into()).or_insert(next);
+            self.last_items = (items, s);
+            s
+        };
+        self.lists[li] = List::Stack(s);
+        s
+    }
+
+    /// SETITEMS on a dict: a history entry's pairs make a record, others are kept.
+    fn setitems(&mut self, f: &[u8], d: V, from: usize) -> Option<V> {
+        let di = payload(d) as usize;
+        let n = (self.stack.len() - from) / 2;
+        if self.dicts[di].is_empty() && n >= 2 {
+            let k0 = self.stack[from];
+            if self.key_field(f, k0) == 0 {
+                let mut r = Rec::default();
+                for i in 0..n {
+                    let (k, x) = (self.stack[from + 2 * i], self.stack[from + 2 * i + 1]);
+                    match self.key_field(f, k) {
+                        0 => {
+                            r.action = if self.last_action.0 == x {
+                                self.last_action.1
+                            } else {
+                                let a = match self.str_bytes(f, x) {
+                                    b"alloc" => 1,
+                                    b"free_requested" => 2,
+                                    b"free_completed" => 3,
+                                    b"segment_alloc" => 4,
+                                    b"segment_free" => 5,
+                                    _ => 6,
+                                };
+                                self.last_action = (x, a);
+                                a
+                            }
+                        }
+                        1 => r.addr = payload(x),
+                        2 => r.size = payload(x),
+                        3 => r.stream = payload(x) as i64,
+                        4 => r.time_us = payload(x) as i64,
+                        5 => r.stack = self.stack_of(x),
+                        _ => {}
+                    }
+                }
+                self.stack.truncate(from);
+                let rn = self.recs.len() as u64;
+                self.recs.push(r);
+                // The dict is the record from now on (a GET of it reads the record).
+                return Some(v(REC, rn));
+            }
+        }
+        let pairs: Vec<(V, V)> = self.stack[from..]
+            .chunks_exact(2)
+            .map(|p| (p[0], p[1]))
+            .collect();
+        self.stack.truncate(from);
+        self.dicts[di].extend(pairs);
+        None
+    }
+
+    fn put(&mut self, i: usize) {
+        let top = *self.stack.last().expect("a value to store");
+        if i >= self.memo.len() {
+            self.memo.resize(i + 1, v(NONE, 0));
+        }
+        self.memo[i] = top;
+        if tag(top) == DICT {
+            self.dict_slot[payload(top) as usize] = i as u32;
+        }
+    }
+
+    fn run(&mut self, f: &[u8]) -> Option<V> {
+        let mut c = 0usize;
+        loop {
+            let op = *f.get(c)?;
+            c += 1;
+            match op {
+                0x80 => c += 1,
+                0x95 => c += 8,
+                b'}' => {
+                    self.dicts.push(Vec::new());
+                    self.dict_slot.push(u32::MAX);
+                    self.stack.push(v(DICT, self.dicts.len() as u64 - 1));
+                }
+                b']' => {
+                    self.lists.push(List::Open(Vec::new()));
+                    self.stack.push(v(LIST, self.lists.len() as u64 - 1));
+                }
+                b')' => self.stack.push(v(OTHER, 0)),
+                b'(' => self.marks.push(self.stack.len()),
+                b'q' => {
+                    self.put(f[c] as usize);
+                    c += 1;
+                }
+                b'r' => {
+                    self.put(u32_at(f, c) as usize);
+                    c += 4;
+                }
+                0x94 => self.put(self.memo.len()),
+                b'h' => {
+                    self.stack.push(self.memo[f[c] as usize]);
+                    c += 1;
+                }
+                b'j' => {
+                    self.stack.push(self.memo[u32_at(f, c) as usize]);
+                    c += 4;
+                }
+                b'K' => {
+                    self.stack.push(v(INT, f[c] as u64));
+                    c += 1;
+                }
+                b'M' => {
+                    self.stack
+                        .push(v(INT, u16::from_le_bytes([f[c], f[c + 1]]) as u64));
+                    c += 2;
+                }
+                b'J' => {
+                    self.stack
+                        .push(v(INT, u32_at(f, c) as u32 as i32 as i64 as u64));
+                    c += 4;
+                }
+                0x8a => {
+                    let n = (f[c] as usize).min(8);
+                    let x = long1(f, c + 1, n);
+                    self.stack.push(v(INT, x as u64));
+                    c += 1 + n;
+                }
+                b'X' | 0x8c | b'B' | b'C' | 0x8d | 0x8e => {
+                    let (len, w) = match op {
+                        0x8c | b'C' => (f[c] as usize, 1),
+                        0x8d | 0x8e => (le(&f[c..c + 8]) as usize, 8),
+                        _ => (u32_at(f, c) as usize, 4),
+                    };
+                    self.strs.push(((c + w) as u32, len as u32));
+                    self.stack.push(v(STR, self.strs.len() as u64 - 1));
+                    c += w + len;
+                }
+                b'G' => {
+                    self.stack.push(v(OTHER, 0));
+                    c += 8;
+                }
+                b'N' => self.stack.push(v(NONE, 0)),
+                0x88 | 0x89 => self.stack.push(v(BOOL, (op == 0x88) as u64)),
+                b'a' => {
+                    let x = self.stack.pop()?;
+                    let l = *self.stack.last()?;
+                    if let List::Open(items) = &mut self.lists[payload(l) as usize] {
+                        items.push(x);
+                    }
+                }
+                b'e' => {
+                    let from = self.marks.pop()?;
+                    let l = self.stack[from - 1];
+                    if let List::Open(items) = &mut self.lists[payload(l) as usize] {
+                        items.extend_from_slice(&self.stack[from..]);
+                    }
+                    self.stack.truncate(from);
+                }
+                b'u' => {
+                    let from = self.marks.pop()?;
+                    let d = self.stack[from - 1];
+                    if let Some(rec) = self.setitems(f, d, from) {
+                        // What the memo stored for it (its slot was written as the dict).
+                        let slot = self.dict_slot[payload(d) as usize];
+                        if slot != u32::MAX {
+                            self.memo[slot as usize] = rec;
+                        }
+                        *self.stack.last_mut()? = rec;
+                    }
+                }
+                b's' => {
+                    let x = self.stack.pop()?;
+                    let k = self.stack.pop()?;
+                    let d = *self.stack.last()?;
+                    self.dicts[payload(d) as usize].push((k, x));
+                }
+                b't' => {
+                    let from = self.marks.pop()?;
+                    self.stack.truncate(from);
+                    self.stack.push(v(OTHER, 0));
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let l = self.stack.len() - n;
+                    self.stack.truncate(l);
+                    self.stack.push(v(OTHER, 0));
+                }
+                b'.' => return self.stack.pop(),
+                _ => {
+                    eprintln!("opcode {op:#x} at {} not read here", c - 1);
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let f = std::fs::read(&args[0]).expect("a snapshot pickle");
+    let rounds: usize = args.get(1).map_or(1, |r| r.parse().unwrap());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let mut m = Machine {
+            keys: vec![(MARK, 0); 64],
+            last_action: (MARK, 0),
+            ..Default::default()
+        };
+        let top = m.run(&f);
+        let el = t.elapsed().as_secs_f64();
+        let mut by_action = [0usize; 7];
+        let mut bytes = 0u128;
+        for r in &m.recs {
+            by_action[r.action as usize] += 1;
+            bytes += r.size as u128;
+        }
+        println!(
+            "{:.3} s: {} entries (by action {:?}), sizes {bytes}, {} stacks, {} dicts, {} lists, top {}",
+            el,
+            m.recs.len(),
+            &by_action[1..],
+            m.stacks.len(),
+            m.dicts.len(),
+            m.lists.len(),
+            top.is_some()
+        );
+    }
+}
