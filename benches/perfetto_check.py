@@ -14,6 +14,9 @@ steptrace:
 - the annotated trace raises no import error or data loss in Perfetto's `stats` that the input
   does not raise as often.
 Prints one line per check and exits 1 if any fails. Used by benches/bench.py --perfetto.
+
+With --same, the second file is the same trace in another form (capture's multi-member
+gzip of it, say), not an annotated one: only the first and the last check apply.
 """
 import argparse
 import csv
@@ -65,6 +68,28 @@ def json_events(path):
         return json.load(f)["traceEvents"]
 
 
+def check_same(tp, a_in, other):
+    """(all passed, lines, record) for a file holding the same trace as the input in another
+    form (capture's gzip members): every slice category with as many slices, and no import
+    error or loss the input does not raise as often."""
+    a_out = load(tp, other)
+    lines = []
+    ok = True
+
+    def say(passed, text):
+        nonlocal ok
+        ok &= passed
+        lines.append(("ok   " if passed else "FAIL ") + text)
+
+    s_in = {r["cat"]: r["n"] for r in a_in["slices"]}
+    s_out = {r["cat"]: r["n"] for r in a_out["slices"]}
+    say(s_in == s_out, f"slices by category: {sum(s_out.values())} in {len(s_out)} categories, the input's {sum(s_in.values())} in {len(s_in)}" + ("" if s_in == s_out else f"; differing: {sorted(set(s_in.items()) ^ set(s_out.items()))}"))
+    st_in = {(r["name"], r["idx"]): r["value"] for r in a_in["stats"]}
+    st_out = {(r["name"], r["idx"]): r["value"] for r in a_out["stats"]}
+    say(st_in == st_out, f"import errors and losses: {st_out or 'none'}, the input's {st_in or 'none'}")
+    return ok, lines, {"trace_processor": version(tp), "input": a_in, "other": a_out, "checks": lines}
+
+
 def check(tp, a_in, annotated, evs):
     """(all passed, lines, record): the checks named in the module's doc, given the input's
     query results (`load`, taken once for several annotated traces of one input) and the
@@ -107,8 +132,13 @@ def main():
     ap.add_argument("input")
     ap.add_argument("annotated")
     ap.add_argument("--json", help="write the query results of both files here")
+    ap.add_argument("--same", action="store_true", help="the second file is the input in another form, not annotated")
     a = ap.parse_args()
-    ok, lines, res = check(a.trace_processor, load(a.trace_processor, a.input), a.annotated, json_events(a.annotated))
+    a_in = load(a.trace_processor, a.input)
+    if a.same:
+        ok, lines, res = check_same(a.trace_processor, a_in, a.annotated)
+    else:
+        ok, lines, res = check(a.trace_processor, a_in, a.annotated, json_events(a.annotated))
     print("\n".join(lines))
     if a.json:
         with open(a.json, "w") as f:
