@@ -68,26 +68,31 @@ def json_events(path):
         return json.load(f)["traceEvents"]
 
 
+class Said:
+    """The checks' lines as they are said, and whether every one passed."""
+
+    def __init__(self):
+        self.ok = True
+        self.lines = []
+
+    def __call__(self, passed, text):
+        self.ok &= passed
+        self.lines.append(("ok   " if passed else "FAIL ") + text)
+
+
 def check_same(tp, a_in, other):
     """(all passed, lines, record) for a file holding the same trace as the input in another
-    form (capture's gzip members): every slice category with as many slices, and no import
-    error or loss the input does not raise as often."""
+    form (capture's gzip members): every slice category with as many slices, and the same
+    import errors and losses as the input."""
     a_out = load(tp, other)
-    lines = []
-    ok = True
-
-    def say(passed, text):
-        nonlocal ok
-        ok &= passed
-        lines.append(("ok   " if passed else "FAIL ") + text)
-
+    say = Said()
     s_in = {r["cat"]: r["n"] for r in a_in["slices"]}
     s_out = {r["cat"]: r["n"] for r in a_out["slices"]}
     say(s_in == s_out, f"slices by category: {sum(s_out.values())} in {len(s_out)} categories, the input's {sum(s_in.values())} in {len(s_in)}" + ("" if s_in == s_out else f"; differing: {sorted(set(s_in.items()) ^ set(s_out.items()))}"))
     st_in = {(r["name"], r["idx"]): r["value"] for r in a_in["stats"]}
     st_out = {(r["name"], r["idx"]): r["value"] for r in a_out["stats"]}
     say(st_in == st_out, f"import errors and losses: {st_out or 'none'}, the input's {st_in or 'none'}")
-    return ok, lines, {"trace_processor": version(tp), "input": a_in, "other": a_out, "checks": lines}
+    return say.ok, say.lines, {"trace_processor": version(tp), "input": a_in, "other": a_out, "checks": say.lines}
 
 
 def check(tp, a_in, annotated, evs):
@@ -95,13 +100,7 @@ def check(tp, a_in, annotated, evs):
     query results (`load`, taken once for several annotated traces of one input) and the
     annotated trace's events (`json_events`, which a caller may already hold)."""
     a_out = load(tp, annotated)
-    lines = []
-    ok = True
-
-    def say(passed, text):
-        nonlocal ok
-        ok &= passed
-        lines.append(("ok   " if passed else "FAIL ") + text)
+    say = Said()
 
     s_in = {r["cat"]: r["n"] for r in a_in["slices"]}
     s_out = {r["cat"]: r["n"] for r in a_out["slices"]}
@@ -123,7 +122,7 @@ def check(tp, a_in, annotated, evs):
     st_out = {(r["name"], r["idx"]): r["value"] for r in a_out["stats"]}
     new = {k: v for k, v in st_out.items() if v > st_in.get(k, 0)}
     say(not new, f"import errors or losses the input does not have (or has fewer of): {new or 'none'} (the input's own: {st_in or 'none'})")
-    return ok, lines, {"trace_processor": version(tp), "input": a_in, "annotated": a_out, "checks": lines}
+    return say.ok, say.lines, {"trace_processor": version(tp), "input": a_in, "annotated": a_out, "checks": say.lines}
 
 
 def main():
