@@ -153,6 +153,21 @@ def main():
                 res[k].append(timed(cmd, env=nothp if "hugetlb=0" in k else None))
         for k, rs in res.items():
             r[k] = (statistics.median(x[0] for x in rs), max(x[1] for x in rs))
+        # Each round's ratio to plain, its median beside the ratio of the medians the table
+        # gives: on this shared machine a row's median can come from another minute than
+        # plain's, while a round's rows run within seconds of each other.
+        for k, base in (
+            ("steptrace analyze (default) .gz", "steptrace analyze (default) -j2"),
+            ("steptrace analyze (default) capture's .gz", "steptrace analyze (default) -j2"),
+            ("  no plots/annotated trace .gz", "  no plots/annotated trace -j2"),
+            ("  no plots/annotated trace capture's .gz", "  no plots/annotated trace -j2"),
+        ):
+            ratios = [x[0] / y[0] for x, y in zip(res[k], res[base])]
+            checks.append(
+                f"{k.strip()}: median of the rounds' ratios to plain {statistics.median(ratios):.2f}"
+                f" (rounds: {' '.join(f'{x:.2f}' for x in ratios)}; seconds: {' '.join(f'{x[0]:.3f}' for x in res[k])},"
+                f" plain {' '.join(f'{y[0]:.3f}' for y in res[base])})"
+            )
         r["gzip -dc (decompression alone)"] = median_of(a.runs, ["sh", "-c", f"gzip -dc {gz} > /dev/null"])
         r["python json.load"] = median_of(a.runs, [sys.executable, "-c", f"import json; json.load(open('{path}'))"])
         # The annotated traces load in Python (gzip + json) with every original event, and
