@@ -8,7 +8,8 @@
 //! It is not steptrace's reader: no checks beyond what it needs, no cut files, no streaming,
 //! no replay. It answers one question: how many instructions an entry costs when the work is
 //! only what the record needs (`valgrind --tool=callgrind`), against steptrace's ~3,300.
-//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS]
+//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split]]
+//! `split` decodes the opcodes on a thread of their own, the machine applying them on another.
 use rustc_hash::FxHashMap;
 use std::time::Instant;
 
@@ -337,10 +338,221 @@ impl Machine {
     }
 }
 
+/// The split mode: one thread decodes the opcodes into a tape of words (an opcode and its
+/// argument, values made where they need no state), another applies the tape to the machine;
+/// what steptrace's reader does with its thread ahead, for the lean machine.
+mod split {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A value pushed as it is: the next word.
+    const PUSH: u8 = 0xf0;
+    /// A string: its length here, its offset the next word.
+    const TEXT: u8 = 0xf1;
+    const WORDS: usize = 1 << 16;
+
+    fn word(op: u8, arg: u64) -> u64 {
+        (op as u64) << 56 | (arg & ((1 << 56) - 1))
+    }
+
+    /// Decodes the whole input into tapes of [`WORDS`] words, sent on `tx`; `None` where an
+    /// opcode is not one it reads.
+    fn decode(
+        f: &[u8],
+        tx: mpsc::SyncSender<Vec<u64>>,
+        back: mpsc::Receiver<Vec<u64>>,
+    ) -> Option<()> {
+        let mut c = 0usize;
+        let mut tape = Vec::with_capacity(WORDS + 4);
+        loop {
+            if tape.len() >= WORDS {
+                let next = back
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(WORDS + 4));
+                tx.send(std::mem::replace(&mut tape, next)).ok()?;
+            }
+            let op = *f.get(c)?;
+            c += 1;
+            match op {
+                0x80 => c += 1,
+                0x95 => c += 8,
+                b'}'
+                | b']'
+                | b')'
+                | b'('
+                | 0x94
+                | b'a'
+                | b'e'
+                | b'u'
+                | b's'
+                | b't'
+                | 0x85..=0x87 => tape.push(word(op, 0)),
+                b'q' | b'h' => {
+                    tape.push(word(op, f[c] as u64));
+                    c += 1;
+                }
+                b'r' | b'j' => {
+                    tape.push(word(op, u32_at(f, c)));
+                    c += 4;
+                }
+                b'K' => {
+                    tape.extend_from_slice(&[word(PUSH, 0), v(INT, f[c] as u64)]);
+                    c += 1;
+                }
+                b'M' => {
+                    tape.extend_from_slice(&[
+                        word(PUSH, 0),
+                        v(INT, u16::from_le_bytes([f[c], f[c + 1]]) as u64),
+                    ]);
+                    c += 2;
+                }
+                b'J' => {
+                    tape.extend_from_slice(&[
+                        word(PUSH, 0),
+                        v(INT, u32_at(f, c) as u32 as i32 as i64 as u64),
+                    ]);
+                    c += 4;
+                }
+                0x8a => {
+                    let n = (f[c] as usize).min(8);
+                    tape.extend_from_slice(&[word(PUSH, 0), v(INT, long1(f, c + 1, n) as u64)]);
+                    c += 1 + n;
+                }
+                b'X' | 0x8c | b'B' | b'C' | 0x8d | 0x8e => {
+                    let (len, w) = match op {
+                        0x8c | b'C' => (f[c] as usize, 1),
+                        0x8d | 0x8e => (le(&f[c..c + 8]) as usize, 8),
+                        _ => (u32_at(f, c) as usize, 4),
+                    };
+                    tape.extend_from_slice(&[word(TEXT, len as u64), (c + w) as u64]);
+                    c += w + len;
+                }
+                b'G' => {
+                    tape.extend_from_slice(&[word(PUSH, 0), v(OTHER, 0)]);
+                    c += 8;
+                }
+                b'N' => tape.extend_from_slice(&[word(PUSH, 0), v(NONE, 0)]),
+                0x88 | 0x89 => {
+                    tape.extend_from_slice(&[word(PUSH, 0), v(BOOL, (op == 0x88) as u64)])
+                }
+                b'.' => {
+                    tape.push(word(op, 0));
+                    tx.send(tape).ok()?;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    impl Machine {
+        /// Applies tapes as they come until STOP.
+        fn apply(
+            &mut self,
+            f: &[u8],
+            rx: mpsc::Receiver<Vec<u64>>,
+            back: mpsc::Sender<Vec<u64>>,
+        ) -> Option<V> {
+            while let Ok(mut tape) = rx.recv() {
+                let mut i = 0;
+                while i < tape.len() {
+                    let w = tape[i];
+                    i += 1;
+                    let (op, arg) = ((w >> 56) as u8, w & ((1 << 56) - 1));
+                    match op {
+                        PUSH => {
+                            self.stack.push(tape[i]);
+                            i += 1;
+                        }
+                        TEXT => {
+                            self.strs.push((tape[i] as u32, arg as u32));
+                            self.stack.push(v(STR, self.strs.len() as u64 - 1));
+                            i += 1;
+                        }
+                        b'h' | b'j' => self.stack.push(self.memo[arg as usize]),
+                        b'q' | b'r' => self.put(arg as usize),
+                        0x94 => self.put(self.memo.len()),
+                        b'}' => {
+                            self.dicts.push(Vec::new());
+                            self.dict_slot.push(u32::MAX);
+                            self.stack.push(v(DICT, self.dicts.len() as u64 - 1));
+                        }
+                        b']' => {
+                            self.lists.push(List::Open(Vec::new()));
+                            self.stack.push(v(LIST, self.lists.len() as u64 - 1));
+                        }
+                        b')' => self.stack.push(v(OTHER, 0)),
+                        b'(' => self.marks.push(self.stack.len()),
+                        b'a' => {
+                            let x = self.stack.pop()?;
+                            let l = *self.stack.last()?;
+                            if let List::Open(items) = &mut self.lists[payload(l) as usize] {
+                                items.push(x);
+                            }
+                        }
+                        b'e' => {
+                            let from = self.marks.pop()?;
+                            let l = self.stack[from - 1];
+                            if let List::Open(items) = &mut self.lists[payload(l) as usize] {
+                                items.extend_from_slice(&self.stack[from..]);
+                            }
+                            self.stack.truncate(from);
+                        }
+                        b'u' => {
+                            let from = self.marks.pop()?;
+                            let d = self.stack[from - 1];
+                            if let Some(rec) = self.setitems(f, d, from) {
+                                let slot = self.dict_slot[payload(d) as usize];
+                                if slot != u32::MAX {
+                                    self.memo[slot as usize] = rec;
+                                }
+                                *self.stack.last_mut()? = rec;
+                            }
+                        }
+                        b's' => {
+                            let x = self.stack.pop()?;
+                            let k = self.stack.pop()?;
+                            let d = *self.stack.last()?;
+                            self.dicts[payload(d) as usize].push((k, x));
+                        }
+                        b't' => {
+                            let from = self.marks.pop()?;
+                            self.stack.truncate(from);
+                            self.stack.push(v(OTHER, 0));
+                        }
+                        0x85..=0x87 => {
+                            let n = (op - 0x84) as usize;
+                            let l = self.stack.len() - n;
+                            self.stack.truncate(l);
+                            self.stack.push(v(OTHER, 0));
+                        }
+                        b'.' => return self.stack.pop(),
+                        _ => return None,
+                    }
+                }
+                tape.clear();
+                let _ = back.send(tape);
+            }
+            None
+        }
+    }
+
+    /// The machine run with its decoding on a thread of its own.
+    pub fn run(m: &mut Machine, f: &[u8]) -> Option<V> {
+        let (tx, rx) = mpsc::sync_channel(16);
+        let (back_tx, back_rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(move || decode(f, tx, back_rx));
+            m.apply(f, rx, back_tx)
+        })
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let f = std::fs::read(&args[0]).expect("a snapshot pickle");
     let rounds: usize = args.get(1).map_or(1, |r| r.parse().unwrap());
+    let split = args.get(2).is_some_and(|m| m == "split");
     for _ in 0..rounds {
         let t = Instant::now();
         let mut m = Machine {
@@ -348,7 +560,11 @@ fn main() {
             last_action: (MARK, 0),
             ..Default::default()
         };
-        let top = m.run(&f);
+        let top = if split {
+            split::run(&mut m, &f)
+        } else {
+            m.run(&f)
+        };
         let el = t.elapsed().as_secs_f64();
         let mut by_action = [0usize; 7];
         let mut bytes = 0u128;
