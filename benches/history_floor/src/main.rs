@@ -10,6 +10,9 @@
 //! only what the record needs (`valgrind --tool=callgrind`), against steptrace's ~3,300.
 //!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split]]
 //! `split` decodes the opcodes on a thread of their own, the machine applying them on another.
+//! `template` reads an entry whose bytes have the opcode skeleton of one of the last eight
+//! entries read by the opcodes (a masked compare, its values then read at known offsets,
+//! no value stack), and learns each entry the opcodes read as a skeleton.
 use rustc_hash::FxHashMap;
 use std::time::Instant;
 
@@ -83,6 +86,48 @@ struct Machine {
     keys: Vec<(V, u8)>,
     last_action: (V, u8),
     last_items: (Vec<V>, u32),
+    /// Template mode: the skeleton of the last entry read by the opcodes, and where each
+    /// dict's bytes start (after its `}`).
+    templates: bool,
+    /// The skeletons learnt, the most recent first.
+    tmpls: Vec<Tmpl>,
+    /// The new list's items, a buffer kept.
+    fresh: Vec<V>,
+    dict_pos: Vec<usize>,
+    hits: usize,
+}
+
+/// Skeletons kept.
+const TEMPLATES: usize = 8;
+
+/// What a byte range of a template entry is, in the order the bytes come.
+#[derive(Clone, Copy)]
+enum Role {
+    /// A memo store of the dict (0), the string (1) or the list (2): its argument's width
+    /// (0: MEMOIZE).
+    Put { off: usize, width: u8, what: u8 },
+    /// An integer member, `width` bytes (signed where `signed`).
+    Int {
+        off: usize,
+        width: u8,
+        signed: bool,
+        field: u8,
+    },
+    /// A member that is a memo GET.
+    Get { off: usize, width: u8, field: u8 },
+    /// An item of the new frame list, a memo GET.
+    Item { off: usize, width: u8 },
+    /// A string member (its text part of the skeleton).
+    Str { off: usize, len: u32 },
+    /// The new frame list made.
+    NewList,
+}
+
+/// The skeleton of an entry: its bytes after `}`, which of them must match, and the roles.
+struct Tmpl {
+    bytes: Vec<u8>,
+    mask: Vec<u8>,
+    roles: Vec<Role>,
 }
 
 fn le(b: &[u8]) -> u64 {
@@ -113,6 +158,22 @@ impl Machine {
     fn str_bytes<'a>(&self, f: &'a [u8], s: V) -> &'a [u8] {
         let (at, n) = self.strs[payload(s) as usize];
         &f[at as usize..(at + n) as usize]
+    }
+
+    fn action_of(&mut self, f: &[u8], x: V) -> u8 {
+        if self.last_action.0 == x {
+            return self.last_action.1;
+        }
+        let a = match self.str_bytes(f, x) {
+            b"alloc" => 1,
+            b"free_requested" => 2,
+            b"free_completed" => 3,
+            b"segment_alloc" => 4,
+            b"segment_free" => 5,
+            _ => 6,
+        };
+        self.last_action = (x, a);
+        a
     }
 
     fn key_field(&mut self, f: &[u8], k: V) -> u8 {
@@ -161,22 +222,7 @@ impl Machine {
                 for i in 0..n {
                     let (k, x) = (self.stack[from + 2 * i], self.stack[from + 2 * i + 1]);
                     match self.key_field(f, k) {
-                        0 => {
-                            r.action = if self.last_action.0 == x {
-                                self.last_action.1
-                            } else {
-                                let a = match self.str_bytes(f, x) {
-                                    b"alloc" => 1,
-                                    b"free_requested" => 2,
-                                    b"free_completed" => 3,
-                                    b"segment_alloc" => 4,
-                                    b"segment_free" => 5,
-                                    _ => 6,
-                                };
-                                self.last_action = (x, a);
-                                a
-                            }
-                        }
+                        0 => r.action = self.action_of(f, x),
                         1 => r.addr = payload(x),
                         2 => r.size = payload(x),
                         3 => r.stream = payload(x) as i64,
@@ -201,6 +247,294 @@ impl Machine {
         None
     }
 
+    /// The skeleton of the entry whose bytes (after its `}`) are `b`, as read with the memo
+    /// as it is now; `None` where it is not of the usual form.
+    #[inline(never)]
+    fn learn(&mut self, f: &[u8], b: &[u8]) -> Option<Tmpl> {
+        let mut mask = vec![0xffu8; b.len()];
+        let mut roles = Vec::new();
+        let mut c = 0usize;
+        let put =
+            |c: &mut usize, mask: &mut Vec<u8>, roles: &mut Vec<Role>, what: u8| match b.get(*c) {
+                Some(b'q') => {
+                    mask[*c + 1] = 0;
+                    roles.push(Role::Put {
+                        off: *c + 1,
+                        width: 1,
+                        what,
+                    });
+                    *c += 2;
+                }
+                Some(b'r') => {
+                    mask[*c + 1..*c + 5].fill(0);
+                    roles.push(Role::Put {
+                        off: *c + 1,
+                        width: 4,
+                        what,
+                    });
+                    *c += 5;
+                }
+                Some(0x94) => {
+                    roles.push(Role::Put {
+                        off: *c,
+                        width: 0,
+                        what,
+                    });
+                    *c += 1;
+                }
+                _ => {}
+            };
+        put(&mut c, &mut mask, &mut roles, 0);
+        if *b.get(c)? != b'(' {
+            return None;
+        }
+        c += 1;
+        loop {
+            let op = *b.get(c)?;
+            if op == b'u' {
+                c += 1;
+                break;
+            }
+            // The key: a GET, fixed.
+            let k = match op {
+                b'h' => {
+                    c += 2;
+                    self.memo[b[c - 1] as usize]
+                }
+                b'j' => {
+                    c += 5;
+                    self.memo[u32_at(b, c - 4) as usize]
+                }
+                _ => return None,
+            };
+            let field = self.key_field(f, k);
+            let op = *b.get(c)?;
+            match op {
+                b'h' | b'j' => {
+                    let w = if op == b'h' { 1 } else { 4 };
+                    mask[c + 1..c + 1 + w].fill(0);
+                    roles.push(Role::Get {
+                        off: c + 1,
+                        width: w as u8,
+                        field,
+                    });
+                    c += 1 + w;
+                }
+                b'K' | b'M' | b'J' => {
+                    let w = match op {
+                        b'K' => 1,
+                        b'M' => 2,
+                        _ => 4,
+                    };
+                    mask[c + 1..c + 1 + w].fill(0);
+                    roles.push(Role::Int {
+                        off: c + 1,
+                        width: w as u8,
+                        signed: op == b'J',
+                        field,
+                    });
+                    c += 1 + w;
+                }
+                0x8a => {
+                    let n = *b.get(c + 1)? as usize;
+                    if n > 8 {
+                        return None;
+                    }
+                    mask[c + 2..c + 2 + n].fill(0);
+                    roles.push(Role::Int {
+                        off: c + 2,
+                        width: n as u8,
+                        signed: true,
+                        field,
+                    });
+                    c += 2 + n;
+                }
+                b'X' | 0x8c => {
+                    let (len, w) = if op == 0x8c {
+                        (*b.get(c + 1)? as usize, 1)
+                    } else {
+                        (u32_at(b, c + 1) as usize, 4)
+                    };
+                    roles.push(Role::Str {
+                        off: c + 1 + w,
+                        len: len as u32,
+                    });
+                    c += 1 + w + len;
+                    put(&mut c, &mut mask, &mut roles, 1);
+                }
+                b']' => {
+                    c += 1;
+                    roles.push(Role::NewList);
+                    put(&mut c, &mut mask, &mut roles, 2);
+                    match *b.get(c)? {
+                        b'(' => {
+                            c += 1;
+                            loop {
+                                match *b.get(c)? {
+                                    b'e' => {
+                                        c += 1;
+                                        break;
+                                    }
+                                    b'h' => {
+                                        mask[c + 1] = 0;
+                                        roles.push(Role::Item {
+                                            off: c + 1,
+                                            width: 1,
+                                        });
+                                        c += 2;
+                                    }
+                                    b'j' => {
+                                        mask[c + 1..c + 5].fill(0);
+                                        roles.push(Role::Item {
+                                            off: c + 1,
+                                            width: 4,
+                                        });
+                                        c += 5;
+                                    }
+                                    _ => return None,
+                                }
+                            }
+                        }
+                        _ => return None,
+                    }
+                }
+                b'N' | 0x88 | 0x89 => c += 1,
+                _ => return None,
+            }
+        }
+        (c == b.len()).then_some(Tmpl {
+            bytes: b.to_vec(),
+            mask,
+            roles,
+        })
+    }
+
+    /// Whether the bytes at `f[c..]` have `t`'s skeleton: compared word by word.
+    fn matches(t: &Tmpl, f: &[u8], c: usize) -> bool {
+        let n = t.bytes.len();
+        let Some(b) = f.get(c..c + n) else {
+            return false;
+        };
+        let mut i = 0;
+        while i + 8 <= n {
+            let x = u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+            let y = u64::from_le_bytes(t.bytes[i..i + 8].try_into().unwrap());
+            let m = u64::from_le_bytes(t.mask[i..i + 8].try_into().unwrap());
+            if (x ^ y) & m != 0 {
+                return false;
+            }
+            i += 8;
+        }
+        (i..n).all(|i| (b[i] ^ t.bytes[i]) & t.mask[i] == 0)
+    }
+
+    /// Reads the entry whose bytes start at `f[c..]` (after its `}`) by a template, where
+    /// its skeleton matches: the bytes it took.
+    #[inline(never)]
+    fn try_template(&mut self, f: &[u8], c: usize) -> Option<usize> {
+        let k = (0..self.tmpls.len()).find(|&k| Self::matches(&self.tmpls[k], f, c))?;
+        if k > 0 {
+            self.tmpls.swap(0, k);
+        }
+        let n = self.tmpls[0].bytes.len();
+        let b = &f[c..c + n];
+        let roles = std::mem::take(&mut self.tmpls[0].roles);
+        let mut r = Rec::default();
+        let mut items: Vec<V> = std::mem::take(&mut self.last_items.0);
+        let mut fresh: Vec<V> = std::mem::take(&mut self.fresh);
+        fresh.clear();
+        let mut list_v = None;
+        let mut str_v = v(NONE, 0);
+        let rn = self.recs.len() as u64;
+        let arg = |off: usize, w: u8| -> u64 {
+            match w {
+                1 => b[off] as u64,
+                2 => u16::from_le_bytes([b[off], b[off + 1]]) as u64,
+                _ => u32_at(b, off),
+            }
+        };
+        for &role in &roles {
+            match role {
+                Role::Put { off, width, what } => {
+                    let idx = if width == 0 {
+                        self.memo.len()
+                    } else {
+                        arg(off, width) as usize
+                    };
+                    let val = match what {
+                        0 => v(REC, rn),
+                        1 => str_v,
+                        _ => list_v.unwrap_or(v(NONE, 0)),
+                    };
+                    if idx >= self.memo.len() {
+                        self.memo.resize(idx + 1, v(NONE, 0));
+                    }
+                    self.memo[idx] = val;
+                }
+                Role::Int {
+                    off,
+                    width,
+                    signed,
+                    field,
+                } => {
+                    let x = if width <= 2 && !signed {
+                        arg(off, width)
+                    } else if width == 4 && signed {
+                        u32_at(b, off) as u32 as i32 as i64 as u64
+                    } else {
+                        long1(b, off, width as usize) as u64
+                    };
+                    let x = payload(v(INT, x));
+                    match field {
+                        1 => r.addr = x,
+                        2 => r.size = x,
+                        3 => r.stream = x as i64,
+                        4 => r.time_us = x as i64,
+                        _ => {}
+                    }
+                }
+                Role::Get { off, width, field } => {
+                    let x = self.memo[arg(off, width) as usize];
+                    match field {
+                        0 => r.action = self.action_of(f, x),
+                        5 => r.stack = self.stack_of(x),
+                        _ => {}
+                    }
+                }
+                Role::Item { off, width } => fresh.push(self.memo[arg(off, width) as usize]),
+                Role::Str { off, len } => {
+                    self.strs.push(((c + off) as u32, len));
+                    str_v = v(STR, self.strs.len() as u64 - 1);
+                }
+                Role::NewList => {
+                    self.lists.push(List::Open(Vec::new()));
+                    list_v = Some(v(LIST, self.lists.len() as u64 - 1));
+                }
+            }
+        }
+        if let Some(l) = list_v {
+            // The new list's stack: the last one's where the items are its items.
+            let s = if fresh == items {
+                self.last_items.1
+            } else {
+                let next = self.stacks.len() as u32;
+                let s = *self.stacks.entry(fresh.clone().into()).or_insert(next);
+                std::mem::swap(&mut items, &mut fresh);
+                self.last_items.1 = s;
+                s
+            };
+            self.lists[payload(l) as usize] = List::Stack(s);
+            r.stack = s;
+        }
+        self.last_items.0 = items;
+        self.fresh = fresh;
+        self.tmpls[0].roles = roles;
+        self.recs.push(r);
+        self.stack.push(v(REC, rn));
+        self.hits += 1;
+        Some(n)
+    }
+
     fn put(&mut self, i: usize) {
         let top = *self.stack.last().expect("a value to store");
         if i >= self.memo.len() {
@@ -221,8 +555,15 @@ impl Machine {
                 0x80 => c += 1,
                 0x95 => c += 8,
                 b'}' => {
+                    if self.templates {
+                        if let Some(n) = self.try_template(f, c) {
+                            c += n;
+                            continue;
+                        }
+                    }
                     self.dicts.push(Vec::new());
                     self.dict_slot.push(u32::MAX);
+                    self.dict_pos.push(c);
                     self.stack.push(v(DICT, self.dicts.len() as u64 - 1));
                 }
                 b']' => {
@@ -309,6 +650,13 @@ impl Machine {
                             self.memo[slot as usize] = rec;
                         }
                         *self.stack.last_mut()? = rec;
+                        if self.templates {
+                            let start = self.dict_pos[payload(d) as usize];
+                            if let Some(new) = self.learn(f, &f[start..c]) {
+                                self.tmpls.insert(0, new);
+                                self.tmpls.truncate(TEMPLATES);
+                            }
+                        }
                     }
                 }
                 b's' => {
@@ -552,12 +900,14 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let f = std::fs::read(&args[0]).expect("a snapshot pickle");
     let rounds: usize = args.get(1).map_or(1, |r| r.parse().unwrap());
-    let split = args.get(2).is_some_and(|m| m == "split");
+    let mode = args.get(2).map_or("", |m| m.as_str());
+    let split = mode == "split";
     for _ in 0..rounds {
         let t = Instant::now();
         let mut m = Machine {
             keys: vec![(MARK, 0); 64],
             last_action: (MARK, 0),
+            templates: mode == "template",
             ..Default::default()
         };
         let top = if split {
@@ -573,14 +923,15 @@ fn main() {
             bytes += r.size as u128;
         }
         println!(
-            "{:.3} s: {} entries (by action {:?}), sizes {bytes}, {} stacks, {} dicts, {} lists, top {}",
+            "{:.3} s: {} entries (by action {:?}), sizes {bytes}, {} stacks, {} dicts, {} lists, top {}, {} by template",
             el,
             m.recs.len(),
             &by_action[1..],
             m.stacks.len(),
             m.dicts.len(),
             m.lists.len(),
-            top.is_some()
+            top.is_some(),
+            m.hits
         );
     }
 }
