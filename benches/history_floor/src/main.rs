@@ -91,6 +91,11 @@ struct Machine {
     templates: bool,
     /// The skeletons learnt, the most recent first.
     tmpls: Vec<Tmpl>,
+    /// The skeleton read last, which one followed each the last time, and the slot the next
+    /// skeleton learnt goes to.
+    last_t: Option<usize>,
+    succ: Vec<usize>,
+    next_slot: usize,
     /// The new list's items, a buffer kept.
     fresh: Vec<V>,
     dict_pos: Vec<usize>,
@@ -432,13 +437,21 @@ impl Machine {
     /// its skeleton matches: the bytes it took.
     #[inline(never)]
     fn try_template(&mut self, f: &[u8], c: usize) -> Option<usize> {
-        let k = (0..self.tmpls.len()).find(|&k| Self::matches(&self.tmpls[k], f, c))?;
-        if k > 0 {
-            self.tmpls.swap(0, k);
+        // The skeleton that followed the last one the last time first: history entries come
+        // in a few repeating sequences (an allocation, its free requested, completed).
+        let guess = self.last_t.map(|l| self.succ[l]);
+        let k = match guess.filter(|&g| g < self.tmpls.len() && Self::matches(&self.tmpls[g], f, c))
+        {
+            Some(g) => g,
+            None => (0..self.tmpls.len()).find(|&k| Self::matches(&self.tmpls[k], f, c))?,
+        };
+        if let Some(l) = self.last_t {
+            self.succ[l] = k;
         }
-        let n = self.tmpls[0].bytes.len();
+        self.last_t = Some(k);
+        let n = self.tmpls[k].bytes.len();
         let b = &f[c..c + n];
-        let roles = std::mem::take(&mut self.tmpls[0].roles);
+        let roles = std::mem::take(&mut self.tmpls[k].roles);
         let mut r = Rec::default();
         let mut items: Vec<V> = std::mem::take(&mut self.last_items.0);
         let mut fresh: Vec<V> = std::mem::take(&mut self.fresh);
@@ -528,7 +541,7 @@ impl Machine {
         }
         self.last_items.0 = items;
         self.fresh = fresh;
-        self.tmpls[0].roles = roles;
+        self.tmpls[k].roles = roles;
         self.recs.push(r);
         self.stack.push(v(REC, rn));
         self.hits += 1;
@@ -653,8 +666,19 @@ impl Machine {
                         if self.templates {
                             let start = self.dict_pos[payload(d) as usize];
                             if let Some(new) = self.learn(f, &f[start..c]) {
-                                self.tmpls.insert(0, new);
-                                self.tmpls.truncate(TEMPLATES);
+                                // Into the next slot in turn (the successors name slots).
+                                let k = self.next_slot % TEMPLATES;
+                                self.next_slot += 1;
+                                if k == self.tmpls.len() {
+                                    self.tmpls.push(new);
+                                    self.succ.push(0);
+                                } else {
+                                    self.tmpls[k] = new;
+                                }
+                                if let Some(l) = self.last_t {
+                                    self.succ[l] = k;
+                                }
+                                self.last_t = Some(k);
                             }
                         }
                     }
