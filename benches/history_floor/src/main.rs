@@ -96,6 +96,8 @@ struct Machine {
     last_t: Option<usize>,
     succ: Vec<usize>,
     next_slot: usize,
+    /// Entries read by the opcodes whose skeleton could not be learnt.
+    unlearnt: usize,
     /// The new list's items, a buffer kept.
     fresh: Vec<V>,
     dict_pos: Vec<usize>,
@@ -665,7 +667,9 @@ impl Machine {
                         *self.stack.last_mut()? = rec;
                         if self.templates {
                             let start = self.dict_pos[payload(d) as usize];
-                            if let Some(new) = self.learn(f, &f[start..c]) {
+                            let learnt = self.learn(f, &f[start..c]);
+                            self.unlearnt += learnt.is_none() as usize;
+                            if let Some(new) = learnt {
                                 // Into the next slot in turn (the successors name slots).
                                 let k = self.next_slot % TEMPLATES;
                                 self.next_slot += 1;
@@ -957,5 +961,11 @@ fn main() {
             top.is_some(),
             m.hits
         );
+        if m.templates {
+            println!(
+                "{} entries read by the opcodes had no skeleton to learn",
+                m.unlearnt
+            );
+        }
     }
 }
