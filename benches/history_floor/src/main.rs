@@ -402,7 +402,20 @@ impl Machine {
                                 }
                             }
                         }
-                        _ => return None,
+                        // One item and APPEND.
+                        b'h' | b'j'
+                            if b.get(c + if b[c] == b'h' { 2 } else { 5 }) == Some(&b'a') =>
+                        {
+                            let w = if b[c] == b'h' { 1 } else { 4 };
+                            mask[c + 1..c + 1 + w].fill(0);
+                            roles.push(Role::Item {
+                                off: c + 1,
+                                width: w as u8,
+                            });
+                            c += 2 + w;
+                        }
+                        // An empty list: the next key or the end follows.
+                        _ => {}
                     }
                 }
                 b'N' | 0x88 | 0x89 => c += 1,
