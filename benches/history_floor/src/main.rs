@@ -147,6 +147,15 @@ fn u32_at(f: &[u8], c: usize) -> u64 {
     u32::from_le_bytes(f[c..c + 4].try_into().unwrap()) as u64
 }
 
+/// A string or bytes opcode's length at `f[c..]` and the bytes that said it.
+fn text_len(f: &[u8], op: u8, c: usize) -> (usize, usize) {
+    match op {
+        0x8c | b'C' => (f[c] as usize, 1),
+        0x8d | 0x8e => (le(&f[c..c + 8]) as usize, 8),
+        _ => (u32_at(f, c) as usize, 4),
+    }
+}
+
 /// The `n` (at most 8) bytes at `f[c..]` as a signed little-endian integer, read as one word
 /// where 8 bytes are there.
 fn long1(f: &[u8], c: usize, n: usize) -> i64 {
@@ -574,6 +583,93 @@ impl Machine {
         }
     }
 
+    /// The opcodes that make and fill containers, shared by the loop over the bytes and the
+    /// loop over a tape: `c` is the input offset just past the opcode (where a dict's bytes
+    /// start, and where a dict's SETITEMS ends).
+    #[inline(always)]
+    fn container(&mut self, f: &[u8], op: u8, c: usize) -> Option<()> {
+        match op {
+            b'}' => {
+                self.dicts.push(Vec::new());
+                self.dict_slot.push(u32::MAX);
+                self.dict_pos.push(c);
+                self.stack.push(v(DICT, self.dicts.len() as u64 - 1));
+            }
+            b']' => {
+                self.lists.push(List::Open(Vec::new()));
+                self.stack.push(v(LIST, self.lists.len() as u64 - 1));
+            }
+            b')' => self.stack.push(v(OTHER, 0)),
+            b'(' => self.marks.push(self.stack.len()),
+            b'a' => {
+                let x = self.stack.pop()?;
+                let l = *self.stack.last()?;
+                if let List::Open(items) = &mut self.lists[payload(l) as usize] {
+                    items.push(x);
+                }
+            }
+            b'e' => {
+                let from = self.marks.pop()?;
+                let l = self.stack[from - 1];
+                if let List::Open(items) = &mut self.lists[payload(l) as usize] {
+                    items.extend_from_slice(&self.stack[from..]);
+                }
+                self.stack.truncate(from);
+            }
+            b'u' => {
+                let from = self.marks.pop()?;
+                let d = self.stack[from - 1];
+                if let Some(rec) = self.setitems(f, d, from) {
+                    // What the memo stored for it (its slot was written as the dict).
+                    let slot = self.dict_slot[payload(d) as usize];
+                    if slot != u32::MAX {
+                        self.memo[slot as usize] = rec;
+                    }
+                    *self.stack.last_mut()? = rec;
+                    if self.templates {
+                        let start = self.dict_pos[payload(d) as usize];
+                        let learnt = self.learn(f, &f[start..c]);
+                        self.unlearnt += learnt.is_none() as usize;
+                        if let Some(new) = learnt {
+                            // Into the next slot in turn (the successors name slots).
+                            let k = self.next_slot % TEMPLATES;
+                            self.next_slot += 1;
+                            if k == self.tmpls.len() {
+                                self.tmpls.push(new);
+                                self.succ.push(0);
+                            } else {
+                                self.tmpls[k] = new;
+                            }
+                            if let Some(l) = self.last_t {
+                                self.succ[l] = k;
+                            }
+                            self.last_t = Some(k);
+                        }
+                    }
+                }
+            }
+            b's' => {
+                let x = self.stack.pop()?;
+                let k = self.stack.pop()?;
+                let d = *self.stack.last()?;
+                self.dicts[payload(d) as usize].push((k, x));
+            }
+            b't' => {
+                let from = self.marks.pop()?;
+                self.stack.truncate(from);
+                self.stack.push(v(OTHER, 0));
+            }
+            0x85..=0x87 => {
+                let n = (op - 0x84) as usize;
+                let l = self.stack.len() - n;
+                self.stack.truncate(l);
+                self.stack.push(v(OTHER, 0));
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
     fn run(&mut self, f: &[u8]) -> Option<V> {
         let mut c = 0usize;
         loop {
@@ -589,17 +685,11 @@ impl Machine {
                             continue;
                         }
                     }
-                    self.dicts.push(Vec::new());
-                    self.dict_slot.push(u32::MAX);
-                    self.dict_pos.push(c);
-                    self.stack.push(v(DICT, self.dicts.len() as u64 - 1));
+                    self.container(f, op, c)?;
                 }
-                b']' => {
-                    self.lists.push(List::Open(Vec::new()));
-                    self.stack.push(v(LIST, self.lists.len() as u64 - 1));
+                b']' | b')' | b'(' | b'a' | b'e' | b'u' | b's' | b't' | 0x85..=0x87 => {
+                    self.container(f, op, c)?
                 }
-                b')' => self.stack.push(v(OTHER, 0)),
-                b'(' => self.marks.push(self.stack.len()),
                 b'q' => {
                     self.put(f[c] as usize);
                     c += 1;
@@ -638,11 +728,7 @@ impl Machine {
                     c += 1 + n;
                 }
                 b'X' | 0x8c | b'B' | b'C' | 0x8d | 0x8e => {
-                    let (len, w) = match op {
-                        0x8c | b'C' => (f[c] as usize, 1),
-                        0x8d | 0x8e => (le(&f[c..c + 8]) as usize, 8),
-                        _ => (u32_at(f, c) as usize, 4),
-                    };
+                    let (len, w) = text_len(f, op, c);
                     self.strs.push(((c + w) as u32, len as u32));
                     self.stack.push(v(STR, self.strs.len() as u64 - 1));
                     c += w + len;
@@ -653,70 +739,6 @@ impl Machine {
                 }
                 b'N' => self.stack.push(v(NONE, 0)),
                 0x88 | 0x89 => self.stack.push(v(BOOL, (op == 0x88) as u64)),
-                b'a' => {
-                    let x = self.stack.pop()?;
-                    let l = *self.stack.last()?;
-                    if let List::Open(items) = &mut self.lists[payload(l) as usize] {
-                        items.push(x);
-                    }
-                }
-                b'e' => {
-                    let from = self.marks.pop()?;
-                    let l = self.stack[from - 1];
-                    if let List::Open(items) = &mut self.lists[payload(l) as usize] {
-                        items.extend_from_slice(&self.stack[from..]);
-                    }
-                    self.stack.truncate(from);
-                }
-                b'u' => {
-                    let from = self.marks.pop()?;
-                    let d = self.stack[from - 1];
-                    if let Some(rec) = self.setitems(f, d, from) {
-                        // What the memo stored for it (its slot was written as the dict).
-                        let slot = self.dict_slot[payload(d) as usize];
-                        if slot != u32::MAX {
-                            self.memo[slot as usize] = rec;
-                        }
-                        *self.stack.last_mut()? = rec;
-                        if self.templates {
-                            let start = self.dict_pos[payload(d) as usize];
-                            let learnt = self.learn(f, &f[start..c]);
-                            self.unlearnt += learnt.is_none() as usize;
-                            if let Some(new) = learnt {
-                                // Into the next slot in turn (the successors name slots).
-                                let k = self.next_slot % TEMPLATES;
-                                self.next_slot += 1;
-                                if k == self.tmpls.len() {
-                                    self.tmpls.push(new);
-                                    self.succ.push(0);
-                                } else {
-                                    self.tmpls[k] = new;
-                                }
-                                if let Some(l) = self.last_t {
-                                    self.succ[l] = k;
-                                }
-                                self.last_t = Some(k);
-                            }
-                        }
-                    }
-                }
-                b's' => {
-                    let x = self.stack.pop()?;
-                    let k = self.stack.pop()?;
-                    let d = *self.stack.last()?;
-                    self.dicts[payload(d) as usize].push((k, x));
-                }
-                b't' => {
-                    let from = self.marks.pop()?;
-                    self.stack.truncate(from);
-                    self.stack.push(v(OTHER, 0));
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    let l = self.stack.len() - n;
-                    self.stack.truncate(l);
-                    self.stack.push(v(OTHER, 0));
-                }
                 b'.' => return self.stack.pop(),
                 _ => {
                     eprintln!("opcode {op:#x} at {} not read here", c - 1);
@@ -808,11 +830,7 @@ mod split {
                     c += 1 + n;
                 }
                 b'X' | 0x8c | b'B' | b'C' | 0x8d | 0x8e => {
-                    let (len, w) = match op {
-                        0x8c | b'C' => (f[c] as usize, 1),
-                        0x8d | 0x8e => (le(&f[c..c + 8]) as usize, 8),
-                        _ => (u32_at(f, c) as usize, 4),
-                    };
+                    let (len, w) = text_len(f, op, c);
                     tape.extend_from_slice(&[word(TEXT, len as u64), (c + w) as u64]);
                     c += w + len;
                 }
@@ -861,60 +879,18 @@ mod split {
                         b'h' | b'j' => self.stack.push(self.memo[arg as usize]),
                         b'q' | b'r' => self.put(arg as usize),
                         0x94 => self.put(self.memo.len()),
-                        b'}' => {
-                            self.dicts.push(Vec::new());
-                            self.dict_slot.push(u32::MAX);
-                            self.stack.push(v(DICT, self.dicts.len() as u64 - 1));
-                        }
-                        b']' => {
-                            self.lists.push(List::Open(Vec::new()));
-                            self.stack.push(v(LIST, self.lists.len() as u64 - 1));
-                        }
-                        b')' => self.stack.push(v(OTHER, 0)),
-                        b'(' => self.marks.push(self.stack.len()),
-                        b'a' => {
-                            let x = self.stack.pop()?;
-                            let l = *self.stack.last()?;
-                            if let List::Open(items) = &mut self.lists[payload(l) as usize] {
-                                items.push(x);
-                            }
-                        }
-                        b'e' => {
-                            let from = self.marks.pop()?;
-                            let l = self.stack[from - 1];
-                            if let List::Open(items) = &mut self.lists[payload(l) as usize] {
-                                items.extend_from_slice(&self.stack[from..]);
-                            }
-                            self.stack.truncate(from);
-                        }
-                        b'u' => {
-                            let from = self.marks.pop()?;
-                            let d = self.stack[from - 1];
-                            if let Some(rec) = self.setitems(f, d, from) {
-                                let slot = self.dict_slot[payload(d) as usize];
-                                if slot != u32::MAX {
-                                    self.memo[slot as usize] = rec;
-                                }
-                                *self.stack.last_mut()? = rec;
-                            }
-                        }
-                        b's' => {
-                            let x = self.stack.pop()?;
-                            let k = self.stack.pop()?;
-                            let d = *self.stack.last()?;
-                            self.dicts[payload(d) as usize].push((k, x));
-                        }
-                        b't' => {
-                            let from = self.marks.pop()?;
-                            self.stack.truncate(from);
-                            self.stack.push(v(OTHER, 0));
-                        }
-                        0x85..=0x87 => {
-                            let n = (op - 0x84) as usize;
-                            let l = self.stack.len() - n;
-                            self.stack.truncate(l);
-                            self.stack.push(v(OTHER, 0));
-                        }
+                        // The tape keeps no input offsets: templates are off here, which is
+                        // all a container opcode needs one for.
+                        b'}'
+                        | b']'
+                        | b')'
+                        | b'('
+                        | b'a'
+                        | b'e'
+                        | b'u'
+                        | b's'
+                        | b't'
+                        | 0x85..=0x87 => self.container(f, op, 0)?,
                         b'.' => return self.stack.pop(),
                         _ => return None,
                     }
