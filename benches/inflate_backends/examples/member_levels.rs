@@ -6,8 +6,8 @@
 use libdeflate_sys as ld;
 use std::time::Instant;
 
-/// Capture's member size (`gzip_members::PIECE`), unless MEMBER_KIB says otherwise.
-const PIECE: usize = 2 << 20;
+// Capture's member size, unless MEMBER_KIB says otherwise.
+use steptrace_formats::gzip_members::PIECE;
 
 /// A compressor setting: its name and what it makes of a member's text.
 type Setting = (String, Box<dyn Fn(&[u8]) -> Vec<u8>>);
