@@ -8,7 +8,7 @@
 //! It is not steptrace's reader: no checks beyond what it needs, no cut files, no streaming,
 //! no replay. It answers one question: how many instructions an entry costs when the work is
 //! only what the record needs (`valgrind --tool=callgrind`), against steptrace's ~3,300.
-//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split]]
+//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split | template]]
 //! `split` decodes the opcodes on a thread of their own, the machine applying them on another.
 //! `template` reads an entry whose bytes have the opcode skeleton of one of the last eight
 //! entries read by the opcodes (a masked compare, its values then read at known offsets,
@@ -86,10 +86,10 @@ struct Machine {
     keys: Vec<(V, u8)>,
     last_action: (V, u8),
     last_items: (Vec<V>, u32),
-    /// Template mode: the skeleton of the last entry read by the opcodes, and where each
-    /// dict's bytes start (after its `}`).
+    /// Template mode (`template` on the command line).
     templates: bool,
-    /// The skeletons learnt, the most recent first.
+    /// The skeletons learnt, at most [`TEMPLATES`], each in its slot until a newer one
+    /// takes the slot in turn.
     tmpls: Vec<Tmpl>,
     /// The skeleton read last, which one followed each the last time, and the slot the next
     /// skeleton learnt goes to.
@@ -100,7 +100,9 @@ struct Machine {
     unlearnt: usize,
     /// The new list's items, a buffer kept.
     fresh: Vec<V>,
+    /// Where each dict's bytes start (just past its `}`): an entry's, learnt as a skeleton.
     dict_pos: Vec<usize>,
+    /// Entries read by a template.
     hits: usize,
 }
 
@@ -940,7 +942,8 @@ fn main() {
             bytes += r.size as u128;
         }
         println!(
-            "{:.3} s: {} entries (by action {:?}), sizes {bytes}, {} stacks, {} dicts, {} lists, top {}, {} by template",
+            "{:.3} s: {} entries (by action {:?}), sizes {bytes}, {} stacks, {} dicts, \
+             {} lists, top {}, {} by template",
             el,
             m.recs.len(),
             &by_action[1..],
