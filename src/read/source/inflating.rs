@@ -427,7 +427,7 @@ fn run(ring: &Ring, raw: &[u8], header: usize, len: usize, tx: &Sender<Msg>) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::gzip_stream;
+    use super::super::{gzip_stream, Bytes};
     use super::*;
 
     fn text(n: usize) -> Vec<u8> {
@@ -464,7 +464,7 @@ mod tests {
             assert_eq!(b.crc, crc32fast::hash(&data[..b.text_at]));
         }
         // That a stream resumes at each start is held by report::gzip's tests.
-        let text = Inflating::start(super::super::Bytes::Owned(file), data.len()).unwrap();
+        let text = Inflating::start(Bytes::Owned(file), data.len()).unwrap();
         let Ended::Whole { tail_at, text, .. } = Inflating::finish(text) else {
             panic!("the member did not inflate whole")
         };
@@ -479,11 +479,7 @@ mod tests {
     #[test]
     fn windows_carry_the_next_ones_start_and_the_writer_waits_for_buffers_handed_back() {
         let data = text(5 * WINDOW + 12_345);
-        let t = Inflating::start(
-            super::super::Bytes::Owned(gzip_stream(&data, 1)),
-            data.len(),
-        )
-        .unwrap();
+        let t = Inflating::start(Bytes::Owned(gzip_stream(&data, 1)), data.len()).unwrap();
         let cap = 2 * rayon::current_num_threads().max(1) + 2;
         let mut seen = 0;
         let mut at = 0;
@@ -522,7 +518,7 @@ mod tests {
         let data = text(6 * WINDOW + 777);
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let file = super::super::Bytes::Owned(gzip_stream(&data, 1));
+            let file = Bytes::Owned(gzip_stream(&data, 1));
             let t = Inflating::start_capped(file, data.len(), 2).unwrap();
             let (mut held, mut at) = (None, 0);
             loop {
@@ -557,7 +553,7 @@ mod tests {
         let data = text(1 << 20);
         let one = gzip_stream(&data, 6);
         let ended = |file: Vec<u8>, len: usize| {
-            let t = Inflating::start(super::super::Bytes::Owned(file), len).unwrap();
+            let t = Inflating::start(Bytes::Owned(file), len).unwrap();
             matches!(Inflating::finish(t), Ended::Elsewhere)
         };
         let mut two = one.clone();
@@ -579,11 +575,7 @@ mod tests {
     #[test]
     fn dropping_an_inflate_midway_stops_it() {
         let data = text(8 * WINDOW);
-        let mut t = Inflating::start(
-            super::super::Bytes::Owned(gzip_stream(&data, 1)),
-            data.len(),
-        )
-        .unwrap();
+        let mut t = Inflating::start(Bytes::Owned(gzip_stream(&data, 1)), data.len()).unwrap();
         let _ = crate::read::json_scan::Prefix::prefix(&mut t, 1);
         drop(t);
     }
