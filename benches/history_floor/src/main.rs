@@ -8,11 +8,17 @@
 //! It is not steptrace's reader: no checks beyond what it needs, no cut files, no streaming,
 //! no replay. It answers one question: how many instructions an entry costs when the work is
 //! only what the record needs (`valgrind --tool=callgrind`), against steptrace's ~3,300.
-//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split | template]]
+//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split | template | grammar | grammar2]]
 //! `split` decodes the opcodes on a thread of their own, the machine applying them on another.
 //! `template` reads an entry whose bytes have the opcode skeleton of one of the last eight
 //! entries read by the opcodes (a masked compare, its values then read at known offsets,
 //! no value stack), and learns each entry the opcodes read as a skeleton.
+//! `grammar` reads each entry at its `}` by the entry's grammar (a store, MARK, pairs of a
+//! key's GET and a value, SETITEMS) straight into its record, no value stack, its new frame
+//! list straight to a stack number; any other form is left to the opcodes from the `}`.
+//! `grammar2` is `grammar` with its reads unchecked inside a window checked once, and a GET
+//! held only below the entry's first store (its stores rising), not to each store.
+//! Every mode prints the same records' hash; see benches/results/history_floor_grammar_1129.
 use rustc_hash::FxHashMap;
 use std::time::Instant;
 
@@ -102,9 +108,16 @@ struct Machine {
     fresh: Vec<V>,
     /// Where each dict's bytes start (just past its `}`): an entry's, learnt as a skeleton.
     dict_pos: Vec<usize>,
-    /// Entries read by a template.
+    /// Entries read by a template, or by the grammar.
     hits: usize,
+    /// Grammar mode (`grammar` on the command line).
+    grammar: bool,
+    /// `grammar2` on the command line.
+    grammar2: bool,
 }
+
+/// The window `grammar2` reads an entry in.
+const G2: usize = 4096;
 
 /// Skeletons kept.
 const TEMPLATES: usize = 8;
@@ -440,6 +453,476 @@ impl Machine {
         })
     }
 
+    /// A memo store opcode at `f[*p]`, if any: its index (MEMOIZE's is `len`, the memo's
+    /// length as the stores before it left it). `Some(None)`: no store there.
+    #[inline(always)]
+    fn g_put(f: &[u8], p: &mut usize, len: &mut usize) -> Option<Option<usize>> {
+        let i = match *f.get(*p)? {
+            b'q' => {
+                *p += 2;
+                *f.get(*p - 1)? as usize
+            }
+            b'r' => {
+                *p += 5;
+                u32::from_le_bytes(f.get(*p - 4..*p)?.try_into().ok()?) as usize
+            }
+            0x94 => {
+                *p += 1;
+                *len
+            }
+            _ => return Some(None),
+        };
+        *len = (*len).max(i + 1);
+        Some(Some(i))
+    }
+
+    /// A memo GET at `f[*p]` (opcode `op`), of a slot stored before the entry.
+    #[inline(always)]
+    fn g_get(&self, f: &[u8], p: &mut usize, op: u8, mine: &[(usize, V)]) -> Option<V> {
+        let i = match op {
+            b'h' => {
+                *p += 2;
+                *f.get(*p - 1)? as usize
+            }
+            b'j' => {
+                *p += 5;
+                u32::from_le_bytes(f.get(*p - 4..*p)?.try_into().ok()?) as usize
+            }
+            _ => return None,
+        };
+        if mine.iter().any(|m| m.0 == i) {
+            return None;
+        }
+        self.memo.get(i).copied()
+    }
+
+    /// The grammar mode: reads the history entry whose bytes start at `f[c..]` (after its
+    /// `}`) straight into its record, by the entry's grammar (a store, MARK, pairs of a key's
+    /// GET and a value, SETITEMS), with no value stack; `None` (nothing changed that the
+    /// opcodes would not make again) where the bytes are of any other form.
+    #[inline(never)]
+    fn try_grammar(&mut self, f: &[u8], c: usize) -> Option<usize> {
+        let (strs, lists) = (self.strs.len(), self.lists.len());
+        let r = self.grammar_entry(f, c);
+        if r.is_none() {
+            self.strs.truncate(strs);
+            self.lists.truncate(lists);
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn grammar_entry(&mut self, f: &[u8], c: usize) -> Option<usize> {
+        let mut p = c;
+        let mut len = self.memo.len();
+        let dict_put = Self::g_put(f, &mut p, &mut len)?;
+        if *f.get(p)? != b'(' {
+            return None;
+        }
+        p += 1;
+        // The entry's own stores, made once it is read whole.
+        let mut mine = [(usize::MAX, 0u64); 4];
+        let mut n_mine = 0;
+        if let Some(i) = dict_put {
+            mine[0] = (i, 0);
+            n_mine = 1;
+        }
+        let mut r = Rec::default();
+        let mut n = 0;
+        loop {
+            let op = *f.get(p)?;
+            if op == b'u' {
+                p += 1;
+                break;
+            }
+            let k = self.g_get(f, &mut p, op, &mine[..n_mine])?;
+            let fi = self.key_field(f, k);
+            if n == 0 && fi != 0 {
+                return None;
+            }
+            let op = *f.get(p)?;
+            let x = match op {
+                b'h' | b'j' => self.g_get(f, &mut p, op, &mine[..n_mine])?,
+                b'K' => {
+                    p += 2;
+                    v(INT, *f.get(p - 1)? as u64)
+                }
+                b'M' => {
+                    p += 3;
+                    v(
+                        INT,
+                        u16::from_le_bytes(f.get(p - 2..p)?.try_into().ok()?) as u64,
+                    )
+                }
+                b'J' => {
+                    p += 5;
+                    let x = u32::from_le_bytes(f.get(p - 4..p)?.try_into().ok()?);
+                    v(INT, x as i32 as i64 as u64)
+                }
+                0x8a => {
+                    let m = *f.get(p + 1)? as usize;
+                    if m > 8 || f.len() < p + 2 + m {
+                        return None;
+                    }
+                    let x = long1(f, p + 2, m);
+                    p += 2 + m;
+                    v(INT, x as u64)
+                }
+                b'X' | 0x8c => {
+                    let (l, w) = if op == 0x8c {
+                        (*f.get(p + 1)? as usize, 1)
+                    } else {
+                        (
+                            u32::from_le_bytes(f.get(p + 1..p + 5)?.try_into().ok()?) as usize,
+                            4,
+                        )
+                    };
+                    let at = p + 1 + w;
+                    f.get(at..at + l)?;
+                    p = at + l;
+                    self.strs.push((at as u32, l as u32));
+                    let s = v(STR, self.strs.len() as u64 - 1);
+                    if let Some(i) = Self::g_put(f, &mut p, &mut len)? {
+                        if n_mine == mine.len() {
+                            return None;
+                        }
+                        mine[n_mine] = (i, s);
+                        n_mine += 1;
+                    }
+                    s
+                }
+                b']' => {
+                    p += 1;
+                    let put = Self::g_put(f, &mut p, &mut len)?;
+                    self.fresh.clear();
+                    match *f.get(p)? {
+                        b'(' => {
+                            p += 1;
+                            loop {
+                                let op = *f.get(p)?;
+                                if op == b'e' {
+                                    p += 1;
+                                    break;
+                                }
+                                let x = self.g_get(f, &mut p, op, &mine[..n_mine])?;
+                                self.fresh.push(x);
+                            }
+                        }
+                        op @ (b'h' | b'j') => {
+                            let mut q = p;
+                            let x = self.g_get(f, &mut q, op, &mine[..n_mine])?;
+                            // One item and APPEND, or an empty list and the next key.
+                            if *f.get(q)? == b'a' {
+                                self.fresh.push(x);
+                                p = q + 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                    let s = if self.fresh == self.last_items.0 {
+                        self.last_items.1
+                    } else {
+                        let next = self.stacks.len() as u32;
+                        let s = *self
+                            .stacks
+                            .entry(self.fresh.as_slice().into())
+                            .or_insert(next);
+                        self.last_items.0.clear();
+                        self.last_items.0.extend_from_slice(&self.fresh);
+                        self.last_items.1 = s;
+                        s
+                    };
+                    self.lists.push(List::Stack(s));
+                    let l = v(LIST, self.lists.len() as u64 - 1);
+                    if let Some(i) = put {
+                        if n_mine == mine.len() {
+                            return None;
+                        }
+                        mine[n_mine] = (i, l);
+                        n_mine += 1;
+                    }
+                    l
+                }
+                _ => return None,
+            };
+            match fi {
+                0 => {
+                    if tag(x) != STR {
+                        return None;
+                    }
+                    r.action = self.action_of(f, x);
+                }
+                1 => r.addr = payload(x),
+                2 => r.size = payload(x),
+                3 => r.stream = payload(x) as i64,
+                4 => r.time_us = payload(x) as i64,
+                5 => r.stack = self.stack_of(x),
+                _ => {}
+            }
+            n += 1;
+        }
+        if n < 2 {
+            return None;
+        }
+        let rn = self.recs.len() as u64;
+        self.recs.push(r);
+        let rec = v(REC, rn);
+        if dict_put.is_some() {
+            mine[0].1 = rec;
+        }
+        for &(i, x) in &mine[..n_mine] {
+            if i >= self.memo.len() {
+                self.memo.resize(i + 1, v(NONE, 0));
+            }
+            self.memo[i] = x;
+        }
+        // The dicts table keeps its count as the opcodes would leave it (a dict each).
+        self.dicts.push(Vec::new());
+        self.dict_slot.push(u32::MAX);
+        self.dict_pos.push(c);
+        self.stack.push(rec);
+        self.hits += 1;
+        Some(p - c)
+    }
+
+    /// `grammar2`: the grammar mode with its reads unchecked inside a window of [`G2`] bytes
+    /// checked once, and a GET held only to the memo's length before the entry (an entry
+    /// storing below that length, which no pickle torch writes has, is left to the opcodes).
+    #[inline(never)]
+    fn try_grammar2(&mut self, f: &[u8], c: usize) -> Option<usize> {
+        let (strs, lists) = (self.strs.len(), self.lists.len());
+        let r = self.grammar2_entry(f, c);
+        if r.is_none() {
+            self.strs.truncate(strs);
+            self.lists.truncate(lists);
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn grammar2_entry(&mut self, f: &[u8], c: usize) -> Option<usize> {
+        let w: &[u8; G2 + 16] = f.get(c..c + G2 + 16)?.try_into().ok()?;
+        let mut len = self.memo.len();
+        // GETs are held below the entry's first store, and its stores rise: a GET of a slot
+        // the entry stores leaves it to the opcodes.
+        let lo = std::cell::Cell::new(usize::MAX);
+        // Byte `i` of the window and the words there, unchecked: every offset read is held
+        // under G2 + 16 by the loop's check of `p` (each opcode reads at most 9 bytes on).
+        let b = |i: usize| unsafe { *w.get_unchecked(i) };
+        let u32at =
+            |i: usize| unsafe { u32::from_le_bytes(*(w.as_ptr().add(i) as *const [u8; 4])) };
+        let memo = self.memo.as_ptr();
+        let memo_len = self.memo.len();
+        let last_put = std::cell::Cell::new(None::<usize>);
+        let get = |p: &mut usize, op: u8| -> Option<V> {
+            let i = if op == b'h' {
+                *p += 2;
+                b(*p - 1) as usize
+            } else if op == b'j' {
+                *p += 5;
+                u32at(*p - 4) as usize
+            } else {
+                return None;
+            };
+            if i >= lo.get() || i >= memo_len {
+                return None;
+            }
+            Some(unsafe { *memo.add(i) })
+        };
+        let put = |p: &mut usize, len: &mut usize| -> Option<Option<usize>> {
+            let i = match b(*p) {
+                b'q' => {
+                    *p += 2;
+                    b(*p - 1) as usize
+                }
+                b'r' => {
+                    *p += 5;
+                    u32at(*p - 4) as usize
+                }
+                0x94 => {
+                    *p += 1;
+                    *len
+                }
+                _ => return Some(None),
+            };
+            match last_put.get() {
+                Some(l) if i <= l => return None,
+                None => lo.set(i),
+                _ => {}
+            }
+            last_put.set(Some(i));
+            *len = (*len).max(i + 1);
+            Some(Some(i))
+        };
+        let mut p = 0usize;
+        let dict_put = put(&mut p, &mut len)?;
+        if b(p) != b'(' {
+            return None;
+        }
+        p += 1;
+        let mut mine = [(usize::MAX, 0u64); 4];
+        let mut n_mine = 0;
+        if let Some(i) = dict_put {
+            mine[0] = (i, 0);
+            n_mine = 1;
+        }
+        let mut r = Rec::default();
+        let mut n = 0;
+        loop {
+            if p >= G2 {
+                return None;
+            }
+            let op = b(p);
+            if op == b'u' {
+                p += 1;
+                break;
+            }
+            let k = get(&mut p, op)?;
+            let fi = self.key_field(f, k);
+            if n == 0 && fi != 0 {
+                return None;
+            }
+            let op = b(p);
+            let x = match op {
+                b'h' | b'j' => get(&mut p, op)?,
+                b'K' => {
+                    p += 2;
+                    v(INT, b(p - 1) as u64)
+                }
+                b'M' => {
+                    p += 3;
+                    v(INT, (b(p - 2) as u64) | (b(p - 1) as u64) << 8)
+                }
+                b'J' => {
+                    p += 5;
+                    v(INT, u32at(p - 4) as i32 as i64 as u64)
+                }
+                0x8a => {
+                    let m = b(p + 1) as usize;
+                    if m > 8 {
+                        return None;
+                    }
+                    let x = long1(&w[..], p + 2, m);
+                    p += 2 + m;
+                    v(INT, x as u64)
+                }
+                b'X' | 0x8c => {
+                    let (l, wd) = if op == 0x8c {
+                        (b(p + 1) as usize, 1)
+                    } else {
+                        (u32at(p + 1) as usize, 4)
+                    };
+                    let at = p + 1 + wd;
+                    if l > G2 || at + l >= G2 {
+                        return None;
+                    }
+                    p = at + l;
+                    self.strs.push(((c + at) as u32, l as u32));
+                    let s = v(STR, self.strs.len() as u64 - 1);
+                    if let Some(i) = put(&mut p, &mut len)? {
+                        if n_mine == mine.len() {
+                            return None;
+                        }
+                        mine[n_mine] = (i, s);
+                        n_mine += 1;
+                    }
+                    s
+                }
+                b']' => {
+                    p += 1;
+                    let lput = put(&mut p, &mut len)?;
+                    self.fresh.clear();
+                    match b(p) {
+                        b'(' => {
+                            p += 1;
+                            loop {
+                                if p >= G2 {
+                                    return None;
+                                }
+                                let op = b(p);
+                                if op == b'e' {
+                                    p += 1;
+                                    break;
+                                }
+                                let x = get(&mut p, op)?;
+                                self.fresh.push(x);
+                            }
+                        }
+                        op @ (b'h' | b'j') => {
+                            let mut q = p;
+                            let x = get(&mut q, op)?;
+                            if b(q) == b'a' {
+                                self.fresh.push(x);
+                                p = q + 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                    let s = if self.fresh == self.last_items.0 {
+                        self.last_items.1
+                    } else {
+                        let next = self.stacks.len() as u32;
+                        let s = *self
+                            .stacks
+                            .entry(self.fresh.as_slice().into())
+                            .or_insert(next);
+                        self.last_items.0.clear();
+                        self.last_items.0.extend_from_slice(&self.fresh);
+                        self.last_items.1 = s;
+                        s
+                    };
+                    self.lists.push(List::Stack(s));
+                    let l = v(LIST, self.lists.len() as u64 - 1);
+                    if let Some(i) = lput {
+                        if n_mine == mine.len() {
+                            return None;
+                        }
+                        mine[n_mine] = (i, l);
+                        n_mine += 1;
+                    }
+                    l
+                }
+                _ => return None,
+            };
+            match fi {
+                0 => {
+                    if tag(x) != STR {
+                        return None;
+                    }
+                    r.action = self.action_of(f, x);
+                }
+                1 => r.addr = payload(x),
+                2 => r.size = payload(x),
+                3 => r.stream = payload(x) as i64,
+                4 => r.time_us = payload(x) as i64,
+                5 => r.stack = self.stack_of(x),
+                _ => {}
+            }
+            n += 1;
+        }
+        if n < 2 {
+            return None;
+        }
+        let rn = self.recs.len() as u64;
+        self.recs.push(r);
+        let rec = v(REC, rn);
+        if dict_put.is_some() {
+            mine[0].1 = rec;
+        }
+        if len > self.memo.len() {
+            self.memo.resize(len, v(NONE, 0));
+        }
+        for &(i, x) in &mine[..n_mine] {
+            self.memo[i] = x;
+        }
+        self.dicts.push(Vec::new());
+        self.dict_slot.push(u32::MAX);
+        self.dict_pos.push(c);
+        self.stack.push(rec);
+        self.hits += 1;
+        Some(p)
+    }
+
     /// Whether the bytes at `f[c..]` have `t`'s skeleton: compared word by word.
     fn matches(t: &Tmpl, f: &[u8], c: usize) -> bool {
         let n = t.bytes.len();
@@ -681,6 +1164,18 @@ impl Machine {
                 0x80 => c += 1,
                 0x95 => c += 8,
                 b'}' => {
+                    if self.grammar2 {
+                        if let Some(n) = self.try_grammar2(f, c) {
+                            c += n;
+                            continue;
+                        }
+                    }
+                    if self.grammar {
+                        if let Some(n) = self.try_grammar(f, c) {
+                            c += n;
+                            continue;
+                        }
+                    }
                     if self.templates {
                         if let Some(n) = self.try_template(f, c) {
                             c += n;
@@ -927,6 +1422,8 @@ fn main() {
             keys: vec![(MARK, 0); 64],
             last_action: (MARK, 0),
             templates: mode == "template",
+            grammar: mode == "grammar",
+            grammar2: mode == "grammar2",
             ..Default::default()
         };
         let top = if split {
@@ -937,13 +1434,19 @@ fn main() {
         let el = t.elapsed().as_secs_f64();
         let mut by_action = [0usize; 7];
         let mut bytes = 0u128;
+        // Every record's members in order, hashed: modes are held to one another by it.
+        let mut h = rustc_hash::FxHasher::default();
         for r in &m.recs {
+            std::hash::Hash::hash(
+                &(r.action, r.addr, r.size, r.stream, r.time_us, r.stack),
+                &mut h,
+            );
             by_action[r.action as usize] += 1;
             bytes += r.size as u128;
         }
         println!(
             "{:.3} s: {} entries (by action {:?}), sizes {bytes}, {} stacks, {} dicts, \
-             {} lists, top {}, {} by template",
+             {} lists, top {}, {} by template or grammar, records' hash {:016x}",
             el,
             m.recs.len(),
             &by_action[1..],
@@ -951,7 +1454,8 @@ fn main() {
             m.dicts.len(),
             m.lists.len(),
             top.is_some(),
-            m.hits
+            m.hits,
+            std::hash::Hasher::finish(&h)
         );
         if m.templates {
             println!(
