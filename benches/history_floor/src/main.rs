@@ -8,7 +8,7 @@
 //! It is not steptrace's reader: no checks beyond what it needs, no cut files, no streaming,
 //! no replay. It answers one question: how many instructions an entry costs when the work is
 //! only what the record needs (`valgrind --tool=callgrind`), against steptrace's ~3,300.
-//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split | template | grammar | grammar2]]
+//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split | template | grammar | grammar2 | stream]]
 //! `split` decodes the opcodes on a thread of their own, the machine applying them on another.
 //! `template` reads an entry whose bytes have the opcode skeleton of one of the last eight
 //! entries read by the opcodes (a masked compare, its values then read at known offsets,
@@ -18,7 +18,11 @@
 //! list straight to a stack number; any other form is left to the opcodes from the `}`.
 //! `grammar2` is `grammar` with its reads unchecked inside a window checked once, and a GET
 //! held only below the entry's first store (its stores rising), not to each store.
-//! Every mode prints the same records' hash; see benches/results/history_floor_grammar_1129.
+//! `stream` is `grammar2` with its records handed in batches of 8,192 to a thread that replays
+//! them (a block's bytes from its `alloc` to its `free_completed`) as they come, none kept:
+//! the two-thread shape of a reader built on the grammar.
+//! Every mode prints the same records' hash and replayed peak; see
+//! benches/results/history_floor_grammar_1129.
 use rustc_hash::FxHashMap;
 use std::time::Instant;
 
@@ -114,7 +118,15 @@ struct Machine {
     grammar: bool,
     /// `grammar2` on the command line.
     grammar2: bool,
+    /// `stream` mode: records handed in batches to a thread that replays them, none kept.
+    stream: Option<std::sync::mpsc::SyncSender<Vec<Rec>>>,
+    batch: Vec<Rec>,
+    /// Records made (in `stream` mode, where `recs` stays empty).
+    n_recs: u64,
 }
+
+/// Records a batch holds in `stream` mode (steptrace's sink's batch).
+const BATCH: usize = 8192;
 
 /// The window `grammar2` reads an entry in.
 const G2: usize = 4096;
@@ -242,6 +254,25 @@ impl Machine {
         s
     }
 
+    /// A record made: its number. In `stream` mode it goes to the replaying thread in
+    /// batches of [`BATCH`], as steptrace's sink hands its entries on.
+    #[inline(always)]
+    fn emit(&mut self, r: Rec) -> u64 {
+        let n = self.n_recs;
+        self.n_recs += 1;
+        match &self.stream {
+            Some(tx) => {
+                self.batch.push(r);
+                if self.batch.len() == BATCH {
+                    let b = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+                    tx.send(b).expect("the replaying thread");
+                }
+            }
+            None => self.recs.push(r),
+        }
+        n
+    }
+
     /// SETITEMS on a dict: a history entry's pairs make a record, others are kept.
     fn setitems(&mut self, f: &[u8], d: V, from: usize) -> Option<V> {
         let di = payload(d) as usize;
@@ -263,8 +294,7 @@ impl Machine {
                     }
                 }
                 self.stack.truncate(from);
-                let rn = self.recs.len() as u64;
-                self.recs.push(r);
+                let rn = self.emit(r);
                 // The dict is the record from now on (a GET of it reads the record).
                 return Some(v(REC, rn));
             }
@@ -664,8 +694,7 @@ impl Machine {
         if n < 2 {
             return None;
         }
-        let rn = self.recs.len() as u64;
-        self.recs.push(r);
+        let rn = self.emit(r);
         let rec = v(REC, rn);
         if dict_put.is_some() {
             mine[0].1 = rec;
@@ -903,8 +932,7 @@ impl Machine {
         if n < 2 {
             return None;
         }
-        let rn = self.recs.len() as u64;
-        self.recs.push(r);
+        let rn = self.emit(r);
         let rec = v(REC, rn);
         if dict_put.is_some() {
             mine[0].1 = rec;
@@ -915,9 +943,11 @@ impl Machine {
         for &(i, x) in &mine[..n_mine] {
             self.memo[i] = x;
         }
-        self.dicts.push(Vec::new());
-        self.dict_slot.push(u32::MAX);
-        self.dict_pos.push(c);
+        if self.stream.is_none() {
+            self.dicts.push(Vec::new());
+            self.dict_slot.push(u32::MAX);
+            self.dict_pos.push(c);
+        }
         self.stack.push(rec);
         self.hits += 1;
         Some(p)
@@ -967,7 +997,7 @@ impl Machine {
         fresh.clear();
         let mut list_v = None;
         let mut str_v = v(NONE, 0);
-        let rn = self.recs.len() as u64;
+        let rn = self.n_recs;
         let arg = |off: usize, w: u8| -> u64 {
             match w {
                 1 => b[off] as u64,
@@ -1051,7 +1081,7 @@ impl Machine {
         self.last_items.0 = items;
         self.fresh = fresh;
         self.tmpls[k].roles = roles;
-        self.recs.push(r);
+        self.emit(r);
         self.stack.push(v(REC, rn));
         self.hits += 1;
         Some(n)
@@ -1096,7 +1126,10 @@ impl Machine {
             b'e' => {
                 let from = self.marks.pop()?;
                 let l = self.stack[from - 1];
-                if let List::Open(items) = &mut self.lists[payload(l) as usize] {
+                // In `stream` mode a batch of records alone leaves the list (handed on).
+                let handed =
+                    self.stream.is_some() && self.stack[from..].iter().all(|&x| tag(x) == REC);
+                if let (false, List::Open(items)) = (handed, &mut self.lists[payload(l) as usize]) {
                     items.extend_from_slice(&self.stack[from..]);
                 }
                 self.stack.truncate(from);
@@ -1410,20 +1443,74 @@ mod split {
     }
 }
 
+/// What the records come to: their count by action, sizes, a hash of every member in order,
+/// and a replay of them (a block's size from its `alloc` until its `free_completed`, as
+/// steptrace's walk counts allocated bytes) with its peak.
+#[derive(Default)]
+struct Stats {
+    by_action: [usize; 7],
+    bytes: u128,
+    hash: rustc_hash::FxHasher,
+    live: FxHashMap<u64, u64>,
+    allocated: u64,
+    peak: u64,
+}
+
+impl Stats {
+    fn add(&mut self, r: &Rec) {
+        std::hash::Hash::hash(
+            &(r.action, r.addr, r.size, r.stream, r.time_us, r.stack),
+            &mut self.hash,
+        );
+        self.by_action[r.action as usize] += 1;
+        self.bytes += r.size as u128;
+        match r.action {
+            1 => {
+                if let Some(old) = self.live.insert(r.addr, r.size) {
+                    self.allocated -= old;
+                }
+                self.allocated += r.size;
+                self.peak = self.peak.max(self.allocated);
+            }
+            3 => {
+                if let Some(s) = self.live.remove(&r.addr) {
+                    self.allocated -= s;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let f = std::fs::read(&args[0]).expect("a snapshot pickle");
     let rounds: usize = args.get(1).map_or(1, |r| r.parse().unwrap());
     let mode = args.get(2).map_or("", |m| m.as_str());
     let split = mode == "split";
+    let stream = mode == "stream";
     for _ in 0..rounds {
         let t = Instant::now();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Rec>>(4);
+        // `stream`: the records replayed on a thread of their own as they come.
+        let replay = stream.then(|| {
+            std::thread::spawn(move || {
+                let mut st = Stats::default();
+                for b in rx {
+                    for r in &b {
+                        st.add(r);
+                    }
+                }
+                st
+            })
+        });
         let mut m = Machine {
             keys: vec![(MARK, 0); 64],
             last_action: (MARK, 0),
             templates: mode == "template",
             grammar: mode == "grammar",
-            grammar2: mode == "grammar2",
+            grammar2: mode == "grammar2" || stream,
+            stream: stream.then_some(tx),
             ..Default::default()
         };
         let top = if split {
@@ -1431,31 +1518,38 @@ fn main() {
         } else {
             m.run(&f)
         };
+        let st = match replay {
+            Some(h) => {
+                let rest = std::mem::take(&mut m.batch);
+                if let Some(tx) = m.stream.take() {
+                    tx.send(rest).expect("the replaying thread");
+                }
+                h.join().expect("the replaying thread")
+            }
+            None => {
+                let mut st = Stats::default();
+                for r in &m.recs {
+                    st.add(r);
+                }
+                st
+            }
+        };
+        // In `stream` mode the time includes the replay; in the others it does not.
         let el = t.elapsed().as_secs_f64();
-        let mut by_action = [0usize; 7];
-        let mut bytes = 0u128;
-        // Every record's members in order, hashed: modes are held to one another by it.
-        let mut h = rustc_hash::FxHasher::default();
-        for r in &m.recs {
-            std::hash::Hash::hash(
-                &(r.action, r.addr, r.size, r.stream, r.time_us, r.stack),
-                &mut h,
-            );
-            by_action[r.action as usize] += 1;
-            bytes += r.size as u128;
-        }
         println!(
-            "{:.3} s: {} entries (by action {:?}), sizes {bytes}, {} stacks, {} dicts, \
-             {} lists, top {}, {} by template or grammar, records' hash {:016x}",
+            "{:.3} s: {} entries (by action {:?}), sizes {}, {} stacks, {} dicts, \
+             {} lists, top {}, {} by template or grammar, records' hash {:016x}, peak {}",
             el,
-            m.recs.len(),
-            &by_action[1..],
+            m.n_recs,
+            &st.by_action[1..],
+            st.bytes,
             m.stacks.len(),
             m.dicts.len(),
             m.lists.len(),
             top.is_some(),
             m.hits,
-            std::hash::Hasher::finish(&h)
+            std::hash::Hasher::finish(&st.hash),
+            st.peak
         );
         if m.templates {
             println!(

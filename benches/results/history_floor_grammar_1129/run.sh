@@ -30,3 +30,10 @@ for r in 1 2 3; do for m in plain grammar2; do
 done; done >> $OUT/history_floor.txt 2>&1
 /usr/bin/time -f "steptrace %e s %M KB" .corpus/hf/steptrace_np analyze $S -o /tmp/o_st -q 2>&1 | tail -1 >> $OUT/history_floor.txt
 python3 -c "d=open('$S','rb').read(2); print('protocol', d[1])" >> $OUT/history_floor.txt
+# 3. This machine, 21:55 UTC: `stream` against grammar2 and steptrace on the 1 GB file, three
+#    rounds interleaved; then two rounds each on nano_p4_fresh.pickle. Output: the end of local.txt.
+for r in 1 2 3; do
+  for m in stream grammar2; do /usr/bin/time -f "   process %e s, %U user %S sys, %M KB" $H /tmp/steptrace-bench/snapshot_1000mb_reuse.pickle 1 $m; done
+  /usr/bin/time -f "   steptrace %e s %M KB" target/release/steptrace analyze /tmp/steptrace-bench/snapshot_1000mb_reuse.pickle --out /tmp/o_snap -q
+done
+for m in plain grammar2 stream; do $H /tmp/steptrace-bench/nano_p4_fresh.pickle 2 $m; done
