@@ -8,7 +8,8 @@
 //! It is not steptrace's reader: no checks beyond what it needs, no cut files, no streaming,
 //! no replay. It answers one question: how many instructions an entry costs when the work is
 //! only what the record needs (`valgrind --tool=callgrind`), against steptrace's ~3,300.
-//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [split | template | grammar | grammar2 | stream]]
+//!   cargo run --release -- SNAPSHOT.pickle [ROUNDS [MODE]]
+//! MODE: the plain machine by default, or `split`, `template`, `grammar`, `grammar2`, `stream`.
 //! `split` decodes the opcodes on a thread of their own, the machine applying them on another.
 //! `template` reads an entry whose bytes have the opcode skeleton of one of the last eight
 //! entries read by the opcodes (a masked compare, its values then read at known offsets,
