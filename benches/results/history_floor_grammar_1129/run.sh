@@ -37,3 +37,16 @@ for r in 1 2 3; do
   /usr/bin/time -f "   steptrace %e s %M KB" target/release/steptrace analyze /tmp/steptrace-bench/snapshot_1000mb_reuse.pickle --out /tmp/o_snap -q
 done
 for m in plain grammar2 stream; do $H /tmp/steptrace-bench/nano_p4_fresh.pickle 2 $m; done
+# 4. The GPU machine again, 21:45-21:50 UTC (history_floor with `stream`, as built above): a new
+#    real snapshot of nanoGPT's train.py for 150 s, then stream / grammar2 / plain and steptrace
+#    analyze, three rounds interleaved. Output: gpu_host_real_snapshot_stream.txt, train_stream.log.
+bash capture/corpus/nanogpt_snapshot.sh /tmp/w 150 > $OUT/train.log 2>&1
+H=.corpus/hf/history_floor; S=/tmp/w/snapshot.pickle; ls -la $S > $OUT/stream.txt; cat $S > /dev/null
+for r in 1 2 3; do
+  for m in stream grammar2 plain; do
+    /usr/bin/time -f "   $m process %e s, %U user %S sys, %M KB" $H $S 1 $( [ $m = plain ] || echo $m ) 2>&1
+  done
+  /usr/bin/time -f "   steptrace %e s %M KB" .corpus/hf/steptrace_np analyze $S -o /tmp/o_st -q 2>&1 | tail -1
+done >> $OUT/stream.txt 2>&1
+grep -m1 peak_allocated /tmp/o_st/summary.json >> $OUT/stream.txt
+grep -m1 start_allocated /tmp/o_st/summary.json >> $OUT/stream.txt
