@@ -50,3 +50,8 @@ for r in 1 2 3; do
 done >> $OUT/stream.txt 2>&1
 grep -m1 peak_allocated /tmp/o_st/summary.json >> $OUT/stream.txt
 grep -m1 start_allocated /tmp/o_st/summary.json >> $OUT/stream.txt
+# 5. This machine: the stream mode's two threads counted apart. Output: the end of local.txt.
+for f in /tmp/snap100.pickle /tmp/steptrace-bench/nano_p4_fresh.pickle; do
+  valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=/tmp/cgs.out $H $f 1 stream
+  grep -H '^totals:' /tmp/cgs.out-*
+done
