@@ -119,6 +119,9 @@ struct Machine {
     grammar: bool,
     /// `grammar2` on the command line.
     grammar2: bool,
+    /// `grammar2`'s keys by their place in the entry: the key there last time and its field
+    /// (every entry of a history names the same keys in the same order).
+    g2_keys: [(V, u8); 16],
     /// `stream` mode: records handed in batches to a thread that replays them, none kept.
     stream: Option<std::sync::mpsc::SyncSender<Vec<Rec>>>,
     batch: Vec<Rec>,
@@ -808,7 +811,16 @@ impl Machine {
                 break;
             }
             let k = get(&mut p, op)?;
-            let fi = self.key_field(f, k);
+            let fi = match self.g2_keys.get(n) {
+                Some(&(last, fi)) if last == k => fi,
+                _ => {
+                    let fi = self.key_field(f, k);
+                    if let Some(slot) = self.g2_keys.get_mut(n) {
+                        *slot = (k, fi);
+                    }
+                    fi
+                }
+            };
             if n == 0 && fi != 0 {
                 return None;
             }
@@ -1507,6 +1519,7 @@ fn main() {
         });
         let mut m = Machine {
             keys: vec![(MARK, 0); 64],
+            g2_keys: [(MARK, 0); 16],
             last_action: (MARK, 0),
             templates: mode == "template",
             grammar: mode == "grammar",
