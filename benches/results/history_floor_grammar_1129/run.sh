@@ -55,3 +55,8 @@ for f in /tmp/snap100.pickle /tmp/steptrace-bench/nano_p4_fresh.pickle; do
   valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=/tmp/cgs.out $H $f 1 stream
   grep -H '^totals:' /tmp/cgs.out-*
 done
+# 6. 22:10 UTC, grammar2 with its keys looked up by their place first: step 5 again, and one
+#    round each of plain and stream on snap100, nano_p4_fresh and the 1 GB file.
+for f in /tmp/snap100.pickle /tmp/steptrace-bench/nano_p4_fresh.pickle /tmp/steptrace-bench/snapshot_1000mb_reuse.pickle; do
+  for m in plain stream; do $H $f 1 $m; done
+done
