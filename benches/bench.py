@@ -299,10 +299,17 @@ def main():
                 rows.append((f"{size:.0f} MB", "python pickle.load", w, rss, float("nan"), rss / size))
             else:
                 checks.append(f"pickle.load of {snap} not run: about 6x its {size:.0f} MB would not fit in {avail:.0f} MB available")
-            if a.memory_viz:
+            # trace_plot held 11-13x the file (3.2 GB for 250 MB, 11.3 GB for 1 GB on the GPU
+            # machine): not run where that would not fit, as pickle.load above.
+            if a.memory_viz and 13 * size < avail:
                 html = os.path.join(a.work, "trace_plot.html")
                 w, rss = median_of(1, [sys.executable, a.memory_viz, "trace_plot", snap, "-o", html])
                 rows.append((f"{size:.0f} MB", "torch _memory_viz trace_plot", w, rss, float("nan"), rss / size))
+                # The page it wrote (1.5 GB for 1 GB): its size, then gone.
+                checks.append(f"trace_plot of {snap} wrote {os.path.getsize(html) / 1e6:.0f} MB of HTML")
+                os.remove(html)
+            elif a.memory_viz:
+                checks.append(f"trace_plot of {snap} not run: about 13x its {size:.0f} MB would not fit in {avail:.0f} MB available")
     print(f"{'input':>8}  {'what':<44} {'wall s':>8} {'peak RSS MB':>12} {'x default -j2':>16} {'RSS/size':>9}")
     for t, k, w, rss, ratio, rr in rows:
         print(f"{t:>8}  {k:<44} {w:>8.3f} {rss:>12.0f} {ratio:>16.2f} {rr:>9.2f}")
