@@ -246,6 +246,7 @@ impl Machine {
             List::Stack(s) => return *s,
             List::Open(items) => std::mem::take(items),
         };
+        // Numbered as `number_stack` does, the items moved into `last_items`, not copied.
         let s = if items == self.last_items.0 {
             self.last_items.1
         } else {
@@ -256,6 +257,86 @@ impl Machine {
         };
         self.lists[li] = List::Stack(s);
         s
+    }
+
+    /// The number of the stack of `items` (equal item lists share one), the last list's
+    /// items compared first.
+    #[inline(always)]
+    fn number_stack(&mut self, items: &[V]) -> u32 {
+        if items == self.last_items.0.as_slice() {
+            return self.last_items.1;
+        }
+        let next = self.stacks.len() as u32;
+        let s = *self.stacks.entry(items.into()).or_insert(next);
+        self.last_items.0.clear();
+        self.last_items.0.extend_from_slice(items);
+        self.last_items.1 = s;
+        s
+    }
+
+    /// A grammar entry's new frame list, its items in `fresh`: the list, made the number of
+    /// its stack.
+    #[inline(always)]
+    fn fresh_list(&mut self) -> V {
+        let fresh = std::mem::take(&mut self.fresh);
+        let s = self.number_stack(&fresh);
+        self.fresh = fresh;
+        self.lists.push(List::Stack(s));
+        v(LIST, self.lists.len() as u64 - 1)
+    }
+
+    /// A grammar entry's member `fi` (a [`field`]) set to `x` in `r`; `None` where the
+    /// action is no string (the opcodes read that entry).
+    #[inline(always)]
+    fn grammar_field(&mut self, f: &[u8], r: &mut Rec, fi: u8, x: V) -> Option<()> {
+        match fi {
+            0 => {
+                if tag(x) != STR {
+                    return None;
+                }
+                r.action = self.action_of(f, x);
+            }
+            1 => r.addr = payload(x),
+            2 => r.size = payload(x),
+            3 => r.stream = payload(x) as i64,
+            4 => r.time_us = payload(x) as i64,
+            5 => r.stack = self.stack_of(x),
+            _ => {}
+        }
+        Some(())
+    }
+
+    /// A grammar entry read whole (its `}` just before `f[c]`): its record made, and its
+    /// stores `mine` made (the dict's, first where `dict_put`, naming the record), the memo
+    /// grown to `len`; the record left on the stack, as the opcodes leave it.
+    #[inline(always)]
+    fn grammar_commit(
+        &mut self,
+        r: Rec,
+        dict_put: bool,
+        mine: &mut [(usize, V)],
+        len: usize,
+        c: usize,
+    ) {
+        let rec = v(REC, self.emit(r));
+        if dict_put {
+            mine[0].1 = rec;
+        }
+        if len > self.memo.len() {
+            self.memo.resize(len, v(NONE, 0));
+        }
+        for &(i, x) in mine.iter() {
+            self.memo[i] = x;
+        }
+        // The dicts table keeps its count as the opcodes would leave it (a dict each), but
+        // for `stream`, which keeps nothing of an entry.
+        if self.stream.is_none() {
+            self.dicts.push(Vec::new());
+            self.dict_slot.push(u32::MAX);
+            self.dict_pos.push(c);
+        }
+        self.stack.push(rec);
+        self.hits += 1;
     }
 
     /// A record made: its number. In `stream` mode it goes to the replaying thread in
@@ -530,14 +611,22 @@ impl Machine {
         self.memo.get(i).copied()
     }
 
-    /// The grammar mode: reads the history entry whose bytes start at `f[c..]` (after its
+    /// The grammar modes: reads the history entry whose bytes start at `f[c..]` (after its
     /// `}`) straight into its record, by the entry's grammar (a store, MARK, pairs of a key's
-    /// GET and a value, SETITEMS), with no value stack; `None` (nothing changed that the
-    /// opcodes would not make again) where the bytes are of any other form.
+    /// GET and a value, SETITEMS), with no value stack, its reads checked (`grammar`) or
+    /// unchecked inside a window (`grammar2`, `UNCHECKED`): the bytes it took. `None` where the bytes are
+    /// of any other form: the strings and lists it made are taken back, but not a stack it
+    /// numbered or a list it made a stack (the opcodes may then number a later stack
+    /// otherwise, or not append to that list: no file measured has had either, as the
+    /// records' hash shows).
     #[inline(never)]
-    fn try_grammar(&mut self, f: &[u8], c: usize) -> Option<usize> {
+    fn try_grammar<const UNCHECKED: bool>(&mut self, f: &[u8], c: usize) -> Option<usize> {
         let (strs, lists) = (self.strs.len(), self.lists.len());
-        let r = self.grammar_entry(f, c);
+        let r = if UNCHECKED {
+            self.grammar2_entry(f, c)
+        } else {
+            self.grammar_entry(f, c)
+        };
         if r.is_none() {
             self.strs.truncate(strs);
             self.lists.truncate(lists);
@@ -653,21 +742,7 @@ impl Machine {
                         }
                         _ => {}
                     }
-                    let s = if self.fresh == self.last_items.0 {
-                        self.last_items.1
-                    } else {
-                        let next = self.stacks.len() as u32;
-                        let s = *self
-                            .stacks
-                            .entry(self.fresh.as_slice().into())
-                            .or_insert(next);
-                        self.last_items.0.clear();
-                        self.last_items.0.extend_from_slice(&self.fresh);
-                        self.last_items.1 = s;
-                        s
-                    };
-                    self.lists.push(List::Stack(s));
-                    let l = v(LIST, self.lists.len() as u64 - 1);
+                    let l = self.fresh_list();
                     if let Some(i) = put {
                         if n_mine == mine.len() {
                             return None;
@@ -679,59 +754,19 @@ impl Machine {
                 }
                 _ => return None,
             };
-            match fi {
-                0 => {
-                    if tag(x) != STR {
-                        return None;
-                    }
-                    r.action = self.action_of(f, x);
-                }
-                1 => r.addr = payload(x),
-                2 => r.size = payload(x),
-                3 => r.stream = payload(x) as i64,
-                4 => r.time_us = payload(x) as i64,
-                5 => r.stack = self.stack_of(x),
-                _ => {}
-            }
+            self.grammar_field(f, &mut r, fi, x)?;
             n += 1;
         }
         if n < 2 {
             return None;
         }
-        let rn = self.emit(r);
-        let rec = v(REC, rn);
-        if dict_put.is_some() {
-            mine[0].1 = rec;
-        }
-        for &(i, x) in &mine[..n_mine] {
-            if i >= self.memo.len() {
-                self.memo.resize(i + 1, v(NONE, 0));
-            }
-            self.memo[i] = x;
-        }
-        // The dicts table keeps its count as the opcodes would leave it (a dict each).
-        self.dicts.push(Vec::new());
-        self.dict_slot.push(u32::MAX);
-        self.dict_pos.push(c);
-        self.stack.push(rec);
-        self.hits += 1;
+        self.grammar_commit(r, dict_put.is_some(), &mut mine[..n_mine], len, c);
         Some(p - c)
     }
 
-    /// `grammar2`: the grammar mode with its reads unchecked inside a window of [`G2`] bytes
-    /// checked once, and a GET held only to the memo's length before the entry (an entry
-    /// storing below that length, which no pickle torch writes has, is left to the opcodes).
-    #[inline(never)]
-    fn try_grammar2(&mut self, f: &[u8], c: usize) -> Option<usize> {
-        let (strs, lists) = (self.strs.len(), self.lists.len());
-        let r = self.grammar2_entry(f, c);
-        if r.is_none() {
-            self.strs.truncate(strs);
-            self.lists.truncate(lists);
-        }
-        r
-    }
-
+    /// `grammar2`'s entry: reads unchecked inside a window of [`G2`] bytes checked once, a
+    /// GET held only below the entry's first store (its stores must rise), the keys looked
+    /// up by their place in the entry first.
     #[inline(always)]
     fn grammar2_entry(&mut self, f: &[u8], c: usize) -> Option<usize> {
         let w: &[u8; G2 + 16] = f.get(c..c + G2 + 16)?.try_into().ok()?;
@@ -900,21 +935,7 @@ impl Machine {
                         }
                         _ => {}
                     }
-                    let s = if self.fresh == self.last_items.0 {
-                        self.last_items.1
-                    } else {
-                        let next = self.stacks.len() as u32;
-                        let s = *self
-                            .stacks
-                            .entry(self.fresh.as_slice().into())
-                            .or_insert(next);
-                        self.last_items.0.clear();
-                        self.last_items.0.extend_from_slice(&self.fresh);
-                        self.last_items.1 = s;
-                        s
-                    };
-                    self.lists.push(List::Stack(s));
-                    let l = v(LIST, self.lists.len() as u64 - 1);
+                    let l = self.fresh_list();
                     if let Some(i) = lput {
                         if n_mine == mine.len() {
                             return None;
@@ -926,43 +947,13 @@ impl Machine {
                 }
                 _ => return None,
             };
-            match fi {
-                0 => {
-                    if tag(x) != STR {
-                        return None;
-                    }
-                    r.action = self.action_of(f, x);
-                }
-                1 => r.addr = payload(x),
-                2 => r.size = payload(x),
-                3 => r.stream = payload(x) as i64,
-                4 => r.time_us = payload(x) as i64,
-                5 => r.stack = self.stack_of(x),
-                _ => {}
-            }
+            self.grammar_field(f, &mut r, fi, x)?;
             n += 1;
         }
         if n < 2 {
             return None;
         }
-        let rn = self.emit(r);
-        let rec = v(REC, rn);
-        if dict_put.is_some() {
-            mine[0].1 = rec;
-        }
-        if len > self.memo.len() {
-            self.memo.resize(len, v(NONE, 0));
-        }
-        for &(i, x) in &mine[..n_mine] {
-            self.memo[i] = x;
-        }
-        if self.stream.is_none() {
-            self.dicts.push(Vec::new());
-            self.dict_slot.push(u32::MAX);
-            self.dict_pos.push(c);
-        }
-        self.stack.push(rec);
-        self.hits += 1;
+        self.grammar_commit(r, dict_put.is_some(), &mut mine[..n_mine], len, c);
         Some(p)
     }
 
@@ -1210,17 +1201,16 @@ impl Machine {
                 0x80 => c += 1,
                 0x95 => c += 8,
                 b'}' => {
-                    if self.grammar2 {
-                        if let Some(n) = self.try_grammar2(f, c) {
-                            c += n;
-                            continue;
-                        }
-                    }
-                    if self.grammar {
-                        if let Some(n) = self.try_grammar(f, c) {
-                            c += n;
-                            continue;
-                        }
+                    let read = if self.grammar2 {
+                        self.try_grammar::<true>(f, c)
+                    } else if self.grammar {
+                        self.try_grammar::<false>(f, c)
+                    } else {
+                        None
+                    };
+                    if let Some(n) = read {
+                        c += n;
+                        continue;
                     }
                     if self.templates {
                         if let Some(n) = self.try_template(f, c) {

@@ -60,3 +60,14 @@ done
 for f in /tmp/snap100.pickle /tmp/steptrace-bench/nano_p4_fresh.pickle /tmp/steptrace-bench/snapshot_1000mb_reuse.pickle; do
   for m in plain stream; do $H $f 1 $m; done
 done
+# 7. 23:10 UTC, after the review's refactor: every mode on every file of step 1 (the records'
+#    hash and peak), then callgrind of plain, grammar, grammar2 on snap100 and of stream's
+#    threads on snap100 and nano_p4_fresh. Output: the end of local.txt.
+for f in /tmp/snap100.pickle /tmp/steptrace-bench/nano_p4_fresh.pickle /tmp/steptrace-bench/nano_p4_200.pickle /tmp/steptrace-bench/snapshot_1000mb_reuse.pickle; do
+  for m in plain split template grammar grammar2 stream; do $H $f 1 $m; done
+done
+for m in plain grammar grammar2; do valgrind --tool=callgrind --callgrind-out-file=/tmp/cgr.out $H /tmp/snap100.pickle 1 $m; done
+for f in /tmp/snap100.pickle /tmp/steptrace-bench/nano_p4_fresh.pickle; do
+  rm -f /tmp/cgs.out*; valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=/tmp/cgs.out $H $f 1 stream
+  grep -H '^totals:' /tmp/cgs.out-*
+done
