@@ -1448,7 +1448,10 @@ mod split {
 
 /// What the records come to: their count by action, sizes, a hash of every member in order,
 /// and a replay of them (a block's size from its `alloc` until its `free_completed`, as
-/// steptrace's walk counts allocated bytes) with its peak.
+/// steptrace's walk counts allocated bytes) with its peak. The replay starts from nothing:
+/// where blocks were alive before the history, steptrace (which counts them from the
+/// snapshot's segments) has a higher peak; on histories that start from nothing the peaks were
+/// equal (the 1 GB generated file, a real nanoGPT snapshot: history_floor_grammar_1129).
 #[derive(Default)]
 struct Stats {
     by_action: [usize; 7],
