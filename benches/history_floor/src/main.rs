@@ -614,11 +614,11 @@ impl Machine {
     /// The grammar modes: reads the history entry whose bytes start at `f[c..]` (after its
     /// `}`) straight into its record, by the entry's grammar (a store, MARK, pairs of a key's
     /// GET and a value, SETITEMS), with no value stack, its reads checked (`grammar`) or
-    /// unchecked inside a window (`grammar2`, `UNCHECKED`): the bytes it took. `None` where the bytes are
-    /// of any other form: the strings and lists it made are taken back, but not a stack it
-    /// numbered or a list it made a stack (the opcodes may then number a later stack
-    /// otherwise, or not append to that list: no file measured has had either, as the
-    /// records' hash shows).
+    /// unchecked inside a window (`grammar2`, `UNCHECKED`): the bytes it took. `None` where
+    /// the bytes are of any other form: the strings and lists it made are taken back, but
+    /// not a stack it numbered or a list it made a stack (the opcodes may then number a
+    /// later stack otherwise, or not append to that list: no file measured has had either,
+    /// as the records' hash shows).
     #[inline(never)]
     fn try_grammar<const UNCHECKED: bool>(&mut self, f: &[u8], c: usize) -> Option<usize> {
         let (strs, lists) = (self.strs.len(), self.lists.len());
