@@ -498,13 +498,14 @@ pub struct Streamed {
     pub cut: Option<usize>,
     /// The source's error that ended the input (a corrupt or cut gzip stream), if any.
     pub read_error: Option<std::io::Error>,
-    /// How many of the records a sink took were read by the path of their own
-    /// (`reader::entry`) rather than opcode by opcode.
+    /// How many of the records a sink took were read by their grammar (`reader::entry`)
+    /// rather than opcode by opcode.
     pub direct_records: usize,
-    /// How many of those were decoded on the thread ahead of the reader.
-    pub decoded_ahead: usize,
-    /// How many of those had the frame list of the entry before (`reader::entry::ListRun`).
+    /// How many of those had the new frame list of the entry before it, or an empty one
+    /// (`reader::entry::Grammar`).
     pub list_runs: usize,
+    /// Whether the input was read on a thread ahead of the reader (`reader::ahead`).
+    pub read_ahead: bool,
 }
 
 /// Parses a pickle as it streams from `src` (with records of `shape`), except that a pickle
@@ -539,11 +540,11 @@ pub(crate) enum ReadMode {
     Kept,
     /// The slots of what the sink took are given back; each opcode through the loop.
     Released,
-    /// As `Released`, and history entries of the usual form read by their own path
-    /// (`reader::entry`), decoded on the reader's thread.
+    /// As `Released`, and history entries of the usual form read by their grammar
+    /// (`reader::entry`), the input read on the reader's thread.
     Direct,
-    /// As `Direct`, the input read and its entries decoded on a thread ahead of the reader
-    /// (`reader::ahead`): the way files are read.
+    /// As `Direct`, the input read on a thread ahead of the reader (`reader::ahead`): the
+    /// way files are read.
     Ahead,
 }
 
@@ -600,8 +601,8 @@ fn run_stream(mut r: reader::Reader<'_>) -> Result<Streamed, PickleError> {
     let read_error = r.input.take_error();
     Ok(Streamed {
         direct_records: r.direct_records,
-        decoded_ahead: r.decoded_ahead,
         list_runs: r.list_runs,
+        read_ahead: r.input.is_ahead(),
         pickle: r.pk,
         cut,
         read_error,

@@ -2,12 +2,10 @@
 //! read, so that a snapshot of many GB is read in a few MB (nothing keeps a span of the input:
 //! the texts a pickle holds are copied out as they are read).
 
-use std::collections::VecDeque;
 use std::io::{self, Read};
 
 use super::super::PickleError;
 use super::ahead::{Chunks, HEAD};
-use super::entry::Decoded;
 
 /// The window's starting size; it grows only for a single opcode argument larger than it.
 const WINDOW: usize = 1 << 20;
@@ -17,7 +15,7 @@ const WINDOW: usize = 1 << 20;
 /// of zeros behind a claimed length of terabytes is not inflated into memory.
 pub(in crate::ingest::pickle) const MAX_ARGUMENT: usize = 1 << 30;
 
-/// Where the bytes come from: a reader, or the thread reading and decoding ahead.
+/// Where the bytes come from: a reader, or the thread reading ahead.
 enum Src<'r> {
     Read(Box<dyn Read + 'r>),
     Ahead(Chunks),
@@ -25,8 +23,6 @@ enum Src<'r> {
 
 pub(in crate::ingest::pickle) struct Input<'r> {
     src: Src<'r>,
-    /// The history entries the thread ahead decoded in the chunks read so far, in order.
-    decoded: VecDeque<Decoded>,
     buf: Vec<u8>,
     /// The next byte to read is `buf[pos]`; `buf[pos..end]` is read and not yet taken.
     pos: usize,
@@ -46,7 +42,7 @@ impl<'r> Input<'r> {
         Input::with(Src::Read(src))
     }
 
-    /// The input of a thread that reads and decodes ahead.
+    /// The input of a thread that reads ahead.
     pub(in crate::ingest::pickle) fn from_chunks(chunks: Chunks) -> Self {
         Input::with(Src::Ahead(chunks))
     }
@@ -54,7 +50,6 @@ impl<'r> Input<'r> {
     fn with(src: Src<'r>) -> Self {
         Input {
             src,
-            decoded: VecDeque::new(),
             buf: vec![0; WINDOW],
             pos: 0,
             end: 0,
@@ -68,6 +63,11 @@ impl<'r> Input<'r> {
     #[inline]
     pub(in crate::ingest::pickle) fn offset(&self) -> usize {
         self.base.wrapping_add(self.pos)
+    }
+
+    /// Whether a thread ahead reads the source.
+    pub(in crate::ingest::pickle) fn is_ahead(&self) -> bool {
+        matches!(self.src, Src::Ahead(_))
     }
 
     /// The read error that ended the input early, if one did.
@@ -87,7 +87,7 @@ impl<'r> Input<'r> {
                 if rest > HEAD || !a.between_chunks() {
                     break;
                 }
-                match a.next_whole(&mut self.decoded) {
+                match a.next_whole() {
                     Ok(Some(mut chunk)) => {
                         let start = HEAD - rest;
                         chunk[start..HEAD].copy_from_slice(&self.buf[self.pos..self.end]);
@@ -125,7 +125,7 @@ impl<'r> Input<'r> {
             let out = &mut self.buf[self.end..];
             let read = match &mut self.src {
                 Src::Read(r) => r.read(out),
-                Src::Ahead(a) => a.read(out, &mut self.decoded),
+                Src::Ahead(a) => a.read(out),
             };
             match read {
                 Ok(0) => self.eof = true,
@@ -174,37 +174,6 @@ impl<'r> Input<'r> {
             self.fill(want);
         }
         &self.buf[self.pos..self.end]
-    }
-
-    /// The bytes read and not yet taken, as [`Input::ahead`] last made them.
-    #[inline]
-    pub(in crate::ingest::pickle) fn window(&self) -> &[u8] {
-        &self.buf[self.pos..self.end]
-    }
-
-    /// Whether the thread ahead decoded an entry just past offset `at` (then it is
-    /// [`Input::decoded`]'s), passing over those before it: asked in ascending order, of
-    /// bytes already read.
-    #[inline]
-    pub(in crate::ingest::pickle) fn decoded_at(&mut self, at: u64) -> bool {
-        while let Some(front) = self.decoded.front_mut() {
-            if front.find(at) {
-                return true;
-            }
-            if !front.spent() {
-                return false;
-            }
-            if let (Some(d), Src::Ahead(a)) = (self.decoded.pop_front(), &self.src) {
-                a.spent(d);
-            }
-        }
-        false
-    }
-
-    /// The entry [`Input::decoded_at`] found.
-    #[inline]
-    pub(in crate::ingest::pickle) fn decoded(&self) -> (&[u64], &[u32]) {
-        self.decoded.front().expect("found by decoded_at").current()
     }
 
     /// Takes `n` bytes that [`Input::ahead`] showed.

@@ -183,22 +183,6 @@ pub(super) struct Memo {
     unpacked: Vec<usize>,
     /// How many times each page was packed.
     packs: Vec<u8>,
-    /// Slots below each mark are watched ([`Memo::watch`]), and whether one was stored to
-    /// since: [`Watch::Keys`]'s and [`Watch::Items`]'s.
-    watch_below: [usize; 2],
-    /// The greater of the two marks.
-    watch_max: usize,
-    watched_stored: [bool; 2],
-}
-
-/// What a watch of the memo's slots ([`Memo::watch`]) is for: the keys of the last history
-/// entry, or the items of its new frame list (`entry`'s runs). Kept apart: the keys lie low
-/// in the memo and the frames anywhere, and a store among the frames' slots leaves the
-/// keys' run alone.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Watch {
-    Keys = 0,
-    Items = 1,
 }
 
 impl Default for Memo {
@@ -209,9 +193,6 @@ impl Default for Memo {
             len: 0,
             side: Vec::new(),
             offered: 0,
-            watch_below: [0; 2],
-            watch_max: 0,
-            watched_stored: [false; 2],
             unpacked: Vec::new(),
             packs: Vec::new(),
         }
@@ -229,10 +210,6 @@ impl Memo {
     /// memoized: no pickle torch writes, and the reader refuses it).
     #[inline(always)]
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
-        // One compare on the way of every store (a protocol-4 pickle's are past both marks).
-        if idx < self.watch_max {
-            self.stored_under_watch(idx);
-        }
         let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
         let number = match data {
             PAYLOAD => Some(NUMBER),
@@ -267,15 +244,6 @@ impl Memo {
             return true;
         }
         self.store(idx, slot)
-    }
-
-    /// A store at `idx`, below one mark at least: each watch it falls under has seen a store.
-    fn stored_under_watch(&mut self, idx: usize) {
-        for w in 0..2 {
-            if idx < self.watch_below[w] {
-                self.watched_stored[w] = true;
-            }
-        }
     }
 
     /// [`Memo::set`] of a slot to a page that is packed or not yet there, or past the end.
@@ -325,20 +293,6 @@ impl Memo {
         }
         self.offered = upto;
         self.unpacked = keep;
-    }
-
-    /// Watches the slots below `below`: [`Memo::watched_unchanged`] says whether one was
-    /// stored to since (what a cache of their values needs to know).
-    pub(super) fn watch(&mut self, w: Watch, below: usize) {
-        self.watch_below[w as usize] = below;
-        self.watch_max = self.watch_below[0].max(self.watch_below[1]);
-        self.watched_stored[w as usize] = false;
-    }
-
-    /// Whether no slot the watch `w` named was stored to since.
-    #[inline(always)]
-    pub(super) fn watched_unchanged(&self, w: Watch) -> bool {
-        !self.watched_stored[w as usize]
     }
 
     /// [`Memo::get`] through the cache of recent GETs (the GET opcodes'). The hit inlined

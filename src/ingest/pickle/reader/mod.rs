@@ -32,19 +32,16 @@ pub(super) struct Reader<'a> {
     /// Whether the slots of records the sink took, and of their frame lists, are given back
     /// (`sink_record`; off only in tests, to compare).
     pub(super) release: bool,
-    /// Whether history entries of the usual form are read by their own path (`entry`; off
+    /// Whether history entries of the usual form are read by their grammar (`entry`; off
     /// only in tests, to compare; on only with `release`).
     pub(super) direct: bool,
-    /// The entry that path reads.
-    scan: entry::Scan,
+    /// What that path keeps from one entry to the next, and the entry it reads.
+    grammar: entry::Grammar,
     /// How many entries that path read.
     pub(super) direct_records: usize,
-    /// How many of those the thread ahead decoded.
-    pub(super) decoded_ahead: usize,
-    /// How many of those took the frame list of the run (`entry::ListRun`).
+    /// How many of those had the new frame list of the one before it, or an empty one
+    /// (`entry::Grammar::last_items`).
     pub(super) list_runs: usize,
-    /// An entry decoded here (not ahead).
-    local: entry::Decoded,
     stack: Vec<ValueId>,
     /// Stack heights at each MARK, innermost last.
     marks: Vec<usize>,
@@ -68,12 +65,8 @@ pub(super) struct Reader<'a> {
     /// The [`Kind::Frozen`] number of each place frozen so far.
     frozen_at: FxHashMap<u64, u64>,
     /// Whether the sink was told of a generic dict (`RecordSink::generic`), which its
-    /// `appended` may then take: no history entry's new list is then read by the run of
-    /// `list_run`.
+    /// `appended` may then take: no history entry's new list is then read by the grammar.
     generic_given: bool,
-    /// The last history entry's new list that the direct path read in full, where a list of
-    /// the same items would be read the same way again (`entry`'s run of frame lists).
-    list_run: entry::ListRun,
 }
 
 /// A container followed from its making (`}` or `]`) while a sink reads records: where the
@@ -301,11 +294,9 @@ impl<'a> Reader<'a> {
             sink: None,
             release: false,
             direct: false,
-            scan: entry::Scan::default(),
+            grammar: entry::Grammar::default(),
             direct_records: 0,
-            decoded_ahead: 0,
             list_runs: 0,
-            local: entry::Decoded::default(),
             pk: Pickle {
                 texts: Texts::default(),
                 wide: Vec::new(),
@@ -332,7 +323,6 @@ impl<'a> Reader<'a> {
             sunk_puts: VecDeque::new(),
             frozen_at: FxHashMap::default(),
             generic_given: false,
-            list_run: entry::ListRun::default(),
         }
     }
 
@@ -601,40 +591,39 @@ impl<'a> Reader<'a> {
             .step_by(2)
             .any(|i| self.stack[i] == l.id);
         if member {
-            self.freeze_fresh_list(None);
+            self.freeze_fresh_list();
         }
         true
     }
 
     /// The list last made, a member of a record the sink just took, given back where nothing
-    /// else names it (see [`Reader::sink_record`]): its [`Kind::Frozen`] number where it
-    /// was. `known`: that number, where the caller knows it (`entry`'s run of frame lists:
-    /// the place of the list before, frozen before).
-    pub(super) fn freeze_fresh_list(&mut self, known: Option<u64>) -> Option<u64> {
+    /// else names it (see [`Reader::sink_record`]): its memo slot then names its items'
+    /// place, frozen ([`Reader::freeze_place`]).
+    fn freeze_fresh_list(&mut self) {
         let l = self.fresh_list;
         if !(l.alone(l.id) && matches!(self.pk.seqs.slot(l.id.data()), Slot::Flat(..))) {
-            return None;
+            return;
         }
         let mut w = self.pk.seqs.release(l.id.data());
-        let p = match known {
-            Some(p) => p,
-            None => {
-                if let Slot::Flat(_, 0) = Slot::unpack(w) {
-                    // Every empty list has one place.
-                    w = Slot::flat(0, 0).expect("fits");
-                }
-                let frozen = &mut self.pk.frozen;
-                *self.frozen_at.entry(w).or_insert_with(|| {
-                    frozen.push(w);
-                    frozen.len() as u64 - 1
-                })
-            }
-        };
+        if let Slot::Flat(_, 0) = Slot::unpack(w) {
+            // Every empty list has one place.
+            w = Slot::flat(0, 0).expect("fits");
+        }
+        let p = self.freeze_place(w);
         if l.put != NO_PUT {
             self.memo.set(l.put, ValueId::new(Kind::Frozen, p));
         }
         self.fresh_list = Fresh::NONE;
-        Some(p)
+    }
+
+    /// The [`Kind::Frozen`] number of the items' place whose slot word is `w`: one number a
+    /// place, however many lists held it.
+    pub(super) fn freeze_place(&mut self, w: u64) -> u64 {
+        let frozen = &mut self.pk.frozen;
+        *self.frozen_at.entry(w).or_insert_with(|| {
+            frozen.push(w);
+            frozen.len() as u64 - 1
+        })
     }
 
     /// The list at `stack[at]` made a list of its own again where it is [`Kind::Frozen`]
