@@ -103,6 +103,17 @@ impl ValueId {
         KINDS[(self.0 >> PAYLOAD_BITS) as usize]
     }
 
+    /// An id that no member of a record holds (a member not there reads as `None`): the
+    /// empty key of a cache of ids.
+    pub const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
+
+    /// The line of a direct-mapped cache of `lines` (a power of two) that this id takes:
+    /// ids of one kind differ in their low bits only by their number, so they are mixed.
+    #[inline]
+    pub fn line(self, lines: usize) -> usize {
+        (self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (lines - 1)
+    }
+
     fn data(self) -> u64 {
         self.0 & PAYLOAD
     }
@@ -408,6 +419,13 @@ impl Pickle {
     /// when millions of entries each name one).
     pub fn seq_index(&self, id: ValueId) -> Option<usize> {
         matches!(id.kind(), Kind::List | Kind::Tuple | Kind::Set).then_some(id.data() as usize)
+    }
+
+    /// The number of a list a sunk record alone held ([`Kind::Frozen`]): one for each
+    /// place its items have in the shared table, numbered densely from 0, and the place of a
+    /// number never changes.
+    pub fn frozen_number(&self, id: ValueId) -> Option<usize> {
+        (id.kind() == Kind::Frozen).then_some(id.data() as usize)
     }
 
     /// Where the items of a list, tuple or set are kept in the shared table, `(start, len)`,

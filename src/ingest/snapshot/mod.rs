@@ -188,7 +188,15 @@ struct EntrySink<'h> {
     /// Whether batches of the records made first, in order, are taken in one go
     /// ([`EntrySink::appended_in_order`]; off only in tests, to compare).
     in_order: bool,
+    /// The actions of recent `action` strings, by the string's id modulo [`ACTION_LINES`]:
+    /// a history names a handful of distinct strings millions of times (short strings are
+    /// one id per text), and reading each one's bytes to match them was a tenth of the
+    /// sink's work for an entry.
+    actions: [(ValueId, Action); ACTION_LINES],
 }
+
+/// Lines of [`EntrySink::actions`], a power of two.
+const ACTION_LINES: usize = 16;
 
 /// What a list was given, as [`Extractor::run`] reports it for a device's history (its
 /// other items, entries without an action among them, are what is left of its length).
@@ -218,6 +226,7 @@ impl<'h> EntrySink<'h> {
             batch_list: 0,
             out,
             in_order: true,
+            actions: [(ValueId::ABSENT, Action::Other); ACTION_LINES],
         }
     }
 
@@ -231,7 +240,15 @@ impl<'h> EntrySink<'h> {
             unreachable!("HISTORY_ENTRY has six kept members")
         };
         let u64_of = |v: Option<ValueId>| v.and_then(|v| pk.as_u64(v));
-        let action = action.and_then(|a| pk.str_bytes(a));
+        let action = action.and_then(|a| {
+            let line = &mut self.actions[a.line(ACTION_LINES)];
+            if line.0 == a {
+                return Some(line.1);
+            }
+            let parsed = parse_action(pk.str_bytes(a)?);
+            *line = (a, parsed);
+            Some(parsed)
+        });
         let stack = if action.is_none() {
             NO_ACTION
         } else {
@@ -240,7 +257,7 @@ impl<'h> EntrySink<'h> {
             self.stacks.stack_of(pk, frames)
         };
         TraceEntry {
-            action: action.map_or(Action::Other, parse_action),
+            action: action.unwrap_or(Action::Other),
             addr: u64_of(addr).unwrap_or(0),
             size: u64_of(size).unwrap_or(0),
             stream: stream.and_then(|v| pk.as_i64(v)).unwrap_or(0),
@@ -408,7 +425,14 @@ struct Stacks {
     /// The last place looked up and its stack: most entries name the frames of the entry
     /// before, whose list the pickle reader gives the same place.
     last_place: Option<((usize, usize), StackId)>,
+    /// Stacks by the frozen number of a list a history entry alone held
+    /// ([`Pickle::frozen_number`], dense; [`NO_STACK`] where not yet looked up): nearly
+    /// every entry's frames, found without the place's hash.
+    by_frozen: Vec<StackId>,
 }
+
+/// [`Stacks::by_frozen`] where no stack was looked up.
+const NO_STACK: StackId = StackId(u32::MAX);
 
 impl Stacks {
     fn str_of(&mut self, pk: &Pickle, id: Option<ValueId>) -> Option<StrId> {
@@ -417,6 +441,24 @@ impl Stacks {
     }
 
     fn stack_of(&mut self, pk: &Pickle, id: Option<ValueId>) -> StackId {
+        let Some(n) = id.and_then(|id| pk.frozen_number(id)) else {
+            return self.stack_of_list(pk, id);
+        };
+        if let Some(&s) = self.by_frozen.get(n) {
+            if s != NO_STACK {
+                return s;
+            }
+        }
+        let s = self.stack_of_list(pk, id);
+        if self.by_frozen.len() <= n {
+            self.by_frozen.resize(n + 1, NO_STACK);
+        }
+        self.by_frozen[n] = s;
+        s
+    }
+
+    /// [`Stacks::stack_of`] by the list's place or items.
+    fn stack_of_list(&mut self, pk: &Pickle, id: Option<ValueId>) -> StackId {
         // Lists with equal items mostly share them in the pickle's tables
         // (the pickle reader's `share_items`): where they do, the items' place finds them
         // without hashing each list's frames. (Their address did, until it was seen that the

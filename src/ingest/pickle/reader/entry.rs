@@ -67,10 +67,9 @@ pub(super) struct Grammar {
     last_str: (ShortKey, ValueId),
     /// The entry read: its record's members...
     rec: [ValueId; RECORD_MAX_KEYS],
-    /// ...the values it copied by GET (keys included), which the followed containers learn
-    /// of...
-    gots: [ValueId; 2 * PAIRS],
-    n_gots: usize,
+    /// ...whether it copied the list the loop follows by GET (as a key or a value: items
+    /// come only with a new list, which the loop would follow instead)...
+    copied_fresh: bool,
     /// ...its dict's memo index, or [`NO_PUT`]...
     dict_put: usize,
     /// ...the memo stores of its strings...
@@ -98,8 +97,7 @@ impl Default for Grammar {
             empty_frozen: NO_FROZEN,
             last_str: ([u64::MAX; 4], ABSENT),
             rec: [ABSENT; RECORD_MAX_KEYS],
-            gots: [ABSENT; 2 * PAIRS],
-            n_gots: 0,
+            copied_fresh: false,
             dict_put: NO_PUT,
             stores: [(NO_PUT, ABSENT); STORES],
             n_stores: 0,
@@ -151,13 +149,22 @@ impl Grammar {
     /// Reads the entry whose bytes (after its `}`, at input offset `at`) start `w` into
     /// `self`, as the loop would read it: false where they are not of the entry's form (then
     /// nothing has changed but caches and the short strings met, which the loop meets
-    /// again as the same ids). Only the first `real` bytes of `w` are input.
+    /// again as the same ids). Only the first `real` bytes of `w` are input; `fresh` is the
+    /// list the loop follows (`Reader::fresh_list`), if it still may be alone.
     #[inline(always)]
-    fn read(&mut self, w: &[u8; WIN], real: usize, at: usize, t: &mut Tables<'_>) -> Option<()> {
+    fn read(
+        &mut self,
+        w: &[u8; WIN],
+        real: usize,
+        at: usize,
+        fresh: ValueId,
+        t: &mut Tables<'_>,
+    ) -> Option<()> {
         // Masked, every read stays in the window; past `END` the loop below stops.
         let b = |i: usize| w[i & (WIN - 1)];
-        let u32at = |i: usize| {
-            u32::from_le_bytes([b(i), b(i + 1), b(i + 2), b(i + 3)]) as usize
+        // A word at `i` (past `END` only where a read ran on, which then fails).
+        let u32at = |i: usize| -> Option<usize> {
+            Some(u32::from_le_bytes(w.get(i..i + 4)?.try_into().ok()?) as usize)
         };
         // The memo as the entry's stores grow it (MEMOIZE stores at its length); GETs are
         // held below the entry's first store (`lo`), and its stores must rise, so that every
@@ -174,7 +181,7 @@ impl Grammar {
                 }
                 b'r' => {
                     *p += 5;
-                    u32at(*p - 4)
+                    u32at(*p - 4)?
                 }
                 0x94 => {
                     *p += 1;
@@ -205,7 +212,7 @@ impl Grammar {
                 }
                 b'j' => {
                     *p += 5;
-                    u32at(*p - 4)
+                    u32at(*p - 4)?
                 }
                 _ => return None,
             };
@@ -221,7 +228,7 @@ impl Grammar {
         }
         p += 1;
         self.rec = [ABSENT; RECORD_MAX_KEYS];
-        self.n_gots = 0;
+        self.copied_fresh = false;
         self.n_stores = 0;
         self.list = false;
         self.list_put = NO_PUT;
@@ -241,8 +248,7 @@ impl Grammar {
                 return None;
             }
             let k = get(&mut p, op, t.memo)?;
-            self.gots[self.n_gots] = k;
-            self.n_gots += 1;
+            self.copied_fresh |= k == fresh;
             let slot = match self.keys[n] {
                 (last, s) if last == k => s,
                 _ => {
@@ -270,8 +276,7 @@ impl Grammar {
             let v = match op {
                 b'h' | b'j' => {
                     let v = get(&mut p, op, t.memo)?;
-                    self.gots[self.n_gots] = v;
-                    self.n_gots += 1;
+                    self.copied_fresh |= v == fresh;
                     v
                 }
                 b'K' => {
@@ -284,22 +289,22 @@ impl Grammar {
                 }
                 b'J' => {
                     p += 5;
-                    int(u32at(p - 4) as u32 as i32 as i64)?
+                    int(u32at(p - 4)? as u32 as i32 as i64)?
                 }
                 0x8a => {
                     let m = b(p + 1) as usize;
                     if m > 8 {
                         return None;
                     }
-                    let mut x = 0u64;
-                    for i in 0..m {
-                        x |= (b(p + 2 + i) as u64) << (8 * i);
-                    }
-                    // Sign-extended from its top byte, as LONG1 is.
-                    let v = if m > 0 && m < 8 && b(p + 1 + m) & 0x80 != 0 {
-                        (x | !0u64 << (8 * m)) as i64
-                    } else {
-                        x as i64
+                    // Read as one word, its `m` bytes kept and sign-extended from the top
+                    // one, as LONG1 is.
+                    let x = u64::from_le_bytes(w.get(p + 2..p + 10)?.try_into().ok()?);
+                    let v = match m {
+                        0 => 0,
+                        m => {
+                            let sh = 64 - 8 * m as u32;
+                            ((x << sh) as i64) >> sh
+                        }
                     };
                     p += 2 + m;
                     int(v)?
@@ -316,7 +321,7 @@ impl Grammar {
                     let (l, s) = if op == 0x8c {
                         (b(p + 1) as usize, p + 2)
                     } else {
-                        (u32at(p + 1), p + 5)
+                        (u32at(p + 1)?, p + 5)
                     };
                     if l > SHORT_STR {
                         return None;
@@ -420,6 +425,11 @@ impl Reader<'_> {
             return Ok(false);
         }
         let at = self.input.offset();
+        let fresh = if self.fresh_list.clean {
+            self.fresh_list.id
+        } else {
+            ABSENT
+        };
         let Reader {
             input,
             memo,
@@ -449,7 +459,7 @@ impl Reader<'_> {
             pk,
             short_strs,
         };
-        if g.read(w, real, at, &mut t).is_none() {
+        if g.read(w, real, at, fresh, &mut t).is_none() {
             return Ok(false);
         }
         // The new list's place, as the loop would give it (`add_to_list`, `share_items`)
@@ -463,13 +473,11 @@ impl Reader<'_> {
             None
         };
         let g = &self.grammar;
-        // The list the loop follows learns of each copy (as `copied`) where the entry made
-        // no list (a new one would be followed instead); the dict it follows would be the
+        // The list the loop follows learns of a copy (as `copied`) where the entry made no
+        // list (a new one would be followed instead); the dict it follows would be the
         // entry's own, given back below.
-        if frozen.is_none() && self.fresh_list.clean {
-            for &v in &g.gots[..g.n_gots] {
-                self.fresh_list.copied(v);
-            }
+        if g.copied_fresh {
+            self.fresh_list.clean = false;
         }
         let mut members = g.rec.map(|v| (v != ABSENT).then_some(v));
         if let (Some(p), true) = (frozen, g.list_member != NO_MEMBER) {

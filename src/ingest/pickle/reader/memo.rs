@@ -49,6 +49,19 @@ fn per_word(bits: u32) -> u32 {
     6 - bits.trailing_zeros()
 }
 
+/// The slot that holds `v` itself, if one can (its number below [`NUMBER`], or
+/// [`super::super::PAYLOAD`]); else `v` goes to the side table.
+#[inline]
+fn inline_slot(v: ValueId) -> Option<u32> {
+    let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
+    let n = match data {
+        PAYLOAD => NUMBER,
+        d if d < NUMBER => d,
+        _ => return None,
+    };
+    Some((kind as u32) << NUMBER_BITS | n as u32)
+}
+
 /// One page of slots.
 #[derive(Debug)]
 enum Page {
@@ -210,14 +223,8 @@ impl Memo {
     /// memoized: no pickle torch writes, and the reader refuses it).
     #[inline(always)]
     pub(super) fn set(&mut self, idx: usize, v: ValueId) -> bool {
-        let (kind, data) = (v.0 >> PAYLOAD_BITS, v.data());
-        let number = match data {
-            PAYLOAD => Some(NUMBER),
-            d if d < NUMBER => Some(d),
-            _ => None,
-        };
-        let slot = if let Some(n) = number {
-            (kind as u32) << NUMBER_BITS | n as u32
+        let slot = if let Some(slot) = inline_slot(v) {
+            slot
         } else if self.side.len() < SIDE_MAX {
             self.side.push(v);
             SIDE | (self.side.len() - 1) as u32
@@ -244,6 +251,33 @@ impl Memo {
             return true;
         }
         self.store(idx, slot)
+    }
+
+    /// Stores `new` at `idx` where the slot holds `old` (a value a slot holds itself, not
+    /// the side table's): true where it did. One look at the slot where its page is raw, as
+    /// it is for the slots a history's batch names when the batch is put in its list (the
+    /// marks of taken records: a look and a store through the pages each had been a tenth
+    /// of the reader's work for an entry).
+    #[inline]
+    pub(super) fn replace(&mut self, idx: usize, old: ValueId, new: ValueId) -> bool {
+        let (Some(o), Some(n)) = (inline_slot(old), inline_slot(new)) else {
+            return self.get(idx) == Some(old) && self.set(idx, new);
+        };
+        let (p, i) = (idx >> PAGE_BITS, idx & (PAGE - 1));
+        match self.pages.get_mut(p) {
+            Some(Page::Raw(s)) => {
+                if s[i] != o {
+                    return false;
+                }
+                s[i] = n;
+                let line = &mut self.cache[idx % CACHE];
+                if line.0 == idx {
+                    line.1 = new;
+                }
+                true
+            }
+            _ => self.get(idx) == Some(old) && self.set(idx, new),
+        }
     }
 
     /// [`Memo::set`] of a slot to a page that is packed or not yet there, or past the end.

@@ -198,8 +198,8 @@ pub(super) fn appended(a: Appending<'_, '_>, list: ValueId, items: &[ValueId]) {
             }
             a.sunk_puts.pop_front();
             // Unless the pickle stored something else there since.
-            if r == v.data() && a.memo.get(idx) == Some(v) {
-                a.memo.set(idx, ValueId::new(Kind::Sunk, TAKEN));
+            if r == v.data() {
+                a.memo.replace(idx, v, ValueId::new(Kind::Sunk, TAKEN));
                 break;
             }
         }
