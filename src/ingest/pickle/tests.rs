@@ -985,3 +985,104 @@ fn a_frame_slot_stored_over_between_entries_names_the_new_frame() {
         assert_eq!(runs, 2, "{mode:?}");
     }
 }
+
+/// Every small-integer opcode a history entry's members are written with (BININT1, BININT2,
+/// a negative BININT, LONG1 of 0 to 8 bytes, both signs, and one past what a value holds
+/// inline), None and the bools, and strings stored by MEMOIZE and by BINPUT, read the same
+/// by the entries' own path as by the loop; every entry but one is read by that path, the
+/// last of them ending where the input does (no bytes after its SETITEMS but the list's
+/// end and STOP, fewer than the path's window), and the one past the inline range is left
+/// to the loop.
+#[test]
+fn every_integer_form_reads_alike_by_the_entries_path_and_the_loop() {
+    let mut w = W::new();
+    w.op(b"]");
+    w.put();
+    w.op(b"(");
+    let action = first_entry_opening(&mut w);
+    w.str("addr");
+    let addr = w.put();
+    w.op(&[b'K', 1]);
+    w.str("stream");
+    let stream = w.put();
+    w.op(b"N");
+    w.str("size");
+    let size = w.put();
+    w.op(&[b'K', 0, b'u']);
+    let long1 = |v: i64, n: usize| {
+        let mut b = vec![0x8a, n as u8];
+        b.extend_from_slice(&v.to_le_bytes()[..n]);
+        b
+    };
+    let values: Vec<Vec<u8>> = vec![
+        vec![b'K', 200],
+        vec![b'M', 0x34, 0x12],
+        [&[b'J'][..], &(-5i32).to_le_bytes()].concat(),
+        long1(0, 0),
+        long1(-1, 1),
+        long1(127, 1),
+        long1(-129, 2),
+        long1(1 << 40, 6),
+        long1(-(1 << 50), 7),
+        long1(i64::MAX >> 5, 8),
+        long1(i64::MIN >> 5, 8),
+        b"N".to_vec(),
+        vec![0x88],
+        vec![0x89],
+    ];
+    for (i, v) in values.iter().enumerate() {
+        w.op(b"}");
+        w.put();
+        w.op(b"(").get(action);
+        // A string afresh, stored by MEMOIZE or by BINPUT.
+        w.str(["alloc", "free_requested"][i % 2]);
+        if i % 3 == 0 {
+            w.op(&[b'q', w.memo as u8]);
+            w.memo += 1;
+        } else {
+            w.put();
+        }
+        w.get(addr).op(v);
+        w.get(stream).op(b"K\x07");
+        w.get(size).op(&[b'M', i as u8, 1]);
+        w.op(b"u");
+    }
+    // A LONG1 past the 60 bits a value holds inline: a wide integer, the loop's.
+    w.op(b"}");
+    w.put();
+    w.op(b"(").get(action).str("alloc").put();
+    w.get(addr).op(&long1(i64::MAX, 8)).get(size).op(b"K\x02u");
+    // The last entry, read with fewer bytes after it than the window.
+    w.op(b"}");
+    w.put();
+    w.op(b"(").get(action).str("alloc").put();
+    w.get(addr).op(&long1(-3, 1)).get(size).op(b"K\x03u");
+    w.op(b"e.");
+    let (kept, counts) = records_alike_in_every_mode(&w.out);
+    let addrs: Vec<&str> = kept.written.iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(
+        addrs,
+        [
+            "Int(1)",
+            "Int(200)",
+            "Int(4660)",
+            "Int(-5)",
+            "Int(0)",
+            "Int(-1)",
+            "Int(127)",
+            "Int(-129)",
+            "Int(1099511627776)",
+            "Int(-1125899906842624)",
+            &format!("Int({})", i64::MAX >> 5),
+            &format!("Int({})", i64::MIN >> 5),
+            "None",
+            "Bool(true)",
+            "Bool(false)",
+            &format!("Int({})", i64::MAX),
+            "Int(-3)",
+        ]
+    );
+    for (mode, direct, _) in counts {
+        assert_eq!(direct, values.len() + 1, "{mode:?}");
+    }
+}

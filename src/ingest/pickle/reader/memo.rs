@@ -424,6 +424,42 @@ mod tests {
         assert!(m.set(2, ValueId::new(Kind::Str, 9)));
     }
 
+    /// A slot is replaced only where it holds the value named, on a raw page, a packed one
+    /// and through the side table alike, and a read through the cache sees the new value.
+    #[test]
+    fn a_slot_is_replaced_only_where_it_holds_the_value_named() {
+        let sunk = |r: u64| ValueId::new(Kind::Sunk, r);
+        let taken = sunk(PAYLOAD);
+        let mut m = Memo::default();
+        // A raw page at the end, packed pages behind it (one value each).
+        let n = 8 * PAGE;
+        for i in 0..n {
+            let v = if i < 5 * PAGE { taken } else { sunk(i as u64) };
+            assert!(m.set(i, v));
+        }
+        assert!(matches!(m.pages[0], Page::Packed { .. }));
+        let last = n - 1;
+        assert_eq!(m.get_cached(last), Some(sunk(last as u64)));
+        assert!(!m.replace(last, sunk(1), taken), "holds another record");
+        assert!(m.replace(last, sunk(last as u64), taken));
+        assert_eq!(m.get_cached(last), Some(taken), "through the cache");
+        assert_eq!(m.get(last), Some(taken));
+        // On a packed page: the slot's value, replaced, unpacks it; another is refused.
+        assert!(!m.replace(3, sunk(3), sunk(9)));
+        assert!(m.replace(3, taken, sunk(9)));
+        assert_eq!(m.get(3), Some(sunk(9)));
+        assert_eq!(m.get(4), Some(taken));
+        // A value past what a slot holds, in the side table.
+        let wide = ValueId::new(Kind::Int, 1 << 50);
+        assert!(m.set(n, wide));
+        assert!(!m.replace(n, taken, sunk(1)));
+        assert!(m.replace(n, wide, sunk(1)));
+        assert_eq!(m.get(n), Some(sunk(1)));
+        // A slot never stored is not replaced.
+        assert!(!m.replace(n + 5, taken, sunk(1)));
+        assert_eq!(m.get(n + 5), None);
+    }
+
     /// Pages of few distinct values are packed once the memo is past them, read back the
     /// same, unpacked by a write and packed again; pages of many values stay as they were.
     #[test]
