@@ -421,7 +421,7 @@ impl Pickle {
         matches!(id.kind(), Kind::List | Kind::Tuple | Kind::Set).then_some(id.data() as usize)
     }
 
-    /// The number of a list a sunk record alone held ([`Kind::Frozen`]): one for each
+    /// The number of a list a sunk record alone held (a frozen list): one for each
     /// place its items have in the shared table, numbered densely from 0, and the place of a
     /// number never changes.
     pub fn frozen_number(&self, id: ValueId) -> Option<usize> {

@@ -331,7 +331,10 @@ impl Grammar {
                     let ls = &self.last_str.0;
                     // Word by word: compared as an array, the key went through the stack
                     // and its load stalled on the stores just made.
-                    let id = if (key[0] ^ ls[0]) | (key[1] ^ ls[1]) | (key[2] ^ ls[2]) | (key[3] ^ ls[3])
+                    let id = if (key[0] ^ ls[0])
+                        | (key[1] ^ ls[1])
+                        | (key[2] ^ ls[2])
+                        | (key[3] ^ ls[3])
                         == 0
                     {
                         self.last_str.1
