@@ -111,7 +111,7 @@ impl ValueId {
     /// ids of one kind differ in their low bits only by their number, so they are mixed.
     #[inline]
     pub fn line(self, lines: usize) -> usize {
-        (self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (lines - 1)
+        (self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (lines - 1)
     }
 
     fn data(self) -> u64 {

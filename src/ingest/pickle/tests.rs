@@ -867,6 +867,28 @@ fn first_entry_opening(w: &mut W) -> usize {
     action
 }
 
+/// A history list opened and its first entry written whole, its keys written out (and
+/// memoized) as a history's first entry's are: `action`, then each of `members` with its
+/// value's opcodes. The writer, the memo index of the `action` key and those of the others.
+fn history_first_entry(members: &[(&str, &[u8])]) -> (W, usize, Vec<usize>) {
+    let mut w = W::new();
+    w.op(b"]");
+    w.put();
+    w.op(b"(");
+    let action = first_entry_opening(&mut w);
+    let keys = members
+        .iter()
+        .map(|&(k, v)| {
+            w.str(k);
+            let i = w.put();
+            w.op(v);
+            i
+        })
+        .collect();
+    w.op(b"u");
+    (w, action, keys)
+}
+
 /// Reads `bytes` in every mode with a sink: each gives the records the kept read gives
 /// (returned); the direct path's counts for each mode that has it.
 fn records_alike_in_every_mode(bytes: &[u8]) -> (Taken, Vec<(ReadMode, usize, usize)>) {
@@ -889,15 +911,9 @@ fn records_alike_in_every_mode(bytes: &[u8]) -> (Taken, Vec<(ReadMode, usize, us
 /// direct path's keys kept from one entry to the next are dropped once their slots change.
 #[test]
 fn a_key_slot_stored_over_between_entries_names_the_new_key() {
-    let mut w = W::new();
-    w.op(b"]");
-    w.put();
-    w.op(b"(");
     // The first entry writes its keys (and memoizes them); the later ones GET them.
-    let action = first_entry_opening(&mut w);
-    w.str("addr");
-    let key = w.put();
-    w.op(&[b'K', 1, b'u']);
+    let (mut w, action, keys) = history_first_entry(&[("addr", b"K\x01")]);
+    let key = keys[0];
     let entry = |w: &mut W, n: u8| {
         w.op(b"}");
         w.put();
@@ -995,20 +1011,11 @@ fn a_frame_slot_stored_over_between_entries_names_the_new_frame() {
 /// to the loop.
 #[test]
 fn every_integer_form_reads_alike_by_the_entries_path_and_the_loop() {
-    let mut w = W::new();
-    w.op(b"]");
-    w.put();
-    w.op(b"(");
-    let action = first_entry_opening(&mut w);
-    w.str("addr");
-    let addr = w.put();
-    w.op(&[b'K', 1]);
-    w.str("stream");
-    let stream = w.put();
-    w.op(b"N");
-    w.str("size");
-    let size = w.put();
-    w.op(&[b'K', 0, b'u']);
+    let (mut w, action, keys) =
+        history_first_entry(&[("addr", b"K\x01"), ("stream", b"N"), ("size", b"K\x00")]);
+    let [addr, stream, size] = keys[..] else {
+        unreachable!("three keys")
+    };
     let long1 = |v: i64, n: usize| {
         let mut b = vec![0x8a, n as u8];
         b.extend_from_slice(&v.to_le_bytes()[..n]);

@@ -25,7 +25,9 @@ use rustc_hash::FxHashMap;
 
 use super::super::{Kind, PickleError, ValueId, RECORD_MAX_KEYS};
 use super::memo::Memo;
-use super::{Fresh, KeySlot, Keys, Reader, ShortKey, ABSENT, NO_PUT, SHORT_STR};
+use super::{
+    inline_int, short_text, Fresh, KeySlot, Keys, Reader, ShortKey, ABSENT, NO_PUT, SHORT_STR,
+};
 use crate::ingest::pickle::store::Slot;
 use crate::ingest::pickle::Pickle;
 
@@ -38,8 +40,9 @@ const WIN: usize = 4096;
 const END: usize = WIN - 64;
 /// Most pairs an entry has: a record's kept and ignored members.
 const PAIRS: usize = 2 * RECORD_MAX_KEYS;
-/// Most memo stores an entry makes: its dict, its new list and a string a pair.
-const STORES: usize = PAIRS + 2;
+/// Most memo stores an entry's strings make: one a pair (its dict's and its new list's are
+/// kept apart).
+const STORES: usize = PAIRS;
 
 /// A key's member in `Grammar::keys`: a kept member's index, or this bit and an ignored
 /// one's.
@@ -108,15 +111,6 @@ impl Default for Grammar {
             len: 0,
         }
     }
-}
-
-/// An integer as the loop makes it, if it fits a [`ValueId`] (a wider one goes to a table).
-#[inline(always)]
-fn int(v: i64) -> Option<ValueId> {
-    let half = 1i64 << (super::super::PAYLOAD_BITS - 1);
-    (-half..half)
-        .contains(&v)
-        .then(|| ValueId::new(Kind::Int, v as u64))
 }
 
 /// [`short_key`] of the first `n` bytes of `ahead` (which holds [`SHORT_STR`]), read
@@ -289,7 +283,7 @@ impl Grammar {
                 }
                 b'J' => {
                     p += 5;
-                    int(u32at(p - 4)? as u32 as i32 as i64)?
+                    inline_int(u32at(p - 4)? as u32 as i32 as i64)?
                 }
                 0x8a => {
                     let m = b(p + 1) as usize;
@@ -307,7 +301,7 @@ impl Grammar {
                         }
                     };
                     p += 2 + m;
-                    int(v)?
+                    inline_int(v)?
                 }
                 b'N' => {
                     p += 1;
@@ -339,18 +333,8 @@ impl Grammar {
                     {
                         self.last_str.1
                     } else {
-                        let id = match t.short_strs.get(&key) {
-                            Some(&id) => id,
-                            None => {
-                                // A text met before was checked then (as `Reader::str_next`
-                                // does); a new one is made as the loop makes it.
-                                let bytes = &w[s..s + l];
-                                std::str::from_utf8(bytes).ok()?;
-                                let id = ValueId::new(Kind::Str, t.pk.texts.push_bytes(bytes));
-                                t.short_strs.insert(key, id);
-                                id
-                            }
-                        };
+                        // As the loop makes it (`Reader::str_next`).
+                        let id = short_text(t.short_strs, &mut t.pk.texts, key, &w[s..s + l])?;
                         self.last_str = (key, id);
                         id
                     };

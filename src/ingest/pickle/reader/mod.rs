@@ -206,6 +206,35 @@ pub(super) fn appended(a: Appending<'_, '_>, list: ValueId, items: &[ValueId]) {
     }
 }
 
+/// The id of the short string `b` (whose [`short_key`] is `key`): the one its text was given
+/// before, else a new one, its bytes checked as UTF-8 (a text met before was checked then);
+/// `None` where they are not UTF-8.
+#[inline]
+fn short_text(
+    strs: &mut FxHashMap<ShortKey, ValueId>,
+    texts: &mut Texts,
+    key: ShortKey,
+    b: &[u8],
+) -> Option<ValueId> {
+    if let Some(&v) = strs.get(&key) {
+        return Some(v);
+    }
+    std::str::from_utf8(b).ok()?;
+    let v = ValueId::new(Kind::Str, texts.push_bytes(b));
+    strs.insert(key, v);
+    Some(v)
+}
+
+/// An integer as a value holds it inline (60 bits); `None` for a wider one, which goes to a
+/// table ([`Reader::int`]).
+#[inline(always)]
+fn inline_int(v: i64) -> Option<ValueId> {
+    let half = 1i64 << (PAYLOAD_BITS - 1);
+    (-half..half)
+        .contains(&v)
+        .then(|| ValueId::new(Kind::Int, v as u64))
+}
+
 fn not_utf8(offset: usize) -> PickleError {
     PickleError::Malformed {
         what: "string is not UTF-8".into(),
@@ -242,7 +271,7 @@ impl Keys {
             return None;
         }
         let t = k.data();
-        let line = &mut self.cache[key_line(t)];
+        let line = &mut self.cache[k.line(KEY_CACHE)];
         if line.0 == t + 1 {
             return line.1;
         }
@@ -260,19 +289,14 @@ impl Keys {
                 .position(|e| e.as_bytes() == key)
                 .map(KeySlot::Ignored)
         };
-        self.cache[key_line(t)] = (t + 1, slot);
+        self.cache[k.line(KEY_CACHE)] = (t + 1, slot);
         slot
     }
 }
 
-/// Lines of the key cache, a power of two: string ids are spans of the text arena, so a
-/// line is chosen by a multiplicative hash of the id (their low bits repeat).
+/// Lines of the key cache, a power of two (string ids are spans of the text arena, so a
+/// line is chosen by [`ValueId::line`], which mixes their bits).
 const KEY_CACHE: usize = 256;
-
-#[inline]
-fn key_line(t: u64) -> usize {
-    (t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KEY_CACHE.trailing_zeros())) as usize
-}
 
 /// Lists filled in one go with at most this many items share equal items (stacks); longer
 /// ones (the history itself) are not worth hashing.
@@ -280,7 +304,7 @@ const SHARE_MAX: usize = 4096;
 
 const NONE: ValueId = ValueId::new(Kind::None, 0);
 
-const ABSENT: ValueId = ValueId::new(Kind::Absent, 0);
+const ABSENT: ValueId = ValueId::ABSENT;
 
 impl<'a> Reader<'a> {
     pub(super) fn new(
@@ -477,17 +501,8 @@ impl<'a> Reader<'a> {
     fn str_next(&mut self, n: usize, offset: usize) -> Result<ValueId, PickleError> {
         let b = self.input.take(n)?;
         if n <= SHORT_STR {
-            // A text met before was checked then: only a new one is checked here.
-            let key = short_key(b);
-            if let Some(&v) = self.short_strs.get(&key) {
-                return Ok(v);
-            }
-            if std::str::from_utf8(b).is_err() {
-                return Err(not_utf8(offset));
-            }
-            let v = ValueId::new(Kind::Str, self.pk.texts.push_bytes(b));
-            self.short_strs.insert(key, v);
-            return Ok(v);
+            return short_text(&mut self.short_strs, &mut self.pk.texts, short_key(b), b)
+                .ok_or_else(|| not_utf8(offset));
         }
         if std::str::from_utf8(b).is_err() {
             return Err(not_utf8(offset));
@@ -835,12 +850,10 @@ impl<'a> Reader<'a> {
     }
 
     fn int(&mut self, v: i64) -> ValueId {
-        if (-(1i64 << (PAYLOAD_BITS - 1))..1i64 << (PAYLOAD_BITS - 1)).contains(&v) {
-            ValueId::new(Kind::Int, v as u64)
-        } else {
+        inline_int(v).unwrap_or_else(|| {
             self.pk.wide.push(v);
             ValueId::new(Kind::WideInt, self.pk.wide.len() as u64 - 1)
-        }
+        })
     }
 
     fn float(&mut self, v: f64) -> ValueId {
