@@ -16,7 +16,8 @@ use crate::analysis::snapshot::{self as snap, SnapshotAnalysis};
 use crate::diagnostics::Diagnostics;
 use crate::model::snapshot::Snapshot;
 
-/// The files written, besides `report.html` (unless turned off).
+/// The files written, besides `report.html` (unless turned off) and, with the `parquet`
+/// feature, [`PARQUET_FILES`].
 pub const FILES: [&str; 9] = [
     "summary.json",
     "memory_timeline.csv",
@@ -28,6 +29,84 @@ pub const FILES: [&str; 9] = [
     "never_freed.csv",
     "phases.csv",
 ];
+
+/// Parquet copies of two of the tables, the CSV files' columns each (written with the
+/// `parquet` feature).
+pub const PARQUET_FILES: [&str; 2] = ["memory_timeline.parquet", "top_sites.parquet"];
+
+/// A row of `memory_timeline.csv` and `.parquet`: a device's state after a history entry.
+pub(super) struct TimelineRow {
+    pub device: i64,
+    pub entry: usize,
+    /// Since the snapshot's first recorded time (the CSV prints it to the µs).
+    pub time_ms: Option<f64>,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+/// The rows of `memory_timeline`, device by device, in history order.
+pub(super) fn timeline_rows(a: &SnapshotAnalysis) -> impl Iterator<Item = TimelineRow> + '_ {
+    a.devices.iter().flat_map(move |d| {
+        d.timeline.iter().map(move |t| TimelineRow {
+            device: d.device,
+            entry: t.entry,
+            time_ms: rel_ms(a, t.time_us),
+            allocated_bytes: t.allocated_bytes,
+            reserved_bytes: t.reserved_bytes,
+        })
+    })
+}
+
+/// A row of `top_sites.csv` and `.parquet`: bytes alive at a device's peak by kind of code,
+/// by Python frame or by C++ frame.
+pub(super) struct TopSiteRow<'a> {
+    pub device: i64,
+    /// `kind`, `python_frame` or `cpp_frame`.
+    pub by: &'static str,
+    pub site: &'a str,
+    pub kind: &'static str,
+    pub bytes: u64,
+    pub blocks: usize,
+    /// Of the device's peak (none where the peak is 0; the CSV prints two decimals).
+    pub pct_of_peak: Option<f64>,
+}
+
+/// The rows of `top_sites`: per device, its kinds, then its top Python and C++ frames.
+pub(super) fn top_site_rows(a: &SnapshotAnalysis) -> Vec<TopSiteRow<'_>> {
+    let mut rows = Vec::new();
+    for d in &a.devices {
+        let peak = d.peak.allocated_bytes;
+        let pct = |b: u64| (peak != 0).then(|| 100.0 * b as f64 / peak as f64);
+        for k in &d.peak.by_kind {
+            rows.push(TopSiteRow {
+                device: d.device,
+                by: "kind",
+                site: k.kind.name(),
+                kind: k.kind.name(),
+                bytes: k.bytes,
+                blocks: k.blocks,
+                pct_of_peak: pct(k.bytes),
+            });
+        }
+        for (by, sites) in [
+            ("python_frame", &d.peak.by_python_frame),
+            ("cpp_frame", &d.peak.by_cpp_frame),
+        ] {
+            for x in sites.iter().take(snap::TOP) {
+                rows.push(TopSiteRow {
+                    device: d.device,
+                    by,
+                    site: &x.site,
+                    kind: x.kind.name(),
+                    bytes: x.bytes,
+                    blocks: x.blocks,
+                    pct_of_peak: pct(x.bytes),
+                });
+            }
+        }
+    }
+    rows
+}
 
 /// summary.json of a snapshot: the names a trace's summary uses where they mean the same.
 #[derive(Debug, Serialize)]
@@ -146,6 +225,8 @@ pub fn write(
     write_segments(&dir.join("segments.csv"), a)?;
     write_never_freed(&dir.join("never_freed.csv"), a)?;
     write_phases(&dir.join("phases.csv"), a)?;
+    #[cfg(feature = "parquet")]
+    super::frames::write_snapshot(&dir, a)?;
     if html {
         super::snapshot_view::write(&dir.join("report.html"), s, a)?;
     }
@@ -167,17 +248,15 @@ fn write_timeline(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error
         "reserved_bytes",
     ])
     .map_err(&e)?;
-    for d in &a.devices {
-        for t in &d.timeline {
-            w.write_record([
-                d.device.to_string(),
-                t.entry.to_string(),
-                ms_text(rel_ms(a, t.time_us)),
-                t.allocated_bytes.to_string(),
-                t.reserved_bytes.to_string(),
-            ])
-            .map_err(&e)?;
-        }
+    for t in timeline_rows(a) {
+        w.write_record([
+            t.device.to_string(),
+            t.entry.to_string(),
+            ms_text(t.time_ms),
+            t.allocated_bytes.to_string(),
+            t.reserved_bytes.to_string(),
+        ])
+        .map_err(&e)?;
     }
     w.flush().map_err(io(p))
 }
@@ -237,43 +316,17 @@ fn write_top_sites(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Erro
         "pct_of_peak",
     ])
     .map_err(&e)?;
-    for d in &a.devices {
-        let pct = |b: u64| {
-            if d.peak.allocated_bytes == 0 {
-                String::new()
-            } else {
-                format!("{:.2}", 100.0 * b as f64 / d.peak.allocated_bytes as f64)
-            }
-        };
-        for k in &d.peak.by_kind {
-            w.write_record([
-                d.device.to_string(),
-                "kind".into(),
-                k.kind.name().into(),
-                k.kind.name().into(),
-                k.bytes.to_string(),
-                k.blocks.to_string(),
-                pct(k.bytes),
-            ])
-            .map_err(&e)?;
-        }
-        for (by, sites) in [
-            ("python_frame", &d.peak.by_python_frame),
-            ("cpp_frame", &d.peak.by_cpp_frame),
-        ] {
-            for x in sites.iter().take(snap::TOP) {
-                w.write_record([
-                    d.device.to_string(),
-                    by.into(),
-                    x.site.clone(),
-                    x.kind.name().into(),
-                    x.bytes.to_string(),
-                    x.blocks.to_string(),
-                    pct(x.bytes),
-                ])
-                .map_err(&e)?;
-            }
-        }
+    for r in top_site_rows(a) {
+        w.write_record([
+            r.device.to_string(),
+            r.by.into(),
+            r.site.into(),
+            r.kind.into(),
+            r.bytes.to_string(),
+            r.blocks.to_string(),
+            r.pct_of_peak.map(|v| format!("{v:.2}")).unwrap_or_default(),
+        ])
+        .map_err(&e)?;
     }
     w.flush().map_err(io(p))
 }

@@ -522,6 +522,58 @@ fn parquet_tables_hold_the_csv_values() {
     }
 }
 
+/// A snapshot analysed alone writes Parquet copies of its timeline and top sites whose rows
+/// are the CSV files' rows, column by column (times and shares as the CSV prints them).
+#[cfg(feature = "parquet")]
+#[test]
+fn snapshot_parquet_tables_hold_the_csv_rows() {
+    use polars::prelude::*;
+    let mut checked = 0;
+    for s in samples() {
+        let snap = s.join("snapshot.pickle.gz");
+        if !snap.is_file() {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = steptrace::analyze_snapshot(&steptrace::AnalyzeProps {
+            input: snap,
+            out: Some(dir.path().join("out")),
+            top: 10,
+            ..Default::default()
+        })
+        .unwrap();
+        for f in steptrace::report::snapshot::PARQUET_FILES {
+            let df = ParquetReader::new(std::fs::File::open(out.out_dir.join(f)).unwrap())
+                .finish()
+                .unwrap();
+            let (h, rows) = csv(&out.out_dir.join(f.replace(".parquet", ".csv")));
+            assert!(!rows.is_empty(), "{f}: no rows");
+            assert_eq!(df.height(), rows.len(), "{f}");
+            let names: Vec<String> = df
+                .get_column_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            assert_eq!(names, h, "{f}: columns");
+            for (i, r) in rows.iter().enumerate() {
+                for (c, name) in h.iter().enumerate() {
+                    let v = df.column(name).unwrap().get(i).unwrap();
+                    let text = match v {
+                        AnyValue::Null => String::new(),
+                        AnyValue::Float64(x) if name == "time_ms" => format!("{x:.3}"),
+                        AnyValue::Float64(x) => format!("{x:.2}"),
+                        AnyValue::String(x) => x.to_owned(),
+                        other => other.to_string(),
+                    };
+                    assert_eq!(text, r[c], "{f} row {i} column {name}");
+                }
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no sample has a snapshot");
+}
+
 /// A trace recorded without `profile_memory` and `record_shapes` (as most traces people hand
 /// over are): the console says what is missing in one line each, no plot or table of memory or
 /// FLOPs is drawn empty, and compare says n/a, not "0 B" and "-100%".
