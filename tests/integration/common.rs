@@ -89,6 +89,26 @@ pub fn console_of(input: &Path, out: &Path) -> String {
 }
 
 /// Runs `analyze` on a sample into a fresh directory; returns (tempdir, outcome).
+/// The sample's memory snapshot analysed alone (`analyze snapshot.pickle.gz`) into a temporary
+/// directory, if the sample has one.
+pub fn analyze_snapshot_alone(
+    sample: &Path,
+) -> Option<(tempfile::TempDir, steptrace::SnapshotOutcome)> {
+    let snap = sample.join("snapshot.pickle.gz");
+    if !snap.is_file() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let outcome = steptrace::analyze_snapshot(&steptrace::AnalyzeProps {
+        input: snap,
+        out: Some(dir.path().join("out")),
+        top: 10,
+        ..Default::default()
+    })
+    .unwrap();
+    Some((dir, outcome))
+}
+
 pub fn analyze(sample: &Path) -> (tempfile::TempDir, steptrace::Outcome) {
     let dir = tempfile::tempdir().unwrap();
     let mut props = steptrace::AnalyzeProps {

@@ -1,7 +1,7 @@
 //! Golden snapshots of analyze's outputs on every sample (insta). Bless changes with
 //! `INSTA_UPDATE=always cargo test` and review the diff before committing.
 
-use crate::common::samples;
+use crate::common::{analyze_snapshot_alone, samples};
 
 /// Per sample, one analysis: summary.json, node_stats.csv and iterations.csv held whole; every
 /// file analyze writes by name, size and content hash (a gzip file's of its inflated text) (FNV-1a 64 over the bytes, with the run's
@@ -31,19 +31,10 @@ fn sample_outputs_match_snapshots() {
 #[test]
 fn snapshot_alone_outputs_match_snapshots() {
     for s in samples() {
-        let snap = s.join("snapshot.pickle.gz");
-        if !snap.is_file() {
+        let Some((_dir, out)) = analyze_snapshot_alone(&s) else {
             continue;
-        }
+        };
         let name = s.file_name().unwrap().to_string_lossy().into_owned();
-        let dir = tempfile::tempdir().unwrap();
-        let out = steptrace::analyze_snapshot(&steptrace::AnalyzeProps {
-            input: snap,
-            out: Some(dir.path().join("out")),
-            top: 10,
-            ..Default::default()
-        })
-        .unwrap();
         assert_outputs(&out.out_dir, &format!("{name}__snapshot_alone"), &[]);
     }
 }

@@ -530,18 +530,9 @@ fn snapshot_parquet_tables_hold_the_csv_rows() {
     use polars::prelude::*;
     let mut checked = 0;
     for s in samples() {
-        let snap = s.join("snapshot.pickle.gz");
-        if !snap.is_file() {
+        let Some((_dir, out)) = crate::common::analyze_snapshot_alone(&s) else {
             continue;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let out = steptrace::analyze_snapshot(&steptrace::AnalyzeProps {
-            input: snap,
-            out: Some(dir.path().join("out")),
-            top: 10,
-            ..Default::default()
-        })
-        .unwrap();
+        };
         for f in steptrace::report::snapshot::PARQUET_FILES {
             let df = ParquetReader::new(std::fs::File::open(out.out_dir.join(f)).unwrap())
                 .finish()
