@@ -88,7 +88,6 @@ pub fn console_of(input: &Path, out: &Path) -> String {
     String::from_utf8_lossy(&o.get_output().stdout).into_owned()
 }
 
-/// Runs `analyze` on a sample into a fresh directory; returns (tempdir, outcome).
 /// The sample's memory snapshot analysed alone (`analyze snapshot.pickle.gz`) into a temporary
 /// directory, if the sample has one.
 pub fn analyze_snapshot_alone(
@@ -109,6 +108,7 @@ pub fn analyze_snapshot_alone(
     Some((dir, outcome))
 }
 
+/// Runs `analyze` on a sample into a fresh directory; returns (tempdir, outcome).
 pub fn analyze(sample: &Path) -> (tempfile::TempDir, steptrace::Outcome) {
     let dir = tempfile::tempdir().unwrap();
     let mut props = steptrace::AnalyzeProps {

@@ -68,14 +68,15 @@ fn a_snapshot_alone_writes_identical_files_at_one_and_four_threads() {
         out
     };
     let (a, b) = (run(1, dir.path().join("t1")), run(4, dir.path().join("t4")));
-    #[cfg(feature = "parquet")]
-    let parquet = steptrace::report::snapshot::PARQUET_FILES;
-    #[cfg(not(feature = "parquet"))]
-    let parquet: [&str; 0] = [];
+    let parquet: &[&str] = if cfg!(feature = "parquet") {
+        &steptrace::report::snapshot::PARQUET_FILES
+    } else {
+        &[]
+    };
     for f in steptrace::report::snapshot::FILES
         .iter()
         .chain(&["report.html", "console.txt"])
-        .chain(&parquet)
+        .chain(parquet)
     {
         let x = std::fs::read(a.join(f)).unwrap();
         let y = std::fs::read(b.join(f)).unwrap();
