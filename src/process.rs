@@ -47,6 +47,9 @@ const HUGE_PAGE_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67
 /// command, 20 alternating runs on the 2-core machine: page faults 41k → 5k, wall 0.680 →
 /// 0.615 s (median), peak RSS 163 → 183 MB (huge pages are backed whole).
 ///
+/// Some glibc versions take the tunable only now and then, so the program is run again while
+/// its heap is not advised, [`HUGE_PAGE_EXECS`] times at most ([`not_taken`]).
+///
 /// Nothing happens where the user's `GLIBC_TUNABLES` names `glibc.malloc.hugetlb` already (set
 /// `glibc.malloc.hugetlb=0` to opt out; it also keeps this from looping), where the kernel has
 /// transparent huge pages off, or where the exec fails: the run goes on as it is.
@@ -56,12 +59,17 @@ pub(crate) fn huge_pages_for_the_heap() {
         use std::ffi::OsString;
         use std::os::unix::process::CommandExt;
         let current = std::env::var_os("GLIBC_TUNABLES");
-        let named = current
-            .as_ref()
-            .is_some_and(|v| v.to_string_lossy().contains("glibc.malloc.hugetlb"));
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .is_ok_and(|mode| !mode.contains("[never]"));
-        if named || !thp {
+        let text = current.as_ref().map(|v| v.to_string_lossy().into_owned());
+        let runs = text.as_deref().map_or(0, huge_page_runs);
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        let mode = mode.as_deref().unwrap_or("[never]");
+        if runs > 0 {
+            if runs >= HUGE_PAGE_EXECS || !not_taken(mode) {
+                return;
+            }
+        } else if text.is_some_and(|v| v.contains("glibc.malloc.hugetlb"))
+            || mode.contains("[never]")
+        {
             return;
         }
         let tunables = match current {
@@ -85,16 +93,64 @@ pub(crate) fn huge_pages_for_the_heap() {
     }
 }
 
+/// How many times at most the program runs itself for the heap's huge pages. glibc 2.36
+/// (Debian 12's) checks the kernel's mode (`__malloc_thp_mode`) by comparing the 23 bytes it
+/// read from `/sys/kernel/mm/transparent_hugepage/enabled` as a string it never ended, so the
+/// byte after them on the stack decides, and it moves with address randomisation: on the
+/// 2-core machine (2026-11-30) the tunable took in 13 of 40 runs of one build and 17 of 20 of
+/// the next. Later glibc ends the string (2.39 on the GPU machine took it in 20 of 20). At 13
+/// in 40, one run in 110 is left without it after 12 tries; each costs about 2 ms (`perf stat
+/// -r 30` of a command that fails at once: 3.9 against 2.2 ms without the exec).
+const HUGE_PAGE_EXECS: usize = 12;
+
+/// How many times [`huge_pages_for_the_heap`] has run the program: the copies of its tunables
+/// in `GLIBC_TUNABLES` (glibc reads them in order, so a repeat changes nothing).
+fn huge_page_runs(tunables: &str) -> usize {
+    tunables.matches(HUGE_PAGE_TUNABLES).count()
+}
+
+/// Whether glibc left the tunable untaken where the kernel gives huge pages on request
+/// (`[madvise]`): then the heap, grown 64 MiB before `main`, is not advised (`hg` missing
+/// from the `VmFlags` of `[heap]` in `/proc/self/smaps`). `false` where that cannot be told.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn not_taken(mode: &str) -> bool {
+    if !mode.contains("[madvise]") {
+        return false;
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return false;
+    };
+    heap_advised(&maps) == Some(false)
+}
+
+/// Whether the `[heap]` mapping of a `/proc/PID/smaps` text is advised for huge pages; `None`
+/// where the text has no `[heap]` with its flags.
+#[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
+fn heap_advised(smaps: &str) -> Option<bool> {
+    let mut in_heap = false;
+    for l in smaps.lines() {
+        let mut words = l.split_whitespace();
+        match words.next() {
+            Some("VmFlags:") if in_heap => return Some(words.any(|f| f == "hg")),
+            // A mapping's first line (range, permissions, offset, device, inode, name):
+            // every other line starts with a field name and a colon.
+            Some(w) if !w.ends_with(':') => in_heap = words.nth(4) == Some("[heap]"),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Which pages the heap is on, for `--timings`: whether [`huge_pages_for_the_heap`] ran this
 /// process again (its own `GLIBC_TUNABLES`), and what the kernel says it maps in huge pages
 /// now (`AnonHugePages` of `/proc/self/smaps_rollup`), so the setting is seen to take.
 pub(crate) fn heap_pages() -> String {
-    let on = std::env::var_os("GLIBC_TUNABLES")
-        .is_some_and(|v| v.to_string_lossy().contains(HUGE_PAGE_TUNABLES));
-    let asked = if on {
-        "transparent huge pages asked for (GLIBC_TUNABLES)"
-    } else {
-        "the allocator's default pages"
+    let runs =
+        std::env::var_os("GLIBC_TUNABLES").map_or(0, |v| huge_page_runs(&v.to_string_lossy()));
+    let asked = match runs {
+        0 => "the allocator's default pages".to_owned(),
+        1 => "transparent huge pages asked for (GLIBC_TUNABLES)".to_owned(),
+        n => format!("transparent huge pages asked for (GLIBC_TUNABLES, {n} tries)"),
     };
     let mapped = std::fs::read_to_string("/proc/self/smaps_rollup")
         .ok()
@@ -230,5 +286,41 @@ mod tests {
         assert!(clamp_threads(10_000, 2).1.unwrap().contains("-j 10000"));
         assert_eq!(clamp_threads(0, 8), (1, None));
         assert_eq!(clamp_threads(4, 8), (4, None));
+    }
+
+    /// The `[heap]` mapping's flags are found among others (unnamed mappings have five
+    /// fields, and a colon in their device), and a text without one tells nothing.
+    #[test]
+    fn the_heaps_huge_page_advice_is_read_from_its_own_mapping() {
+        let smaps = |heap_flags: &str| {
+            format!(
+                "5589b8377000-5589b8398000 r--p 00000000 fe:01 123 /usr/bin/steptrace\n\
+                 Size:                132 kB\n\
+                 VmFlags: rd mr mw me sd hg\n\
+                 55d97167b000-55d97587b000 rw-p 00000000 00:00 0                  [heap]\n\
+                 Size:              67584 kB\n\
+                 AnonHugePages:         0 kB\n\
+                 VmFlags: {heap_flags}\n\
+                 7f14b0000000-7f14b4000000 rw-p 00000000 00:00 0 \n\
+                 Size:              65536 kB\n\
+                 VmFlags: rd wr mr mw me nr hg\n"
+            )
+        };
+        assert_eq!(heap_advised(&smaps("rd wr mr mw me ac sd hg")), Some(true));
+        assert_eq!(heap_advised(&smaps("rd wr mr mw me ac sd")), Some(false));
+        assert_eq!(
+            heap_advised(&smaps("rd wr mr mw me ac sd").replace("[heap]", "")),
+            None
+        );
+        assert_eq!(heap_advised(""), None);
+    }
+
+    /// Each run again adds one copy of the tunables, which is how the runs are counted.
+    #[test]
+    fn runs_for_huge_pages_are_counted_by_the_tunables_copies() {
+        assert_eq!(huge_page_runs("glibc.malloc.hugetlb=0"), 0);
+        assert_eq!(huge_page_runs(HUGE_PAGE_TUNABLES), 1);
+        let three = format!("glibc.malloc.tcache_count=0:{HUGE_PAGE_TUNABLES}:{HUGE_PAGE_TUNABLES}:{HUGE_PAGE_TUNABLES}");
+        assert_eq!(huge_page_runs(&three), 3);
     }
 }

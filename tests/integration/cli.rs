@@ -83,11 +83,13 @@ fn issue7_timings_name_every_stage_in_order() {
 }
 
 /// Issue 19: `analyze` runs itself again with glibc's heap on transparent huge pages (where the
-/// kernel has them and glibc is the C library) and the kernel then maps huge pages for it; a
+/// kernel has them and glibc is the C library), and again while glibc has not taken it; a
 /// `GLIBC_TUNABLES` naming `malloc.hugetlb` opts out (no huge pages where the kernel gives
 /// them only on request); `capture` leaves the user's program the environment it was given.
 #[test]
 fn issue19_trace_commands_put_the_heap_on_huge_pages_and_capture_does_not() {
+    /// What `analyze` adds to `GLIBC_TUNABLES` (`HUGE_PAGE_TUNABLES` in the binary).
+    const HUGE_PAGE_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67108864";
     // (what was asked for, KiB advised for huge pages, KiB of huge pages the kernel maps at
     // the end)
     let heap = |env: Option<&str>| -> (String, Option<u64>, Option<u64>) {
@@ -123,16 +125,30 @@ fn issue19_trace_commands_put_the_heap_on_huge_pages_and_capture_does_not() {
     let mode = mode.as_deref().unwrap_or("");
     let glibc_linux = cfg!(all(target_os = "linux", target_env = "gnu"));
     if glibc_linux && !mode.is_empty() && !mode.contains("[never]") {
-        // What the process asked for is checked; not what glibc and the kernel then did with
-        // it: on 2026-11-26 the same command, alone on the machine, showed 264 MiB advised
-        // (MADV_HUGEPAGE) and 36-86 MiB on huge pages in every run by hand, and none of either
-        // in every run of some invocations of this test (a pattern not explained yet: see
-        // docs/performance.md). The figures are printed for whoever reads the log.
+        // What the process asked for is checked, and that it runs itself again while glibc
+        // has not taken the tunable; not what glibc and the kernel then did with it, which
+        // depends on the C library's version (glibc 2.36 takes it in some runs only:
+        // docs/performance.md, "Process"). The figures are printed for whoever reads the log.
         let runs: Vec<_> = (0..3).map(|_| heap(None)).collect();
         for (asked, _, _) in &runs {
-            assert_eq!(asked, "transparent huge pages asked for (GLIBC_TUNABLES)");
+            assert!(
+                asked.starts_with("transparent huge pages asked for (GLIBC_TUNABLES"),
+                "{asked}"
+            );
         }
         eprintln!("heap with huge pages asked for (advised KiB, mapped KiB): {runs:?}");
+        if mode.contains("[madvise]") {
+            // A run that looks like one this program started, but with the tunable undone
+            // after it: the heap is not advised, so the program runs itself again (at least
+            // a second try), whatever glibc then does.
+            let undone = format!("{HUGE_PAGE_TUNABLES}:glibc.malloc.hugetlb=0");
+            let (asked, _, _) = heap(Some(&undone));
+            assert!(
+                asked.starts_with("transparent huge pages asked for (GLIBC_TUNABLES, ")
+                    && asked.ends_with(" tries)"),
+                "not run again: {asked}"
+            );
+        }
     }
     let (asked, advised, kib) = heap(Some("glibc.malloc.hugetlb=0"));
     assert_eq!(asked, "the allocator's default pages");
