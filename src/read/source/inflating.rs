@@ -473,6 +473,25 @@ mod tests {
         assert!(text[..tail_at].iter().all(|&b| b == 0));
     }
 
+    /// A trailer that states another CRC-32 than the text's is refused (a text longer than
+    /// the tail kept, so the check covers windows long handed back).
+    #[test]
+    fn a_stream_whose_trailer_states_another_crc_is_left_to_the_usual_path() {
+        let data = text(KEEP_TAIL + (3 << 20));
+        let file = gzip_stream(&data, 1);
+        let ended = |file: Vec<u8>| {
+            let t = Inflating::start(Bytes::Owned(file), data.len()).unwrap();
+            matches!(Inflating::finish(t), Ended::Elsewhere)
+        };
+        assert!(!ended(file.clone()), "the stream as written inflates whole");
+        let crc_at = file.len() - 8;
+        for bit in [0, 13, 31] {
+            let mut bad = file.clone();
+            bad[crc_at + bit / 8] ^= 1 << (bit % 8);
+            assert!(ended(bad), "a CRC with bit {bit} flipped was taken");
+        }
+    }
+
     /// The windows sent are the text in order, each its own bytes then the next one's first
     /// [`MARGIN`] bytes, and the writer never has more than its cap out while the parse does
     /// not ask for more: the text is not held whole.
