@@ -43,9 +43,12 @@ const HUGE_PAGE_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67
 /// Runs this program again, at once, with glibc's malloc told to back its heap with transparent
 /// huge pages. glibc reads `GLIBC_TUNABLES` only as a process starts, and setting the same
 /// from inside (advising the heap from a global allocator) needs a single arena, which on 16
-/// cores doubled the analysis stage on lock contention. On the 255 MB benchmark trace, default
-/// command, 20 alternating runs on the 2-core machine: page faults 41k → 5k, wall 0.680 →
-/// 0.615 s (median), peak RSS 163 → 183 MB (huge pages are backed whole).
+/// cores doubled the analysis stage on lock contention. nanoGPT `train.py`'s real 178 MB trace,
+/// default command, alternating rounds against `glibc.malloc.hugetlb=0` (2026-11-30,
+/// `benches/results/heap_huge_pages_1130/`): 0.207 against 0.243 s on the 2-core machine (15
+/// rounds), 0.186 against 0.213 s at 16 threads on the GPU machine's CPU (10 rounds); on the
+/// 255 MB benchmark trace, page faults 41k → 5k, peak RSS 163 → 183 MB (huge pages are backed
+/// whole). Not every series gains: docs/performance.md, "Process".
 ///
 /// Some glibc versions take the tunable only now and then, so the program is run again while
 /// its heap is not advised, [`HUGE_PAGE_EXECS`] times at most ([`not_taken`]).
@@ -99,8 +102,9 @@ pub(crate) fn huge_pages_for_the_heap() {
 /// byte after them on the stack decides, and it moves with address randomisation: on the
 /// 2-core machine (2026-11-30) the tunable took in 13 of 40 runs of one build and 17 of 20 of
 /// the next. Later glibc ends the string (2.39 on the GPU machine took it in 20 of 20). At 13
-/// in 40, one run in 110 is left without it after 12 tries; each costs about 2 ms (`perf stat
-/// -r 30` of a command that fails at once: 3.9 against 2.2 ms without the exec).
+/// in 40, one run in 110 is left without it after 12 tries. Each try is an exec: a command
+/// that fails at once took 3.9 ms with one and 2.2 ms with none (`perf stat -r 30`), and 5.7-6.7
+/// ms with the tries (2.1 ms with none; two series of `perf stat -r 40`, 2026-11-30).
 const HUGE_PAGE_EXECS: usize = 12;
 
 /// How many times [`huge_pages_for_the_heap`] has run the program: the copies of its tunables
@@ -123,22 +127,41 @@ fn not_taken(mode: &str) -> bool {
     heap_advised(&maps) == Some(false)
 }
 
+/// One mapping of a `/proc/PID/smaps` text: its name (empty where it has none), its size in
+/// KiB, and whether it is advised for huge pages (`MADV_HUGEPAGE`: the `hg` of its `VmFlags`).
+struct Mapping<'a> {
+    name: &'a str,
+    kib: u64,
+    advised: bool,
+}
+
+/// The mappings of a `/proc/PID/smaps` text, in order; `None` where a `Size` does not read.
+fn mappings(smaps: &str) -> Option<Vec<Mapping<'_>>> {
+    let (mut out, mut name, mut kib) = (Vec::new(), "", 0);
+    for l in smaps.lines() {
+        let mut words = l.split_whitespace();
+        match words.next() {
+            Some("Size:") => kib = words.next()?.parse().ok()?,
+            Some("VmFlags:") => out.push(Mapping {
+                name,
+                kib,
+                advised: words.any(|f| f == "hg"),
+            }),
+            // A mapping's first line (range, permissions, offset, device, inode, name):
+            // every other line starts with a field name and a colon.
+            Some(w) if !w.ends_with(':') => name = words.nth(4).unwrap_or(""),
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
 /// Whether the `[heap]` mapping of a `/proc/PID/smaps` text is advised for huge pages; `None`
 /// where the text has no `[heap]` with its flags.
 #[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
 fn heap_advised(smaps: &str) -> Option<bool> {
-    let mut in_heap = false;
-    for l in smaps.lines() {
-        let mut words = l.split_whitespace();
-        match words.next() {
-            Some("VmFlags:") if in_heap => return Some(words.any(|f| f == "hg")),
-            // A mapping's first line (range, permissions, offset, device, inode, name):
-            // every other line starts with a field name and a colon.
-            Some(w) if !w.ends_with(':') => in_heap = words.nth(4) == Some("[heap]"),
-            _ => {}
-        }
-    }
-    None
+    let heap = mappings(smaps)?.into_iter().find(|m| m.name == "[heap]")?;
+    Some(heap.advised)
 }
 
 /// Which pages the heap is on, for `--timings`: whether [`huge_pages_for_the_heap`] ran this
@@ -172,17 +195,13 @@ pub(crate) fn heap_pages() -> String {
 /// pages at hand to give.
 fn advised_kib() -> Option<u64> {
     let t = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    let (mut total, mut size) = (0u64, 0u64);
-    for l in t.lines() {
-        if let Some(v) = l.strip_prefix("Size:") {
-            size = v.split_whitespace().next()?.parse().ok()?;
-        } else if let Some(flags) = l.strip_prefix("VmFlags:") {
-            if flags.split_whitespace().any(|f| f == "hg") {
-                total += size;
-            }
-        }
-    }
-    Some(total)
+    Some(
+        mappings(&t)?
+            .iter()
+            .filter(|m| m.advised)
+            .map(|m| m.kib)
+            .sum(),
+    )
 }
 
 /// `--threads N`: rayon's pool, and the pool polars starts for the Parquet copies, which would
@@ -289,7 +308,8 @@ mod tests {
     }
 
     /// The `[heap]` mapping's flags are found among others (unnamed mappings have five
-    /// fields, and a colon in their device), and a text without one tells nothing.
+    /// fields, and a colon in their device), and a text without one tells nothing; every
+    /// mapping is read with its name, size and advice, and a size that does not read is none.
     #[test]
     fn the_heaps_huge_page_advice_is_read_from_its_own_mapping() {
         let smaps = |heap_flags: &str| {
@@ -313,6 +333,20 @@ mod tests {
             None
         );
         assert_eq!(heap_advised(""), None);
+        // The same walk gives `--timings` its advised KiB.
+        let text = smaps("rd wr mr mw me ac sd");
+        let maps = mappings(&text).unwrap();
+        let named: Vec<(&str, u64, bool)> =
+            maps.iter().map(|m| (m.name, m.kib, m.advised)).collect();
+        assert_eq!(
+            named,
+            [
+                ("/usr/bin/steptrace", 132, true),
+                ("[heap]", 67584, false),
+                ("", 65536, true)
+            ]
+        );
+        assert!(mappings(&smaps("hg").replace("67584 kB", "many kB")).is_none());
     }
 
     /// Each run again adds one copy of the tunables, which is how the runs are counted.

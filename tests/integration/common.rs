@@ -88,6 +88,14 @@ pub fn console_of(input: &Path, out: &Path) -> String {
     String::from_utf8_lossy(&o.get_output().stdout).into_owned()
 }
 
+/// A Parquet file steptrace wrote, read back whole by polars.
+#[cfg(feature = "parquet")]
+pub fn read_parquet(path: &Path) -> polars::prelude::DataFrame {
+    use polars::prelude::SerReader;
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    polars::prelude::ParquetReader::new(f).finish().unwrap()
+}
+
 /// The sample's memory snapshot analysed alone (`analyze snapshot.pickle.gz`) into a temporary
 /// directory, if the sample has one.
 pub fn analyze_snapshot_alone(

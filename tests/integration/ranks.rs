@@ -456,8 +456,9 @@ fn issue18_an_injected_straggler_and_its_slow_node_are_found_among_eight_ranks()
     use polars::prelude::*;
     let mut frames = Vec::new();
     for r in 0..8 {
-        let f = std::fs::File::open(parquet.join(format!("rank{r}.summary.parquet"))).unwrap();
-        frames.push(ParquetReader::new(f).finish().unwrap());
+        frames.push(crate::common::read_parquet(
+            &parquet.join(format!("rank{r}.summary.parquet")),
+        ));
     }
     let mut all = frames.remove(0);
     for f in &frames {

@@ -470,12 +470,7 @@ fn compare_and_sweep_write_tables_and_plots() {
 #[cfg(feature = "parquet")]
 #[test]
 fn parquet_tables_hold_the_csv_values() {
-    use polars::prelude::*;
-    let read = |p: std::path::PathBuf| {
-        ParquetReader::new(std::fs::File::open(&p).unwrap())
-            .finish()
-            .unwrap()
-    };
+    let read = |p: std::path::PathBuf| crate::common::read_parquet(&p);
     for s in samples().into_iter().take(2) {
         let (_d, out) = analyze(&s);
         let df = read(out.out_dir.join("node_stats.parquet"));
@@ -534,9 +529,7 @@ fn snapshot_parquet_tables_hold_the_csv_rows() {
             continue;
         };
         for f in steptrace::report::snapshot::PARQUET_FILES {
-            let df = ParquetReader::new(std::fs::File::open(out.out_dir.join(f)).unwrap())
-                .finish()
-                .unwrap();
+            let df = crate::common::read_parquet(&out.out_dir.join(f));
             let (h, rows) = csv(&out.out_dir.join(f.replace(".parquet", ".csv")));
             assert!(!rows.is_empty(), "{f}: no rows");
             assert_eq!(df.height(), rows.len(), "{f}");
