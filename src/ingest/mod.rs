@@ -208,6 +208,18 @@ fn inside_run_dir(dir: &Path, manifest: &Path, name: &str) -> Result<PathBuf, Er
     }
 }
 
+/// Whether a directory entry is a regular file, or a folder, through symbolic links: people
+/// arrange runs with links (`rank-0.json.gz -> ../runs/…/trace.json.gz`), and a link is read
+/// as what it points to. (Links are never followed for writing: `report::out_dir`.)
+fn entry_is(e: &std::fs::DirEntry, dir: bool) -> bool {
+    let is = |t: std::fs::FileType| if dir { t.is_dir() } else { t.is_file() };
+    match e.file_type() {
+        Ok(t) if t.is_symlink() => std::fs::metadata(e.path()).is_ok_and(|m| is(m.file_type())),
+        Ok(t) => is(t),
+        Err(_) => false,
+    }
+}
+
 fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     let manifest_path = dir.join("manifest.json");
     if let Some(text) =
@@ -257,6 +269,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                             plan_ab: None,
                             host_lead_s: None,
                             optimizer_step_s: None,
+                            passes_per_step: None,
                         }),
                 };
                 (
@@ -312,7 +325,7 @@ fn no_trace_among(dir: &Path, names: &[(String, PathBuf)]) -> String {
             .into_iter()
             .flatten()
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter(|e| entry_is(e, true))
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         folders.sort();
@@ -341,7 +354,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
     let rd = std::fs::read_dir(dir).map_err(FileError::at(dir))?;
     let mut names: Vec<(String, PathBuf)> = rd
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+        .filter(|e| entry_is(e, false))
         .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
         .filter(|(n, _)| keep(n))
         .collect();

@@ -41,7 +41,7 @@ pub(super) fn rank_traces(dir: &Path) -> Vec<RankTrace> {
     };
     let mut v: Vec<RankTrace> = rd
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| super::entry_is(e, false))
         .filter(|e| classify_path(&e.file_name().to_string_lossy(), &e.path()) == Kind::Trace)
         .filter_map(|e| {
             let path = e.path();
