@@ -635,6 +635,68 @@ def _reference_flops_step():
     _write_status()
 
 
+def _count_graph_flops(torch):
+    """CUDA graphs (torch.compile's "reduce-overhead", torch.cuda.graph,
+    make_graphed_callables) replay without running an operator on the host, so the trace has
+    no shapes to count their FLOPs from. While a graph is captured its operators do run
+    through the dispatcher: a dispatch mode counts them there, with FlopCounterMode's formulas
+    (matmuls, convolutions, attention), and each later replay is wrapped in a
+    `steptrace::cuda_graph#<k> flops=<n>` range, which the trace records around the
+    cudaGraphLaunch it makes. Analyze reads the FLOPs of each replay from that range."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class GraphFlops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.flops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                try:
+                    self.flops += int(formula(*args, **kwargs, out_val=out))
+                except Exception:
+                    pass
+            return out
+
+    graph_cls = torch.cuda.CUDAGraph
+    begin, end, replay = graph_cls.capture_begin, graph_cls.capture_end, graph_cls.replay
+    record = torch.profiler.record_function
+
+    def capture_begin(self, *args, **kwargs):
+        begin(self, *args, **kwargs)
+        try:
+            mode = GraphFlops()
+            mode.__enter__()
+            self._steptrace_flops = mode
+        except Exception as exc:
+            _S.error("CUDA graph FLOPs (capture)", exc)
+
+    def capture_end(self, *args, **kwargs):
+        mode = getattr(self, "_steptrace_flops", None)
+        if mode is not None:
+            self._steptrace_flops = None
+            mode.__exit__(None, None, None)
+            graphs = _S.status.setdefault("cuda_graphs", [])
+            self._steptrace_name = "steptrace::cuda_graph#%d flops=%d" % (len(graphs), mode.flops)
+            graphs.append(mode.flops)
+        return end(self, *args, **kwargs)
+
+    def replay_counted(self, *args, **kwargs):
+        name = getattr(self, "_steptrace_name", None)
+        if name is None:
+            return replay(self, *args, **kwargs)
+        with record(name):
+            return replay(self, *args, **kwargs)
+
+    graph_cls.capture_begin = capture_begin
+    graph_cls.capture_end = capture_end
+    graph_cls.replay = replay_counted
+
+
 def _total_flops(mode):
     if mode is None:
         return None
@@ -1010,6 +1072,11 @@ def _on_torch(torch):
         _install_hooks(torch)
     except Exception as exc:
         _S.error("hooks", exc)
+    if cuda and "trace" in _S.record:
+        try:
+            _count_graph_flops(torch)
+        except Exception as exc:
+            _S.error("CUDA graph FLOPs", exc)
     if os.environ.get("STEPTRACE_PLAN"):
         try:
             _apply_plan(torch, os.environ["STEPTRACE_PLAN"])
