@@ -284,13 +284,21 @@ pub(super) fn write(path: &Path, s: &Snapshot, a: &SnapshotAnalysis) -> Result<(
     super::write_file(path, o.as_bytes())
 }
 
+/// JSON text that is safe inside a `<script>` element: every `<` and `>` (they occur only
+/// inside strings) written as its `\u` escape, so no string from the input (`</script>`,
+/// `<!--<script>`, which puts the HTML parser in a state where the element's end is missed and
+/// the rest of the page is swallowed) can end or disturb the element. The JSON means the same.
+fn script_safe_json(json: &str) -> String {
+    json.replace('<', "\\u003c").replace('>', "\\u003e")
+}
+
 /// The view's style, data and script, to end a page whose `memory-view-N` divs it fills.
 fn script(s: &Snapshot, a: &SnapshotAnalysis, makers: &[Vec<Option<String>>]) -> String {
     let mut o = String::from(STYLE);
     // The data is plain numbers and strings: it always serialises.
-    let json = serde_json::to_string(&data(s, a, makers)).unwrap_or_else(|_| "{}".into());
-    // `</` would end the script element early.
-    let json = json.replace("</", "<\\/");
+    let json = script_safe_json(
+        &serde_json::to_string(&data(s, a, makers)).unwrap_or_else(|_| "{}".into()),
+    );
     o.push_str("<style>");
     for k in SITE_KINDS {
         let _ = write!(o, ".k-{}{{background:{}}}", k.name(), kind_color(k));
@@ -366,5 +374,21 @@ fn kind_color(k: snap::SiteKind) -> &'static str {
         K::Program => "#17becf",
         K::NoStack => "#9ecae1",
         K::Other => "#fdae6b",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::script_safe_json;
+
+    /// Issue 80, item 4: a frame name holding `<!--<script>` switched the interactive view off
+    /// (and hid the report's Warnings); `</` alone was escaped.
+    #[test]
+    fn no_input_string_can_end_or_disturb_the_data_block() {
+        let v = serde_json::json!({"frame": "<!--<script>x</script>-->", "n": [1, 2]});
+        let text = script_safe_json(&v.to_string());
+        assert!(!text.contains('<') && !text.contains('>'), "{text}");
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, v);
     }
 }

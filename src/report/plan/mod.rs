@@ -248,7 +248,7 @@ pub fn policy_code(p: &Plan) -> String {
     let _ = writeln!(
         o,
         "# steptrace plan for {}: {} module(s); predicted peak {} (measured without the plan: {}), step {}.",
-        p.run,
+        comment_text(&p.run),
         p.decisions.len(),
         human_bytes(p.predicted_peak_bytes),
         human_bytes(p.measured_peak_bytes),
@@ -262,15 +262,15 @@ pub fn policy_code(p: &Plan) -> String {
         p.decisions
             .iter()
             .filter(|d| d.action == action)
-            .filter_map(|d| d.fqn.as_ref().map(|f| format!("{f:?}")))
+            .filter_map(|d| d.fqn.as_deref().map(py_str))
             .collect()
     };
     let (rec, swp) = (names(Action::Recompute), names(Action::Swap));
-    let unnamed: Vec<&str> = p
+    let unnamed: Vec<String> = p
         .decisions
         .iter()
         .filter(|d| d.fqn.is_none())
-        .map(|d| d.instance.as_str())
+        .map(|d| comment_text(&d.instance))
         .collect();
     o.push_str("import torch\nfrom torch.utils.checkpoint import checkpoint\n\n");
     if !rec.is_empty() {
@@ -311,7 +311,7 @@ pub fn policy_code(p: &Plan) -> String {
             && p.decisions.windows(2).all(|w| w[0].class == w[1].class)
     });
     if every {
-        let class = &p.decisions[0].class;
+        let class = comment_text(&p.decisions[0].class);
         let _ = writeln!(
             o,
             "# This is every {class} recomputed: with HF Transformers, \
@@ -320,4 +320,63 @@ pub fn policy_code(p: &Plan) -> String {
         );
     }
     o
+}
+
+/// Text for a `#` comment of printed Python: every control character and Unicode line
+/// separator written as its escape, so no string from the input (a run folder's name, an
+/// instance name) can end the comment and put a line of its own into code that users paste
+/// and run.
+fn comment_text(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escape = c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+            let one: Vec<char> = if escape {
+                c.escape_unicode().collect()
+            } else {
+                vec![c]
+            };
+            one
+        })
+        .collect()
+}
+
+/// A Python string literal holding `s` exactly: backslashes, quotes and control characters
+/// escaped the way Python reads them (Rust's `{:?}` writes `\u{1b}`, which Python refuses).
+fn py_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
+                let v = c as u32;
+                let _ = if v <= 0xff {
+                    write!(o, "\\x{v:02x}")
+                } else {
+                    write!(o, "\\u{v:04x}")
+                };
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{comment_text, py_str};
+
+    /// Issue 80, item 6: a newline in a run folder's or an instance's name put a line of the
+    /// user's choosing into the printed Python.
+    #[test]
+    fn no_input_string_leaves_a_comment_or_a_string_literal() {
+        let evil = "run\nimport os; os.system('x')\r\u{2028}\u{1b}[2J";
+        let c = comment_text(evil);
+        assert!(!c.contains(['\n', '\r', '\u{2028}', '\u{1b}']), "{c}");
+        assert!(c.contains("import os"), "kept as text: {c}");
+        let lit = py_str("a\"b\\c\nd\u{1b}");
+        assert_eq!(lit, r#""a\"b\\c\x0ad\x1b""#);
+    }
 }
