@@ -69,7 +69,7 @@ fn main() {
     let mut tr = steptrace::model::Trace::build(loaded, &mut diag);
     let t_model = t_model.min(t.elapsed());
     let t = Instant::now();
-    let step = steptrace::analysis::step::compute(&mut tr, &mut diag);
+    let step = steptrace::analysis::step::compute(&mut tr, None, &mut diag);
     let t_step = t.elapsed();
     use steptrace::analysis::{flops, liveness, memory, node_stats};
     let mut lap = Instant::now();

@@ -167,6 +167,10 @@ fn run_analysis_with(
     // The snapshot's whole history is drawn by report.html alone (its memory view).
     let options = analysis::Options {
         without_snapshot_history: props.options.without_snapshot_history || props.report.no_plots,
+        backward_passes_per_step: inputs
+            .program_step_time
+            .as_ref()
+            .and_then(|p| p.passes_per_step),
         ..props.options.clone()
     };
     let mut analysis = analysis::run(&mut trace, &options, &mut diag);
@@ -474,6 +478,9 @@ pub fn analyze_ranks(
     let mut failed = Vec::new();
     let mut first_err = None;
     for &r in &run.ranks {
+        // A rank's folder is steptrace's own, made inside --out: a link there would take that
+        // rank's outputs (and the removal of the files its last run left) wherever it points.
+        let rank_dir = out_dir.join(format!("rank{r}"));
         let p = AnalyzeProps {
             // A trace known by its header alone is analysed as a file: no second search.
             input: run
@@ -482,10 +489,17 @@ pub fn analyze_ranks(
                 .cloned()
                 .unwrap_or_else(|| props.input.clone()),
             rank: Some(r),
-            out: Some(out_dir.join(format!("rank{r}"))),
+            out: Some(rank_dir.clone()),
             ..props.clone()
         };
-        match analyze(&p) {
+        let outcome = if std::fs::symlink_metadata(&rank_dir).is_ok_and(|m| m.is_symlink()) {
+            Err(Error::Output(report::Error::SymlinkedFolder {
+                path: rank_dir,
+            }))
+        } else {
+            analyze(&p)
+        };
+        match outcome {
             Ok(o) => results.push(analysis::ranks::RankResult::from_analysis(r, &o.analysis)),
             Err(e) => {
                 failed.push((r, e.to_string()));

@@ -3,6 +3,7 @@
 
 pub mod collectives;
 pub mod flops;
+pub mod graphs;
 pub mod intervals;
 mod joins;
 pub mod kernels;
@@ -38,6 +39,10 @@ pub struct Options {
     /// ([`Analysis::snapshot_history`]): only report.html's memory view draws it, and on a
     /// GB snapshot it takes seconds.
     pub without_snapshot_history: bool,
+    /// Backward passes a step holds, where capture counted them (its timing rule: a GAN's
+    /// discriminator and generator passes): a program without `ProfilerStep` ranges gets one
+    /// iteration per step, not per pass.
+    pub backward_passes_per_step: Option<usize>,
 }
 
 /// `summary.json`.
@@ -146,6 +151,10 @@ pub struct Summary {
     pub unexplained_before_window_bytes: i64,
     /// Host↔device bandwidth used for swap times.
     pub swap_bandwidth: liveness::SwapBandwidth,
+    /// CUDA graph replays in the iterations and the private pools they hold (absent without
+    /// replays).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_graphs: Option<graphs::CudaGraphs>,
     /// Anomalies, one line per kind.
     pub warnings: Vec<String>,
 }
@@ -247,7 +256,10 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     // the step holds the trace to intern names): beside the step, it leaves the memory chain
     // below shorter.
     let events = memory::replay_input(t);
-    let (step, replay) = rayon::join(|| step::compute(t, diag), || memory::replay(&events));
+    let (step, replay) = rayon::join(
+        || step::compute(t, opts.backward_passes_per_step, diag),
+        || memory::replay(&events),
+    );
     drop(events);
     let t: &Trace = t;
     // FLOPs need only the step; the memory chain needs its own earlier results. The two run
@@ -343,6 +355,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         activations: live.activations.len(),
         unexplained_before_window_bytes: mem.unexplained_before,
         swap_bandwidth: live.bandwidth,
+        cuda_graphs: graphs::compute(t, &step, peak.map(|p| p.0), diag),
         warnings: Vec::new(),
     };
     let kernels = kernels::compute(t);

@@ -53,6 +53,11 @@ pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
         optimizer_step_s: phase
             .and_then(|p| p.optimizer_step_s)
             .filter(|l| l.is_finite() && *l > 0.0),
+        passes_per_step: t
+            .after_window
+            .as_ref()
+            .and_then(|a| a.passes_per_step)
+            .filter(|&k| k > 0),
     })
 }
 

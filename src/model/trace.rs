@@ -130,28 +130,40 @@ impl Trace {
         // paths are interned afterwards, in the order they were made, so ids do not depend on
         // the threads.
         let k = &kineto;
-        let (((children, roots), launch), ((main_thread, (device, memory)), (module, paths))) =
-            rayon::join(
-                || {
-                    rayon::join(
-                        || children_and_roots(ops.len(), &thread_ops, &parent),
-                        || attribute_launches(k, &thread_ops, &parent),
-                    )
-                },
-                || {
-                    rayon::join(
-                        || {
-                            (
-                                find_main_thread(k, &thread_ops, &parent),
-                                select_device_memory(k),
-                            )
-                        },
-                        || module_paths(k, &thread_ops),
-                    )
-                },
-            );
+        let (
+            ((children, roots), launch),
+            ((main_thread, (device, memory)), (module, paths, per_call)),
+        ) = rayon::join(
+            || {
+                rayon::join(
+                    || children_and_roots(ops.len(), &thread_ops, &parent),
+                    || attribute_launches(k, &thread_ops, &parent),
+                )
+            },
+            || {
+                rayon::join(
+                    || {
+                        (
+                            find_main_thread(k, &thread_ops, &parent),
+                            select_device_memory(k),
+                        )
+                    },
+                    || module_paths(k, &thread_ops),
+                )
+            },
+        );
         let (launch, counts) = launch;
         counts.report(diag);
+        if !per_call.is_empty() {
+            diag.warn(
+                "modules_made_per_call",
+                format!(
+                    "{} module(s) are made anew in every call of their parent ({}): each is named by its class and place, not torch's instance number, so that every step has the same nodes",
+                    per_call.len(),
+                    per_call.join(", ")
+                ),
+            );
+        }
         let path_ids: Vec<StrId> = paths.iter().map(|p| kineto.strings.intern(p)).collect();
         let module = module
             .into_iter()
@@ -462,12 +474,17 @@ fn attribute_launches(
 }
 
 /// The `/`-joined path of `nn.Module` ranges enclosing each op on its thread, as an index into
-/// the paths returned beside (made in module-range order, for the caller to intern).
-fn module_paths(k: &KinetoTrace, thread_ops: &[Vec<OpId>]) -> (Vec<Option<u32>>, Vec<String>) {
+/// the paths returned beside (made in module-range order, for the caller to intern), and the
+/// paths of modules made anew in each call ([`module_names`]).
+fn module_paths(
+    k: &KinetoTrace,
+    thread_ops: &[Vec<OpId>],
+) -> (Vec<Option<u32>>, Vec<String>, Vec<String>) {
     let mut out = vec![None; k.ops.len()];
     let mut paths: Vec<String> = Vec::new();
+    let mut per_call: Vec<String> = Vec::new();
     if k.modules.is_empty() {
-        return (out, paths);
+        return (out, paths, per_call);
     }
     // Paths already made, so a path repeated in every iteration is one string.
     let mut known: FxHashMap<String, u32> = FxHashMap::default();
@@ -489,7 +506,6 @@ fn module_paths(k: &KinetoTrace, thread_ops: &[Vec<OpId>]) -> (Vec<Option<u32>>,
         });
         // Nest the module ranges and name each by its path from the root module.
         let mut parent: Vec<Option<usize>> = vec![None; spans.len()];
-        let mut path: Vec<u32> = Vec::with_capacity(spans.len());
         let mut stack: Vec<usize> = Vec::new();
         for (pos, &mi) in spans.iter().enumerate() {
             let m = k.modules[mi];
@@ -502,10 +518,20 @@ fn module_paths(k: &KinetoTrace, thread_ops: &[Vec<OpId>]) -> (Vec<Option<u32>>,
                 }
             }
             parent[pos] = stack.last().copied();
-            let name = k.strings.resolve(m.name);
+            stack.push(pos);
+        }
+        let names: Vec<&str> = spans
+            .iter()
+            .map(|&mi| k.strings.resolve(mods[mi].name))
+            .collect();
+        let mut path: Vec<u32> = Vec::with_capacity(spans.len());
+        for (pos, name) in module_names(&names, &parent, &mut per_call)
+            .into_iter()
+            .enumerate()
+        {
             let full = match parent[pos] {
                 Some(p) => format!("{}/{}", paths[path[p] as usize], name),
-                None => name.to_owned(),
+                None => name,
             };
             let next = paths.len() as u32;
             let id = *known.entry(full).or_insert_with_key(|full| {
@@ -513,7 +539,6 @@ fn module_paths(k: &KinetoTrace, thread_ops: &[Vec<OpId>]) -> (Vec<Option<u32>>,
                 next
             });
             path.push(id);
-            stack.push(pos);
         }
         for &o in &thread_ops[t] {
             let op = &k.ops[o.0 as usize];
@@ -529,7 +554,76 @@ fn module_paths(k: &KinetoTrace, thread_ops: &[Vec<OpId>]) -> (Vec<Option<u32>>,
             }
         }
     }
-    (out, paths)
+    per_call.sort();
+    per_call.dedup();
+    (out, paths, per_call)
+}
+
+/// Each module range's name within its parent, given the ranges' names (`Linear_3`: the class
+/// and torch's instance number) in start order and their parents. A module's place is its
+/// parent's place, its class and how many ranges of that class came before it in the same
+/// parent call. Where every range at one place names the same instance, that name is kept;
+/// where they name several (a module made inside its parent's `forward`, as HF models make
+/// `CrossEntropyLoss()` in every call), the instance number would make each call a new node,
+/// so the name is the class and the place (`CrossEntropyLoss_*`, `…_*1` for the second of the
+/// class in one call), and the place is pushed onto `per_call`. Roots keep their names.
+fn module_names(
+    names: &[&str],
+    parent: &[Option<usize>],
+    per_call: &mut Vec<String>,
+) -> Vec<String> {
+    let class = |n: &str| -> String {
+        match n.rsplit_once('_') {
+            Some((c, d)) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => c.to_owned(),
+            _ => n.to_owned(),
+        }
+    };
+    // Each range's place: an index into `places`, whose key is (parent place, class, k).
+    let mut place_of: FxHashMap<(Option<u32>, String, u32), u32> = FxHashMap::default();
+    let mut seen: FxHashMap<(usize, String), u32> = FxHashMap::default();
+    let mut place: Vec<u32> = Vec::with_capacity(names.len());
+    // Per place: its first instance name and whether another one appeared there.
+    let mut first: Vec<(usize, bool)> = Vec::new();
+    for (pos, &n) in names.iter().enumerate() {
+        let key = match parent[pos] {
+            None => (None, n.to_owned(), 0),
+            Some(p) => {
+                let c = class(n);
+                let counter = seen.entry((p, c.clone())).or_insert(0);
+                let kth = *counter;
+                *counter += 1;
+                (Some(place[p]), c, kth)
+            }
+        };
+        let next = first.len() as u32;
+        let id = *place_of.entry(key).or_insert(next);
+        if id == next {
+            first.push((pos, false));
+        } else if names[first[id as usize].0] != n {
+            first[id as usize].1 = true;
+        }
+        place.push(id);
+    }
+    let mut kth_of: Vec<u32> = vec![0; first.len()];
+    for ((_, _, kth), &id) in &place_of {
+        kth_of[id as usize] = *kth;
+    }
+    names
+        .iter()
+        .enumerate()
+        .map(|(pos, &n)| {
+            let id = place[pos] as usize;
+            if !first[id].1 {
+                return n.to_owned();
+            }
+            let star = match kth_of[id] {
+                0 => format!("{}_*", class(n)),
+                kth => format!("{}_*{kth}", class(n)),
+            };
+            per_call.push(star.clone());
+            star
+        })
+        .collect()
 }
 
 /// The training loop's thread: where `ProfilerStep#` ranges are, else the thread with the most

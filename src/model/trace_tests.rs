@@ -75,3 +75,53 @@ fn children_follow_thread_then_time_order() {
         assert!(children.of(OpId(leaf)).is_empty());
     }
 }
+
+/// HF's BertForMaskedLM makes `CrossEntropyLoss()` in every forward call: torch numbers each
+/// new instance, so each micro-batch's loss had its own module (`CrossEntropyLoss_0` … `_11`).
+/// Its place (first of its class in the root's call) names it instead; modules that are the same
+/// instance in every call keep torch's names, and two of one class in one call stay apart.
+#[test]
+fn a_module_made_in_every_call_is_named_by_its_place() {
+    // Two calls of the root, each with two Linear children and a fresh loss module.
+    let names = [
+        "Model_0",
+        "Linear_0",
+        "Linear_1",
+        "CrossEntropyLoss_0",
+        "Model_0",
+        "Linear_0",
+        "Linear_1",
+        "CrossEntropyLoss_1",
+    ];
+    let parent = [
+        None,
+        Some(0),
+        Some(0),
+        Some(0),
+        None,
+        Some(4),
+        Some(4),
+        Some(4),
+    ];
+    let mut per_call = Vec::new();
+    let got = module_names(&names, &parent, &mut per_call);
+    assert_eq!(
+        got,
+        [
+            "Model_0",
+            "Linear_0",
+            "Linear_1",
+            "CrossEntropyLoss_*",
+            "Model_0",
+            "Linear_0",
+            "Linear_1",
+            "CrossEntropyLoss_*"
+        ]
+    );
+    assert_eq!(per_call, ["CrossEntropyLoss_*", "CrossEntropyLoss_*"]);
+    // A steady program keeps torch's names exactly (the goldens' node names).
+    let mut none = Vec::new();
+    let steady = module_names(&names[..3], &parent[..3], &mut none);
+    assert_eq!(steady, ["Model_0", "Linear_0", "Linear_1"]);
+    assert!(none.is_empty());
+}

@@ -95,6 +95,9 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             s.peak_iteration.as_deref().unwrap_or("")
         )
     }
+    if let Some(g) = &s.cuda_graphs {
+        o += &graphs_line(g);
+    }
     if s.flops_counted() && s.flops_per_iteration == 0 {
         // Shapes were recorded, but no op the step runs has a FLOP formula (copies, views,
         // collectives, autograd nodes without their aten ops): a true zero, said as one.
@@ -369,4 +372,34 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
     }
     let keep: String = s.chars().skip(len + 1 - n).collect();
     format!("…{keep}")
+}
+
+/// The step's CUDA graphs: their share of the GPU work, and what their private pools hold of
+/// the device beside the allocated peak (never free memory or fragmentation).
+pub(crate) fn graphs_line(g: &crate::analysis::graphs::CudaGraphs) -> String {
+    let mut o = format!(
+        "CUDA graphs: {} replay(s) an iteration, {} of GPU work ({:.0}% of it){}",
+        g.replays_per_iteration,
+        human_time(g.gpu_time_per_iteration_s),
+        g.share_of_gpu_time_pct,
+        if g.flops_counted {
+            ", their FLOPs counted when capture recorded them"
+        } else {
+            ", their FLOPs not in the FLOPs figures"
+        }
+    );
+    if !g.private_pools.is_empty() {
+        let pools: Vec<String> = g
+            .private_pools
+            .iter()
+            .map(|p| format!("pool {} {}", p.id, human_bytes(p.reserved_bytes as i64)))
+            .collect();
+        o += &format!(
+            "; private pools reserved: {}; the device holds {} in all (memory_reserved)",
+            pools.join(", "),
+            human_bytes(g.reserved_bytes.unwrap_or(0) as i64)
+        );
+    }
+    o.push('\n');
+    o
 }

@@ -277,6 +277,15 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
             ),
         ]);
     }
+    if let Some(g) = &s.cuda_graphs {
+        let line = super::console::graphs_line(g);
+        rows.push(vec![
+            "CUDA graphs".into(),
+            line.trim_end()
+                .trim_start_matches("CUDA graphs: ")
+                .to_owned(),
+        ]);
+    }
     if s.flops_counted() && s.flops_per_iteration == 0 {
         rows.push(vec![
             "FLOPs per iteration".into(),

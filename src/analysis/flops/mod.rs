@@ -126,6 +126,17 @@ impl<'t> ArgCache<'t> {
     }
 }
 
+/// The by-op key of a CUDA graph replay's FLOPs.
+pub const GRAPH_REPLAY: &str = "cuda_graph_replay";
+
+/// The FLOPs of a CUDA graph replay, from the range capture's shim opens around each replay:
+/// `steptrace::cuda_graph#<k> flops=<n>`, `n` counted with FlopCounterMode's formulas while
+/// the graph was recorded (its operators run through the dispatcher only then).
+pub fn graph_flops(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("steptrace::cuda_graph#")?;
+    rest.split_once(" flops=")?.1.parse().ok()
+}
+
 /// FLOPs of every node instance, in `step.nodes` order, with the per-op-type FlopCounterMode
 /// counts of the whole profile (`aten::addmm` → `aten.addmm`).
 pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64>) {
@@ -150,10 +161,23 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
             // Element type of the heaviest FLOP op (under autocast the node's own inputs may
             // still be fp32 while its matmul runs in bf16).
             let mut heaviest: (u64, Option<Dtype>) = (0, None);
+            // A CUDA graph's replay launched right under its range (a backward graph): the
+            // FLOPs capture counted when the graph was recorded.
+            if let Some(f) = t.parent[n.op.0 as usize].and_then(|p| graph_flops(t.op_name(p))) {
+                nf.matmul = nf.matmul.saturating_add(f);
+                nf.all = nf.all.saturating_add(f);
+                by_type.push((GRAPH_REPLAY.to_owned(), f));
+            }
             // Outermost ops with a formula in the node's subtree.
             let mut stack = vec![n.op];
             while let Some(o) = stack.pop() {
                 let name = t.op_name(o);
+                if let Some(f) = graph_flops(name) {
+                    nf.matmul = nf.matmul.saturating_add(f);
+                    nf.all = nf.all.saturating_add(f);
+                    by_type.push((GRAPH_REPLAY.to_owned(), f));
+                    continue;
+                }
                 let leaf = t.children(o).is_empty();
                 let fam = family(name).or_else(|| if leaf { leaf_default(name) } else { None });
                 if let Some(fam) = fam {

@@ -53,6 +53,10 @@ pub struct SnapshotAnalysis {
     pub segments: SegmentTotals,
     /// One row per segment at the end.
     pub segment_rows: Vec<SegmentRow>,
+    /// Private memory pools at the end (CUDA graphs', torch.compile's cudagraph trees'), by
+    /// pool id: memory reserved for their graphs' replays, which the default pool cannot
+    /// use; left out of the free-memory and fragmentation figures of `segments`.
+    pub private_pools: Vec<PrivatePool>,
     /// Annotated ranges (`external_annotations`: `record_function` ranges the allocator saw).
     pub phases: Vec<AnnotatedRange>,
 }
@@ -217,6 +221,22 @@ pub struct SegmentTotals {
     pub fragmentation_pct: Option<f64>,
 }
 
+/// A private memory pool at the snapshot's end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PrivatePool {
+    /// Device.
+    pub device: i64,
+    /// `segment_pool_id`, as `a,b`.
+    pub id: String,
+    /// Segments in it.
+    pub segments: usize,
+    /// Bytes reserved for it.
+    pub reserved_bytes: u64,
+    /// Bytes of its blocks allocated at the end (a graph's outputs still alive; its
+    /// intermediates are reused by every replay and show as free).
+    pub allocated_bytes: u64,
+}
+
 /// One segment at the end.
 #[derive(Debug, Clone, Serialize)]
 pub struct SegmentRow {
@@ -298,7 +318,7 @@ fn finish(s: &Snapshot, mut r: Replay, lists: &[Option<usize>]) -> SnapshotAnaly
             device_memory(s, d, list.and_then(|l| r.take(l)), &phases)
         })
         .collect();
-    let (segments, segment_rows) = segment_totals(s);
+    let (segments, segment_rows, private_pools) = segment_totals(s);
     SnapshotAnalysis {
         file: s
             .path
@@ -311,6 +331,7 @@ fn finish(s: &Snapshot, mut r: Replay, lists: &[Option<usize>]) -> SnapshotAnaly
         devices,
         segments,
         segment_rows,
+        private_pools,
         phases,
     }
 }
@@ -392,21 +413,31 @@ fn innermost_phase(phases: &[AnnotatedRange], device: i64, t: i64) -> Option<Str
         .map(|p| p.name.clone())
 }
 
-fn segment_totals(s: &Snapshot) -> (SegmentTotals, Vec<SegmentRow>) {
+/// memory_viz `stats`'s totals and rows, and the private pools. A private pool's segments
+/// count in the reserved bytes (torch's `memory_reserved` holds them) but not in the free and
+/// fragmentation figures: their free blocks are a graph's workspace, reused by each replay,
+/// not memory the program's other allocations can take.
+pub(crate) fn segment_totals(s: &Snapshot) -> (SegmentTotals, Vec<SegmentRow>, Vec<PrivatePool>) {
     let mut t = SegmentTotals {
         segments: s.segments.len(),
         ..Default::default()
     };
     let mut rows = Vec::with_capacity(s.segments.len());
+    let mut pools: std::collections::BTreeMap<(i64, (i64, i64)), PrivatePool> = Default::default();
     for g in &s.segments {
+        let private = g.pool.filter(|&p| p != (0, 0));
+        let kind = g
+            .segment_type
+            .map(|p| s.str(p).to_owned())
+            .unwrap_or_default();
         let mut r = SegmentRow {
             device: g.device,
             address: g.address,
             stream: g.stream,
-            pool: g
-                .segment_type
-                .map(|p| s.str(p).to_owned())
-                .unwrap_or_default(),
+            pool: match private {
+                Some((a, b)) => format!("{kind} private {a},{b}"),
+                None => kind,
+            },
             total_bytes: g.total_size,
             allocated_bytes: 0,
             free_internal_bytes: 0,
@@ -422,12 +453,27 @@ fn segment_totals(s: &Snapshot) -> (SegmentTotals, Vec<SegmentRow>) {
                 r.active_blocks += 1;
             } else {
                 r.free_external_bytes += b.size;
-                if s.str(b.state) == "inactive" {
+                if s.str(b.state) == "inactive" && private.is_none() {
                     t.largest_free_block_bytes = t.largest_free_block_bytes.max(b.size);
                 }
             }
         }
         t.reserved_bytes += g.total_size;
+        if let Some(id) = private {
+            let p = pools.entry((g.device, id)).or_insert_with(|| PrivatePool {
+                device: g.device,
+                id: format!("{},{}", id.0, id.1),
+                segments: 0,
+                reserved_bytes: 0,
+                allocated_bytes: 0,
+            });
+            p.segments += 1;
+            p.reserved_bytes += g.total_size;
+            p.allocated_bytes += r.allocated_bytes;
+            t.allocated_bytes += r.allocated_bytes;
+            rows.push(r);
+            continue;
+        }
         t.allocated_bytes += r.allocated_bytes;
         t.free_internal_bytes += r.free_internal_bytes;
         t.free_external_bytes += r.free_external_bytes;
@@ -446,7 +492,7 @@ fn segment_totals(s: &Snapshot) -> (SegmentTotals, Vec<SegmentRow>) {
         );
     }
     rows.sort_by_key(|r| (r.device, r.address));
-    (t, rows)
+    (t, rows, pools.into_values().collect())
 }
 
 /// memory_viz `memory`'s flame-graph lines for the state at the snapshot's end: every block

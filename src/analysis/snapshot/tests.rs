@@ -65,6 +65,7 @@ impl Build {
             allocated_size: 0,
             stream: 0,
             segment_type: None,
+            pool: None,
             blocks: blocks
                 .iter()
                 .map(|&(off, size, req, on, stack)| Block {

@@ -71,7 +71,7 @@ impl Ctx<'_> {
             Phase::Optimizer
         } else if !main {
             Phase::Other
-        } else if ip.data_tail.contains(&ni) {
+        } else if ip.data_tail.contains(&ni) || self.is_input_copy(ni) {
             Phase::DataLoading
         } else {
             match bw.extent {
@@ -91,7 +91,7 @@ impl Ctx<'_> {
                     // a DataLoader's CPU-side ops (`empty`, `set_` of a received batch) come
                     // before the copies too, and where the program marks no DataLoader range
                     // (libtorch), the host-only ops before the first copy build the batch.
-                    if is_dtoh_read(t, gpus) || (!*seen_compute && has_htod(t, gpus)) {
+                    if is_dtoh_read(t, gpus) {
                         Phase::Other
                     } else if !*seen_compute
                         && gpus.is_empty()
@@ -114,6 +114,18 @@ impl Ctx<'_> {
                 }
             }
         }
+    }
+
+    /// Whether main-thread node `ni` copies the batch to the device: its GPU work holds a
+    /// host→device copy, it runs outside every module, and autograd does not differentiate it
+    /// (`batch.to(device)`, Lightning's `transfer_batch_to_device`). Wherever it falls in the
+    /// step (before the forward, or between micro-batches of gradient accumulation), that is
+    /// data loading, not forward work.
+    fn is_input_copy(&self, ni: usize) -> bool {
+        let o = self.node_ops[ni];
+        has_htod(self.t, &self.gpu.of_node[ni])
+            && self.t.module[o.0 as usize].is_none()
+            && !self.differentiated[ni]
     }
 
     /// The closures' forward work and the data-loading tail of the iteration whose nodes are

@@ -54,9 +54,11 @@ pub enum Phase {
     /// Building the batch: a Python DataLoader's `__next__` (its `enumerate(DataLoader)#`
     /// range); in a program without such ranges (libtorch), the host-only main-thread ops
     /// before the iteration's first input copy, a batch made on the device outside every
-    /// module before the forward, and host-only ops after the optimizer's last GPU work.
+    /// module before the forward, and host-only ops after the optimizer's last GPU work; and
+    /// the batch's copy to the device (a host→device copy outside every module that autograd
+    /// does not differentiate), with its GPU time, wherever it falls in the step.
     DataLoading,
-    /// Input copies and anything outside the phases above.
+    /// Reads back to the host (`.item()`) and anything outside the phases above.
     Other,
 }
 
@@ -217,7 +219,7 @@ impl OpFacts {
 /// Rebuilds iterations, phases and nodes, in named passes: the node ops, their facts, the
 /// autograd threads, the GPU work each node launched, the iteration windows, the nodes of each
 /// window, the modules of backward nodes, then each iteration on its own thread.
-pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
+pub fn compute(t: &mut Trace, passes_per_step: Option<usize>, diag: &mut Diagnostics) -> Step {
     let node_ops = node_ops(t);
     let facts = op_facts(t, &node_ops);
     let t: &Trace = t;
@@ -225,14 +227,24 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
     let node_of = node_index(t, &node_ops);
     let gpu = gpu_owners(t, &node_ops, &node_of);
     let main = t.main_thread;
-    let (detection, windows) = find_iterations(
+    let (detection, windows, passes_left_out) = find_iterations(
         t,
         &node_ops,
         &|o| facts.is_bw(o),
         &|ni| has_htod(t, &gpu.of_node[ni]),
         &|ni| gpu.of_node[ni].is_empty(),
         main,
+        passes_per_step,
     );
+    if passes_left_out > 0 {
+        diag.warn(
+            "first_step_cut",
+            format!(
+                "the window opens inside a step: its first {passes_left_out} backward pass(es) end a step whose start it did not record ({} passes a step); they are left out",
+                passes_per_step.unwrap_or(1)
+            ),
+        );
+    }
     let (per_iter, outside) = assign_to_windows(t, &node_ops, &windows);
     let module_by_seq = module_by_seq(t, &facts, &autograd_thread);
     let differentiated = differentiated(t, &node_ops, &node_of, &facts);
@@ -261,9 +273,8 @@ pub fn compute(t: &mut Trace, diag: &mut Diagnostics) -> Step {
         .collect();
     let (mut per_iter_nodes, mut iterations): (Vec<Vec<Node>>, Vec<Iteration>) =
         per_window.into_iter().unzip();
-    if detection == Detection::ProfilerStep {
-        drop_cut_short(&mut iterations, &mut per_iter_nodes, diag);
-    }
+    drop_cut_short(&mut iterations, &mut per_iter_nodes, diag);
+    pageable_copies(t, &gpu, &node_of, &per_iter_nodes, &iterations, diag);
     let mut first = 0;
     for (it, own) in iterations.iter_mut().zip(&per_iter_nodes) {
         it.nodes = first..first + own.len();
@@ -590,24 +601,72 @@ impl BackwardSpans {
     }
 }
 
-/// Leaves out the last ProfilerStep iteration when the program ended inside it (a schedule
-/// longer than the run): the range runs on to the profiler's stop and holds a fraction of a
-/// step (nanoGPT's bench.py: 9.1 s and one node against 0.11 s and 346).
+/// Says when the batch's copies to the device read pageable memory (a DataLoader without
+/// `pin_memory`): such a copy is staged through a pinned buffer by the driver, runs at a
+/// fraction of the link's speed and blocks the host until it is done. Median per iteration,
+/// said where it is 1% of the iteration's GPU time and 50 µs or more.
+fn pageable_copies(
+    t: &Trace,
+    gpu: &GpuOwners,
+    node_of: &[u32],
+    per_iter_nodes: &[Vec<Node>],
+    iterations: &[Iteration],
+    diag: &mut Diagnostics,
+) {
+    let mut per_iter: Vec<f64> = per_iter_nodes
+        .iter()
+        .map(|nodes| {
+            nodes
+                .iter()
+                .filter(|n| n.phase == Phase::DataLoading)
+                .flat_map(|n| &gpu.of_node[node_of[n.op.0 as usize] as usize])
+                .map(|g| &t.kineto.gpu[g.0 as usize])
+                .filter(|a| a.kind == GpuKind::Memcpy)
+                .filter(|a| {
+                    let name = t.kineto.str(a.name);
+                    name.contains("HtoD") && name.contains("Pageable")
+                })
+                .map(|a| a.dur as f64)
+                .sum()
+        })
+        .collect();
+    let ns = crate::analysis::median(&mut per_iter).unwrap_or(0.0);
+    let mut gpu_time: Vec<f64> = iterations.iter().map(|i| i.gpu_time as f64).collect();
+    let gpu_time = crate::analysis::median(&mut gpu_time).unwrap_or(0.0);
+    // 1% of the iteration's GPU time and 50 µs at least: a toy model's few kilobytes are not
+    // worth a word.
+    if ns >= 50_000.0 && ns * 100.0 >= gpu_time {
+        diag.warn(
+            "input_copy_from_pageable_memory",
+            format!(
+                "the batch's copy to the device reads pageable memory: {:.2} ms of GPU time an iteration ({:.0}% of it, in data_loading); a DataLoader with pin_memory=True and .to(device, non_blocking=True) copies from pinned memory, faster and without holding the host",
+                ns * 1e-6,
+                100.0 * ns / gpu_time.max(1.0)
+            ),
+        );
+    }
+}
+
+/// Leaves out the last iteration when the window ended inside it: the program ended inside a
+/// ProfilerStep range (a schedule longer than the run: the range runs on to the profiler's stop
+/// and holds a fraction of a step; nanoGPT's bench.py: 9.1 s and one node against 0.11 s and
+/// 346), or a libtorch window closed after a backward pass and before the optimizer (a loop
+/// whose step boundary capture found mid-step). Left in, its nodes read "missing in some
+/// iterations" and its figures are a part-step's; left out, it is said once.
 fn drop_cut_short(
     iterations: &mut Vec<Iteration>,
     per_iter_nodes: &mut Vec<Vec<Node>>,
     diag: &mut Diagnostics,
 ) {
-    if !cut_short(iterations, per_iter_nodes) {
+    let Some(why) = cut_short(per_iter_nodes) else {
         return;
-    }
-    if let (Some(it), Some(own)) = (iterations.pop(), per_iter_nodes.pop()) {
+    };
+    if let (Some(it), Some(_)) = (iterations.pop(), per_iter_nodes.pop()) {
         diag.warn(
             "last_iteration_cut_short",
             format!(
-                "{} holds {} node(s) and no backward pass where the other iterations have them: the program ended inside it; it is left out",
-                it.label,
-                own.len()
+                "{}: the window ended inside this step ({why}); it is left out of every per-node and per-iteration figure",
+                it.label
             ),
         );
     }

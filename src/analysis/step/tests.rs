@@ -86,15 +86,15 @@ fn by_name<'a>(s: &'a Step, name: &str) -> &'a Node {
 fn each_node_gets_its_phase_its_gpu_work_and_its_iteration() {
     let mut t = step_trace(false);
     let mut d = Diagnostics::default();
-    let s = compute(&mut t, &mut d);
+    let s = compute(&mut t, None, &mut d);
     assert_eq!(s.detection, Detection::ProfilerStep);
     assert_eq!(s.iterations.len(), 1);
     let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(
         names,
         [
-            // The input copy before the first compute op is not forward work.
-            "other:aten::copy_#0",
+            // The batch's copy to the device is data loading, not forward work.
+            "data_loading:aten::copy_#0",
             "forward:aten::linear#0",
             // A loss read for logging.
             "other:aten::item#0",
@@ -121,7 +121,7 @@ fn each_node_gets_its_phase_its_gpu_work_and_its_iteration() {
 #[test]
 fn with_optimizer_ranges_only_what_they_hold_is_the_optimizer() {
     let mut t = step_trace(true);
-    let s = compute(&mut t, &mut Diagnostics::default());
+    let s = compute(&mut t, None, &mut Diagnostics::default());
     assert!(s.nodes.iter().any(|n| n.name == "optimizer:aten::add_#0"));
     // The same trace without the range, and an op after backward outside it: other.
     let mut ev = vec![
@@ -141,7 +141,7 @@ fn with_optimizer_ranges_only_what_they_hold_is_the_optimizer() {
     ];
     ev.push(launch(1, 21, 1, "kernel", "gemm", 3));
     let mut t = crate::model::from_events(&ev.join(","));
-    let s = compute(&mut t, &mut Diagnostics::default());
+    let s = compute(&mut t, None, &mut Diagnostics::default());
     assert_eq!(
         by_name(&s, "optimizer:aten::add_#0").phase,
         Phase::Optimizer

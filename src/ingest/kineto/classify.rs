@@ -247,7 +247,28 @@ impl Partial {
             }
             Category::Runtime => {
                 let thread = self.thread(ev);
+                let graph = crate::model::kineto::is_graph_launch(name);
                 let name = self.strings.intern(name);
+                if graph {
+                    // A CUDA graph's replay: every kernel of the graph carries this call's
+                    // correlation id, and no operator runs on the host while it replays. As an
+                    // op of its own, it becomes the node its GPU work is charged to, wherever
+                    // it is launched (inside a compiled region's node in the forward, or
+                    // directly under `CompiledFunctionBackward`'s annotation in the backward,
+                    // where no node encloses it).
+                    self.ops.push(CpuOp {
+                        name,
+                        kind: OpKind::Op,
+                        thread,
+                        start,
+                        dur,
+                        ext_id: args.ext_id.i64(),
+                        rf_id: None,
+                        seq: None,
+                        fwd_tid: None,
+                        inputs: InputSpans::default(),
+                    });
+                }
                 self.runtime.push(RuntimeCall {
                     name,
                     thread,

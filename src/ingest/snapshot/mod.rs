@@ -674,6 +674,10 @@ impl<'a> Extractor<'a> {
                 allocated_size: g("allocated_size").and_then(|v| pk.as_u64(v)).unwrap_or(0),
                 stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
                 segment_type,
+                pool: g("segment_pool_id").and_then(|v| match pk.items(v) {
+                    [a, b] => Some((pk.as_i64(*a)?, pk.as_i64(*b)?)),
+                    _ => None,
+                }),
                 blocks,
             });
         }

@@ -36,6 +36,13 @@ pub enum OpKind {
     Annotation,
 }
 
+/// Whether a runtime call replays a CUDA graph (`cudaGraphLaunch`, the driver's
+/// `cuGraphLaunch`, their versioned names). Ingest makes each such call an op of its own, so
+/// that the graph's kernels (which carry its correlation id) have a node to be charged to.
+pub fn is_graph_launch(name: &str) -> bool {
+    name.starts_with("cudaGraphLaunch") || name.starts_with("cuGraphLaunch")
+}
+
 /// Operator inputs as recorded with `record_shapes`: raw JSON text, parsed only by the
 /// analyses that need it (most ops never are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -42,6 +42,9 @@ pub struct ProgramStepTime {
     /// Median host time of the program's `optimizer.step()` in the timing phase, s: this
     /// rank's host speed at the same work as the others', with nothing recorded.
     pub optimizer_step_s: Option<f64>,
+    /// Backward passes a step holds, where capture counted them per step (a program whose
+    /// steps it marks by their backward passes: libtorch).
+    pub passes_per_step: Option<usize>,
 }
 
 /// The timing phase of a planned capture whose steps alternated with and without the plan

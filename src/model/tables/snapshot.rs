@@ -82,6 +82,10 @@ pub struct Segment {
     pub stream: i64,
     /// "large" or "small" pool.
     pub segment_type: Option<StrId>,
+    /// `segment_pool_id`: `(0, 0)` is the allocator's default pool; any other is a private
+    /// pool (a CUDA graph's, torch.compile's cudagraph trees, `torch.cuda.MemPool`), whose
+    /// memory stays reserved for its graphs whether or not a block is allocated in it.
+    pub pool: Option<(i64, i64)>,
     /// Blocks: (address, size, state).
     pub blocks: Vec<Block>,
 }

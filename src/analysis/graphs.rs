@@ -1,0 +1,140 @@
+//! CUDA graph replays in the step (`torch.compile(mode="reduce-overhead")`,
+//! `torch.cuda.graph`, `make_graphed_callables`): how much of the step's GPU work they hold,
+//! and the private memory pools they keep reserved.
+//!
+//! ```text
+//!  host    [Torch-Compiled Region [cudaGraphLaunch]]      (no aten op runs during a replay)
+//!  GPU              [k1][k2][k3] ... [kN]                  (each kernel: the launch's correlation id)
+//! ```
+//! Each replay is a node of its own (ingest makes the launch an op), charged with every kernel
+//! of the graph. What rests on recorded operators cannot see inside a replay: FLOPs and bytes
+//! are counted from operator shapes, so the replayed work is missing from them, and that is
+//! said with the share of GPU time it is.
+
+use serde::Serialize;
+
+use super::snapshot::{segment_totals, PrivatePool};
+use super::step::Step;
+use crate::diagnostics::Diagnostics;
+use crate::model::kineto::is_graph_launch;
+use crate::model::Trace;
+
+/// CUDA graph replays in the profiled iterations (summary.json's `cuda_graphs`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CudaGraphs {
+    /// Whether every replay's FLOPs are in the FLOPs figures (counted when capture recorded
+    /// the graph); else they are left out, and a warning says so.
+    pub flops_counted: bool,
+    /// Graph replays per iteration (median).
+    pub replays_per_iteration: f64,
+    /// GPU time of the replays' kernels per iteration (median), s.
+    pub gpu_time_per_iteration_s: f64,
+    /// Their share of the iteration's GPU time (median iteration), %.
+    pub share_of_gpu_time_pct: f64,
+    /// Bytes reserved on the device at the snapshot (every pool, default and private): what
+    /// the step holds of the device, torch's `memory_reserved`; `None` without a snapshot.
+    pub reserved_bytes: Option<u64>,
+    /// The private pools at the snapshot, with what each holds reserved.
+    pub private_pools: Vec<PrivatePool>,
+}
+
+/// The step's CUDA graphs, `None` when no iteration replays one. Warns that FLOPs leave the
+/// replays out, and that the allocated peak leaves out what the graphs' pools hold reserved.
+pub fn compute(
+    t: &Trace,
+    step: &Step,
+    peak_allocated: Option<i64>,
+    diag: &mut Diagnostics,
+) -> Option<CudaGraphs> {
+    // Replays whose FLOPs capture counted (the shim's range around each replay).
+    let counted = step
+        .nodes
+        .iter()
+        .filter(|n| is_graph_launch(t.op_name(n.op)))
+        .all(|n| {
+            t.parent[n.op.0 as usize]
+                .is_some_and(|p| super::flops::graph_flops(t.op_name(p)).is_some())
+        });
+    // Every replay in the window counts, the ones inside a compiled region's node (a forward
+    // graph) as well as those that are nodes themselves.
+    let launches: Vec<(i64, bool)> = t
+        .launch
+        .iter()
+        .map(|l| l.map_or((0, false), |(o, ts)| (ts, is_graph_launch(t.op_name(o)))))
+        .collect();
+    let mut replays = Vec::new();
+    let mut gpu = Vec::new();
+    let mut share = Vec::new();
+    for it in &step.iterations {
+        let inside = |ts: i64| ts >= it.start && ts < it.end;
+        let n = t
+            .kineto
+            .ops
+            .iter()
+            .filter(|o| inside(o.start) && is_graph_launch(t.kineto.str(o.name)))
+            .count();
+        let time: i64 = launches
+            .iter()
+            .zip(&t.kineto.gpu)
+            .filter(|((ts, graph), _)| *graph && inside(*ts))
+            .map(|(_, g)| g.dur)
+            .sum();
+        replays.push(n as f64);
+        gpu.push(time as f64);
+        share.push(if it.gpu_time > 0 {
+            100.0 * time as f64 / it.gpu_time as f64
+        } else {
+            0.0
+        });
+    }
+    let med = |v: &mut Vec<f64>| super::median(v).unwrap_or(0.0);
+    let replays_per_iteration = med(&mut replays);
+    if replays_per_iteration == 0.0 {
+        return None;
+    }
+    let g = CudaGraphs {
+        flops_counted: counted,
+        replays_per_iteration,
+        gpu_time_per_iteration_s: med(&mut gpu) * 1e-9,
+        share_of_gpu_time_pct: med(&mut share),
+        reserved_bytes: t
+            .snapshot
+            .as_ref()
+            .map(|s| segment_totals(s).0.reserved_bytes),
+        private_pools: t
+            .snapshot
+            .as_ref()
+            .map(|s| segment_totals(s).2)
+            .unwrap_or_default(),
+    };
+    if !counted {
+        diag.warn(
+        "flops_leave_out_cuda_graphs",
+        format!(
+            "FLOPs and bytes per iteration leave out the work of {} CUDA graph replay(s) an iteration ({:.1} ms, {:.0}% of its GPU time): a replay runs no operator on the host, so no shapes are recorded for it; FlopCounterMode on the model run eagerly counts that work (`steptrace capture` counts it when the graphs are recorded)",
+            g.replays_per_iteration,
+            g.gpu_time_per_iteration_s * 1e3,
+            g.share_of_gpu_time_pct
+        ),
+    );
+    }
+    let pooled: u64 = g.private_pools.iter().map(|p| p.reserved_bytes).sum();
+    if pooled > 0 {
+        let peak = peak_allocated.map_or("unknown".into(), |p| gib(p.max(0) as u64));
+        diag.warn(
+            "peak_leaves_out_graph_pools",
+            format!(
+                "the allocated peak ({peak}) counts the blocks allocated; {} private pool(s) of the CUDA graphs hold {} reserved beside it (free inside them is the graphs' reused workspace, not fragmentation): the device holds {} in all",
+                g.private_pools.len(),
+                gib(pooled),
+                gib(g.reserved_bytes.unwrap_or(0))
+            ),
+        );
+    }
+    Some(g)
+}
+
+/// Bytes as GiB with two decimals (a warning's text; the figures themselves are in bytes).
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+}
