@@ -7,10 +7,10 @@
 #   bash capture/corpus/build_cpp.sh W        # from the repository root, after fetch.sh
 set -euo pipefail
 W=${1:?work directory}
-SRC=$(pwd)/.corpus/src
+SRC=${CORPUS_SRC:-$(pwd)/.corpus/src}
 PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 ABI=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-# BUILD_ONLY: a space-separated subset of "mnist dcgan regression drn" (all by default).
+# BUILD_ONLY: a space-separated subset of "mnist dcgan regression drn lm" (all by default).
 want_build() { [ -z "${BUILD_ONLY:-}" ] || [[ " $BUILD_ONLY " == *" $1 "* ]]; }
 for name in mnist dcgan regression; do
   want_build $name || continue
@@ -23,16 +23,20 @@ done
 # prabhuomkar/pytorch-cpp's tutorials are sub-projects of its top-level CMakeLists.txt, which
 # finds Torch (or downloads libtorch) and sets TORCH_CXX_FLAGS: the same two things here, with
 # the tutorial's own CMakeLists.txt added as the sub-project, as the top level does.
-want_build drn || exit 0
-mkdir -p "$W/build/drn_top"
-cat >"$W/build/drn_top/CMakeLists.txt" <<CM
+# pytorch_cpp NAME TUTORIAL: one tutorial built that way into W/build/NAME.
+pytorch_cpp() {
+  mkdir -p "$W/build/$1_top"
+  cat >"$W/build/$1_top/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.28.6 FATAL_ERROR)
 project(pytorch-cpp VERSION 1.0.0 LANGUAGES CXX)
 find_package(Torch REQUIRED)
 set(CMAKE_CXX_FLAGS "\${CMAKE_CXX_FLAGS} \${TORCH_CXX_FLAGS} -pthread")
-add_subdirectory("$SRC/pytorch-cpp/tutorials/intermediate/deep_residual_network" drn)
+add_subdirectory("$SRC/pytorch-cpp/tutorials/$2" $1)
 CM
-cmake -S "$W/build/drn_top" -B "$W/build/drn" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$PREFIX" -DDOWNLOAD_DATASETS=OFF >"$W/build_drn.log" 2>&1 \
-  && ninja -C "$W/build/drn" >>"$W/build_drn.log" 2>&1 \
-  || { echo "== build of deep_residual_network failed:"; tail -n 30 "$W/build_drn.log"; exit 1; }
+  cmake -S "$W/build/$1_top" -B "$W/build/$1" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$PREFIX" -DDOWNLOAD_DATASETS=OFF >"$W/build_$1.log" 2>&1 \
+    && ninja -C "$W/build/$1" >>"$W/build_$1.log" 2>&1 \
+    || { echo "== build of $2 failed:"; tail -n 30 "$W/build_$1.log"; exit 1; }
+}
+if want_build drn; then pytorch_cpp drn intermediate/deep_residual_network; fi
+if want_build lm; then pytorch_cpp lm intermediate/language_model; fi

@@ -41,5 +41,11 @@ for f in CMakeLists.txt src/main.cpp src/cifar10.cpp src/residual_block.cpp src/
          include/residual_block.h include/resnet.h include/cifar10.h include/transform.h; do
   take "$PYTORCH_CPP_GIT" $PYTORCH_CPP_COMMIT "$D/$f" "pytorch-cpp/$D/$f"
 done
+# The libtorch LSTM language model (its window can end inside a step: issue 74).
+D=tutorials/intermediate/language_model
+for f in CMakeLists.txt src/main.cpp src/rnn_lm.cpp src/corpus.cpp src/dictionary.cpp \
+         include/rnn_lm.h include/corpus.h include/dictionary.h; do
+  take "$PYTORCH_CPP_GIT" $PYTORCH_CPP_COMMIT "$D/$f" "pytorch-cpp/$D/$f"
+done
 take "$ARGPARSE_GIT" $ARGPARSE_COMMIT include/argparse/argparse.hpp include/argparse/argparse.hpp
 echo "copied into $DST: $(find "$DST" -type f | wc -l) files"

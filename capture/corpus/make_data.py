@@ -8,6 +8,7 @@ GPU machine has no network, so nothing can be downloaded):
 - wikitext-2 train.txt for word_language_model (absent from the stored snapshot): the
   repository's own valid.txt and test.txt, concatenated; the same text as Lightning's demo
   WikiText2 (`fw/data/wikitext-2.txt`, the file its download would write);
+- Penn Treebank's train.txt for pytorch-cpp's language_model (wikitext-2's valid.txt);
 - CIFAR-10 in its binary format (random pixels and labels) for prabhuomkar/pytorch-cpp's
   deep_residual_network, which reads ../../../../data/cifar10/ from where it runs;
 - time_sequence_prediction's traindata.pt as its generate_sine_wave.py writes it (the same
@@ -64,6 +65,12 @@ def main():
     fw = os.path.join(work, "fw", "data")
     os.makedirs(fw, exist_ok=True)
     with open(os.path.join(fw, "wikitext-2.txt"), "w") as out, open(os.path.join(wt, "train.txt")) as f:
+        out.write(f.read())
+    # pytorch-cpp's language_model reads ../../../../data/penntreebank/train.txt: the same
+    # wikitext text stands in for Penn Treebank.
+    ptb = os.path.join(work, "cppdrn", "data", "penntreebank")
+    os.makedirs(ptb, exist_ok=True)
+    with open(os.path.join(ptb, "train.txt"), "w") as out, open(os.path.join(wt, "valid.txt")) as f:
         out.write(f.read())
     cifar = os.path.join(work, "cppdrn", "data", "cifar10")
     os.makedirs(cifar, exist_ok=True)

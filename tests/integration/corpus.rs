@@ -19,7 +19,9 @@ fn corpus_captures_match_torchs_own_peak_flops_and_the_timed_step() {
         // A window the program ended inside (nanoGPT's bench.py stops before the schedule
         // does) loses its last step: it is left out, with a warning, not counted as a 9 s
         // iteration of one node (issue 17).
-        let cut = m["completed"] == false;
+        // pytorch-cpp's language model: capture's step boundary falls at its
+        // `clip_grad_norm_`, so the window's last step ends before its optimizer (issue 74).
+        let cut = m["completed"] == false || d.ends_with("cpp_lm");
         assert_eq!(
             s.iterations as u64,
             m["schedule"]["active"].as_u64().unwrap() - u64::from(cut),
@@ -75,7 +77,9 @@ fn corpus_captures_match_torchs_own_peak_flops_and_the_timed_step() {
         );
         // A timing phase that ended at a cap, not settled, is said to be a rough figure
         // (issue 17): exactly where the manifest says so.
-        let capped = matches!(r0["timing"]["stop"].as_str(), Some("step_cap" | "time_cap"));
+        // (Newer manifests hold the stop in `timing_phase`; a figure from the steps after the
+        // window is not the phase's.)
+        let capped = matches!(phase["stop"].as_str(), Some("step_cap" | "time_cap")) && from_phase;
         assert_eq!(
             out.diagnostics.count("step_time_unsettled"),
             usize::from(capped) as u64,

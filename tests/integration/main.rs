@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod corpus;
 mod determinism;
+mod edges;
 mod gen_ranks;
 mod golden;
 mod hostile;

@@ -280,8 +280,8 @@ fn issue18_real_two_gpu_capture_names_the_rank_sharing_its_gpu_as_straggler() {
     assert!((s.wait_caused_s - (d(0) - d(1)) as f64 * 1e-9).abs() < 1e-12);
     assert!(s.wait_caused_s > 0.030, "{}", s.wait_caused_s);
     assert!(
-        // The batch copy to the GPU: an input copy, before the first GPU compute op.
-        s.slower_nodes[0].node.starts_with("other:aten::to#"),
+        // The batch copy to the GPU: an input copy, data loading.
+        s.slower_nodes[0].node.starts_with("data_loading:aten::to#"),
         "{:?}",
         s.slower_nodes
     );

@@ -161,7 +161,7 @@ fn check_structure(out: &steptrace::Outcome) {
     assert_eq!(
         phases,
         vec![
-            ("other:aten::to#0", Phase::Other),
+            ("data_loading:aten::to#0", Phase::DataLoading),
             ("forward:aten::linear#0", Phase::Forward),
             ("forward:aten::relu#0", Phase::Forward),
             ("backward:aten::threshold_backward#0", Phase::Backward),
