@@ -864,6 +864,92 @@ print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": 
     assert!(seen[intervals + 1..].iter().all(|&x| x), "{v}");
 }
 
+/// Issue 75: a plan whose decisions name the module's qualified name is applied from the
+/// module's first call: at the model's first call (the module hooks named it the root) each
+/// planned submodule is found by `named_modules()` and wrapped before it runs, so the first
+/// step, which makes the optimizer's state, runs with the plan (applied from the second call,
+/// a HF Trainer GPT-2's whole run peaked 36% over the plan). Never wrapped twice. Driven
+/// through the shim's own functions with stand-ins for torch (no GPU, no torch needed).
+#[test]
+fn issue75_a_named_plan_runs_from_each_modules_first_call() {
+    let v = drive_python_shim(
+        r#"
+import os, types, tempfile
+calls = []
+ck = types.ModuleType("torch.utils.checkpoint")
+def checkpoint(fn, *a, use_reentrant=True, **k):
+    calls.append("checkpoint")
+    return fn(*a, **k)
+ck.checkpoint = checkpoint
+sys.modules["torch.utils.checkpoint"] = ck
+hooks = []
+class Handle:
+    def remove(self):
+        hooks.clear()
+def register(h):
+    hooks.append(h)
+    return Handle()
+mod = types.SimpleNamespace(register_module_forward_pre_hook=register)
+torch = types.SimpleNamespace(is_grad_enabled=lambda: True,
+                              nn=types.SimpleNamespace(modules=types.SimpleNamespace(module=mod)))
+class Block:
+    def forward(self, x):
+        calls.append("forward")
+        return x
+class Model:
+    def __init__(self):
+        self.b = Block()
+    def named_modules(self):
+        return [("", self), ("blocks.0", self.b)]
+path = os.path.join(tempfile.mkdtemp(), "plan.json")
+with open(path, "w") as f:
+    json.dump({"decisions": [{"instance": "Block_0", "module": "Model_0/Block_0",
+                              "fqn": "blocks.0", "action": "recompute"}]}, f)
+m._apply_plan(torch, path)
+model = Model()
+# What the module hooks (called before the plan's) record at each first call.
+m._S.fqn_of[id(model)] = ""
+m._S.module_seen[id(model)] = "Model_0"
+hooks[0](model, ())
+m._S.module_seen[id(model.b)] = "Model_0/Block_0"
+m._S.plan_on = True
+# The block's first call as nn.Module runs it: `forward` looked up, then the pre-hooks.
+forward = model.b.forward
+hooks[0](model.b, ())
+forward(1)
+first = list(calls)
+calls.clear()
+model.b.forward(1)
+print(json.dumps({"first": first, "second": list(calls), "hooks": len(hooks),
+                  "plan": m._S.status["plan"]}))
+"#,
+    );
+    assert_eq!(
+        v["first"],
+        serde_json::json!(["checkpoint", "forward"]),
+        "{v}"
+    );
+    assert_eq!(
+        v["second"],
+        serde_json::json!(["checkpoint", "forward"]),
+        "once wrapped: {v}"
+    );
+    assert_eq!(
+        v["plan"]["applied"],
+        serde_json::json!(["Model_0/Block_0"]),
+        "{v}"
+    );
+    assert_eq!(
+        v["plan"]["from_first_call"],
+        serde_json::json!(["Model_0/Block_0"]),
+        "{v}"
+    );
+    assert_eq!(
+        v["hooks"], 0,
+        "every planned module found: the global hook gone: {v}"
+    );
+}
+
 /// Issue 20: the plan probe's fit. Medians made from known costs (a checkpoint 0.8 ms a call
 /// and 30 us an op beyond the chain and its replayed forward, the swap hooks 0.2 ms and 50 us;
 /// the chain 40 us an op, its forward alone 15 us an op) at 1 and 12 linear+gelu pairs give

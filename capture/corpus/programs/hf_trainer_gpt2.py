@@ -44,6 +44,8 @@ def main():
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--n-layer", type=int, default=12)
+    # HF's own switch (issue 75's ground truth for a plan that recomputes every block).
+    p.add_argument("--gradient-checkpointing", action="store_true")
     args = p.parse_args()
     config = GPT2Config(n_positions=1024, n_embd=768, n_layer=args.n_layer, n_head=12)
     model = GPT2LMHeadModel(config)
@@ -60,6 +62,8 @@ def main():
         report_to=[],
         dataloader_num_workers=0,
         seed=0,
+        gradient_checkpointing=args.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if args.gradient_checkpointing else None,
     )
     trainer = Trainer(model=model, args=targs, train_dataset=data, callbacks=[StepTimer()])
     trainer.train()

@@ -37,11 +37,21 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--max-steps", type=int, default=120)
     p.add_argument("--batch-size", type=int, default=32)
+    # Checkpointing written into the program by hand, as a user does it (issue 75's ground
+    # truth for a plan that recomputes the decoder layers): each layer's forward under
+    # non-reentrant torch.utils.checkpoint.
+    p.add_argument("--checkpoint-decoder-layers", action="store_true")
     args = p.parse_args()
     L.seed_everything(0)
     dataset = WikiText2()
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)
     model = LightningTransformer(vocab_size=dataset.vocab_size)
+    if args.checkpoint_decoder_layers:
+        from torch.utils.checkpoint import checkpoint
+
+        for layer in model.model.transformer.decoder.layers:
+            forward = layer.forward
+            layer.forward = lambda *a, _f=forward, **k: checkpoint(_f, *a, use_reentrant=False, **k)
     trainer = L.Trainer(max_steps=args.max_steps, precision="bf16-mixed", accelerator="gpu", devices=1,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         callbacks=[StepTimer()])
