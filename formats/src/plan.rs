@@ -216,6 +216,10 @@ pub struct Plan {
     /// Limits of the prediction worth knowing.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Modules the program already recomputes itself (its own activation checkpointing), by
+    /// qualified name where known: the plan never wraps them, or a module holding one, again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub already_recomputed: Vec<String>,
 }
 
 fn version_one() -> u32 {
@@ -335,6 +339,7 @@ mod tests {
                 predicted_step_time_s: 0.05,
             }],
             predicted_peak_by_category: [("activation".to_owned(), 5)].into(),
+            already_recomputed: vec!["h.0".into()],
             ..Plan::default()
         };
         let text = serde_json::to_string(&p).unwrap();

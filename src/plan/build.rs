@@ -14,12 +14,7 @@ pub(super) fn first_notes(a: &Analysis) -> Vec<String> {
                 .to_string(),
         );
     }
-    if a.step.nodes.iter().any(|n| n.recompute) {
-        notes.push(
-            "the run already recomputes some forward ops in backward (it checkpoints): the plan adds to what it does"
-                .to_string(),
-        );
-    }
+    // What the run already recomputes is named by `plan` itself (candidates::already_recomputed).
     notes
 }
 

@@ -105,7 +105,78 @@ pub(super) fn every_block_class(cands: &[Candidate]) -> Option<String> {
         .map(|(c, _)| c.to_owned())
 }
 
-/// Every module enclosing a forward node, with the events each action adds per iteration.
+/// The forward module paths whose ops the program itself runs again inside the backward pass
+/// (its own activation checkpointing: HF's `gradient_checkpointing`, `torch.utils.checkpoint`
+/// in its code). The replay runs on the autograd thread, whose module ranges start at the
+/// checkpointed module (`Block_0/Linear_1`), so each is matched to the forward path it ends
+/// (`GPT_0/Block_0/Linear_1`).
+fn replayed_forward_paths(t: &Trace, step: &Step) -> BTreeSet<String> {
+    let replayed: BTreeSet<&str> = step
+        .nodes
+        .iter()
+        .filter(|n| n.recompute)
+        .filter_map(|n| n.module.map(|m| t.kineto.str(m)))
+        .collect();
+    if replayed.is_empty() {
+        return BTreeSet::new();
+    }
+    let own: BTreeSet<&str> = step
+        .nodes
+        .iter()
+        .filter(|n| n.phase == Phase::Forward)
+        .filter_map(|n| n.module.map(|m| t.kineto.str(m)))
+        .collect();
+    own.into_iter()
+        .filter(|q| {
+            replayed.iter().any(|r| {
+                *q == *r
+                    || (q.len() > r.len()
+                        && q.ends_with(r)
+                        && q.as_bytes()[q.len() - r.len() - 1] == b'/')
+            })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The modules the program itself recomputes, outermost first in path order: those whose every
+/// forward module path with nodes of its own is replayed in the backward pass, with their
+/// qualified names where the capture recorded them.
+pub(super) fn already_recomputed(t: &Trace, a: &Analysis) -> Vec<(String, Option<String>)> {
+    let replayed = replayed_forward_paths(t, &a.step);
+    if replayed.is_empty() {
+        return Vec::new();
+    }
+    let own: BTreeSet<&str> = a
+        .step
+        .nodes
+        .iter()
+        .filter(|n| n.phase == Phase::Forward)
+        .filter_map(|n| n.module.map(|m| t.kineto.str(m)))
+        .collect();
+    let whole = |p: &str| {
+        let mut inside = own.iter().filter(|q| under(q, p)).peekable();
+        inside.peek().is_some() && inside.all(|q| replayed.contains(*q))
+    };
+    let mut out = Vec::new();
+    for p in &forward_module_paths(t, &a.step) {
+        let parent_whole = p.rsplit_once('/').is_some_and(|(parent, _)| whole(parent));
+        if whole(p) && !parent_whole {
+            let instance = p.rsplit('/').next().unwrap_or(p);
+            let fqn = a
+                .module_fqns
+                .get(p.as_str())
+                .or_else(|| a.module_fqns.get(instance))
+                .cloned();
+            out.push((p.clone(), fqn));
+        }
+    }
+    out
+}
+
+/// Every module enclosing a forward node, with the events each action adds per iteration;
+/// none that the program already recomputes, or that holds one (never a module checkpointed
+/// twice).
 pub(super) fn build_candidates(
     t: &Trace,
     a: &Analysis,
@@ -123,7 +194,11 @@ pub(super) fn build_candidates(
     } = *rates;
     let step = &a.step;
     let mem = &a.memory;
-    let paths: Vec<String> = forward_module_paths(t, step).into_iter().collect();
+    let replayed = replayed_forward_paths(t, step);
+    let paths: Vec<String> = forward_module_paths(t, step)
+        .into_iter()
+        .filter(|p| !replayed.iter().any(|r| under(r, p)))
+        .collect();
     // Blocks by the node that made them.
     let mut made_by: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (bi, b) in mem.blocks.iter().enumerate() {

@@ -863,3 +863,81 @@ fn field_plans_meet_their_budgets_within_1pct_and_step_times_within_10pct() {
     }
     assert_eq!(checked, 12);
 }
+
+/// Issue 75: a program that already checkpoints is recognised. This project's GPT with
+/// non-reentrant `torch.utils.checkpoint` on every block (`gpt_bf16_ckpt`): the plan names the
+/// four blocks as recomputed by the program, and acts on no block, nothing inside one and
+/// nothing holding one (a module is never checkpointed twice); the sample without its own
+/// checkpointing names none.
+#[test]
+fn issue75_a_program_that_already_checkpoints_is_planned_on_top() {
+    let plan_of = |name: &str| {
+        plan(
+            &format!("sample_traces/{name}"),
+            &Options {
+                budget: Some(Budget::Fraction(0.9)),
+                ..Default::default()
+            },
+        )
+    };
+    let p = plan_of("gpt_bf16_ckpt").unwrap();
+    assert_eq!(
+        p.already_recomputed,
+        [
+            "GPT_0/Block_0",
+            "GPT_0/Block_1",
+            "GPT_0/Block_2",
+            "GPT_0/Block_3"
+        ]
+    );
+    assert!(p
+        .notes
+        .iter()
+        .any(|n| n.contains("already recomputes 4 module(s)")));
+    for d in &p.decisions {
+        assert!(
+            !d.module.contains("/Block_") && d.module != "GPT_0",
+            "{} would checkpoint a block twice",
+            d.module
+        );
+    }
+    assert!(steptrace::report::plan::policy_code(&p)
+        .contains("# Already recomputed by the program itself"));
+    assert!(plan_of("gpt_bf16").unwrap().already_recomputed.is_empty());
+    // Named by hand, a block the program checkpoints is refused, saying why; a module inside
+    // one is no candidate either.
+    let named = |m: &str| {
+        plan(
+            "sample_traces/gpt_bf16_ckpt",
+            &Options {
+                modules: Some(vec![m.to_owned()]),
+                ..Default::default()
+            },
+        )
+    };
+    // "Every block" is never the blocks the program checkpoints.
+    if let Ok(every) = named("every-block") {
+        assert!(
+            every
+                .decisions
+                .iter()
+                .all(|d| !d.module.contains("/Block_")),
+            "{:?}",
+            every.decisions
+        );
+    }
+    let e = named("Block_1").unwrap_err().to_string();
+    assert!(
+        e.contains("already recomputed by the program itself"),
+        "{e}"
+    );
+    assert!(named("Linear_4").is_err());
+    assert!(plan(
+        "sample_traces/gpt_bf16",
+        &Options {
+            modules: Some(vec!["Linear_4".into()]),
+            ..Default::default()
+        }
+    )
+    .is_ok());
+}

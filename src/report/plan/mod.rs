@@ -297,6 +297,18 @@ pub fn policy_code(p: &Plan) -> String {
             swp.join(", ")
         );
     }
+    if !p.already_recomputed.is_empty() {
+        let names: Vec<String> = p
+            .already_recomputed
+            .iter()
+            .map(|n| comment_text(n))
+            .collect();
+        let _ = writeln!(
+            o,
+            "# Already recomputed by the program itself (left as it is): {}",
+            names.join(", ")
+        );
+    }
     if !unnamed.is_empty() {
         let _ = writeln!(
             o,
