@@ -176,6 +176,7 @@ fn run_analysis_with(
     let mut analysis = analysis::run(&mut trace, &options, &mut diag);
     analysis.summary.name = run_name(&props.input);
     analysis.summary.plan_probe = inputs.plan_probe;
+    analysis.summary.run_peak_allocated_bytes = inputs.run_max_memory_allocated;
     analysis.module_fqns = inputs.module_fqns.clone();
     if !trace.kineto.ops.is_empty() {
         // A GPU-only trace's "step time" is the GPU span: nothing to compare.

@@ -114,6 +114,7 @@ class _State:
         self.module_stack = []
         self.nvtx_iteration_open = False
         self.done = False
+        self.run_peak = 0  # max_memory_allocated before each reset the reference makes
         # Set by the SIGTERM handler: the process then ends as SIGTERM would once written.
         self.sigterm = False
         # Optimizers stepped since the cycle began, and the one that ends a step once the
@@ -596,9 +597,24 @@ def _reference_peak(n):
         if _S.active_start < n <= (_S.window_end or n):
             ref["window_step_peaks_bytes"].append(int(torch.cuda.max_memory_allocated()))
         if _S.active_start <= n < (_S.window_end or n + 1):
+            # The whole run's peak survives the reset (_run_peak).
+            _S.run_peak = max(_S.run_peak, int(torch.cuda.max_memory_allocated()))
             torch.cuda.reset_peak_memory_stats()
     except Exception as exc:
         _S.error("reference peak", exc)
+
+
+def _run_peak(torch):
+    """torch.cuda.max_memory_allocated() over the whole run, at exit (with the resets the
+    reference made taken into account): what a plan must keep under the budget from the first
+    step to the last, and what the program's own `max_memory_allocated` would say."""
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            peak = max(_S.run_peak, int(torch.cuda.max_memory_allocated()))
+            if peak > 0:
+                _S.status["run_max_memory_allocated"] = peak
+    except Exception as exc:
+        _S.error("run peak", exc)
 
 
 def _reference_flops_step():
@@ -1367,6 +1383,7 @@ def _at_exit_work():
         _write_status()
         return
     st["phase_at_exit"] = st["phase"]
+    _run_peak(torch)
     if st.get("plan"):
         st["plan"]["missing"] = [n for n in st["plan"]["wanted"] if n not in st["plan"]["applied"]]
     if st["phase"] in ("before_window", "window") and _S.prof is not None:

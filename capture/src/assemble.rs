@@ -239,5 +239,6 @@ fn rank_files(
         plan_probe: st.plan_probe.clone(),
         module_fqns: st.module_fqns.clone(),
         costs_ms: st.costs_ms.clone(),
+        run_max_memory_allocated: st.run_max_memory_allocated,
     }
 }

@@ -111,6 +111,11 @@ pub struct RankFiles {
     /// What capture's own work cost, ms by piece: the shim's (inside the program's run) and
     /// `compress` (the launcher's, after it).
     pub costs_ms: std::collections::BTreeMap<String, f64>,
+    /// torch.cuda.max_memory_allocated() over the whole run, from its first step to its
+    /// exit (Python programs): what a plan applied by `capture --plan` must keep under its
+    /// budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_max_memory_allocated: Option<i64>,
 }
 
 /// What a capture produced.

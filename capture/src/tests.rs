@@ -112,6 +112,7 @@ fn finished(ranks: &[(i64, bool)], code: i32) -> Manifest {
                 plan_probe: None,
                 module_fqns: Default::default(),
                 costs_ms: Default::default(),
+                run_max_memory_allocated: None,
             })
             .collect(),
         notes: Vec::new(),

@@ -151,6 +151,10 @@ pub struct Summary {
     pub unexplained_before_window_bytes: i64,
     /// Host↔device bandwidth used for swap times.
     pub swap_bandwidth: liveness::SwapBandwidth,
+    /// torch's `max_memory_allocated` over the whole run, from its first step to its exit,
+    /// where capture read it (absent otherwise): what a plan must keep under its budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_peak_allocated_bytes: Option<i64>,
     /// CUDA graph replays in the iterations and the private pools they hold (absent without
     /// replays).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -355,6 +359,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         activations: live.activations.len(),
         unexplained_before_window_bytes: mem.unexplained_before,
         swap_bandwidth: live.bandwidth,
+        run_peak_allocated_bytes: None,
         cuda_graphs: graphs::compute(t, &step, peak.map(|p| p.0), diag),
         warnings: Vec::new(),
     };

@@ -73,6 +73,8 @@ pub struct Inputs {
     pub program_step_time: Option<ProgramStepTime>,
     /// What a plan's checkpoints and swaps cost on the capture's machine (from the manifest).
     pub plan_probe: Option<PlanProbe>,
+    /// torch's `max_memory_allocated` over the whole run, where capture read it at exit.
+    pub run_max_memory_allocated: Option<i64>,
     /// Module instance names (`GPT2Block_3`) and their fully qualified names, where the
     /// capture recorded them (from the manifest).
     pub module_fqns: std::collections::BTreeMap<String, String>,
@@ -89,6 +91,7 @@ impl Inputs {
             side_files_optional: false,
             program_step_time: None,
             plan_probe: None,
+            run_max_memory_allocated: None,
             module_fqns: Default::default(),
         }
     }
@@ -237,6 +240,11 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 .unwrap_or_default()
         };
         let module_fqns = fqns_of(rank);
+        let run_max_memory_allocated = m
+            .ranks
+            .iter()
+            .find(|x| rank.is_none_or(|r| x.rank == r))
+            .and_then(|x| x.run_max_memory_allocated);
         let (files, step_time, plan_probe) = match rank {
             Some(r) => match m.ranks.into_iter().find(|x| x.rank == r) {
                 Some(x) => {
@@ -289,6 +297,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 side_files_optional: false, // decided by `discover`
                 program_step_time: step_time,
                 plan_probe,
+                run_max_memory_allocated,
                 module_fqns,
             });
         }
@@ -416,6 +425,7 @@ fn discover_dir_filtered(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Inpu
         side_files_optional: false, // decided by `discover`
         program_step_time: None,
         plan_probe: None,
+        run_max_memory_allocated: None,
         module_fqns: Default::default(),
     })
 }

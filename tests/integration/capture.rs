@@ -950,6 +950,38 @@ print(json.dumps({"first": first, "second": list(calls), "hooks": len(hooks),
     );
 }
 
+/// Issue 75: the whole run's peak, first step to exit, is what a plan must keep under its
+/// budget: read at exit, it survives the resets the validation reference makes at each window
+/// step (the first step's peak, before any reset, is the run's here).
+#[test]
+fn issue75_the_whole_runs_peak_survives_the_references_resets() {
+    let v = drive_python_shim(
+        r#"
+import types
+state = {"peak": 0}
+def alloc(n):
+    state["peak"] = max(state["peak"], n)
+def reset():
+    state["peak"] = 0
+cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                             max_memory_allocated=lambda: state["peak"],
+                             reset_peak_memory_stats=reset)
+torch = types.SimpleNamespace(cuda=cuda)
+m._S.torch = torch
+m._S.active_start, m._S.window_end = 3, 6
+alloc(900)                                     # step 1 makes the optimizer's state
+for n, used in [(2, 500), (3, 600), (4, 650), (5, 640), (6, 630), (7, 610)]:
+    m._reference_peak(n)
+    alloc(used)
+m._run_peak(torch)
+print(json.dumps({"run": m._S.status.get("run_max_memory_allocated"),
+                  "window": m._S.status["reference"]["window_step_peaks_bytes"]}))
+"#,
+    );
+    assert_eq!(v["run"], 900, "{v}");
+    assert_eq!(v["window"], serde_json::json!([600, 650, 640]), "{v}");
+}
+
 /// Issue 20: the plan probe's fit. Medians made from known costs (a checkpoint 0.8 ms a call
 /// and 30 us an op beyond the chain and its replayed forward, the swap hooks 0.2 ms and 50 us;
 /// the chain 40 us an op, its forward alone 15 us an op) at 1 and 12 linear+gelu pairs give

@@ -424,8 +424,16 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
         String::from_utf8_lossy(&st.stderr)
     );
     let stdout = String::from_utf8_lossy(&st.stdout);
-    let (header, rows) = crate::common::csv(&out.path().join("sweep_budgets.csv"));
+    let (mut header, mut rows) = crate::common::csv(&out.path().join("sweep_budgets.csv"));
     let (gpu_header, gpu_rows) = crate::common::csv(&dir.join("sweep_budgets.csv"));
+    // A column added since the GPU's table (issue 75): the whole run's peak, which those
+    // captures predate, so it is empty here; the rest is compared as it was.
+    let added = crate::common::col(&header, "run_peak_bytes");
+    assert!(rows.iter().all(|r| r[added].is_empty()));
+    header.remove(added);
+    for r in &mut rows {
+        r.remove(added);
+    }
     assert_eq!(header, gpu_header);
     let c = |name: &str| crate::common::col(&header, name);
     // The same table, but for the measured step time: the GPU machine's table read the timing

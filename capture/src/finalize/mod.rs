@@ -166,6 +166,9 @@ pub struct ShimStatus {
     /// name (`transformer.h.3`), from the Python shim's module hooks.
     #[serde(default)]
     pub module_fqns: std::collections::BTreeMap<String, String>,
+    /// torch.cuda.max_memory_allocated() over the whole run, read at exit (Python programs).
+    #[serde(default)]
+    pub run_max_memory_allocated: Option<i64>,
     /// Step boundaries after the window, found by the rule's own step hooks (Python: the
     /// optimizer or GradScaler hook), on the clock of `timing_ns`.
     #[serde(default)]
