@@ -64,7 +64,13 @@ fn child_gets_the_shim_environment_with_user_values_chained() {
         .env("PYTHONPATH", "/user/path")
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A shell records no trace: capture says so and exits 3 (issue 76).
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let s = String::from_utf8_lossy(&o.stdout);
     let pp = s.lines().find_map(|l| l.strip_prefix("PP=")).unwrap();
     assert!(pp.ends_with(":/user/path"), "{pp}");
@@ -199,7 +205,8 @@ fn non_empty_output_needs_force() {
         .args(["--", "true"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0));
+    // Nothing traced (issue 76: exit 3), the user's folder and its files kept.
+    assert_eq!(o.status.code(), Some(3));
     assert!(out.join("old.txt").exists() && out.join("manifest.json").exists());
 }
 
@@ -277,7 +284,13 @@ fn issue20_capture_plan_is_checked_kept_with_the_run_and_handed_to_the_shim() {
     std::fs::write(&good, text).unwrap();
     let out = dir.path().join("run");
     let o = run(&good, &out);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The stand-in program records no trace (issue 76: exit 3); the plan is kept all the same.
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(
         std::fs::read_to_string(out.join("plan.json")).unwrap(),
         text
@@ -290,7 +303,7 @@ fn issue20_capture_plan_is_checked_kept_with_the_run_and_handed_to_the_shim() {
     // `--plan-ab` asks the shim to time the steps both ways; it needs a plan.
     let out = dir.path().join("run_ab");
     let o = run_with(&good, &out, &["--plan-ab"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
     let handed = std::fs::read_to_string(&ran).unwrap();
     assert_eq!(
         handed.trim(),
@@ -393,7 +406,9 @@ fn python_shim_chains_an_existing_sitecustomize_and_reports_without_torch() {
         "import sys\nsys.stdout.write('user sitecustomize ran\\n')\n",
     )
     .unwrap();
+    // A folder the user made is kept, whatever the capture recorded.
     let out = dir.path().join("run");
+    std::fs::create_dir(&out).unwrap();
     let o = Command::new(bin())
         .args(["capture", "--no-nvtx", "--out"])
         .arg(&out)
@@ -406,7 +421,14 @@ fn python_shim_chains_an_existing_sitecustomize_and_reports_without_torch() {
         .env("PYTHONPATH", &user)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Without torch nothing is traced: exit 3 though the program exited 0 (issue 76).
+    let want = if python_has("torch") { 0 } else { 3 };
+    assert_eq!(
+        o.status.code(),
+        Some(want),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let s = String::from_utf8_lossy(&o.stdout);
     assert!(
         s.contains("user sitecustomize ran") && s.contains("program ran"),
@@ -420,6 +442,35 @@ fn python_shim_chains_an_existing_sitecustomize_and_reports_without_torch() {
             .to_string()
             .contains("never imported torch"));
     }
+}
+
+/// Issue 76: a capture that records no trace (the program never imported torch) says why in
+/// one line, does not suggest analyze, exits 3 though the program exited 0, and leaves no run
+/// folder of its own making behind (every attempt left a `steptrace-python3-*` folder).
+#[test]
+fn a_capture_that_records_no_trace_says_why_exits_3_and_leaves_no_folder() {
+    assert!(python_has("sys"), "no python3 here");
+    let dir = tempfile::tempdir().unwrap();
+    // The program imports no torch, wherever torch is installed.
+    let o = Command::new(bin())
+        .args(["capture", "--no-nvtx", "--", "python3", "-c", "print(1)"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("no trace was recorded") && lines[0].contains("never imported torch"),
+        "{err}"
+    );
+    assert!(!err.contains("analyze it with"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a run folder was left: {err}"
+    );
 }
 
 #[test]
@@ -1425,7 +1476,8 @@ fi
         .env("STEPTRACE_CACHE", out.with_extension("cache"))
         .output()
         .unwrap();
-    assert!(o.status.success());
+    // Ended before its window, not run again: no trace, exit 3 (issue 76).
+    assert_eq!(o.status.code(), Some(3));
     let m = manifest(&out);
     assert!(m["rerun"].is_null(), "{m}");
     let why = m["incomplete_reasons"].to_string();
