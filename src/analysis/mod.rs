@@ -151,6 +151,10 @@ pub struct Summary {
     pub unexplained_before_window_bytes: i64,
     /// Host↔device bandwidth used for swap times.
     pub swap_bandwidth: liveness::SwapBandwidth,
+    /// Backward passes per iteration (median) where there are several: gradient
+    /// accumulation's micro-batches, or a step with several losses (absent with one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backward_passes_per_iteration: Option<u32>,
     /// torch's `max_memory_allocated` over the whole run, from its first step to its exit,
     /// where capture read it (absent otherwise): what a plan must keep under its budget.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -359,6 +363,14 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         activations: live.activations.len(),
         unexplained_before_window_bytes: mem.unexplained_before,
         swap_bandwidth: live.bandwidth,
+        backward_passes_per_iteration: {
+            let mut v: Vec<i64> = step
+                .iterations
+                .iter()
+                .map(|i| i.backward_passes as i64)
+                .collect();
+            median_low(&mut v).filter(|&k| k > 1).map(|k| k as u32)
+        },
         run_peak_allocated_bytes: None,
         cuda_graphs: graphs::compute(t, &step, peak.map(|p| p.0), diag),
         warnings: Vec::new(),

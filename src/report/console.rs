@@ -95,6 +95,12 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             s.peak_iteration.as_deref().unwrap_or("")
         )
     }
+    if let Some(k) = s.backward_passes_per_iteration {
+        o += &format!(
+            "{k} backward passes per iteration: gradient accumulation over {k} micro-batches (or a step with {k} losses); per-node figures count each pass's nodes apart (#0 … #{})\n",
+            k - 1
+        );
+    }
     if let Some(g) = &s.cuda_graphs {
         o += &graphs_line(g);
     }

@@ -178,6 +178,15 @@ pub(super) fn write(
     let mut o = page_head(&s.name);
     o.push_str("<h2>Summary</h2>");
     table(&mut o, &["", ""], summary_rows(s).into_iter());
+    // The warnings qualify the figures above: they come right after them, not at the end.
+    let lines = diag.lines();
+    if !lines.is_empty() {
+        o.push_str("<h2>Warnings</h2><ul>");
+        for l in lines {
+            let _ = write!(o, "<li>{}</li>", esc(&l));
+        }
+        o.push_str("</ul>");
+    }
     for l in super::input_lacks(a) {
         let (what, rest) = l.split_once(": ").unwrap_or((l, ""));
         let _ = write!(o, "<p><b>{}</b>: {}</p>", esc(what), esc(rest));
@@ -198,15 +207,12 @@ pub(super) fn write(
     }
     plots(&mut o, svgs);
     if let Some(v) = memory_view {
+        o.push_str(
+            "<p>The memory view below replays the snapshot's whole history, from the start of \
+             recording to the window's end: its peak is over all of it, where the summary's \
+             is over the profiled iterations only, so the two can differ.</p>",
+        );
         o.push_str(&v);
-    }
-    let lines = diag.lines();
-    if !lines.is_empty() {
-        o.push_str("<h2>Warnings</h2><ul>");
-        for l in lines {
-            let _ = write!(o, "<li>{}</li>", esc(&l));
-        }
-        o.push_str("</ul>");
     }
     o.push_str("</body></html>\n");
     let path = dir.join("report.html");

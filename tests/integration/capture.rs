@@ -303,7 +303,12 @@ fn issue20_capture_plan_is_checked_kept_with_the_run_and_handed_to_the_shim() {
     // `--plan-ab` asks the shim to time the steps both ways; it needs a plan.
     let out = dir.path().join("run_ab");
     let o = run_with(&good, &out, &["--plan-ab"]);
-    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let handed = std::fs::read_to_string(&ran).unwrap();
     assert_eq!(
         handed.trim(),

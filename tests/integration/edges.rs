@@ -198,6 +198,8 @@ fn a_module_made_in_every_call_is_the_same_node_every_step() {
     // What runs in one iteration only is the Trainer's logging (a loss read every 10 steps).
     assert!(out.diagnostics.count("extra_work_in_some_iterations") <= 2);
     assert!(warned(&out, "modules_made_per_call"));
+    // Issue 76: the accumulation is said (the Trainer's gradient_accumulation_steps=4).
+    assert_eq!(a.summary.backward_passes_per_iteration, Some(4));
     let r = &manifest(&d)["ranks"][0]["reference"];
     assert_eq!(
         a.summary.matmul_flops_per_iteration,
@@ -229,6 +231,11 @@ fn the_batchs_copy_to_the_device_is_data_loading_with_a_pinning_hint() {
             "{copies:?}"
         );
     }
+    assert_eq!(
+        a.summary.backward_passes_per_iteration,
+        Some(2),
+        "accumulate_grad_batches=2"
+    );
     let dl = &a.summary.time_by_phase["data_loading"];
     assert!(dl.gpu_s > 1e-3, "{dl:?}");
     assert!(warned(&out, "input_copy_from_pageable_memory"));

@@ -804,3 +804,19 @@ fn every_samples_report_has_no_empty_table_cell_or_plot() {
         }
     }
 }
+
+/// Issue 76: the report explains itself. The warnings come right after the summary table
+/// they qualify (they sat at the bottom of the page, under every plot), and where the page
+/// draws the snapshot's memory view it says why that view's peak differs from the summary's.
+#[test]
+fn issue76_warnings_sit_under_the_summary_they_qualify() {
+    let (_d, out) = analyze(&root().join("sample_traces/corpus/vit_cudagraphs"));
+    let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
+    let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("no {needle}"));
+    let warnings = at("<h2>Warnings</h2>");
+    assert!(at("<h2>Summary</h2>") < warnings);
+    assert!(warnings < at("<h2>Memory at the peak</h2>"));
+    assert!(warnings < at("<h2>Plots</h2>"));
+    assert!(html[warnings..].contains("peak_leaves_out_graph_pools"));
+    assert!(html.contains("its peak is over all of it, where the summary"));
+}

@@ -348,10 +348,29 @@ impl Ctx<'_> {
             gpu_unattributed,
             peak_allocated,
             backward: bw.extent,
+            backward_passes: backward_passes(&nodes),
             wall: self.wall(&nodes, *ws, *we),
         };
         (nodes, iteration)
     }
+}
+
+/// The backward passes among an iteration's nodes (in start order): a backward node after
+/// forward work (or first) opens one.
+fn backward_passes(nodes: &[Node]) -> u32 {
+    let mut passes = 0;
+    let mut in_pass = false;
+    for n in nodes {
+        match n.phase {
+            Phase::Backward if !in_pass => {
+                passes += 1;
+                in_pass = true;
+            }
+            Phase::Forward => in_pass = false,
+            _ => {}
+        }
+    }
+    passes
 }
 
 /// Whether a node's GPU work is a device→host read (`.item()`, printing a loss).

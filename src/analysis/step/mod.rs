@@ -151,6 +151,10 @@ pub struct Iteration {
     pub peak_allocated: Option<i64>,
     /// Backward pass span, ns.
     pub backward: Option<(i64, i64)>,
+    /// Backward passes in it: runs of backward nodes that forward work on the main thread
+    /// separates (gradient accumulation's micro-batches, a GAN's several losses).
+    #[serde(skip)]
+    pub backward_passes: u32,
     /// Its wall time split by phase.
     pub wall: PhaseWall,
 }
