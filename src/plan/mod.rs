@@ -167,6 +167,52 @@ pub struct Options {
     pub modules: Option<Vec<String>>,
 }
 
+/// What the program already recomputes itself (`already`: path and qualified name): said in
+/// a note, and the names returned for the plan; an error when nothing else is left to plan, or
+/// when the modules asked for by hand name one of them (never wrapped twice).
+fn program_checkpoints(
+    already: &[(String, Option<String>)],
+    candidates: &[Candidate],
+    opts: &Options,
+    notes: &mut Vec<String>,
+) -> Result<Vec<String>, Error> {
+    let names: Vec<String> = already
+        .iter()
+        .map(|(p, fqn)| fqn.clone().unwrap_or_else(|| p.clone()))
+        .collect();
+    if !already.is_empty() {
+        notes.push(format!(
+            "the program already recomputes {} module(s) itself (its own activation checkpointing): {}; the measured peak includes it, the plan acts on the other modules and never wraps one of these, or a module holding one, again",
+            already.len(),
+            names.join(", ")
+        ));
+    }
+    if candidates.is_empty() {
+        return Err(Error::NothingToPlan(if already.is_empty() {
+            "no module's forward made activations that only its own backward reads: record with with_modules (steptrace capture does) to plan"
+                .into()
+        } else {
+            format!(
+                "every module with activations is already recomputed by the program itself ({}): nothing is left to checkpoint",
+                names.join(", ")
+            )
+        }));
+    }
+    let asked = opts.modules.iter().flatten();
+    if let Some(n) = asked.into_iter().find(|n| {
+        already.iter().any(|(path, fqn)| {
+            *n == path
+                || fqn.as_deref() == Some(n.as_str())
+                || path.rsplit('/').next() == Some(n.as_str())
+        })
+    }) {
+        return Err(Error::NothingToPlan(format!(
+            "{n} is already recomputed by the program itself (its own activation checkpointing): it is not wrapped twice"
+        )));
+    }
+    Ok(names)
+}
+
 /// Whether the analysis holds what a plan acts on: memory events and an iteration.
 fn plannable(t: &Trace, a: &Analysis) -> Result<(), Error> {
     if t.memory.is_empty() {
@@ -226,28 +272,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let base_step = s.step_time_s;
     let candidates = build_candidates(t, a, ids, &iters, &iter_index, &rates);
     let already = candidates::already_recomputed(t, a);
-    let already_names: Vec<String> = already
-        .iter()
-        .map(|(p, fqn)| fqn.clone().unwrap_or_else(|| p.clone()))
-        .collect();
-    if !already.is_empty() {
-        notes.push(format!(
-            "the program already recomputes {} module(s) itself (its own activation checkpointing): {}; the measured peak includes it, the plan acts on the other modules and never wraps one of these, or a module holding one, again",
-            already.len(),
-            already_names.join(", ")
-        ));
-    }
-    if candidates.is_empty() {
-        return Err(Error::NothingToPlan(if already.is_empty() {
-            "no module's forward made activations that only its own backward reads: record with with_modules (steptrace capture does) to plan"
-                .into()
-        } else {
-            format!(
-                "every module with activations is already recomputed by the program itself ({}): nothing is left to checkpoint",
-                already_names.join(", ")
-            )
-        }));
-    }
+    let already_names = program_checkpoints(&already, &candidates, opts, &mut notes)?;
 
     let (measured_peak, floor) = measured_peak_and_floor(&iters);
     let budget = opts.budget.map(|b| match b {
@@ -270,18 +295,6 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let every_block = every_block_class(&candidates);
     let rounds: Vec<Vec<Choice>> = match &opts.modules {
         Some(names) => {
-            // A module the program checkpoints itself is not wrapped twice.
-            if let Some(n) = names.iter().find(|n| {
-                already.iter().any(|(path, fqn)| {
-                    *n == path
-                        || fqn.as_deref() == Some(n.as_str())
-                        || path.rsplit('/').next() == Some(n.as_str())
-                })
-            }) {
-                return Err(Error::NothingToPlan(format!(
-                    "{n} is already recomputed by the program itself (its own activation checkpointing): it is not wrapped twice"
-                )));
-            }
             let list = explicit(&candidates, names, every_block.as_deref())?;
             (1..=list.len()).map(|k| list[..k].to_vec()).collect()
         }

@@ -95,15 +95,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             s.peak_iteration.as_deref().unwrap_or("")
         )
     }
-    if let Some(k) = s.backward_passes_per_iteration {
-        o += &format!(
-            "{k} backward passes per iteration: gradient accumulation over {k} micro-batches (or a step with {k} losses); per-node figures count each pass's nodes apart (#0 … #{})\n",
-            k - 1
-        );
-    }
-    if let Some(g) = &s.cuda_graphs {
-        o += &graphs_line(g);
-    }
+    o += &shape_lines(s);
     if s.flops_counted() && s.flops_per_iteration == 0 {
         // Shapes were recorded, but no op the step runs has a FLOP formula (copies, views,
         // collectives, autograd nodes without their aten ops): a true zero, said as one.
@@ -378,6 +370,22 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
     }
     let keep: String = s.chars().skip(len + 1 - n).collect();
     format!("…{keep}")
+}
+
+/// What the step's shape is beyond one forward and backward: several backward passes an
+/// iteration (accumulation), CUDA graph replays.
+fn shape_lines(s: &crate::analysis::Summary) -> String {
+    let mut o = String::new();
+    if let Some(k) = s.backward_passes_per_iteration {
+        o += &format!(
+            "{k} backward passes per iteration: gradient accumulation over {k} micro-batches (or a step with {k} losses); per-node figures count each pass's nodes apart (#0 … #{})\n",
+            k - 1
+        );
+    }
+    if let Some(g) = &s.cuda_graphs {
+        o += &graphs_line(g);
+    }
+    o
 }
 
 /// The step's CUDA graphs: their share of the GPU work, and what their private pools hold of

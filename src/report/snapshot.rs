@@ -198,7 +198,7 @@ pub fn write(
                 by_kind: &d.peak.by_kind,
                 top_python_frames: &d.peak.by_python_frame[..d.peak.by_python_frame.len().min(10)],
                 top_cpp_frames: &d.peak.by_cpp_frame[..d.peak.by_cpp_frame.len().min(10)],
-                never_freed_bytes: d.never_freed.iter().map(|n| n.bytes).sum(),
+                never_freed_bytes: d.never_freed_total.bytes,
             })
             .collect(),
         segments: &a.segments,
@@ -491,12 +491,13 @@ pub fn console(a: &SnapshotAnalysis, diag: &Diagnostics, top: usize) -> String {
             }
         }
         if !d.never_freed.is_empty() {
-            let total: u64 = d.never_freed.iter().map(|n| n.bytes).sum();
+            let total = d.never_freed_total;
             o += &format!(
-                "  allocated within the history and never freed in it: {} in {} stack{} (never_freed.csv); most: {} {} ({} blocks)\n",
-                hb(total),
+                "  allocated within the history and never freed in it: {} in {} stack{} (never_freed.csv: the first {}); most: {} {} ({} blocks)\n",
+                hb(total.bytes),
+                total.stacks,
+                if total.stacks == 1 { "" } else { "s" },
                 d.never_freed.len(),
-                if d.never_freed.len() == 1 { "" } else { "s" },
                 hb(d.never_freed[0].bytes),
                 super::console::truncate(&d.never_freed[0].site, 70),
                 d.never_freed[0].blocks

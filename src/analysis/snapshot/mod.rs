@@ -80,9 +80,12 @@ pub struct DeviceMemory {
     pub peak_reserved_bytes: u64,
     /// The most allocated at once.
     pub peak: Peak,
-    /// Blocks allocated within the history and alive at its end, grouped by stack, most
-    /// bytes first: what a leak looks like, and what a model's state looks like too.
+    /// Blocks allocated within the history and alive at its end, grouped by stack (by the
+    /// stack's text, not by how the pickle shares it), most bytes first, the first [`TOP`]:
+    /// what a leak looks like, and what a model's state looks like too.
     pub never_freed: Vec<NeverFreed>,
+    /// All of them, before the list is cut: bytes, blocks and stacks.
+    pub never_freed_total: NeverFreedTotal,
     /// The [`KEPT_INTERVALS`] largest allocations of the history (ties: the earliest made),
     /// each with its life in entries, in the order they were made: what the interactive view
     /// draws one by one. Only these are kept, whatever the history's length.
@@ -177,6 +180,17 @@ pub struct Interval {
     pub freed: Option<u32>,
     /// Where it was allocated.
     pub stack: StackId,
+}
+
+/// Every block allocated within the history and never freed in it, however many stacks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NeverFreedTotal {
+    /// Bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+    /// Distinct stacks.
+    pub stacks: usize,
 }
 
 /// Blocks of one stack allocated within the history and never freed in it.
@@ -355,13 +369,23 @@ fn by_kind(alive: &[AliveBlock]) -> Vec<KindBytes> {
     v
 }
 
-fn never_freed(s: &Snapshot, intervals: &[Interval]) -> Vec<NeverFreed> {
-    let mut by_stack: FxHashMap<StackId, NeverFreed> = FxHashMap::default();
+/// The never-freed blocks grouped by their stack's text (two stacks of equal frames are one
+/// group whether or not the pickle shared the object), the first [`TOP`] by bytes, and the
+/// totals over all of them, taken before the cut (100 stacks of 1 MiB are 100 MiB, not the
+/// 50 MiB the list holds).
+fn never_freed(s: &Snapshot, intervals: &[Interval]) -> (Vec<NeverFreed>, NeverFreedTotal) {
+    let mut text: FxHashMap<StackId, std::rc::Rc<str>> = FxHashMap::default();
+    let mut by_stack: FxHashMap<std::rc::Rc<str>, NeverFreed> = FxHashMap::default();
+    let mut total = NeverFreedTotal::default();
     for v in intervals {
         let Some(m) = v.made else { continue };
         let m = m as usize;
-        let n = by_stack.entry(v.stack).or_insert_with(|| NeverFreed {
-            stack: collapsed_line(s, 0, v.stack),
+        let key = text
+            .entry(v.stack)
+            .or_insert_with(|| collapsed_line(s, 0, v.stack).into())
+            .clone();
+        let n = by_stack.entry(key.clone()).or_insert_with(|| NeverFreed {
+            stack: key.to_string(),
             site: sites::python_site(s, s.stack(v.stack))
                 .or_else(|| sites::cpp_site(s, s.stack(v.stack)))
                 .unwrap_or_else(|| sites::NO_STACK.to_owned()),
@@ -375,11 +399,14 @@ fn never_freed(s: &Snapshot, intervals: &[Interval]) -> Vec<NeverFreed> {
         n.bytes += v.size;
         n.first_entry = n.first_entry.min(m);
         n.last_entry = n.last_entry.max(m);
+        total.blocks += 1;
+        total.bytes += v.size;
     }
+    total.stacks = by_stack.len();
     let mut v: Vec<NeverFreed> = by_stack.into_values().collect();
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.stack.cmp(&b.stack)));
     v.truncate(TOP);
-    v
+    (v, total)
 }
 
 fn phases(s: &Snapshot) -> Vec<AnnotatedRange> {

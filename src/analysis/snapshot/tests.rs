@@ -351,3 +351,36 @@ fn a_long_history_keeps_each_buckets_highest_point_and_the_peak() {
     // Ranges fall at their entry (one time per entry here).
     assert_eq!(d.time_index.entry_at(12_345, d.entries), 12_345);
 }
+
+/// Issue 80, item 8: the never-freed total counts every block, before the list is cut to its
+/// first [`TOP`] stacks (100 stacks of 1 MiB read 50 MiB), and equal stacks are one group
+/// whether or not the pickle shared the object (a snapshot pickled without memo sharing
+/// grouped differently).
+#[test]
+fn never_freed_totals_count_every_stack_and_group_by_content() {
+    let mut b = Build::new();
+    for k in 0..100u64 {
+        let st = b.stack(&[("train.py", k as i64, "main")]);
+        b.entry(
+            Action::Alloc,
+            0x1000_0000 + k * (1 << 20),
+            1 << 20,
+            k as i64,
+            st,
+        );
+    }
+    // The same frames twice, as two objects: one group of two blocks.
+    let a1 = b.stack(&[("model.py", 7, "forward")]);
+    let a2 = b.stack(&[("model.py", 7, "forward")]);
+    b.entry(Action::Alloc, 0x9000_0000, 2 << 20, 200, a1);
+    b.entry(Action::Alloc, 0x9100_0000, 2 << 20, 201, a2);
+    let a = analyze(&b.s);
+    let d = &a.devices[0];
+    assert_eq!(d.never_freed.len(), TOP);
+    assert_eq!(d.never_freed_total.bytes, 100 * (1 << 20) + 2 * (2 << 20));
+    assert_eq!(d.never_freed_total.blocks, 102);
+    assert_eq!(d.never_freed_total.stacks, 101);
+    let first = &d.never_freed[0];
+    assert!(first.stack.contains("model.py"), "{first:?}");
+    assert_eq!((first.blocks, first.bytes), (2, 4 << 20));
+}

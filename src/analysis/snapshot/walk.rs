@@ -380,6 +380,7 @@ impl Walk {
             stacks: sites::collapsed(s, alive.iter().map(|b| (b.stream, b.stack, b.size))),
             alive,
         };
+        let (never_freed, never_freed_total) = never_freed(s, &never_freed_made);
         DeviceMemory {
             device,
             entries,
@@ -389,7 +390,8 @@ impl Walk {
             end_reserved_bytes: end_reserved,
             peak_reserved_bytes: abs_reserved(max_reserved),
             peak,
-            never_freed: never_freed(s, &never_freed_made),
+            never_freed,
+            never_freed_total,
             intervals,
             allocations,
             largest_not_kept,

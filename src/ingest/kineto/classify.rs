@@ -250,24 +250,7 @@ impl Partial {
                 let graph = crate::model::kineto::is_graph_launch(name);
                 let name = self.strings.intern(name);
                 if graph {
-                    // A CUDA graph's replay: every kernel of the graph carries this call's
-                    // correlation id, and no operator runs on the host while it replays. As an
-                    // op of its own, it becomes the node its GPU work is charged to, wherever
-                    // it is launched (inside a compiled region's node in the forward, or
-                    // directly under `CompiledFunctionBackward`'s annotation in the backward,
-                    // where no node encloses it).
-                    self.ops.push(CpuOp {
-                        name,
-                        kind: OpKind::Op,
-                        thread,
-                        start,
-                        dur,
-                        ext_id: args.ext_id.i64(),
-                        rf_id: None,
-                        seq: None,
-                        fwd_tid: None,
-                        inputs: InputSpans::default(),
-                    });
+                    self.graph_launch_op(name, thread, start, dur, args.ext_id.i64());
                 }
                 self.runtime.push(RuntimeCall {
                     name,
@@ -331,6 +314,33 @@ impl Partial {
                 }
             }
         }
+    }
+
+    /// A CUDA graph's replay as an op of its own: every kernel of the graph carries the
+    /// launch's correlation id, and no operator runs on the host while it replays, so the
+    /// launch becomes the node its GPU work is charged to, wherever it is launched (inside a
+    /// compiled region's node in the forward, or directly under `CompiledFunctionBackward`'s
+    /// annotation in the backward, where no node encloses it).
+    fn graph_launch_op(
+        &mut self,
+        name: crate::intern::StrId,
+        thread: ThreadId,
+        start: i64,
+        dur: i64,
+        ext_id: Option<i64>,
+    ) {
+        self.ops.push(CpuOp {
+            name,
+            kind: OpKind::Op,
+            thread,
+            start,
+            dur,
+            ext_id,
+            rf_id: None,
+            seq: None,
+            fwd_tid: None,
+            inputs: InputSpans::default(),
+        });
     }
 
     /// Copies an op's input texts into this piece's text; texts over 4 GiB are not kept.
