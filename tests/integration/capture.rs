@@ -834,15 +834,9 @@ m._S.torch = object()
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// Issue 20: a plan timed both ways (`STEPTRACE_PLAN_AB`, set by `sweep --budgets`). The
-/// wrapped forwards run as written while the plan is off; the timing phase alternates steps
-/// with and without it, records which was which, ends with at least `steps` each way, and
-/// leaves the plan on for the window and the rest of the run. Driven through the shim's own
-/// functions with stand-ins for torch and its checkpoint (no GPU, no torch needed).
-#[test]
-fn issue20_a_plan_timed_both_ways_alternates_and_ends_on() {
-    let v = drive_python_shim(
-        r#"
+/// Stand-ins for what the plan's wrappers touch of torch (its checkpoint, the global module
+/// pre-hook) and a module whose forward says when it runs: the Python the plan tests start from.
+const PLAN_STAND_INS: &str = r#"
 import os, types, tempfile
 calls = []
 ck = types.ModuleType("torch.utils.checkpoint")
@@ -865,6 +859,18 @@ class Block:
     def forward(self, x):
         calls.append("forward")
         return x
+"#;
+
+/// Issue 20: a plan timed both ways (`STEPTRACE_PLAN_AB`, set by `sweep --budgets`). The
+/// wrapped forwards run as written while the plan is off; the timing phase alternates steps
+/// with and without it, records which was which, ends with at least `steps` each way, and
+/// leaves the plan on for the window and the rest of the run. Driven through the shim's own
+/// functions with stand-ins for torch and its checkpoint (no GPU, no torch needed).
+#[test]
+fn issue20_a_plan_timed_both_ways_alternates_and_ends_on() {
+    let v = drive_python_shim(&format!(
+        "{PLAN_STAND_INS}{}",
+        r#"
 path = os.path.join(tempfile.mkdtemp(), "plan.json")
 with open(path, "w") as f:
     json.dump({"decisions": [{"instance": "Block_0", "action": "recompute"}]}, f)
@@ -888,8 +894,8 @@ for _ in range(20):
 print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": st["phase"],
                   "on": st.get("timing_plan_on"), "stop": st.get("timing_stop"),
                   "readings": len(st["timing_ns"]), "seen": seen}))
-"#,
-    );
+"#
+    ));
     assert_eq!(
         v["ran"]["True"],
         serde_json::json!(["checkpoint", "forward"]),
@@ -928,30 +934,9 @@ print(json.dumps({"ran": ran, "hooks": len(hooks), "plan": st["plan"], "phase": 
 /// through the shim's own functions with stand-ins for torch (no GPU, no torch needed).
 #[test]
 fn issue75_a_named_plan_runs_from_each_modules_first_call() {
-    let v = drive_python_shim(
+    let v = drive_python_shim(&format!(
+        "{PLAN_STAND_INS}{}",
         r#"
-import os, types, tempfile
-calls = []
-ck = types.ModuleType("torch.utils.checkpoint")
-def checkpoint(fn, *a, use_reentrant=True, **k):
-    calls.append("checkpoint")
-    return fn(*a, **k)
-ck.checkpoint = checkpoint
-sys.modules["torch.utils.checkpoint"] = ck
-hooks = []
-class Handle:
-    def remove(self):
-        hooks.clear()
-def register(h):
-    hooks.append(h)
-    return Handle()
-mod = types.SimpleNamespace(register_module_forward_pre_hook=register)
-torch = types.SimpleNamespace(is_grad_enabled=lambda: True,
-                              nn=types.SimpleNamespace(modules=types.SimpleNamespace(module=mod)))
-class Block:
-    def forward(self, x):
-        calls.append("forward")
-        return x
 class Model:
     def __init__(self):
         self.b = Block()
@@ -978,8 +963,8 @@ calls.clear()
 model.b.forward(1)
 print(json.dumps({"first": first, "second": list(calls), "hooks": len(hooks),
                   "plan": m._S.status["plan"]}))
-"#,
-    );
+"#
+    ));
     assert_eq!(
         v["first"],
         serde_json::json!(["checkpoint", "forward"]),
