@@ -344,3 +344,19 @@ fn truncated_array_reports_cut() {
     assert_eq!(c.end, None);
     assert_eq!(c.cut_at, Some(19));
 }
+
+/// Issue 80, item 2: members of a few bytes each are read in windows of at least
+/// [`MIN_WINDOW`] (one window a member had each fill its margin from thousands of members);
+/// capture's own 2 MiB members stay one window each.
+#[test]
+fn small_members_are_read_together_and_capture_members_alone() {
+    let tiny: Vec<usize> = (0..20_000).map(|k| k * 15).collect();
+    let w = windows_of(&tiny, MIN_WINDOW);
+    assert_eq!(w, [0]);
+    let spread: Vec<usize> = (0..200_000).map(|k| k * 100).collect();
+    let w = windows_of(&spread, MIN_WINDOW);
+    assert_eq!(w.len(), 20_000_000usize.div_ceil(MIN_WINDOW));
+    assert!(w.windows(2).all(|p| p[1] - p[0] >= MIN_WINDOW));
+    let capture: Vec<usize> = (0..10).map(|k| k * (2 << 20)).collect();
+    assert_eq!(windows_of(&capture, MIN_WINDOW), capture);
+}
