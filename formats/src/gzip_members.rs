@@ -86,6 +86,11 @@ pub fn members(file: &[u8]) -> Option<(Vec<Member>, bool)> {
     let mut v = Vec::new();
     let mut at = 0;
     while at < file.len() {
+        // Zero bytes after whole members are padding (`gzip -d` ignores them; block devices
+        // and some writers add them): the file ends there, whole.
+        if !v.is_empty() && file[at..].iter().all(|&b| b == 0) {
+            break;
+        }
         let h = file.get(at..at + HEADER_LEN);
         let len = match h {
             Some(h)
@@ -415,6 +420,19 @@ mod tests {
         write(&mut &[][..], &mut empty, 1, 2).unwrap();
         write_parts(&[&[], &[]], &mut none, 1, 2).unwrap();
         assert_eq!(none, empty);
+    }
+
+    #[test]
+    fn zero_padding_after_the_members_is_the_end_of_a_whole_file() {
+        let t = text(3 * 1000 + 17);
+        let mut file = Vec::new();
+        write_sized(&mut &t[..], &mut file, 6, 1, 1000).unwrap();
+        let whole = members(&file).unwrap();
+        file.extend_from_slice(&[0; 512]);
+        assert_eq!(members(&file), Some(whole));
+        // Anything but zeros after them is not padding.
+        file.push(1);
+        assert_eq!(members(&file), None);
     }
 
     #[test]

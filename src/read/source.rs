@@ -408,7 +408,7 @@ fn open_stream_gz(path: &Path) -> std::io::Result<(Box<dyn Read + Send>, bool)> 
     (&file).seek(std::io::SeekFrom::Start(0))?;
     let file = std::io::BufReader::with_capacity(1 << 16, file);
     Ok(if gz {
-        (Box::new(flate2::bufread::MultiGzDecoder::new(file)), true)
+        (Box::new(PaddedGz::new(file)), true)
     } else {
         (Box::new(file), false)
     })
@@ -515,6 +515,59 @@ impl Read for MembersReader {
         buf[..n].copy_from_slice(&b[self.at..self.at + n]);
         self.at += n;
         Ok(n)
+    }
+}
+
+/// A (possibly multi-member) gzip stream read as `inflate` and `gzip -d` read it: zero bytes
+/// after a member are padding and end the stream (flate2's `MultiGzDecoder` took them for a
+/// member and failed with "invalid gzip header"), anything else there is the next member.
+pub struct PaddedGz<R: std::io::BufRead> {
+    dec: Option<flate2::bufread::GzDecoder<R>>,
+}
+
+impl<R: std::io::BufRead> PaddedGz<R> {
+    /// Reads the gzip stream `r` holds.
+    pub fn new(r: R) -> Self {
+        PaddedGz {
+            dec: Some(flate2::bufread::GzDecoder::new(r)),
+        }
+    }
+}
+
+impl<R: std::io::BufRead> Read for PaddedGz<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let Some(dec) = self.dec.as_mut() else {
+                return Ok(0);
+            };
+            let n = dec.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // The member ended: padding, the end, or the next member.
+            let Some(mut r) = self.dec.take().map(flate2::bufread::GzDecoder::into_inner) else {
+                return Ok(0);
+            };
+            loop {
+                let avail = r.fill_buf()?;
+                if avail.is_empty() {
+                    return Ok(0);
+                }
+                if avail[0] != 0 {
+                    break;
+                }
+                let zeros = avail.iter().take_while(|&&b| b == 0).count();
+                let all = zeros == avail.len();
+                r.consume(zeros);
+                if !all {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "data after the zero padding that ends the gzip stream",
+                    ));
+                }
+            }
+            self.dec = Some(flate2::bufread::GzDecoder::new(r));
+        }
     }
 }
 

@@ -480,7 +480,7 @@ fn splice_members(
     let before: usize = members[..k].iter().map(|m| m.inflated).sum();
     let mut tail = Vec::new();
     let from = members[k].offset;
-    if let Err(e) = flate2::read::MultiGzDecoder::new(&raw[from..]).read_to_end(&mut tail) {
+    if let Err(e) = source::PaddedGz::new(&raw[from..]).read_to_end(&mut tail) {
         return Some(Err(e));
     }
     let at = span.insert_at.checked_sub(before)?.min(tail.len());

@@ -383,3 +383,54 @@ fn tiny_gzip_members_read_as_the_plain_text() {
     assert_eq!(json(&a), json(&b));
     assert!(text.len() / 97 > 5_000, "members: {}", text.len() / 97);
 }
+
+/// Issue 80, item 3: a `.gz` with zero padding after its last member (capture's members, and
+/// torch's single stream) was read, and then the default command failed writing the annotated
+/// trace ("invalid gzip header"): whatever the reader accepts, the writer now accepts, and the
+/// annotated trace holds the input's events and steptrace's.
+#[test]
+fn zero_padded_gzip_gets_its_annotated_trace() {
+    use std::io::Read;
+    let src = root().join("sample_traces/resnet18/trace.json.gz");
+    let raw = std::fs::read(&src).unwrap();
+    let mut text = Vec::new();
+    flate2::read::MultiGzDecoder::new(&raw[..])
+        .read_to_end(&mut text)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let members = dir.path().join("members.json.gz");
+    std::fs::write(&members, [&raw[..], &[0u8; 700]].concat()).unwrap();
+    let stream = dir.path().join("stream.json.gz");
+    let mut one = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+    one.write_all(&text).unwrap();
+    std::fs::write(&stream, [one.finish().unwrap(), vec![0u8; 512]].concat()).unwrap();
+    for input in [members, stream] {
+        let mut report = steptrace::report::ReportOptions::default();
+        report.annotated_trace = true;
+        report.no_plots = true;
+        let out = steptrace::analyze(&steptrace::AnalyzeProps {
+            input: input.clone(),
+            out: Some(dir.path().join(input.file_stem().unwrap())),
+            report,
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{input:?}: {e}"));
+        let annotated = out.out_dir.join("annotated.pt.trace.json.gz");
+        let mut back = Vec::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(&annotated).unwrap())
+            .read_to_end(&mut back)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&back).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        let input_events = serde_json::from_slice::<serde_json::Value>(&text).unwrap()
+            ["traceEvents"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert!(events.len() > input_events, "{input:?}");
+        assert!(
+            events.iter().any(|e| e["cat"] == "steptrace_node"),
+            "{input:?}"
+        );
+    }
+}
