@@ -118,23 +118,51 @@ pub fn format_frame(s: &Snapshot, f: FrameId) -> String {
     format!("{file}:{}:{}", fr.line, s.str(fr.name))
 }
 
+/// The longest text of one frame in a stack's line, bytes: past it the frame is cut (`…`).
+pub const FRAME_TEXT_MAX: usize = 2 << 10;
+
+/// The longest stack line, bytes: past it the remaining frames are counted, not written. A
+/// pickle can name one frame of 64 KiB a hundred thousand times in a stack for a few bytes
+/// each (its memo), which made one line of 6.5 GB; real stacks come nowhere near this (a
+/// deep Python stack with C++ frames: a few KiB).
+pub const STACK_TEXT_MAX: usize = 16 << 10;
+
 /// A stack as torch's flame-graph lines give it: kept frames, outermost first, `;`-joined
-/// ([`NO_STACK`] for none).
+/// ([`NO_STACK`] for none); bounded by [`FRAME_TEXT_MAX`] and [`STACK_TEXT_MAX`], with what
+/// was left out said (`…(+N frames)`).
 pub fn fragment(s: &Snapshot, stack: StackId) -> String {
     let frames = s.stack(stack);
     if frames.is_empty() {
         return NO_STACK.to_owned();
     }
-    let kept: Vec<String> = frames
-        .iter()
-        .rev()
-        .filter(|&&f| {
-            let fr = &s.frames[f.0 as usize];
-            torch_keeps_frame(s.str(fr.name), s.str(fr.filename))
-        })
-        .map(|&f| format_frame(s, f))
-        .collect();
-    kept.join(";")
+    let mut kept = frames.iter().rev().filter(|&&f| {
+        let fr = &s.frames[f.0 as usize];
+        torch_keeps_frame(s.str(fr.name), s.str(fr.filename))
+    });
+    let mut out = String::new();
+    for (i, &f) in kept.by_ref().enumerate() {
+        let mut text = format_frame(s, f);
+        if text.len() > FRAME_TEXT_MAX {
+            let mut end = FRAME_TEXT_MAX;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push('…');
+        }
+        if i > 0 {
+            out.push(';');
+        }
+        out.push_str(&text);
+        if out.len() > STACK_TEXT_MAX {
+            break;
+        }
+    }
+    let left = kept.count();
+    if left > 0 {
+        out.push_str(&format!(";…(+{left} frames)"));
+    }
+    out
 }
 
 /// One flame-graph line for an active block: `stream_N;active_allocated;frames`.

@@ -384,3 +384,29 @@ fn never_freed_totals_count_every_stack_and_group_by_content() {
     assert!(first.stack.contains("model.py"), "{first:?}");
     assert_eq!((first.blocks, first.bytes), (2, 4 << 20));
 }
+
+/// Issue 80, item 1: a stack naming one 64 KiB frame thousands of times (a few bytes each in
+/// the pickle, through its memo) made one flame-graph line of GBs; the line is bounded, each
+/// frame cut at [`sites::FRAME_TEXT_MAX`] and the frames past [`sites::STACK_TEXT_MAX`]
+/// counted, not written.
+#[test]
+fn a_stack_line_is_bounded_whatever_the_pickle_repeats() {
+    let mut b = Build::new();
+    let long = "x".repeat(64 << 10);
+    let frames: Vec<(&str, i64, &str)> =
+        (0..5_000).map(|_| ("train.py", 1, long.as_str())).collect();
+    let st = b.stack(&frames);
+    let line = sites::fragment(&b.s, st);
+    assert!(
+        line.len() <= sites::STACK_TEXT_MAX + sites::FRAME_TEXT_MAX + 64,
+        "{}",
+        line.len()
+    );
+    assert!(line.ends_with("frames)"), "{}", &line[line.len() - 40..]);
+    // A real stack is written whole.
+    let short = b.stack(&[("train.py", 12, "main"), ("model.py", 3, "forward")]);
+    assert_eq!(
+        sites::fragment(&b.s, short),
+        "model.py:3:forward;train.py:12:main"
+    );
+}
