@@ -790,6 +790,16 @@ fn inflate_member(
             m.offset
         ));
     }
+    // The deflate data must end where the trailer begins: bytes between them (another member
+    // hidden behind a forged trailer) are read by `gzip -d` and Python as more text, so taking
+    // the member as what it inflates to would analyse other content than they see.
+    if d.total_in() as usize != m.deflate(raw).len() {
+        return Err(format!(
+            "gzip member at byte {}: its deflate data ends {} bytes before its trailer",
+            m.offset,
+            m.deflate(raw).len() - d.total_in() as usize
+        ));
+    }
     if crc32fast::hash(part) != m.crc32(raw) {
         return Err(format!(
             "gzip member at byte {}: invalid checksum",

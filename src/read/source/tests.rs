@@ -333,3 +333,28 @@ fn one_member_inflates_in_one_call_and_anything_else_streams() {
         Err(InflateError::NotExpected(_))
     ));
 }
+
+/// Issue 80, item 7: a member whose stated length covers its deflate data and, behind it, a
+/// hidden member (its trailer forged to match the first text): `gzip -d` and Python read the
+/// hidden text too; steptrace took the member as the first text alone. Now refused, naming the
+/// bytes between the deflate data's end and the trailer.
+#[test]
+fn a_member_hiding_bytes_before_its_trailer_is_refused() {
+    use steptrace_formats::gzip_members::{header, member, HEADER_LEN, TRAILER_LEN};
+    let shown = trace_text(2_000);
+    let honest = member(&shown, 6);
+    let hidden = gzip_stream(b"{\"traceEvents\": []}", 6);
+    let deflate = &honest[HEADER_LEN..honest.len() - TRAILER_LEN];
+    let len = (HEADER_LEN + deflate.len() + hidden.len() + TRAILER_LEN) as u32;
+    let mut forged = header(len).to_vec();
+    forged.extend_from_slice(deflate);
+    forged.extend_from_slice(&hidden);
+    forged.extend_from_slice(&honest[honest.len() - TRAILER_LEN..]);
+    assert!(steptrace_formats::gzip_members::members(&forged).is_some());
+    match inflate(&forged, Expect::JsonObject, None) {
+        Err(InflateError::Corrupt(why)) => assert!(why.contains("before its trailer"), "{why}"),
+        other => panic!("{:?}", other.map(|(t, cut)| (t.len(), cut))),
+    }
+    // The honest member reads as before.
+    assert_eq!(inflate(&honest, Expect::JsonObject, None).unwrap().0, shown);
+}
