@@ -370,6 +370,44 @@ fn merge_without_or_with_damaged_rank_results_says_which() {
     one_line_error(&merge(dir.path(), 2), "rank3.summary.parquet");
 }
 
+/// Issue 80, item 9: a FIFO named like a rank table made `merge` wait for a writer that never
+/// came. It is refused in one line naming it (exit 2); the command is killed, and the test
+/// fails, if it waits 30 s.
+#[cfg(unix)]
+#[test]
+fn merge_refuses_a_fifo_named_like_a_rank_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("rank0.summary.parquet");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("steptrace"))
+        .arg("merge")
+        .arg(dir.path())
+        .arg("--out")
+        .arg(dir.path().join("m"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed().as_secs() > 30 {
+            let _ = child.kill();
+            panic!("merge still waiting on the FIFO after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = Vec::new();
+    std::io::Read::read_to_end(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{}", String::from_utf8_lossy(&err));
+    one_line_error(&err, "rank0.summary.parquet");
+}
+
 /// `merge` counts each rank once: a folder given twice, or a rank's results copied under
 /// another rank's name, is one line naming the file, not a run of twice the ranks.
 #[test]

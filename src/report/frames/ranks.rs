@@ -138,6 +138,18 @@ impl Frame {
     /// The table in `path`, refused before any row is read when its file declares more than
     /// `max_rows` (see [`MaxRows`]).
     fn read(path: std::path::PathBuf, max_rows: MaxRows) -> Result<Frame, Error> {
+        // Only a regular file is opened: opening a FIFO named like a table waits for a writer
+        // that never comes (`merge` hung).
+        let meta = std::fs::metadata(&path).map_err(crate::report::io(&path))?;
+        if !meta.is_file() {
+            return Err(Error::from(FileError::new(
+                &path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a regular file: not a table steptrace wrote",
+                ),
+            )));
+        }
         let f = std::fs::File::open(&path).map_err(crate::report::io(&path))?;
         let mut reader = ParquetReader::new(f);
         let rows = reader.num_rows().map_err(|e| Frame::bad(&path, e))?;
