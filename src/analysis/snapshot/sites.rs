@@ -110,12 +110,26 @@ pub fn torch_keeps_frame(name: &str, filename: &str) -> bool {
     !FUNCTIONS.iter().any(|f| name.contains(f)) && !FILES.iter().any(|f| filename.contains(f))
 }
 
-/// torch's `_frame_fmt`: `file:line:function`, the file without its folder.
+/// torch's `_frame_fmt`: `file:line:function`, the file without its folder; control
+/// characters written as escapes (`\n`), so a name holding a newline cannot start a line of
+/// its own in the flame-graph text, nor an escape sequence reach a terminal through a CSV.
 pub fn format_frame(s: &Snapshot, f: FrameId) -> String {
     let fr = &s.frames[f.0 as usize];
     let file = s.str(fr.filename);
     let file = file.rsplit('/').next().unwrap_or(file);
-    format!("{file}:{}:{}", fr.line, s.str(fr.name))
+    let text = format!("{file}:{}:{}", fr.line, s.str(fr.name));
+    if !text.chars().any(char::is_control) {
+        return text;
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// The longest text of one frame in a stack's line, bytes: past it the frame is cut (`…`).

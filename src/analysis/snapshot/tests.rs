@@ -410,3 +410,18 @@ fn a_stack_line_is_bounded_whatever_the_pickle_repeats() {
         "model.py:3:forward;train.py:12:main"
     );
 }
+
+/// Issue 80 (low): a newline in a frame's name forged a flame-graph line of its own, and raw
+/// escape bytes reached CSV and TXT files; both are written as escapes.
+#[test]
+fn control_characters_in_frames_are_escaped() {
+    let mut b = Build::new();
+    let st = b.stack(&[(
+        "train.py",
+        3,
+        "f\nstream_0;active_allocated;evil 999999\x1b[2J",
+    )]);
+    let line = sites::fragment(&b.s, st);
+    assert!(!line.contains('\n') && !line.contains('\x1b'), "{line:?}");
+    assert!(line.contains("\\n") && line.contains("\\u{1b}"), "{line:?}");
+}
