@@ -70,6 +70,13 @@ pub enum Error {
         /// The link.
         path: PathBuf,
     },
+    /// An output would replace the input it is made from (`--out` the input's own folder, the
+    /// input named as that output).
+    #[error("{}: the input itself, where this output would be written: choose another --out", path.display())]
+    WouldReplaceInput {
+        /// The input.
+        path: PathBuf,
+    },
 }
 
 /// Names of the files [`write_all`] creates.
@@ -183,6 +190,18 @@ pub fn write_into(
     opts: &ReportOptions,
 ) -> Result<Vec<(String, f64)>, Error> {
     use rayon::prelude::*;
+    if opts.annotated_trace {
+        let dest = out.path().join(annotated::file_name(t));
+        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        };
+        if same(&dest, &t.kineto.path) {
+            return Err(Error::WouldReplaceInput {
+                path: t.kineto.path.clone(),
+            });
+        }
+    }
     let clearing = out.clear_previous(&t.kineto.path);
     let dir = out.path().to_path_buf();
     let dir = dir.as_path();

@@ -585,3 +585,24 @@ fn an_unreachable_budget_names_it_and_the_smallest_reached_to_a_tenth_of_a_mib()
         "{text}"
     );
 }
+
+/// Issue 80 (low): `--out` set to the input's own folder, the input named as the annotated
+/// trace, replaced the input without a word. Refused in one line naming it; the input is kept
+/// byte for byte.
+#[test]
+fn an_output_that_would_replace_its_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("annotated.pt.trace.json.gz");
+    let bytes = std::fs::read(root().join("sample_traces/resnet18/trace.json.gz")).unwrap();
+    std::fs::write(&input, &bytes).unwrap();
+    let out = steptrace()
+        .args(["analyze", "-q", "--no-plots"])
+        .arg(&input)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    one_line_error(&out.stderr, "the input itself");
+    assert_eq!(std::fs::read(&input).unwrap(), bytes);
+}
