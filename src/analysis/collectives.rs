@@ -221,19 +221,27 @@ pub fn match_ranks(ranks: &[(i64, &[Call])]) -> Matching {
             .expect("two or more calls");
         let mut wait = 0;
         let mut max_wait = 0;
-        let ends = calls.iter().map(|(_, c)| c.start_ns + c.dur_ns);
-        let end_spread = ends.clone().max().unwrap_or(0) - ends.min().unwrap_or(0);
+        // Saturating sums: merged tables can carry durations near i64::MAX (a damaged or
+        // hostile rank table), which wrapped into negative waits.
+        let ends = calls
+            .iter()
+            .map(|(_, c)| c.start_ns.saturating_add(c.dur_ns));
+        let end_spread = ends
+            .clone()
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(ends.min().unwrap_or(0));
         for &(rank, c) in &calls {
-            let w = c.dur_ns - last.dur_ns;
-            wait += w;
+            let w = c.dur_ns.saturating_sub(last.dur_ns);
+            wait = i64::saturating_add(wait, w);
             max_wait = max_wait.max(w);
             let a = &mut m.arrivals[index[&rank]];
             a.collectives += 1;
-            a.waited_ns += w;
+            a.waited_ns = a.waited_ns.saturating_add(w);
         }
         let a = &mut m.arrivals[index[&last_rank]];
         a.last += 1;
-        a.wait_caused_ns += wait;
+        a.wait_caused_ns = a.wait_caused_ns.saturating_add(wait);
         m.matched.push(Matched {
             iteration: first.iteration.clone(),
             pg: first.pg.clone(),
@@ -279,8 +287,9 @@ pub fn by_iteration(m: &Matching) -> Vec<(String, i64, i64, i64)> {
             out.push((x.iteration.clone(), BTreeMap::new(), 0));
         }
         let o = out.last_mut().expect("pushed");
-        *o.1.entry(x.last_rank).or_insert(0) += x.wait_ns;
-        o.2 += x.wait_ns;
+        let caused = o.1.entry(x.last_rank).or_insert(0);
+        *caused = caused.saturating_add(x.wait_ns);
+        o.2 = o.2.saturating_add(x.wait_ns);
     }
     out.into_iter()
         .filter_map(|(it, per, all)| {
@@ -306,6 +315,28 @@ mod tests {
             start_ns: 0,
             dur_ns: dur_us * 1000,
         }
+    }
+
+    /// Issue 80 (low): durations near i64::MAX in merged tables wrapped the waits' sums into
+    /// negative waits; the sums saturate.
+    #[test]
+    fn huge_durations_never_make_a_negative_wait() {
+        let mut big = call("ProfilerStep#3", 0, "allreduce", 8, 1);
+        big.dur_ns = i64::MAX;
+        let small = call("ProfilerStep#3", 0, "allreduce", 8, 1);
+        let r0 = [big.clone()];
+        let r1 = [big.clone()];
+        let r2 = [small];
+        let m = match_ranks(&[(0, &r0), (1, &r1), (2, &r2)]);
+        assert_eq!(m.matched.len(), 1);
+        assert!(
+            m.matched[0].wait_ns > 0 && m.matched[0].end_spread_ns >= 0,
+            "{:?}",
+            m.matched[0]
+        );
+        assert!(by_iteration(&m)
+            .iter()
+            .all(|(_, _, caused, all)| *caused > 0 && *all > 0));
     }
 
     #[test]
