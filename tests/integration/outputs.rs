@@ -186,14 +186,25 @@ fn issue19_a_rerun_over_a_longer_annotated_trace_writes_the_fresh_bytes() {
     assert!(std::fs::read(out.join(name)).unwrap() == want);
     assert!(parts(&out).is_empty());
 
-    // The previous output as this run's input, into the same directory.
+    // The previous output as this run's input, into the same directory: its annotated trace
+    // would replace the input, which was done without a word; it is refused now (issue 80),
+    // before anything is written, and the input stays as it was. A copy analyses as usual.
     let again = std::fs::read(out.join(name)).unwrap();
     let copy = dir.path().join("copy.json");
     std::fs::write(&copy, &again).unwrap();
     let from_copy = dir.path().join("from_copy");
     analyze(&copy, &from_copy, false, true);
-    analyze(&out.join(name), &out, false, true);
-    assert!(std::fs::read(out.join(name)).unwrap() == std::fs::read(from_copy.join(name)).unwrap());
+    let mut props = steptrace::AnalyzeProps {
+        input: out.join(name),
+        out: Some(out.clone()),
+        top: 3,
+        ..Default::default()
+    };
+    props.report.no_plots = true;
+    props.report.annotated_trace = true;
+    let e = steptrace::analyze(&props).unwrap_err().to_string();
+    assert!(e.contains("the input itself"), "{e}");
+    assert!(std::fs::read(out.join(name)).unwrap() == again);
 
     // The same, writing no annotated trace: nothing replaces the input, and it is the user's
     // trace, so the clearing of the previous run's files must leave it alone; also when it is
