@@ -339,23 +339,28 @@ fn top_nodes(o: &mut String, a: &Analysis) {
     } else {
         &["order", "node", "phase", "GPU time", "kernels"]
     };
+    // Only nodes with GPU time: a short step's list was padded with 0.0 µs rows.
     table(
         o,
         head,
-        by_time.iter().take(20).map(|n| {
-            let mut row = vec![
-                n.rank.to_string(),
-                n.node_name.clone(),
-                n.gtype.as_str().into(),
-                human_time(n.median_run_time_s),
-                n.kernels.to_string(),
-            ];
-            if memory {
-                row.push(human_bytes(n.median_peak_mem_bytes));
-                row.push(n.node_type.as_str().into());
-            }
-            row
-        }),
+        by_time
+            .iter()
+            .filter(|n| n.median_run_time_s > 0.0)
+            .take(20)
+            .map(|n| {
+                let mut row = vec![
+                    n.rank.to_string(),
+                    n.node_name.clone(),
+                    n.gtype.as_str().into(),
+                    human_time(n.median_run_time_s),
+                    n.kernels.to_string(),
+                ];
+                if memory {
+                    row.push(human_bytes(n.median_peak_mem_bytes));
+                    row.push(n.node_type.as_str().into());
+                }
+                row
+            }),
     );
 }
 
@@ -385,15 +390,18 @@ fn largest_activations(o: &mut String, a: &Analysis) {
             .cmp(&x.median_mem_size_bytes)
             .then(x.creation_rank.cmp(&y.creation_rank))
     });
-    o.push_str("<h2>Largest activations</h2>");
+    o.push_str(
+        "<h2>Largest activations</h2><p>Created, last forward use and first backward use are \
+         places in the step's execution order (the nodes' <code>order</code> above), not times.</p>",
+    );
     table(
         o,
         &[
             "activation",
             "size",
-            "created",
-            "last fw use",
-            "first bw use",
+            "created (order)",
+            "last fw use (order)",
+            "first bw use (order)",
             "inactive",
             "recompute",
             "swap",

@@ -819,4 +819,10 @@ fn issue76_warnings_sit_under_the_summary_they_qualify() {
     assert!(warnings < at("<h2>Plots</h2>"));
     assert!(html[warnings..].contains("peak_leaves_out_graph_pools"));
     assert!(html.contains("its peak is over all of it, where the summary"));
+    // The GPU-time table lists nodes with GPU time only (it was padded with 0.0 µs rows), and
+    // the activation table's columns say they are places in the execution order.
+    let top = at("<h2>Top nodes by GPU time</h2>");
+    let section = &html[top..top + html[top + 4..].find("<h2>").unwrap() + 4];
+    assert!(!section.contains("<td>0.0 us</td>"), "{section}");
+    assert!(html.contains("created (order)"));
 }
