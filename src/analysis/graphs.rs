@@ -46,38 +46,45 @@ pub fn compute(
     peak_allocated: Option<i64>,
     diag: &mut Diagnostics,
 ) -> Option<CudaGraphs> {
-    // Replays whose FLOPs capture counted (the shim's range around each replay).
-    let counted = step
-        .nodes
-        .iter()
-        .filter(|n| is_graph_launch(t.op_name(n.op)))
-        .all(|n| {
-            t.parent[n.op.0 as usize]
-                .is_some_and(|p| super::flops::graph_flops(t.op_name(p)).is_some())
-        });
-    // Every replay in the window counts, the ones inside a compiled region's node (a forward
-    // graph) as well as those that are nodes themselves.
-    let launches: Vec<(i64, bool)> = t
+    // The replays (launch ops) and their kernels, gathered once: most traces have none, and
+    // then nothing else is looked at.
+    let graph_ops: Vec<usize> = (0..t.kineto.ops.len())
+        .filter(|&o| is_graph_launch(t.kineto.str(t.kineto.ops[o].name)))
+        .collect();
+    if graph_ops.is_empty() {
+        return None;
+    }
+    let graph_gpu: Vec<(i64, i64)> = t
         .launch
         .iter()
-        .map(|l| l.map_or((0, false), |(o, ts)| (ts, is_graph_launch(t.op_name(o)))))
+        .zip(&t.kineto.gpu)
+        .filter_map(|(l, g)| {
+            let (o, ts) = (*l)?;
+            graph_ops.binary_search(&(o.0 as usize)).ok()?;
+            Some((ts, g.dur))
+        })
         .collect();
+    // Every replay counts, the ones inside a compiled region's node (a forward graph) as well
+    // as those that are nodes themselves.
     let mut replays = Vec::new();
     let mut gpu = Vec::new();
     let mut share = Vec::new();
+    let mut counted = true;
     for it in &step.iterations {
         let inside = |ts: i64| ts >= it.start && ts < it.end;
-        let n = t
-            .kineto
-            .ops
+        let mut n = 0;
+        for &o in &graph_ops {
+            if inside(t.kineto.ops[o].start) {
+                n += 1;
+                // Its FLOPs are known where capture's range encloses the launch.
+                counted &=
+                    t.parent[o].is_some_and(|p| super::flops::graph_flops(t.op_name(p)).is_some());
+            }
+        }
+        let time: i64 = graph_gpu
             .iter()
-            .filter(|o| inside(o.start) && is_graph_launch(t.kineto.str(o.name)))
-            .count();
-        let time: i64 = launches
-            .iter()
-            .zip(&t.kineto.gpu)
-            .filter(|((ts, graph), _)| *graph && inside(*ts))
-            .map(|(_, g)| g.dur)
+            .filter(|(ts, _)| inside(*ts))
+            .map(|(_, d)| d)
             .sum();
         replays.push(n as f64);
         gpu.push(time as f64);
@@ -92,31 +99,25 @@ pub fn compute(
     if replays_per_iteration == 0.0 {
         return None;
     }
+    let (reserved_bytes, private_pools) = match t.snapshot.as_ref().map(segment_totals) {
+        Some((totals, _, pools)) => (Some(totals.reserved_bytes), pools),
+        None => (None, Vec::new()),
+    };
     let g = CudaGraphs {
         flops_counted: counted,
         replays_per_iteration,
         gpu_time_per_iteration_s: med(&mut gpu) * 1e-9,
         share_of_gpu_time_pct: med(&mut share),
-        reserved_bytes: t
-            .snapshot
-            .as_ref()
-            .map(|s| segment_totals(s).0.reserved_bytes),
-        private_pools: t
-            .snapshot
-            .as_ref()
-            .map(|s| segment_totals(s).2)
-            .unwrap_or_default(),
+        reserved_bytes,
+        private_pools,
     };
     if !counted {
-        diag.warn(
-        "flops_leave_out_cuda_graphs",
-        format!(
+        diag.warn("flops_leave_out_cuda_graphs", format!(
             "FLOPs and bytes per iteration leave out the work of {} CUDA graph replay(s) an iteration ({:.1} ms, {:.0}% of its GPU time): a replay runs no operator on the host, so no shapes are recorded for it; FlopCounterMode on the model run eagerly counts that work (`steptrace capture` counts it when the graphs are recorded)",
             g.replays_per_iteration,
             g.gpu_time_per_iteration_s * 1e3,
             g.share_of_gpu_time_pct
-        ),
-    );
+        ));
     }
     let pooled: u64 = g.private_pools.iter().map(|p| p.reserved_bytes).sum();
     if pooled > 0 {

@@ -363,14 +363,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         activations: live.activations.len(),
         unexplained_before_window_bytes: mem.unexplained_before,
         swap_bandwidth: live.bandwidth,
-        backward_passes_per_iteration: {
-            let mut v: Vec<i64> = step
-                .iterations
-                .iter()
-                .map(|i| i.backward_passes as i64)
-                .collect();
-            median_low(&mut v).filter(|&k| k > 1).map(|k| k as u32)
-        },
+        backward_passes_per_iteration: step.backward_passes_per_iteration(),
         run_peak_allocated_bytes: None,
         cuda_graphs: graphs::compute(t, &step, peak.map(|p| p.0), diag),
         warnings: Vec::new(),

@@ -295,3 +295,39 @@ fn linked_inputs_are_read_and_a_linked_rank_folder_is_refused() {
         "nothing written through it"
     );
 }
+
+/// The same ViT trace as a program profiled without capture would have it (no ranges around
+/// the replays): the replays' GPU time still lands on their nodes, and the FLOPs, which then
+/// leave the replays out, carry a warning naming the share of GPU time they miss.
+#[test]
+fn replays_whose_flops_were_not_counted_are_warned_of() {
+    use std::io::{Read, Write};
+    let d = corpus("vit_cudagraphs");
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(d.join("trace.json.gz")).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(text.contains("steptrace::cuda_graph#"));
+    let text = text.replace("steptrace::cuda_graph#", "program::range#");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.json.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(text.as_bytes()).unwrap();
+    std::fs::write(&path, gz.finish().unwrap()).unwrap();
+    let (_t, out) = analyze(&path);
+    let g = out
+        .analysis
+        .summary
+        .cuda_graphs
+        .as_ref()
+        .expect("graphs found");
+    assert!(!g.flops_counted);
+    assert!(warned(&out, "flops_leave_out_cuda_graphs"));
+    let eager = json(&d.join("reference_eager.json"))["flops_step"]
+        .as_u64()
+        .unwrap();
+    assert!(out.analysis.summary.matmul_flops_per_iteration < eager / 100);
+    for it in &out.analysis.step.iterations {
+        assert_eq!(it.gpu_unattributed, 0, "{}", it.label);
+    }
+}

@@ -137,6 +137,14 @@ pub fn graph_flops(name: &str) -> Option<u64> {
     rest.split_once(" flops=")?.1.parse().ok()
 }
 
+/// A CUDA graph replay's FLOPs added to its node: all of them of FlopCounterMode's kinds
+/// (matmuls, convolutions, attention), as the shim counted them.
+fn add_replay(nf: &mut NodeFlops, by_type: &mut Vec<(String, u64)>, f: u64) {
+    nf.matmul = nf.matmul.saturating_add(f);
+    nf.all = nf.all.saturating_add(f);
+    by_type.push((GRAPH_REPLAY.to_owned(), f));
+}
+
 /// FLOPs of every node instance, in `step.nodes` order, with the per-op-type FlopCounterMode
 /// counts of the whole profile (`aten::addmm` → `aten.addmm`).
 pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64>) {
@@ -161,21 +169,18 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
             // Element type of the heaviest FLOP op (under autocast the node's own inputs may
             // still be fp32 while its matmul runs in bf16).
             let mut heaviest: (u64, Option<Dtype>) = (0, None);
-            // A CUDA graph's replay launched right under its range (a backward graph): the
-            // FLOPs capture counted when the graph was recorded.
+            // A CUDA graph's replay: the FLOPs capture counted when the graph was recorded, on
+            // the range around the launch (the node's parent for a backward graph, inside the
+            // node's subtree for a forward one), all of them FlopCounterMode's kinds.
             if let Some(f) = t.parent[n.op.0 as usize].and_then(|p| graph_flops(t.op_name(p))) {
-                nf.matmul = nf.matmul.saturating_add(f);
-                nf.all = nf.all.saturating_add(f);
-                by_type.push((GRAPH_REPLAY.to_owned(), f));
+                add_replay(&mut nf, &mut by_type, f);
             }
             // Outermost ops with a formula in the node's subtree.
             let mut stack = vec![n.op];
             while let Some(o) = stack.pop() {
                 let name = t.op_name(o);
                 if let Some(f) = graph_flops(name) {
-                    nf.matmul = nf.matmul.saturating_add(f);
-                    nf.all = nf.all.saturating_add(f);
-                    by_type.push((GRAPH_REPLAY.to_owned(), f));
+                    add_replay(&mut nf, &mut by_type, f);
                     continue;
                 }
                 let leaf = t.children(o).is_empty();

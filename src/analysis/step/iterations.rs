@@ -120,7 +120,7 @@ pub(super) fn find_iterations(
 /// pass an input copy precedes most often in the same place of the cycle (else the first
 /// pass). Passes before the first such pass belong to a step the window caught the end of,
 /// and are left out; how many is returned beside the bounds.
-fn step_bounds(bounds: &[i64], copy_before: &[bool], k: usize) -> (usize, Vec<i64>) {
+pub(super) fn step_bounds(bounds: &[i64], copy_before: &[bool], k: usize) -> (usize, Vec<i64>) {
     let n = copy_before.len();
     if k <= 1 || n < k {
         return (0, bounds.to_vec());
@@ -137,8 +137,8 @@ fn step_bounds(bounds: &[i64], copy_before: &[bool], k: usize) -> (usize, Vec<i6
 /// Why the last iteration is a step the window cut (the program ended inside it, or the
 /// profiler stopped before it finished), if it is: it lacks a phase of forward, backward and
 /// optimizer that every other iteration has (a libtorch window that ends after a backward
-/// pass, before the optimizer), or it holds under half the median node count of the others
-/// and no backward pass where they have one, or under a tenth of it.
+/// pass, before the optimizer; a ProfilerStep range the program ended inside, which has no
+/// backward pass), or it holds under a tenth of the others' median node count.
 pub(super) fn cut_short(nodes: &[Vec<Node>]) -> Option<String> {
     let n = nodes.len();
     if n < 2 {

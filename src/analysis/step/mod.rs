@@ -172,6 +172,21 @@ pub struct Step {
     pub nodes_outside: usize,
 }
 
+impl Step {
+    /// Backward passes per iteration (the lower median) where there are several: gradient
+    /// accumulation's micro-batches, or a step with several losses.
+    pub fn backward_passes_per_iteration(&self) -> Option<u32> {
+        let mut v: Vec<i64> = self
+            .iterations
+            .iter()
+            .map(|i| i.backward_passes as i64)
+            .collect();
+        crate::analysis::median_low(&mut v)
+            .filter(|&k| k > 1)
+            .map(|k| k as u32)
+    }
+}
+
 fn is_autograd_wrapper(name: &str) -> bool {
     if name.starts_with(EVALUATE_FUNCTION)
         || name.starts_with("torch::autograd::")

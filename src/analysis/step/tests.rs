@@ -206,3 +206,28 @@ fn autograd_wrappers_are_recognised() {
     assert!(!is_autograd_wrapper("aten::convolution_backward"));
     assert!(!is_autograd_wrapper("c10d::allreduce_"));
 }
+
+/// Issue 74: with `k` backward passes a step (capture's count), every `k` passes are one
+/// iteration, starting at the pass an input copy precedes; passes before the first such pass
+/// end a step the window did not see begin, and are left out (the `first_step_cut` warning).
+#[test]
+fn passes_are_grouped_into_steps_from_the_one_a_copy_precedes() {
+    // Cuts before 7 passes, then the trace's end.
+    let bounds = [0, 10, 20, 30, 40, 50, 60, 70];
+    // One pass a step: each pass its own iteration.
+    assert_eq!(
+        super::iterations::step_bounds(&bounds, &[false; 7], 1),
+        (0, bounds.to_vec())
+    );
+    // Three a step, the copy before passes 1 and 4: pass 0 ends a step begun before the window.
+    let copies = [false, true, false, false, true, false, false];
+    assert_eq!(
+        super::iterations::step_bounds(&bounds, &copies, 3),
+        (1, vec![10, 40, 70])
+    );
+    // No copy at all (a batch made on the device): from the first pass.
+    assert_eq!(
+        super::iterations::step_bounds(&bounds, &[false; 7], 3),
+        (0, vec![0, 30, 60, 70])
+    );
+}
