@@ -559,6 +559,17 @@ fn module_paths(
     (out, paths, per_call)
 }
 
+/// A module's class from torch's instance name (`Block_10` → `Block`; a name without a
+/// number is its own class).
+pub fn module_class(instance: &str) -> &str {
+    match instance.rsplit_once('_') {
+        Some((c, k)) if !c.is_empty() && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => {
+            c
+        }
+        _ => instance,
+    }
+}
+
 /// Each module range's name within its parent, given the ranges' names (`Linear_3`: the class
 /// and torch's instance number) in start order and their parents. A module's place is its
 /// parent's place, its class and how many ranges of that class came before it in the same
@@ -566,62 +577,68 @@ fn module_paths(
 /// where they name several (a module made inside its parent's `forward`, as HF models make
 /// `CrossEntropyLoss()` in every call), the instance number would make each call a new node,
 /// so the name is the class and the place (`CrossEntropyLoss_*`, `…_*1` for the second of the
-/// class in one call), and the place is pushed onto `per_call`. Roots keep their names.
+/// class in one call), and the place is pushed onto `per_call` (once). Roots keep their names.
 fn module_names(
     names: &[&str],
     parent: &[Option<usize>],
     per_call: &mut Vec<String>,
 ) -> Vec<String> {
-    let class = |n: &str| -> String {
-        match n.rsplit_once('_') {
-            Some((c, d)) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => c.to_owned(),
-            _ => n.to_owned(),
-        }
-    };
-    // Each range's place: an index into `places`, whose key is (parent place, class, k).
-    let mut place_of: FxHashMap<(Option<u32>, String, u32), u32> = FxHashMap::default();
-    let mut seen: FxHashMap<(usize, String), u32> = FxHashMap::default();
+    // Each range's place, an index into `places`; a place is keyed by (parent's place, class,
+    // how many of that class came before in the parent's call).
+    let mut place_of: FxHashMap<(Option<u32>, &str, u32), u32> = FxHashMap::default();
+    let mut seen: FxHashMap<(usize, &str), u32> = FxHashMap::default();
     let mut place: Vec<u32> = Vec::with_capacity(names.len());
-    // Per place: its first instance name and whether another one appeared there.
-    let mut first: Vec<(usize, bool)> = Vec::new();
+    // Per place: its first range, whether another instance appeared there, and its `k`.
+    struct Place {
+        first: usize,
+        varies: bool,
+        kth: u32,
+    }
+    let mut places: Vec<Place> = Vec::new();
     for (pos, &n) in names.iter().enumerate() {
         let key = match parent[pos] {
-            None => (None, n.to_owned(), 0),
+            None => (None, n, 0),
             Some(p) => {
-                let c = class(n);
-                let counter = seen.entry((p, c.clone())).or_insert(0);
+                let c = module_class(n);
+                let counter = seen.entry((p, c)).or_insert(0);
                 let kth = *counter;
                 *counter += 1;
                 (Some(place[p]), c, kth)
             }
         };
-        let next = first.len() as u32;
+        let next = places.len() as u32;
         let id = *place_of.entry(key).or_insert(next);
         if id == next {
-            first.push((pos, false));
-        } else if names[first[id as usize].0] != n {
-            first[id as usize].1 = true;
+            places.push(Place {
+                first: pos,
+                varies: false,
+                kth: key.2,
+            });
+        } else if names[places[id as usize].first] != n {
+            places[id as usize].varies = true;
         }
         place.push(id);
     }
-    let mut kth_of: Vec<u32> = vec![0; first.len()];
-    for ((_, _, kth), &id) in &place_of {
-        kth_of[id as usize] = *kth;
-    }
+    let star = |p: &Place, n: &str| match p.kth {
+        0 => format!("{}_*", module_class(n)),
+        kth => format!("{}_*{kth}", module_class(n)),
+    };
+    per_call.extend(
+        places
+            .iter()
+            .filter(|p| p.varies)
+            .map(|p| star(p, names[p.first])),
+    );
     names
         .iter()
         .enumerate()
         .map(|(pos, &n)| {
-            let id = place[pos] as usize;
-            if !first[id].1 {
-                return n.to_owned();
+            let p = &places[place[pos] as usize];
+            if p.varies {
+                star(p, n)
+            } else {
+                n.to_owned()
             }
-            let star = match kth_of[id] {
-                0 => format!("{}_*", class(n)),
-                kth => format!("{}_*{kth}", class(n)),
-            };
-            per_call.push(star.clone());
-            star
         })
         .collect()
 }

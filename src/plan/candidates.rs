@@ -65,13 +65,6 @@ pub(super) fn under(module: &str, path: &str) -> bool {
             && module.as_bytes()[path.len()] == b'/')
 }
 
-pub(super) fn class_of(instance: &str) -> &str {
-    match instance.rsplit_once('_') {
-        Some((c, k)) if !c.is_empty() && k.chars().all(|x| x.is_ascii_digit()) => c,
-        _ => instance,
-    }
-}
-
 /// Whether `c` sits inside another module of its class name: instances of a block class stand
 /// side by side, and one inside another (Lightning's demo `Transformer` holding an
 /// `nn.Transformer`) is not a repeated block.
@@ -242,7 +235,7 @@ pub(super) fn build_candidates(
                     .get(path.as_str())
                     .or_else(|| a.module_fqns.get(&instance))
                     .cloned(),
-                class: class_of(&instance).to_owned(),
+                class: crate::model::module_class(&instance).to_owned(),
                 instance,
                 depth: depth_of(path),
                 path: path.clone(),

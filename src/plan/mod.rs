@@ -398,6 +398,7 @@ mod tests {
         assert!(under("GPT_0/Block_1/MLP_1", "GPT_0/Block_1"));
         assert!(under("GPT_0/Block_1", "GPT_0/Block_1"));
         assert!(!under("GPT_0/Block_10", "GPT_0/Block_1"));
+        let class_of = crate::model::module_class;
         assert_eq!(class_of("Block_10"), "Block");
         assert_eq!(class_of("Block"), "Block");
         assert_eq!(class_of("My_Net_2"), "My_Net");
