@@ -121,6 +121,9 @@ struct Summary<'a> {
     peak_reserved_bytes: u64,
     devices: Vec<DeviceSummary<'a>>,
     segments: &'a snap::SegmentTotals,
+    /// Private pools (CUDA graphs'), left out of the free and fragmentation figures above.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    private_pools: &'a [snap::PrivatePool],
     phases: usize,
     warnings: Vec<String>,
 }
@@ -202,6 +205,7 @@ pub fn write(
             })
             .collect(),
         segments: &a.segments,
+        private_pools: &a.private_pools,
         phases: a.phases.len(),
         warnings: diag.lines(),
     };
@@ -459,6 +463,15 @@ pub fn console(a: &SnapshotAnalysis, diag: &Diagnostics, top: usize) -> String {
             hb(d.end_allocated_bytes),
             hb(d.end_reserved_bytes),
         );
+        for pool in a.private_pools.iter().filter(|x| x.device == d.device) {
+            o += &format!(
+                "  private pool {} (a CUDA graph's): {} reserved in {} segments, {} allocated; its free blocks are the graph's workspace, not free memory or fragmentation\n",
+                pool.id,
+                hb(pool.reserved_bytes),
+                pool.segments,
+                hb(pool.allocated_bytes)
+            );
+        }
         if p.allocated_bytes == 0 {
             continue;
         }

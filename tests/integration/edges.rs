@@ -97,6 +97,17 @@ fn cuda_graph_replays_are_nodes_with_their_kernels_flops_and_pools() {
         "free bytes are the default pool's alone"
     );
     assert_eq!(snap.analysis.private_pools, g.private_pools);
+    assert!(
+        snap.console
+            .contains("private pool 0,1 (a CUDA graph's): 4.6 GiB reserved"),
+        "{}",
+        snap.console
+    );
+    let summary = json(&snap.out_dir.join("summary.json"));
+    assert_eq!(
+        summary["private_pools"][0]["reserved_bytes"],
+        py["pools"]["0,1"]["reserved_bytes"]
+    );
 }
 
 /// pytorch/examples cpp/dcgan: three backward passes and two optimizers a step (the
