@@ -666,6 +666,7 @@ def _count_graph_flops(torch):
         def __init__(self):
             super().__init__()
             self.flops = 0
+            self.failed = False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -675,7 +676,9 @@ def _count_graph_flops(torch):
                 try:
                     self.flops += int(formula(*args, **kwargs, out_val=out))
                 except Exception:
-                    pass
+                    # Not counted, and said: the graph's range then carries no figure, and
+                    # analyze warns that its FLOPs are left out.
+                    self.failed = True
             return out
 
     graph_cls = torch.cuda.CUDAGraph
@@ -697,8 +700,9 @@ def _count_graph_flops(torch):
             self._steptrace_flops = None
             mode.__exit__(None, None, None)
             graphs = _S.status.setdefault("cuda_graphs", [])
-            self._steptrace_name = "steptrace::cuda_graph#%d flops=%d" % (len(graphs), mode.flops)
-            graphs.append(mode.flops)
+            flops = "unknown" if mode.failed else "%d" % mode.flops
+            self._steptrace_name = "steptrace::cuda_graph#%d flops=%s" % (len(graphs), flops)
+            graphs.append(None if mode.failed else mode.flops)
         return end(self, *args, **kwargs)
 
     def replay_counted(self, *args, **kwargs):

@@ -364,3 +364,22 @@ pub fn rows(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod graph_range_tests {
+    use super::graph_flops;
+
+    /// The range capture's shim opens around each CUDA graph replay: a count where the shim
+    /// had one, and none (the replay then left out of the FLOPs, with a warning) where a FLOP
+    /// formula failed while the graph was recorded (`flops=unknown`) or the range is another's.
+    #[test]
+    fn a_replays_range_gives_its_flops_or_none() {
+        assert_eq!(
+            graph_flops("steptrace::cuda_graph#2 flops=4527323480064"),
+            Some(4527323480064)
+        );
+        assert_eq!(graph_flops("steptrace::cuda_graph#0 flops=0"), Some(0));
+        assert_eq!(graph_flops("steptrace::cuda_graph#1 flops=unknown"), None);
+        assert_eq!(graph_flops("## Call CompiledFxGraph abc ##"), None);
+    }
+}
