@@ -103,7 +103,7 @@ pub(super) fn every_block_class(cands: &[Candidate]) -> Option<String> {
 /// in its code). The replay runs on the autograd thread, whose module ranges start at the
 /// checkpointed module (`Block_0/Linear_1`), so each is matched to the forward path it ends
 /// (`GPT_0/Block_0/Linear_1`).
-fn replayed_forward_paths(t: &Trace, step: &Step) -> BTreeSet<String> {
+pub(super) fn replayed_forward_paths(t: &Trace, step: &Step) -> BTreeSet<String> {
     let replayed: BTreeSet<&str> = step
         .nodes
         .iter()
@@ -135,8 +135,11 @@ fn replayed_forward_paths(t: &Trace, step: &Step) -> BTreeSet<String> {
 /// The modules the program itself recomputes, outermost first in path order: those whose every
 /// forward module path with nodes of its own is replayed in the backward pass, with their
 /// qualified names where the capture recorded them.
-pub(super) fn already_recomputed(t: &Trace, a: &Analysis) -> Vec<(String, Option<String>)> {
-    let replayed = replayed_forward_paths(t, &a.step);
+pub(super) fn already_recomputed(
+    t: &Trace,
+    a: &Analysis,
+    replayed: &BTreeSet<String>,
+) -> Vec<(String, Option<String>)> {
     if replayed.is_empty() {
         return Vec::new();
     }
@@ -155,24 +158,30 @@ pub(super) fn already_recomputed(t: &Trace, a: &Analysis) -> Vec<(String, Option
     for p in &forward_module_paths(t, &a.step) {
         let parent_whole = p.rsplit_once('/').is_some_and(|(parent, _)| whole(parent));
         if whole(p) && !parent_whole {
-            let instance = p.rsplit('/').next().unwrap_or(p);
-            let fqn = a
-                .module_fqns
-                .get(p.as_str())
-                .or_else(|| a.module_fqns.get(instance))
-                .cloned();
-            out.push((p.clone(), fqn));
+            out.push((p.clone(), fqn_of(a, p)));
         }
     }
     out
 }
 
+/// A module's fully qualified name where the capture recorded it: by its path (captures name
+/// modules so: two classes may share an instance name), else by its instance name (captures
+/// before paths were recorded).
+fn fqn_of(a: &Analysis, path: &str) -> Option<String> {
+    let instance = path.rsplit('/').next().unwrap_or(path);
+    a.module_fqns
+        .get(path)
+        .or_else(|| a.module_fqns.get(instance))
+        .cloned()
+}
+
 /// Every module enclosing a forward node, with the events each action adds per iteration;
-/// none that the program already recomputes, or that holds one (never a module checkpointed
-/// twice).
+/// none that the program already recomputes (`replayed`: [`replayed_forward_paths`]), or that
+/// holds one (never a module checkpointed twice).
 pub(super) fn build_candidates(
     t: &Trace,
     a: &Analysis,
+    replayed: &BTreeSet<String>,
     ids: Option<&liveness::Identities>,
     iters: &[Iter],
     iter_index: &BTreeMap<u32, usize>,
@@ -187,7 +196,6 @@ pub(super) fn build_candidates(
     } = *rates;
     let step = &a.step;
     let mem = &a.memory;
-    let replayed = replayed_forward_paths(t, step);
     let paths: Vec<String> = forward_module_paths(t, step)
         .into_iter()
         .filter(|p| !replayed.iter().any(|r| under(r, p)))
@@ -228,13 +236,7 @@ pub(super) fn build_candidates(
             let instance = path.rsplit('/').next().unwrap_or(path).to_owned();
             let mut dp: Vec<f64> = per_iter.dropped_bytes.iter().map(|&b| b as f64).collect();
             Some(Candidate {
-                // By the module's path (captures name modules so: two classes may share an
-                // instance name), else by instance name (captures before paths were recorded).
-                fqn: a
-                    .module_fqns
-                    .get(path.as_str())
-                    .or_else(|| a.module_fqns.get(&instance))
-                    .cloned(),
+                fqn: fqn_of(a, path),
                 class: crate::model::module_class(&instance).to_owned(),
                 instance,
                 depth: depth_of(path),

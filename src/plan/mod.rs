@@ -270,8 +270,9 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     let (iters, iter_index) = build::measured_iterations(t, a, rates.cpu_scale)?;
     let s = &a.summary;
     let base_step = s.step_time_s;
-    let candidates = build_candidates(t, a, ids, &iters, &iter_index, &rates);
-    let already = candidates::already_recomputed(t, a);
+    let replayed = candidates::replayed_forward_paths(t, &a.step);
+    let candidates = build_candidates(t, a, &replayed, ids, &iters, &iter_index, &rates);
+    let already = candidates::already_recomputed(t, a, &replayed);
     let already_names = program_checkpoints(&already, &candidates, opts, &mut notes)?;
 
     let (measured_peak, floor) = measured_peak_and_floor(&iters);
