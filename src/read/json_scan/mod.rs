@@ -728,8 +728,9 @@ impl Windows for InWindows<'_> {
 pub(crate) const WINDOW_MARGIN: usize = 64 << 10;
 
 /// The least text a window of [`walk_array_windows`] holds: members smaller than this are
-/// read together. One window a member, a file of 20,000 members of a few bytes each had each
-/// window fill its margin from thousands of members (quadratic: 80 s where `zcat` takes 1 s);
+/// read together. One window a member, a file of 21,000 members of 15 bytes each had each
+/// window fill its margin from thousands of members (quadratic: 80 s in the dev build, 0.13 s
+/// after; docs/robustness.md has the release build's figures);
 /// at 16 margins a window, the margins add at most a sixteenth to what is inflated.
 pub(crate) const MIN_WINDOW: usize = 16 * WINDOW_MARGIN;
 
