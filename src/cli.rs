@@ -155,6 +155,12 @@ pub(crate) struct SweepArgs {
     /// With --budgets: a capture of the program without a plan, instead of capturing one.
     #[arg(long)]
     pub(crate) base: Option<PathBuf>,
+    /// With --budgets: each planned run's timing phase alternates steps with and without its
+    /// plan, so that what the plan adds is also measured in one process (a secondary figure:
+    /// the steps without the plan need the memory it saves, and leave the run fewer steps
+    /// timed with it).
+    #[arg(long, requires = "budgets")]
+    pub(crate) plan_ab: bool,
     /// What the value is (axis label and file column).
     #[arg(long, default_value = "batch_size")]
     pub(crate) name: String,
@@ -198,9 +204,9 @@ impl SweepArgs {
             max_entries: 1_000_000,
             cache: None,
             timing: self.timing.phase(),
-            // The program ran without the plan in the sweep's base capture: the steps the
-            // timing phase runs without it fit in memory.
-            plan_ab: plan.is_some(),
+            // Every step runs with the plan unless asked: the step time and the whole run's
+            // peak are then the plan's, as the user will run it.
+            plan_ab: plan.is_some() && self.plan_ab,
             plan,
             rerun_short: true,
             stop_after_window: self.timing.stop_after_window,

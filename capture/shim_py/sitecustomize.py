@@ -449,6 +449,7 @@ def _timing_mark():
         # before left queued (a plan that keeps the GPU busy lets the host run ahead of it, and
         # the next step gains), so only the second of each pair is timed (_paired).
         ways = st.setdefault("timing_plan_on", [])
+        _ab_peak(ways)
         _S.plan_on = (len(ways) // 2) % 2 == 0
         ways.append(_S.plan_on)
         stop = _timing_stop_ab(st["timing_ns"], st["timing_plan_on"], _S.timing_settle, _S.timing_steps,
@@ -459,6 +460,24 @@ def _timing_mark():
     if stop is not None:
         st["timing_stop"], st["timing_settle"] = stop
         _after_timing()
+
+
+def _ab_peak(ways):
+    """With steps timed both ways, the whole run's peak is the plan's: a step without the
+    plan needs the memory the plan saves, so its peak is left out. At each boundary the step
+    that just ended is folded into the run's peak if it ran with the plan (the steps before
+    the timing phase did), and the allocator's peak is reset for the next one."""
+    torch = _S.torch
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return
+        if not ways or ways[-1]:
+            _S.run_peak = max(_S.run_peak, int(torch.cuda.max_memory_allocated()))
+        else:
+            _S.status["run_peak_left_out_steps"] = _S.status.get("run_peak_left_out_steps", 0) + 1
+        torch.cuda.reset_peak_memory_stats()
+    except Exception as exc:
+        _S.error("plan a/b peak", exc)
 
 
 def _median(v):
@@ -550,6 +569,9 @@ def _timing_stop_ab(ns, plan_on, settle, steps, max_steps, max_s):
 def _after_timing():
     st = _S.status
     _S.plan_on = True
+    if st.get("run_peak_left_out_steps"):
+        st["notes"].append("the whole run's peak leaves out the %d steps timed without the plan "
+                           "(--plan-ab): they need the memory the plan saves" % st["run_peak_left_out_steps"])
     _timing_cuda(at_boundary=True)
     st["phase"] = "before_window"
     if st.get("memory_history_paused"):

@@ -1023,6 +1023,60 @@ print(json.dumps({"run": m._S.status.get("run_max_memory_allocated"),
     assert_eq!(v["window"], serde_json::json!([600, 650, 640]), "{v}");
 }
 
+/// Issue 75: with steps timed both ways (`--plan-ab`), the whole run's peak is the plan's:
+/// a step without the plan needs the memory it saves (timm's ViT-B/16: 8.0 GB against the
+/// plan's 2.6 GB on the H200), so its peak is left out, and the manifest's notes say how many
+/// steps were. Steps with the plan, before, in and after the timing phase, all count.
+#[test]
+fn issue75_the_whole_runs_peak_leaves_out_the_steps_timed_without_the_plan() {
+    let v = drive_python_shim(
+        r#"
+import types
+state = {"peak": 0}
+def alloc(n):
+    state["peak"] = max(state["peak"], n)
+def reset():
+    state["peak"] = 0
+cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                             max_memory_allocated=lambda: state["peak"],
+                             reset_peak_memory_stats=reset,
+                             Event=None)
+torch = types.SimpleNamespace(cuda=cuda)
+m._S.torch = torch
+m._cuda_ok = lambda: False
+m._S.plan_ab = True
+m._S.timing_steps, m._S.timing_settle, m._S.timing_max_steps, m._S.timing_max_s = 2, 0, 8, 0
+st = m._S.status
+st["phase"] = "timing"
+alloc(300)                                    # the steps before the timing phase: planned
+ways = []
+while st["phase"] == "timing":
+    m._timing_mark()
+    ways.append(m._S.plan_on)
+    alloc(310 if m._S.plan_on else 800)       # a step without the plan needs what it saves
+alloc(320)                                    # the window and the rest: planned
+m._run_peak(torch)
+print(json.dumps({"run": st.get("run_max_memory_allocated"), "ways": ways,
+                  "left_out": st.get("run_peak_left_out_steps"), "notes": st["notes"]}))
+"#,
+    );
+    let ways: Vec<bool> = serde_json::from_value(v["ways"].clone()).unwrap();
+    let off = ways.iter().filter(|&&w| !w).count();
+    assert!(off > 0 && ways.len() > 1, "{v}");
+    assert_eq!(v["run"], 320, "only the steps with the plan: {v}");
+    // The last reading ends the phase, its way is never run as a timed step.
+    let ran_off = ways[..ways.len() - 1].iter().filter(|&&w| !w).count();
+    assert_eq!(v["left_out"], ran_off, "{v}");
+    assert!(
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("leaves out the")),
+        "{v}"
+    );
+}
+
 /// Issue 20: the plan probe's fit. Medians made from known costs (a checkpoint 0.8 ms a call
 /// and 30 us an op beyond the chain and its replayed forward, the swap hooks 0.2 ms and 50 us;
 /// the chain 40 us an op, its forward alone 15 us an op) at 1 and 12 linear+gelu pairs give
@@ -1505,6 +1559,43 @@ fn a_budget_sweep_whose_planned_captures_write_no_trace_still_writes_its_table()
     assert!(err.contains("every-block ("), "{err}");
     assert!(out.join("budget_90pct_again").is_dir(), "{err}");
     assert!(out.join("sweep_budgets.csv").is_file(), "{err}");
+}
+
+/// Issue 75: a budget sweep's planned runs run every step with their plan, as the user will
+/// run it (its step time and whole-run peak are then the plan's); the in-process A/B timing
+/// is asked for with `--plan-ab`. The stand-in program writes down what it was handed.
+#[test]
+fn issue75_a_budget_sweep_times_its_plans_both_ways_only_when_asked() {
+    for (extra, want) in [(None, ""), (Some("--plan-ab"), "1")] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("sweep");
+        let seen = dir.path().join("seen");
+        let mut cmd = Command::new(bin());
+        cmd.args(["sweep", "--budgets", "90%", "--base"])
+            .arg(crate::common::root().join("sample_traces/plan/gpt"))
+            .arg("--out")
+            .arg(&out);
+        if let Some(e) = extra {
+            cmd.arg(e);
+        }
+        let o = cmd
+            .args([
+                "--",
+                "sh",
+                "-c",
+                &format!("echo \"ab=${{STEPTRACE_PLAN_AB:-}}\" >> {}", seen.display()),
+            ])
+            .env("STEPTRACE_CACHE", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let seen = std::fs::read_to_string(&seen).unwrap_or_default();
+        assert!(!seen.is_empty(), "{err}");
+        assert!(
+            seen.lines().all(|l| l == format!("ab={want}")),
+            "{extra:?}: {seen}"
+        );
+    }
 }
 
 /// `capture --stop-after-window N` (a program that would run on for hours, ImageNet's epoch):

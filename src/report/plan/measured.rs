@@ -178,6 +178,15 @@ fn error_pct(predicted: f64, measured: f64) -> Option<f64> {
     (measured > 0.0).then(|| 100.0 * (predicted / measured - 1.0))
 }
 
+/// Which steps a step time was timed over, for the table's notes.
+fn timed_over(source: &str) -> &'static str {
+    match source {
+        "after_window" => "over the steps after the window",
+        "timing_phase" => "over the timing phase before the window (too few steps after it)",
+        _ => "under the profiler (no step timed without it)",
+    }
+}
+
 fn pct_text(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |p| format!("{p:+.1}%"))
 }
@@ -215,13 +224,17 @@ pub fn predicted_vs_measured(
     Some(line)
 }
 
-/// `sweep --budgets`' console table: the run without a plan, then one row per budget.
+/// `sweep --budgets`' console table: the run without a plan, then one row per budget. A
+/// planned run's step is the program's own with the plan on every step; the in-process A/B
+/// columns (`capture --plan-ab`, `sweep --plan-ab`) appear only where a run measured them.
 pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
+    let ab = runs.iter().any(|r| r.timed_both_ways().is_some());
     // Column widths; the first column is left-aligned.
     const W: [usize; 14] = [11, 10, 5, 11, 11, 11, 7, 6, 11, 11, 7, 11, 11, 7];
+    let cols = if ab { W.len() } else { W.len() - 3 };
     let mut o = String::new();
     let mut row = |cells: [String; 14]| {
-        for (i, (c, w)) in cells.iter().zip(W).enumerate() {
+        for (i, (c, w)) in cells.iter().zip(W).take(cols).enumerate() {
             let _ = match i {
                 0 => write!(o, "{c:<w$}"),
                 _ => write!(o, " {c:>w$}"),
@@ -242,8 +255,8 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
         "pred. step",
         "meas. step",
         "error",
-        "pred. added",
-        "meas. added",
+        "a/b added",
+        "a/b meas.",
         "error",
     ]
     .map(str::to_owned));
@@ -289,11 +302,23 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
     }
     let _ = writeln!(
         o,
-        "step times: [{}] (pred.: the plan's, from the run without a plan); added: what the plan adds to a step, \
-         measured in the planned run's timing phase against its own steps without the plan (last error: the prediction set on those steps); \
+        "meas. step: the program's own step time {}, every step with the plan; pred. step: the plan's, from the run without a plan; \
          meas. peak: over the profiled steps; run peak: torch's max_memory_allocated over the whole run, which `fits` reads where it is known",
-        b.step_time_source
+        timed_over(b.step_time_source)
     );
+    for r in runs {
+        let source = r.measured.summary.step_time_source;
+        if source != b.step_time_source {
+            let _ = writeln!(o, "{}: its step time is {}", r.label, timed_over(source));
+        }
+    }
+    if ab {
+        let _ = writeln!(
+            o,
+            "a/b (secondary): what the plan adds to a step, measured in the planned run's timing phase against its own steps without the plan \
+             (its error: the prediction set on those steps); the run peak leaves those steps out"
+        );
+    }
     // A measured "added" from a timing phase that hit its cap rests on few steps or on steps
     // that still drifted (nanoGPT's bench.py: medians of 2 each way): said, so it is not read
     // as firm.
@@ -301,7 +326,7 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
         if let Some((stop, n)) = r.timing_stopped_at().zip(r.median_steps_each_way()) {
             let _ = writeln!(
                 o,
-                "{}: its timing phase stopped at its {} before the medians settled, {n} step(s) in each: meas. added is a rough figure",
+                "{}: its timing phase stopped at its {} before the medians settled, {n} step(s) in each: a/b meas. is a rough figure",
                 r.label,
                 if stop == "time_cap" { "time cap" } else { "step cap" }
             );
