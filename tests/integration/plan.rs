@@ -949,3 +949,65 @@ fn issue75_a_program_that_already_checkpoints_is_planned_on_top() {
     )
     .is_ok());
 }
+
+/// Issue 75, the third program: timm's ViT-B/16 trained eagerly (`capture/corpus/programs/
+/// timm_vit_train.py`, bf16 autocast, AdamW, batch 96), planned from its capture without a plan
+/// (`sample_traces/plan/timm_vit`) and applied by `capture --plan` from the first step, every
+/// step with the plan (`sweep --budgets every-block,90%` on one H200, `capture/corpus/
+/// plan_step_time.sh timm`; the planned runs' manifests and the sweep's CSV in `measured/`).
+/// The truth: torch's `max_memory_allocated` over each planned run, and the same program with
+/// timm's own switch (`set_grad_checkpointing()`) run without steptrace: 2,587,660,800 B, the
+/// every-block plan's to the byte. The 90% plan's whole-run peak is within 1% of its prediction
+/// and under its budget; both step times within 10% of the program's own with the plan. The
+/// every-block peak is predicted 5.6% high (the backward of the last block, docs/planner.md):
+/// held to that here, so a change that widens it fails.
+#[test]
+fn issue75_timm_vit_plans_against_the_runs_with_them_and_timms_own_switch() {
+    const OWN_SWITCH_PEAK: i64 = 2_587_660_800;
+    let dir = "sample_traces/plan/timm_vit";
+    let (header, rows) = crate::common::csv(&root().join(dir).join("measured/sweep_budgets.csv"));
+    let row = |label: &str| -> std::collections::BTreeMap<String, String> {
+        let r = rows.iter().find(|r| r[0] == label).unwrap();
+        header.iter().cloned().zip(r.iter().cloned()).collect()
+    };
+    let every = plan(
+        dir,
+        &Options {
+            modules: Some(vec!["every-block".into()]),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(every.decisions.len(), 12);
+    let m = row("every-block");
+    let run_peak: i64 = m["run_peak_bytes"].parse().unwrap();
+    assert_eq!(
+        run_peak, OWN_SWITCH_PEAK,
+        "capture --plan against timm's switch"
+    );
+    let err = every.predicted_peak_bytes as f64 / run_peak as f64 - 1.0;
+    assert!((0.0..0.06).contains(&err), "every-block peak error {err}");
+    let budget = plan(
+        dir,
+        &Options {
+            budget: Some("90%".parse().unwrap()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let m90 = row("90%");
+    assert_eq!(
+        budget.budget_bytes,
+        Some(m90["budget_bytes"].parse().unwrap())
+    );
+    let run90: i64 = m90["run_peak_bytes"].parse().unwrap();
+    assert!(run90 <= budget.budget_bytes.unwrap(), "{m90:?}");
+    let err90 = (budget.predicted_peak_bytes as f64 / run90 as f64 - 1.0).abs();
+    assert!(err90 < 0.01, "90% peak error {err90}");
+    for (p, r) in [(&every, &m), (&budget, &m90)] {
+        assert_eq!(r["step_time_source"], "after_window");
+        let measured: f64 = r["measured_step_time_s"].parse().unwrap();
+        let e = (p.predicted_step_time_s / measured - 1.0).abs();
+        assert!(e < 0.10, "{}: step error {e}", r["budget"]);
+    }
+}
