@@ -959,8 +959,9 @@ fn issue75_a_program_that_already_checkpoints_is_planned_on_top() {
 /// timm's own switch (`set_grad_checkpointing()`) run without steptrace: 2,587,660,800 B, the
 /// every-block plan's to the byte. The 90% plan's whole-run peak is within 1% of its prediction
 /// and under its budget; both step times within 10% of the program's own with the plan. The
-/// every-block peak is predicted 5.6% high (the backward of the last block, docs/planner.md):
-/// held to that here, so a change that widens it fails.
+/// every-block peak is predicted 1.1% high: the base run held 28 MiB more than the planned one
+/// from the step's start (docs/planner.md). Before recomputed blocks were freed at their last
+/// backward use (the checkpoint keeps no reference) it was 5.6% high.
 #[test]
 fn issue75_timm_vit_plans_against_the_runs_with_them_and_timms_own_switch() {
     const OWN_SWITCH_PEAK: i64 = 2_587_660_800;
@@ -986,7 +987,7 @@ fn issue75_timm_vit_plans_against_the_runs_with_them_and_timms_own_switch() {
         "capture --plan against timm's switch"
     );
     let err = every.predicted_peak_bytes as f64 / run_peak as f64 - 1.0;
-    assert!((0.0..0.06).contains(&err), "every-block peak error {err}");
+    assert!((0.0..0.015).contains(&err), "every-block peak error {err}");
     let budget = plan(
         dir,
         &Options {
