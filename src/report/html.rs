@@ -267,9 +267,13 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
     }
     let phases = super::console::phase_parts(s, s.gpu_busy_s == 0.0);
     if !phases.is_empty() {
+        let mut line = phases.join(", ");
+        if let Some(n) = super::console::phase_sum_note(s) {
+            line.push_str(&format!(" ({n})"));
+        }
         rows.push(vec![
             "by phase, per iteration (wall time; GPU time)".into(),
-            phases.join(", "),
+            line,
         ]);
     }
     if let Some(p) = s.peak_allocated_bytes {
@@ -280,6 +284,15 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
                 "{} ({})",
                 s.peak_node.clone().unwrap_or_default(),
                 s.peak_iteration.clone().unwrap_or_default()
+            ),
+        ]);
+    }
+    if let Some(k) = s.backward_passes_per_iteration {
+        rows.push(vec![
+            "backward passes per iteration".into(),
+            format!(
+                "{k}: gradient accumulation over {k} micro-batches (or a step with {k} losses); per-node figures count each pass's nodes apart (#0 … #{})",
+                k - 1
             ),
         ]);
     }

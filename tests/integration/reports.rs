@@ -826,3 +826,42 @@ fn issue76_warnings_sit_under_the_summary_they_qualify() {
     assert!(!section.contains("<td>0.0 us</td>"), "{section}");
     assert!(html.contains("created (order)"));
 }
+
+/// Issue 76: the phases' medians are each taken over the iterations on their own, so they need
+/// not add up to the median step (ResNet-18: 44.85 ms against 42.0 ms); where they do not, the
+/// summary says so beside them, in the report and on the console alike.
+#[test]
+fn issue76_phase_medians_that_do_not_add_up_to_the_step_say_so() {
+    let (_d, out) = analyze(&root().join("sample_traces/resnet18"));
+    let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.out_dir.join("summary.json")).unwrap())
+            .unwrap();
+    let sum: f64 = s["time_by_phase"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t["wall_s"].as_f64().unwrap_or(0.0))
+        .sum::<f64>()
+        + s["between_phases_s"].as_f64().unwrap();
+    let step = s["step_time_instrumented_s"].as_f64().unwrap();
+    assert!((sum - step).abs() > 0.01 * step, "{sum} {step}");
+    let said = format!(
+        "add up to {} against the median iteration's {}",
+        steptrace::report::human_time(sum),
+        steptrace::report::human_time(step)
+    );
+    assert!(html.contains(&said), "{said}");
+    assert!(out.console.contains(&said), "{}", out.console);
+}
+
+/// Issue 76: a step of several micro-batches says so in report.html as on the console (HF's
+/// Trainer, gradient accumulation 4: the report's summary said nothing of it).
+#[test]
+fn issue76_the_report_says_how_many_backward_passes_a_step_holds() {
+    let (_d, out) = analyze(&root().join("sample_traces/corpus/hf_bert_accum"));
+    let html = std::fs::read_to_string(out.out_dir.join("report.html")).unwrap();
+    let want = "4: gradient accumulation over 4 micro-batches";
+    assert!(html.contains(want), "no {want}");
+    assert!(out.console.contains("4 backward passes per iteration"));
+}

@@ -146,8 +146,11 @@
         const y = (yMax * k) / 4;
         ctx.fillText(fmtBytes(Math.round(y)), 2, sy(y) + 4);
       }
+      // Ticks over real entries: the view starts one before the first (what was alive before
+      // the history began), which is no entry to name.
+      const lo = Math.max(x0, 0);
       for (let k = 0; k <= 5; k++) {
-        const x = x0 + ((x1 - x0) * k) / 5, t = timeAt(x);
+        const x = lo + ((x1 - lo) * k) / 5, t = timeAt(x);
         ctx.textAlign = k === 0 ? "left" : k === 5 ? "right" : "center";
         ctx.fillText("entry " + Math.round(x) + (t === null || t === undefined ? "" : " · " + t.toFixed(1) + " ms"), sx(x), H() - 6);
       }

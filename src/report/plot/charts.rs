@@ -174,39 +174,104 @@ where
         .iter()
         .map(|(x, y, name)| (c.backend_coord(&(*x as f64 + 1.0, *y)), name.as_str()))
         .collect();
-    place_labels(root, &at)?;
+    let drawn: Vec<&str> = ["forward", "backward", "optimizer", "zero_grad", "other"]
+        .into_iter()
+        .filter(|ph| d.points.iter().any(|p| p.2 == *ph))
+        .collect();
+    let plot = c.plotting_area().get_pixel_range();
+    place_labels(root, &at, Some(legend_box(root, plot, &drawn, false)?))?;
     legend(&mut c)?;
     Ok(())
 }
 
-/// Writes each name right of its point (pixels; left of it at the chart's right edge), a
-/// line lower where it would overprint a name written before it.
+/// Writes each name right of its point (pixels; left of it at the chart's right edge), on the
+/// nearest line where it overprints no name written before it and not the legend (`legend`: its box,
+/// [`legend_box`]).
 fn place_labels<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     at: &[((i32, i32), &str)],
+    legend: Option<Rect>,
 ) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
-    const LINE: i32 = 14;
     let style: TextStyle = ("sans-serif", 12).into();
     let right = root.dim_in_pixel().0 as i32 - 10;
-    let mut placed: Vec<(i32, i32, i32)> = Vec::new();
-    for &((x, y), name) in at {
-        let w = root.estimate_text_size(name, &style)?.0 as i32;
-        // Left of the point where the name would run off the chart.
-        let x = if x + 6 + w > right { x - 6 - w } else { x + 6 };
-        let mut y = y - LINE / 2;
-        while placed
-            .iter()
-            .any(|&(px, py, pw)| (y - py).abs() < LINE && x < px + pw && px < x + w)
-        {
-            y += LINE;
-        }
-        placed.push((x, y, w));
-        root.draw(&Text::new(name.to_owned(), (x, y), style.clone()))?;
+    let mut sized = Vec::with_capacity(at.len());
+    for &(p, name) in at {
+        sized.push((p, root.estimate_text_size(name, &style)?.0 as i32));
+    }
+    for (r, &(_, name)) in label_boxes(&sized, right, legend).iter().zip(at) {
+        root.draw(&Text::new(name.to_owned(), (r.0, r.1), style.clone()))?;
     }
     Ok(())
+}
+
+/// Where [`place_labels`] writes each name of width `w` for its point: right of it (left at
+/// the `right` edge), on its line or the nearest line below or above it where it meets no
+/// name placed before it and not `legend`.
+fn label_boxes(at: &[((i32, i32), i32)], right: i32, legend: Option<Rect>) -> Vec<Rect> {
+    const LINE: i32 = 14;
+    let mut placed: Vec<Rect> = legend.into_iter().collect();
+    let first = placed.len();
+    for &((x, y), w) in at {
+        let x = if x + 6 + w > right { x - 6 - w } else { x + 6 };
+        let free = |dy: i32| {
+            let r = Rect::new(x, y - LINE / 2 + dy, w, LINE);
+            (!placed.iter().any(|p| p.meets(&r))).then_some(r)
+        };
+        let r = (0..)
+            .find_map(|k: i32| free(k * LINE).or_else(|| free(-k * LINE)))
+            .expect("a free line: the names placed are finitely many");
+        placed.push(r);
+    }
+    placed.split_off(first)
+}
+
+/// A roofline ceiling's legend entry.
+fn ceiling_label(dtype: &str, tflops: f64) -> String {
+    format!("{dtype} peak {tflops:.0} TFLOP/s")
+}
+
+/// A box on the chart, pixels: left, top, width, height.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rect(i32, i32, i32, i32);
+
+impl Rect {
+    fn new(x: i32, y: i32, w: i32, h: i32) -> Self {
+        Rect(x, y, w, h)
+    }
+
+    /// Whether the two overlap.
+    fn meets(&self, o: &Rect) -> bool {
+        self.0 < o.0 + o.2 && o.0 < self.0 + self.2 && self.1 < o.1 + o.3 && o.1 < self.1 + self.3
+    }
+}
+
+/// Where the legend of `labels` goes at the plotting area's right middle (`lower`: its lower
+/// right), as plotters lays it out (the labels in a 14 px font, a 30 px marker column, 10 px
+/// margins), a few pixels wider all round: what the point names must keep out of.
+fn legend_box<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    plot: (std::ops::Range<i32>, std::ops::Range<i32>),
+    labels: &[&str],
+    lower: bool,
+) -> Result<Rect, DrawingAreaErrorKind<DB::ErrorType>> {
+    let style: TextStyle = ("sans-serif", 14).into();
+    let mut w = 0;
+    for l in labels {
+        w = w.max(root.estimate_text_size(l, &style)?.0 as i32);
+    }
+    // Measured on the ViT-B/16 sample's chart: 108 x 85 px for four entries.
+    let (w, h) = (w + 30 + 20, labels.len() as i32 * 18 + 14);
+    let (xs, ys) = plot;
+    let x = xs.end - 10 - w;
+    let y = if lower {
+        ys.end - 10 - h
+    } else {
+        (ys.start + ys.end) / 2 - h / 2
+    };
+    Ok(Rect::new(x - 2, y - 2, w + 4, h + 4))
 }
 
 /// The `n` points of most `value` named by `name`, the most first (ties: the first given).
@@ -429,7 +494,7 @@ where
                 xs.iter().map(|x| (*x, (x * bw).min(*p))),
                 color.stroke_width(2),
             ))?
-            .label(format!("{dt} peak {p:.0} TFLOP/s"))
+            .label(ceiling_label(dt, *p))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
     }
@@ -445,7 +510,21 @@ where
         .filter(|p| p.0 > 0.0 && p.1 > 0.0)
         .map(|(x, y, name)| (c.backend_coord(&(*x, *y)), name.as_str()))
         .collect();
-    place_labels(root, &at)?;
+    // The legend sits below the roofline, at the lower right.
+    let names: Vec<String> = match d.bandwidth_tbs {
+        Some(_) => d
+            .ceilings
+            .iter()
+            .map(|(dt, p)| ceiling_label(dt, *p))
+            .collect(),
+        None => Vec::new(),
+    };
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let plot = c.plotting_area().get_pixel_range();
+    let legend = (!names.is_empty())
+        .then(|| legend_box(root, plot, &names, true))
+        .transpose()?;
+    place_labels(root, &at, legend)?;
     legend_at(&mut c, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
@@ -480,6 +559,31 @@ pub fn mem_vs_rank_data(a: &Analysis, gpu_mem_bytes: Option<i64>) -> MemVsRank {
 
 #[cfg(test)]
 mod tests {
+
+    /// Issue 76: no point's name is written over another's or over the legend (ViT-B/16's
+    /// optimizer names sat against the legend at the right middle).
+    #[test]
+    fn issue76_point_names_keep_out_of_each_other_and_the_legend() {
+        let legend = Rect::new(900, 280, 200, 100);
+        let at = [
+            ((1190, 300), 150), // its name would sit on the legend
+            ((1190, 300), 150), // the same point twice: a line lower
+            ((100, 50), 200),
+            ((110, 52), 200), // overlapping the one before
+        ];
+        let boxes = label_boxes(&at, 1270, Some(legend));
+        assert_eq!(boxes.len(), at.len());
+        for (i, b) in boxes.iter().enumerate() {
+            assert!(!b.meets(&legend), "{b:?}");
+            for c in &boxes[..i] {
+                assert!(!b.meets(c), "{b:?} meets {c:?}");
+            }
+        }
+        // Left of its point at the right edge, right of it elsewhere.
+        assert_eq!(boxes[0].0, 1190 - 6 - 150);
+        assert_eq!(boxes[2].0, 106);
+    }
+
     use super::*;
 
     #[test]
