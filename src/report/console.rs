@@ -96,6 +96,36 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         )
     }
     o += &shape_lines(s);
+    o += &work_and_memory_lines(s);
+    if a.node_stats.is_empty() {
+        // An empty table would read as a step that did nothing; say where the operators are.
+        let ops = t
+            .kineto
+            .ops
+            .iter()
+            .filter(|op| op.kind == crate::model::kineto::OpKind::Op)
+            .count();
+        o += &format!(
+            "\nno operator runs inside the profiled iterations ({}): the trace's {ops} operator(s) all lie outside them\n",
+            s.iteration_labels.join(", ")
+        );
+    } else if super::nodes_without_gpu_time(&a.node_stats) {
+        cpu_table(&mut o, a, top);
+    } else {
+        gpu_table(&mut o, a, top);
+    }
+    if s.peak_allocated_bytes.is_none() {
+        // No memory events: a table of zeros would read as "nothing allocated".
+        by_mem_table_skipped(&mut o);
+        return finish_console(o, diag);
+    }
+    mem_table(&mut o, a, top);
+    finish_console(o, diag)
+}
+
+/// The step's FLOPs, what its peak holds by category, and how many activations were found.
+fn work_and_memory_lines(s: &crate::analysis::Summary) -> String {
+    let mut o = String::new();
     if s.flops_counted() && s.flops_per_iteration == 0 {
         // Shapes were recorded, but no op the step runs has a FLOP formula (copies, views,
         // collectives, autograd nodes without their aten ops): a true zero, said as one.
@@ -131,30 +161,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             }
         );
     }
-    if a.node_stats.is_empty() {
-        // An empty table would read as a step that did nothing; say where the operators are.
-        let ops = t
-            .kineto
-            .ops
-            .iter()
-            .filter(|op| op.kind == crate::model::kineto::OpKind::Op)
-            .count();
-        o += &format!(
-            "\nno operator runs inside the profiled iterations ({}): the trace's {ops} operator(s) all lie outside them\n",
-            s.iteration_labels.join(", ")
-        );
-    } else if super::nodes_without_gpu_time(&a.node_stats) {
-        cpu_table(&mut o, a, top);
-    } else {
-        gpu_table(&mut o, a, top);
-    }
-    if s.peak_allocated_bytes.is_none() {
-        // No memory events: a table of zeros would read as "nothing allocated".
-        by_mem_table_skipped(&mut o);
-        return finish_console(o, diag);
-    }
-    mem_table(&mut o, a, top);
-    finish_console(o, diag)
+    o
 }
 
 /// The nodes that took the most CPU time, where no node has GPU time.

@@ -191,16 +191,7 @@ pub fn write_into(
 ) -> Result<Vec<(String, f64)>, Error> {
     use rayon::prelude::*;
     if opts.annotated_trace {
-        let dest = out.path().join(annotated::file_name(t));
-        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => false,
-        };
-        if same(&dest, &t.kineto.path) {
-            return Err(Error::WouldReplaceInput {
-                path: t.kineto.path.clone(),
-            });
-        }
+        refuse_to_replace_input(&out.path().join(annotated::file_name(t)), t)?;
     }
     let clearing = out.clear_previous(&t.kineto.path);
     let dir = out.path().to_path_buf();
@@ -302,32 +293,51 @@ pub fn write_into(
             .zip(svgs)
             .filter_map(|(j, s)| Some((j.name(), s.into_inner().ok()??)))
             .collect();
-        // A run with a memory snapshot: its whole history, interactively.
-        let view = t
-            .snapshot
-            .as_ref()
-            .zip(a.snapshot_history.as_ref())
-            .map(|(s, h)| {
-                let makers: Vec<Vec<Option<String>>> = h
-                    .makers
-                    .iter()
-                    .map(|d| {
-                        d.iter()
-                            .map(|&n| {
-                                let n = a.step.nodes.get(n?)?;
-                                Some(format!("{}, iteration {}", n.name, n.iteration))
-                            })
-                            .collect()
-                    })
-                    .collect();
-                snapshot_view::section(s, &h.analysis, &makers)
-            });
+        let view = snapshot_section(t, a);
         html::write(dir, &svgs, a, diag, view)?;
         times.push(("report.html".into(), t0.elapsed().as_secs_f64()));
     }
     out.commit()?;
     times.push(("renamed into place".into(), t0.elapsed().as_secs_f64()));
     Ok(times)
+}
+
+/// An error where the annotated trace `dest` is the input trace itself (an analysis of an
+/// annotated trace into the folder it came from), which writing would destroy.
+fn refuse_to_replace_input(dest: &Path, t: &Trace) -> Result<(), Error> {
+    let same = match (dest.canonicalize(), t.kineto.path.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    };
+    if same {
+        return Err(Error::WouldReplaceInput {
+            path: t.kineto.path.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The memory view of a run with a snapshot: its whole history, interactively, each
+/// allocation named by the node that made it where one did.
+fn snapshot_section(t: &Trace, a: &Analysis) -> Option<String> {
+    t.snapshot
+        .as_ref()
+        .zip(a.snapshot_history.as_ref())
+        .map(|(s, h)| {
+            let makers: Vec<Vec<Option<String>>> = h
+                .makers
+                .iter()
+                .map(|d| {
+                    d.iter()
+                        .map(|&n| {
+                            let n = a.step.nodes.get(n?)?;
+                            Some(format!("{}, iteration {}", n.name, n.iteration))
+                        })
+                        .collect()
+                })
+                .collect();
+            snapshot_view::section(s, &h.analysis, &makers)
+        })
 }
 
 fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {

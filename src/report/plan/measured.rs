@@ -300,15 +300,24 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
             pct_text(r.same_run_step_error_pct()),
         ]);
     }
+    o + &budget_sweep_notes(b.step_time_source, runs, ab)
+}
+
+/// The notes under [`budget_sweep_table`]: which steps each step time was timed over, what the
+/// A/B columns are where shown, timing phases that hit a cap, and each budget against every
+/// block.
+fn budget_sweep_notes(base_source: &str, runs: &[PlannedRun<'_>], ab: bool) -> String {
+    let mut o = String::new();
+    let dash = || "-".to_owned();
     let _ = writeln!(
         o,
         "meas. step: the program's own step time {}, every step with the plan; pred. step: the plan's, from the run without a plan; \
          meas. peak: over the profiled steps; run peak: torch's max_memory_allocated over the whole run, which `fits` reads where it is known",
-        timed_over(b.step_time_source)
+        timed_over(base_source)
     );
     for r in runs {
         let source = r.measured.summary.step_time_source;
-        if source != b.step_time_source {
+        if source != base_source {
             let _ = writeln!(o, "{}: its step time is {}", r.label, timed_over(source));
         }
     }

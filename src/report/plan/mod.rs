@@ -179,61 +179,69 @@ pub fn write(dir: &Path, p: &Plan, plots: bool) -> Result<Vec<PathBuf>, Error> {
     }
 
     if plots {
-        if let Some(tl) = &p.timeline {
-            let d = plot::write_xy(
-                &dir.join("plan_memory_timeline"),
-                &format!(
-                    "{}: allocated memory, measured and with the plan",
-                    tl.iteration
-                ),
-                "ms from the iteration's start",
-                "allocated MiB",
-                &[
-                    ("measured".to_owned(), tl.measured.clone()),
-                    ("with the plan".to_owned(), tl.planned.clone()),
-                ],
-            )?;
-            files.extend(d.files);
-        }
-        let (unit, unit_name) = peak_unit(p.measured_peak_bytes);
-        let greedy: Vec<(f64, f64)> = p
-            .curve
-            .iter()
-            .map(|c| (c.peak_bytes as f64 / unit, c.step_time_s * 1e3))
-            .collect();
-        let mut series = vec![("plan, decision by decision".to_owned(), greedy)];
-        if let Some(first) = p.curve.first() {
-            series.push((
-                "no checkpointing".to_owned(),
-                vec![(first.peak_bytes as f64 / unit, first.step_time_s * 1e3)],
-            ));
-        }
-        if let Some(e) = &p.every_block {
-            series.push((
-                e.label.clone(),
-                vec![(e.peak_bytes as f64 / unit, e.step_time_s * 1e3)],
-            ));
-        }
-        if let Some(b) = p.budget_bytes {
-            let ys: Vec<f64> = p.curve.iter().map(|c| c.step_time_s * 1e3).collect();
-            let (lo, hi) = ys
-                .iter()
-                .fold((f64::MAX, f64::MIN), |(l, h), &y| (l.min(y), h.max(y)));
-            series.push((
-                "budget".to_owned(),
-                vec![(b as f64 / unit, lo), (b as f64 / unit, hi)],
-            ));
-        }
+        files.extend(write_plots(dir, p)?);
+    }
+    folder.finish()?;
+    Ok(files)
+}
+
+/// The plan's two plots in `dir`: the predicted memory timeline against the measured one, and
+/// the budget curve (predicted step time against peak); returns the files written.
+fn write_plots(dir: &Path, p: &Plan) -> Result<Vec<PathBuf>, Error> {
+    let mut files = Vec::new();
+    if let Some(tl) = &p.timeline {
         let d = plot::write_xy(
-            &dir.join("plan_budget_curve"),
-            "predicted step time against peak memory",
-            &format!("predicted peak {unit_name}"),
-            "predicted step ms",
-            &series,
+            &dir.join("plan_memory_timeline"),
+            &format!(
+                "{}: allocated memory, measured and with the plan",
+                tl.iteration
+            ),
+            "ms from the iteration's start",
+            "allocated MiB",
+            &[
+                ("measured".to_owned(), tl.measured.clone()),
+                ("with the plan".to_owned(), tl.planned.clone()),
+            ],
         )?;
         files.extend(d.files);
     }
-    folder.finish()?;
+    let (unit, unit_name) = peak_unit(p.measured_peak_bytes);
+    let greedy: Vec<(f64, f64)> = p
+        .curve
+        .iter()
+        .map(|c| (c.peak_bytes as f64 / unit, c.step_time_s * 1e3))
+        .collect();
+    let mut series = vec![("plan, decision by decision".to_owned(), greedy)];
+    if let Some(first) = p.curve.first() {
+        series.push((
+            "no checkpointing".to_owned(),
+            vec![(first.peak_bytes as f64 / unit, first.step_time_s * 1e3)],
+        ));
+    }
+    if let Some(e) = &p.every_block {
+        series.push((
+            e.label.clone(),
+            vec![(e.peak_bytes as f64 / unit, e.step_time_s * 1e3)],
+        ));
+    }
+    if let Some(b) = p.budget_bytes {
+        let ys: Vec<f64> = p.curve.iter().map(|c| c.step_time_s * 1e3).collect();
+        let (lo, hi) = ys
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), &y| (l.min(y), h.max(y)));
+        series.push((
+            "budget".to_owned(),
+            vec![(b as f64 / unit, lo), (b as f64 / unit, hi)],
+        ));
+    }
+    let d = plot::write_xy(
+        &dir.join("plan_budget_curve"),
+        "predicted step time against peak memory",
+        &format!("predicted peak {unit_name}"),
+        "predicted step ms",
+        &series,
+    )?;
+    files.extend(d.files);
     Ok(files)
 }
 
