@@ -4,13 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::candidates::{held_inputs, under, Held};
 use super::queue::Work;
 use super::sim::{Added, Key};
+use super::under;
 use super::Overheads;
 use crate::analysis::liveness;
 use crate::analysis::memory::{Category, Memory};
-use crate::analysis::step::Phase;
+use crate::analysis::step::{Phase, Step};
 use crate::model::{Trace, EVALUATE_FUNCTION};
 
 /// What acting on one call of a module changes in its iteration.
@@ -420,4 +420,64 @@ fn added_work(
         });
     }
     (rw, sw)
+}
+
+/// A block that checkpointing a module keeps alive past its measured free: non-reentrant
+/// `torch.utils.checkpoint` holds the module's forward arguments until the module's backward
+/// is done, so an input the rest of the model frees early (a LayerNorm's output that only a
+/// cast read) lives on until then. Two modules holding one block hold it until the later of
+/// their ends, never twice ([`Evaluator::added`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Held {
+    pub(super) block: usize,
+    /// Its measured free, ns.
+    pub(super) from: i64,
+    /// The module's last autograd node's end, ns.
+    pub(super) until: i64,
+    pub(super) bytes: i64,
+}
+
+/// What a recompute of the module whose forward nodes are `fwd` keeps alive longer: the
+/// blocks its forward reads that were made earlier in the iteration (`start`, before the
+/// module's forward began at `fs`) and freed before the module's backward (`bw_spans`, its
+/// autograd nodes as they ran) ends. Parameters, gradients, optimizer state and workspaces
+/// outlive the step anyway.
+pub(super) fn held_inputs(
+    step: &Step,
+    mem: &Memory,
+    ids: &liveness::Identities,
+    fwd: &[usize],
+    (start, fs): (i64, i64),
+    bw_spans: &[(i64, i64)],
+) -> Vec<Held> {
+    let Some(until) = bw_spans.iter().map(|s| s.1).max() else {
+        return Vec::new();
+    };
+    let mut held: BTreeMap<usize, Held> = BTreeMap::new();
+    for &ni in fwd {
+        for &s in &ids.uses.reads[ni] {
+            let Some(bi) = ids.block_read(step, mem, ni, s) else {
+                continue;
+            };
+            let b = &mem.blocks[bi];
+            let kept = matches!(
+                b.category,
+                Category::Activation | Category::Temporary | Category::Input
+            );
+            match b.free {
+                Some(from)
+                    if kept && start <= b.alloc && b.alloc < fs && fs <= from && from < until =>
+                {
+                    held.entry(bi).or_insert(Held {
+                        block: bi,
+                        from,
+                        until,
+                        bytes: b.size,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    held.into_values().collect()
 }

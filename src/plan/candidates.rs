@@ -2,9 +2,8 @@
 //! events each action adds to each profiled iteration's measured memory, the time it adds,
 //! and the blocks it drops; the "every block" class users would checkpoint by hand.
 
-use super::call::{calls, one_call, CallEffects, Ctx, EvalFns, FwdSeqOp};
+use super::call::{calls, one_call, CallEffects, Ctx, EvalFns, FwdSeqOp, Held};
 use super::*;
-use crate::analysis::memory::Memory;
 use crate::analysis::step::Step;
 
 /// A module that can be planned: its forward nodes and what acting on it changes, per
@@ -31,38 +30,12 @@ pub(super) struct Candidate {
     pub(super) composite: bool,
 }
 
-/// A block that checkpointing a module keeps alive past its measured free: non-reentrant
-/// `torch.utils.checkpoint` holds the module's forward arguments until the module's backward
-/// is done, so an input the rest of the model frees early (a LayerNorm's output that only a
-/// cast read) lives on until then. Two modules holding one block hold it until the later of
-/// their ends, never twice ([`Evaluator::added`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Held {
-    pub(super) block: usize,
-    /// Its measured free, ns.
-    pub(super) from: i64,
-    /// The module's last autograd node's end, ns.
-    pub(super) until: i64,
-    pub(super) bytes: i64,
-}
-
 pub(super) struct Iter {
     pub(super) label: String,
     pub(super) start: i64,
     pub(super) measured: Measured,
     /// Its launches, for the step model.
     pub(super) lane: Lane,
-}
-
-pub(super) fn depth_of(path: &str) -> usize {
-    path.matches('/').count()
-}
-
-pub(super) fn under(module: &str, path: &str) -> bool {
-    module == path
-        || (module.len() > path.len()
-            && module.starts_with(path)
-            && module.as_bytes()[path.len()] == b'/')
 }
 
 /// Whether `c` sits inside another module of its class name: instances of a block class stand
@@ -383,51 +356,6 @@ impl PerIteration {
         }
         (!r.dropped_bytes.is_empty()).then_some(r)
     }
-}
-
-/// What a recompute of the module whose forward nodes are `fwd` keeps alive longer: the
-/// blocks its forward reads that were made earlier in the iteration (`start`, before the
-/// module's forward began at `fs`) and freed before the module's backward (`bw_spans`, its
-/// autograd nodes as they ran) ends. Parameters, gradients, optimizer state and workspaces
-/// outlive the step anyway.
-pub(super) fn held_inputs(
-    step: &Step,
-    mem: &Memory,
-    ids: &liveness::Identities,
-    fwd: &[usize],
-    (start, fs): (i64, i64),
-    bw_spans: &[(i64, i64)],
-) -> Vec<Held> {
-    let Some(until) = bw_spans.iter().map(|s| s.1).max() else {
-        return Vec::new();
-    };
-    let mut held: BTreeMap<usize, Held> = BTreeMap::new();
-    for &ni in fwd {
-        for &s in &ids.uses.reads[ni] {
-            let Some(bi) = ids.block_read(step, mem, ni, s) else {
-                continue;
-            };
-            let b = &mem.blocks[bi];
-            let kept = matches!(
-                b.category,
-                Category::Activation | Category::Temporary | Category::Input
-            );
-            match b.free {
-                Some(from)
-                    if kept && start <= b.alloc && b.alloc < fs && fs <= from && from < until =>
-                {
-                    held.entry(bi).or_insert(Held {
-                        block: bi,
-                        from,
-                        until,
-                        bytes: b.size,
-                    });
-                }
-                _ => {}
-            }
-        }
-    }
-    held.into_values().collect()
 }
 
 /// Blocks the decisions drop, per iteration: each at most once (a plan never counts a tensor

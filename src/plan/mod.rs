@@ -372,6 +372,19 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     })
 }
 
+/// How deep a module path is: its number of `/`.
+pub(super) fn depth_of(path: &str) -> usize {
+    path.matches('/').count()
+}
+
+/// Whether `module` is `path` or inside it, on whole names (`Block_10` is not in `Block_1`).
+pub(super) fn under(module: &str, path: &str) -> bool {
+    module == path
+        || (module.len() > path.len()
+            && module.starts_with(path)
+            && module.as_bytes()[path.len()] == b'/')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! time by re-simulating every profiled iteration, μ-TWO's greedy search over it, and the
 //! plans a user names.
 
+use super::call::Held;
 use super::*;
 
 /// A module and what is done with it.
