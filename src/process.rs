@@ -25,7 +25,7 @@ pub(crate) fn keep_freed_memory() {
 /// snapshots alone: the snapshot reader's tables are large and short-lived, and on the 2-core
 /// machine a 1 GB snapshot (`gen_snapshot.py --reuse-addresses`) took 9.5 s with the heap on
 /// huge pages (more than half of it the kernel zeroing them) against 5.6 s without, and 7.3
-/// against 4.6 s with the reader before it (one run each, 2026-11-27).
+/// against 4.6 s with the reader before it (one run each).
 pub(crate) fn reads_traces(command: &cli::Command) -> bool {
     use cli::Command as C;
     match command {
@@ -44,9 +44,8 @@ const HUGE_PAGE_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=67
 /// huge pages. glibc reads `GLIBC_TUNABLES` only as a process starts, and setting the same
 /// from inside (advising the heap from a global allocator) needs a single arena, which on 16
 /// cores doubled the analysis stage on lock contention. nanoGPT `train.py`'s real 178 MB trace,
-/// default command, alternating rounds against `glibc.malloc.hugetlb=0` (2026-11-30,
-/// `benches/results/heap_huge_pages_1130/`): 0.207 against 0.243 s on the 2-core machine (15
-/// rounds), 0.186 against 0.213 s at 16 threads on the GPU machine's CPU (10 rounds); on the
+/// default command, alternating rounds against `glibc.malloc.hugetlb=0`: 0.207 against
+/// 0.243 s on the 2-core machine (15 rounds), 0.186 against 0.213 s at 16 threads on the GPU machine's CPU (10 rounds); on the
 /// 255 MB benchmark trace, page faults 41k → 5k, peak RSS 163 → 183 MB (huge pages are backed
 /// whole). Not every series gains: docs/performance.md, "Process".
 ///
@@ -100,11 +99,11 @@ pub(crate) fn huge_pages_for_the_heap() {
 /// (Debian 12's) checks the kernel's mode (`__malloc_thp_mode`) by comparing the 23 bytes it
 /// read from `/sys/kernel/mm/transparent_hugepage/enabled` as a string it never ended, so the
 /// byte after them on the stack decides, and it moves with address randomisation: on the
-/// 2-core machine (2026-11-30) the tunable took in 13 of 40 runs of one build and 17 of 20 of
+/// 2-core machine the tunable took in 13 of 40 runs of one build and 17 of 20 of
 /// the next. Later glibc ends the string (2.39 on the GPU machine took it in 20 of 20). At 13
 /// in 40, one run in 110 is left without it after 12 tries. Each try is an exec: a command
 /// that fails at once took 3.9 ms with one and 2.2 ms with none (`perf stat -r 30`), and 5.7-6.7
-/// ms with the tries (2.1 ms with none; two series of `perf stat -r 40`, 2026-11-30).
+/// ms with the tries (2.1 ms with none; two series of `perf stat -r 40`).
 const HUGE_PAGE_EXECS: usize = 12;
 
 /// How many times [`huge_pages_for_the_heap`] has run the program: the copies of its tunables

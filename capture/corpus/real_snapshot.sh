@@ -4,8 +4,7 @@
 # stand-in tokens as make_data.py writes them) under torch.cuda.memory._record_memory_history(), dumped
 # with torch's own _dump_snapshot after SECONDS (default 180) of training. Then, on the same machine and
 # file: `steptrace analyze SNAPSHOT` (twice), Python's pickle.load, and torch's
-# `_memory_viz stats`, each timed with its peak RSS (benches/results/LOG.md, "A real snapshot:
-# nanoGPT's train.py").
+# `_memory_viz stats`, each timed with its peak RSS (docs/performance.md, "Memory snapshots").
 #
 #   bash capture/corpus/real_snapshot.sh OUT_DIR [SECONDS]     (on the GPU machine)
 # Needs target/release/steptrace and .corpus/src/nanoGPT (the device's carried copies).

@@ -7,7 +7,6 @@
 #   (on the GPU machine)
 # Needs .corpus/src/nanoGPT and .corpus/bin/steptrace_<variant>.xz (builds without Parquet,
 # stripped, carried to the device); writes timings.txt, diff.txt and the file's size to $OUT.
-# Results: benches/results/real_snapshot_nanogpt_1128/.
 set -euo pipefail
 SECS=${1:-150}
 VARIANTS=${VARIANTS:-new base}

@@ -16,7 +16,7 @@ use std::io::{self, Read, Write};
 /// 2 MiB members, 18.54 MB in 4 MiB ones, 18.65 MB in 1 MiB ones), small enough that a reader
 /// parsing a member a task keeps many cores busy: `analyze` (lean) of that trace on 16 cores
 /// took 0.152 s in 2 MiB members against 0.175 s in 4 MiB ones (plain 0.131 s), on 8 cores
-/// 0.177 against 0.206 s, and the same on 2 (docs/performance.md, "Member size").
+/// 0.177 against 0.206 s, and the same on 2 (docs/performance.md, "Reading and parsing": capture's members).
 pub const PIECE: usize = 2 << 20;
 
 /// The subfield id in each member's extra field.
@@ -139,7 +139,7 @@ pub fn member(piece: &[u8], level: u32) -> Vec<u8> {
         }
     }
     // crc32fast, not flate2's `Crc` (zlib-rs's here): 35-37 against 6 GB/s on the 2-core
-    // machine (benches/inflate_backends/examples/crc_speed.rs, 2026-11-30).
+    // machine (benches/inflate_backends/examples/crc_speed.rs).
     out.extend_from_slice(&crc32fast::hash(piece).to_le_bytes());
     out.extend_from_slice(&(piece.len() as u32).to_le_bytes());
     let len = out.len() as u32;

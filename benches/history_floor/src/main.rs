@@ -23,8 +23,7 @@
 //! `stream` is `grammar2` with its records handed in batches of 8,192 to a thread that replays
 //! them (a block's bytes from its `alloc` to its `free_completed`) as they come, none kept:
 //! the two-thread shape of a reader built on the grammar.
-//! Every mode prints the same records' hash and replayed peak; see
-//! benches/results/history_floor_grammar_1129.
+//! Every mode prints the same records' hash and replayed peak.
 use rustc_hash::FxHashMap;
 use std::time::Instant;
 

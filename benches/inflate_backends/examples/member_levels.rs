@@ -2,7 +2,7 @@
 //! pays: each setting's compress time (one thread), size, and libdeflate's inflate time of
 //! every member, into one reused buffer (as `analyze` reads members).
 //!   cargo run --release --example member_levels -- TRACE.json [ROUNDS [MEMBER_KIB]]
-//! Results and what they decided: docs/performance.md, "Members' compression level".
+//! Results and what they decided: docs/performance.md, "Reading and parsing" (capture's members).
 use libdeflate_sys as ld;
 use std::time::Instant;
 

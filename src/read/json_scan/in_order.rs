@@ -2,7 +2,7 @@
 //! torch writes `.json.gz`) inflated on a thread of its own into a few buffers used again and
 //! again. Inflating a 255 MB stream into one buffer of the whole text's size wrote 255 MB of
 //! fresh pages (0.27-0.29 s with zlib-rs on the 2-core machine, against 0.15-0.16 s into a
-//! reused buffer of a few MiB: docs/performance.md, "Decisions, by stage": `.gz`), and held
+//! reused buffer of a few MiB: docs/performance.md, "Reading and parsing": one gzip stream), and held
 //! the text whole until the parse ended.
 //!
 //! Each window is parsed as soon as it arrives, on the rayon pool, from its first guessed

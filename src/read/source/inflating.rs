@@ -4,7 +4,7 @@
 //! text is never held whole. A few buffers serve every window, so the inflate writes into
 //! memory already faulted in and in cache: into one buffer of the whole text's size, zlib-rs
 //! took 0.27-0.29 s for the 255 MB benchmark trace's stream, into a reused one 0.15-0.16 s
-//! (docs/performance.md, "Decisions, by stage": `.gz`). zlib's block-at-a-time inflate (`Z_BLOCK`)
+//! (docs/performance.md, "Reading and parsing": one gzip stream). zlib's block-at-a-time inflate (`Z_BLOCK`)
 //! also says where each deflate block starts, so the annotated trace can keep the input's
 //! compressed stream up to the block where its events go in and compress only the rest (as
 //! zlib's `gzappend` does), instead of compressing the whole text again; the text after
@@ -24,7 +24,7 @@ use crate::read::json_scan::{InOrder, Msg, Producer, Window};
 
 /// Each window's own text: the parse's piece, as for a plain trace (2 MiB). 4 MiB windows
 /// held more (peak RSS on nanoGPT's 28 MB trace as torch wrote it 95 against 84 MB, on the
-/// 255 MB trace 248 against 222 MB) and were no faster (9 interleaved runs each, 2026-11-29).
+/// 255 MB trace 248 against 222 MB) and were no faster (9 interleaved runs each).
 const WINDOW: usize = 2 << 20;
 /// What a window carries of the next one's text, for a piece that reads past its own end.
 const MARGIN: usize = crate::read::json_scan::WINDOW_MARGIN;

@@ -1,9 +1,8 @@
 //! A file capture wrote (gzip members that say their sizes, [`steptrace_formats::gzip_members`])
 //! read a member at a time: the parse inflates each member into a buffer of its thread's own
 //! and reads it there, so the text is never held whole. Held whole, a 255 MB trace's text took
-//! 255 MB of fresh pages, whose faults were 0.1-0.3 s of kernel time on the 2-core machine
-//! (benches/results/LOG.md, "Compressed inputs (2026-11-28)"); a buffer reused for each member
-//! is faulted in once.
+//! 255 MB of fresh pages, whose faults were 0.1-0.3 s of kernel time on the 2-core machine; a
+//! buffer reused for each member is faulted in once.
 //!
 //! What is read of the text outside the events array (the header before it, the members after
 //! it) is kept at its own offsets in a mapping of the whole text's length ([`MemberText::into_bytes`]):

@@ -17,7 +17,7 @@
 //! On 2 cores the reader's thread bounds a GB snapshot's read; the path this replaced
 //! (entries decoded on the thread ahead, then resolved and applied here with every table
 //! effect of the loop) cost that thread about 2,200 instructions an entry
-//! (docs/performance.md, "Snapshots").
+//! (docs/performance.md, "Snapshot reader").
 
 use std::cell::Cell;
 
