@@ -7,3 +7,6 @@
 
 pub mod gzip_members;
 pub mod plan;
+pub mod step_time;
+
+pub use step_time::StepTimeSource;

@@ -179,7 +179,7 @@ pub struct Plan {
     /// Which step time that is: the program's own (`timing_phase`, `after_window`) or the
     /// profiled one (`instrumented`).
     #[serde(default)]
-    pub step_time_source: String,
+    pub step_time_source: crate::StepTimeSource,
     /// Where liveness comes from (`execution_trace` or `memory_events`).
     #[serde(default)]
     pub liveness_source: String,

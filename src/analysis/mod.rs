@@ -69,7 +69,7 @@ pub struct Summary {
     pub step_time_instrumented_s: f64,
     /// Where `step_time_s` comes from: `after_window` (capture timed the steps after its window,
     /// the rest of the run), `timing_phase` (steps before the window) or `instrumented`.
-    pub step_time_source: &'static str,
+    pub step_time_source: steptrace_formats::StepTimeSource,
     /// `step_time_instrumented_s / step_time_s`, when the program's own time is known.
     pub profiler_overhead: Option<f64>,
     /// A planned capture's timing phase with steps alternating with and without the plan.
@@ -320,7 +320,7 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         nodes_per_iteration: node_stats.len(),
         step_time_s: times.median_s,
         step_time_instrumented_s: times.median_s,
-        step_time_source: "instrumented",
+        step_time_source: steptrace_formats::StepTimeSource::Instrumented,
         profiler_overhead: None,
         plan_timed_both_ways: None,
         host_lead_s: None,

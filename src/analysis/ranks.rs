@@ -73,7 +73,9 @@ impl RankResult {
             step_time_s: s.step_time_s,
             step_time_instrumented_s: s.step_time_instrumented_s,
             step_times_s: s.step_times_s.clone(),
-            profiler_cost_s: (s.step_time_source != "instrumented")
+            profiler_cost_s: s
+                .step_time_source
+                .is_programs_own()
                 .then(|| (s.step_time_instrumented_s - s.step_time_s).max(0.0)),
             own_optimizer_step_s: s.optimizer_step_host_s,
             gpu: s.gpu_breakdown,

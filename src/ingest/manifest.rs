@@ -8,6 +8,7 @@ pub use crate::model::tables::run::*;
 use steptrace_capture::finalize::{Timing, TimingSource};
 /// The manifest's one definition, shared with capture, which writes it.
 pub(super) use steptrace_capture::Manifest;
+use steptrace_formats::StepTimeSource;
 
 /// The program's own step time from a rank's `timing` in the manifest.
 pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
@@ -44,7 +45,10 @@ pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
     };
     Some(ProgramStepTime {
         ns: secs_to_ns(step_time_s)?,
-        source: t.source.as_str(),
+        source: match t.source {
+            TimingSource::AfterWindow => StepTimeSource::AfterWindow,
+            TimingSource::TimingPhase => StepTimeSource::TimingPhase,
+        },
         unsettled,
         plan_ab,
         host_lead_s: phase

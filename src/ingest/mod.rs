@@ -272,7 +272,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                         .and_then(secs_to_ns)
                         .map(|ns| ProgramStepTime {
                             ns,
-                            source: "timing_phase",
+                            source: steptrace_formats::StepTimeSource::TimingPhase,
                             unsettled: None,
                             plan_ab: None,
                             host_lead_s: None,
@@ -492,6 +492,7 @@ fn side_file<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use steptrace_formats::StepTimeSource;
 
     #[test]
     fn classifies_file_names() {
@@ -564,7 +565,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             (t.ns, t.source, t.unsettled),
-            (11_000_000, "after_window", None)
+            (11_000_000, StepTimeSource::AfterWindow, None)
         );
         // The same phase reported as the figure.
         let dir = run_dir(&format!(
@@ -574,7 +575,7 @@ mod tests {
             .unwrap()
             .program_step_time
             .unwrap();
-        assert_eq!(t.source, "timing_phase");
+        assert_eq!(t.source, StepTimeSource::TimingPhase);
         assert_eq!(t.unsettled, Some(("step_cap".to_owned(), 20)));
         // Manifests written before the after-window timing: the phase's fields at the top.
         let dir = run_dir(phase);
@@ -586,7 +587,7 @@ mod tests {
             (t.ns, t.source, t.unsettled),
             (
                 12_000_000,
-                "timing_phase",
+                StepTimeSource::TimingPhase,
                 Some(("step_cap".to_owned(), 20))
             )
         );

@@ -82,7 +82,9 @@ pub(super) fn rates(
 ) -> (Rates, &'static str) {
     let s = &a.summary;
     let (host_lead_s, cpu_scale) = host_clock(
-        (s.step_time_source != "instrumented").then_some(s.step_time_s),
+        s.step_time_source
+            .is_programs_own()
+            .then_some(s.step_time_s),
         s.step_time_instrumented_s,
         s.host_lead_s,
     );

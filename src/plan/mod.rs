@@ -350,7 +350,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         host_lead_s: rates.host_lead_s,
         measured_peak_bytes: measured_peak,
         measured_step_time_s: base_step,
-        step_time_source: s.step_time_source.into(),
+        step_time_source: s.step_time_source,
         liveness_source: if ids.is_some() {
             "execution_trace"
         } else {

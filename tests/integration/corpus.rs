@@ -66,7 +66,7 @@ fn corpus_captures_match_torchs_own_peak_flops_and_the_timed_step() {
         );
         // The rest of the run when enough steps ran after the window (docs/capture.md).
         assert_eq!(
-            s.step_time_source,
+            s.step_time_source.as_str(),
             r0["timing"]["source"].as_str().unwrap_or("timing_phase"),
             "{d:?}"
         );

@@ -28,9 +28,9 @@ pub struct ProgramStepTime {
     /// Step time, ns: the mean over the steps after the window (outliers left out), or the
     /// timing phase's median (`source`).
     pub ns: i64,
-    /// Which steps were timed: `after_window` (the rest of the run) or `timing_phase` (steps
-    /// before the window).
-    pub source: &'static str,
+    /// Which steps were timed: after the window (the rest of the run) or the timing phase
+    /// (steps before the window).
+    pub source: steptrace_formats::StepTimeSource,
     /// Why a timing phase the figure comes from ended before its median settled (`step_cap`,
     /// `time_cap`), with the steps in the median: the figure is then a rough one.
     pub unsettled: Option<(String, usize)>,

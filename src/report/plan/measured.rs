@@ -179,11 +179,12 @@ fn error_pct(predicted: f64, measured: f64) -> Option<f64> {
 }
 
 /// Which steps a step time was timed over, for the table's notes.
-fn timed_over(source: &str) -> &'static str {
+fn timed_over(source: steptrace_formats::StepTimeSource) -> &'static str {
+    use steptrace_formats::StepTimeSource as S;
     match source {
-        "after_window" => "over the steps after the window",
-        "timing_phase" => "over the timing phase before the window (too few steps after it)",
-        _ => "under the profiler (no step timed without it)",
+        S::AfterWindow => "over the steps after the window",
+        S::TimingPhase => "over the timing phase before the window (too few steps after it)",
+        S::Instrumented => "under the profiler (no step timed without it)",
     }
 }
 
@@ -306,7 +307,11 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
 /// The notes under [`budget_sweep_table`]: which steps each step time was timed over, what the
 /// A/B columns are where shown, timing phases that hit a cap, and each budget against every
 /// block.
-fn budget_sweep_notes(base_source: &str, runs: &[PlannedRun<'_>], ab: bool) -> String {
+fn budget_sweep_notes(
+    base_source: steptrace_formats::StepTimeSource,
+    runs: &[PlannedRun<'_>],
+    ab: bool,
+) -> String {
     let mut o = String::new();
     let dash = || "-".to_owned();
     let _ = writeln!(
@@ -423,7 +428,7 @@ pub fn write_budget_sweep(
                 .text(flag(r.within_budget()))
                 .text(&format!("{:.9}", r.predicted_step_time_s))
                 .text(&format!("{:.9}", r.measured.summary.step_time_s))
-                .text(r.measured.summary.step_time_source)
+                .text(r.measured.summary.step_time_source.as_str())
                 .text(&opt_f(r.step_error_pct()))
                 .text(&opt_s(r.timed_both_ways().map(|a| a.step_time_without_s)))
                 .text(&opt_s(r.predicted_added_s()))
