@@ -100,15 +100,13 @@ fn data(s: &Snapshot, a: &SnapshotAnalysis, makers: &[Vec<Option<String>>]) -> D
         let mut allocs = Allocs::default();
         for v in drawn {
             let (id, kind) = *stack_index.entry(v.stack).or_insert_with(|| {
-                let frames: Vec<String> = s
-                    .stack(v.stack)
-                    .iter()
-                    .filter(|&&f| {
-                        let fr = &s.frames[f.0 as usize];
-                        snap::torch_keeps_frame(s.str(fr.name), s.str(fr.filename))
-                    })
-                    .map(|&f| snap::format_frame(s, f))
-                    .collect();
+                // Bounded as the flame-graph lines are: a pickle can repeat one long frame
+                // many times in a stack for a few bytes each (13 MB of page from 239 KB).
+                let (mut frames, left) =
+                    snap::sites::bounded_frames(s, s.stack(v.stack).iter().copied());
+                if left > 0 {
+                    frames.push(format!("…(+{left} frames)"));
+                }
                 stacks.push(frames);
                 (
                     stacks.len() as u32 - 1,

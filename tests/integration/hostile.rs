@@ -329,3 +329,64 @@ fn a_manifest_whose_ranks_name_one_trace_is_refused() {
     );
     assert!(!dir.path().join("out").exists());
 }
+
+/// Issue 80, item 1: a snapshot whose history entries all name one long frame many times (a
+/// few bytes each in the pickle, through its memo) made the report's interactive view carry
+/// the whole stack: 13 MB of page from a 239 KB pickle. The view's stacks are bounded as the
+/// flame-graph lines are (each frame cut, the frames past the stack's bound counted, not
+/// written), so the page stays a small multiple of its input.
+#[test]
+fn issue80_a_repeated_long_frame_does_not_blow_up_the_report() {
+    const N: i32 = 10; // history entries
+    const K: usize = 100; // references to the one frame in each entry's stack
+    let mut p = Pickle::default();
+    p.op(0x80).op(4).op(b'}').op(b'(');
+    p.text("segments").op(b']');
+    p.text("device_traces").op(b']').op(b'('); // the devices
+    p.op(b']').op(b'('); // device 0's entries
+    for i in 0..N {
+        p.op(b'}').op(b'(');
+        p.text("action").text("alloc").text("addr").int(i * 512);
+        p.text("size")
+            .int(512)
+            .text("stream")
+            .int(0)
+            .text("time_us")
+            .int(i);
+        p.text("frames").op(b']').op(b'(');
+        for k in 0..K {
+            if i == 0 && k == 0 {
+                // memo 0: the frame, 20,000 bytes of file name.
+                p.op(b'}').memo().op(b'(').text("filename");
+                let long = "x".repeat(20_000);
+                p.0.push(b'X'); // BINUNICODE
+                p.0.extend_from_slice(&(long.len() as u32).to_le_bytes());
+                p.0.extend_from_slice(long.as_bytes());
+                p.text("line").int(1).text("name").text("f").op(b'u');
+            } else {
+                p.get(0);
+            }
+        }
+        p.op(b'e').op(b'u');
+    }
+    p.op(b'e').op(b'e').op(b'u').op(b'.');
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("amp.pickle");
+    std::fs::write(&input, &p.0).unwrap();
+    let props = steptrace::AnalyzeProps {
+        input: input.clone(),
+        out: Some(dir.path().join("out")),
+        ..Default::default()
+    };
+    assert!(steptrace::is_snapshot_input(&props));
+    steptrace::analyze_snapshot(&props).unwrap();
+    let html = std::fs::read_to_string(dir.path().join("out/report.html")).unwrap();
+    let input_len = p.0.len();
+    // Unbounded, the one stack alone was K frames of 20 KB: 2 MB.
+    assert!(
+        html.len() < 300_000,
+        "{} bytes from {input_len}",
+        html.len()
+    );
+    assert!(html.contains("frames)"), "the frames left out are counted");
+}

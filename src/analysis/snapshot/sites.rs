@@ -149,34 +149,54 @@ pub fn fragment(s: &Snapshot, stack: StackId) -> String {
     if frames.is_empty() {
         return NO_STACK.to_owned();
     }
-    let mut kept = frames.iter().rev().filter(|&&f| {
-        let fr = &s.frames[f.0 as usize];
-        torch_keeps_frame(s.str(fr.name), s.str(fr.filename))
-    });
-    let mut out = String::new();
-    for (i, &f) in kept.by_ref().enumerate() {
-        let mut text = format_frame(s, f);
-        if text.len() > FRAME_TEXT_MAX {
-            let mut end = FRAME_TEXT_MAX;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-            text.push('…');
-        }
-        if i > 0 {
-            out.push(';');
-        }
-        out.push_str(&text);
-        if out.len() > STACK_TEXT_MAX {
-            break;
-        }
-    }
-    let left = kept.count();
+    let (kept, left) = bounded_frames(s, frames.iter().rev().copied());
+    let mut out = kept.join(";");
     if left > 0 {
         out.push_str(&format!(";…(+{left} frames)"));
     }
     out
+}
+
+/// The frames torch keeps of `frames` (in the order given), each written and cut at
+/// [`FRAME_TEXT_MAX`], until their text passes [`STACK_TEXT_MAX`]; and how many kept frames
+/// were left out past it (counted, not written: a pickle's memo can repeat one long frame a
+/// hundred thousand times for a few bytes each).
+pub fn bounded_frames(s: &Snapshot, frames: impl Iterator<Item = FrameId>) -> (Vec<String>, usize) {
+    // Each distinct frame looked at once: a stack that repeats one long frame (through the
+    // pickle's memo) would otherwise have every repeat searched and written again.
+    let mut seen: FxHashMap<FrameId, Option<String>> = FxHashMap::default();
+    let mut look = |f: FrameId| -> Option<String> {
+        seen.entry(f)
+            .or_insert_with(|| {
+                let fr = &s.frames[f.0 as usize];
+                torch_keeps_frame(s.str(fr.name), s.str(fr.filename)).then(|| {
+                    let mut text = format_frame(s, f);
+                    if text.len() > FRAME_TEXT_MAX {
+                        let mut end = FRAME_TEXT_MAX;
+                        while !text.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        text.truncate(end);
+                        text.push('…');
+                    }
+                    text
+                })
+            })
+            .clone()
+    };
+    let mut kept = Vec::new();
+    let mut total = 0;
+    let mut frames = frames;
+    for f in frames.by_ref() {
+        let Some(text) = look(f) else { continue };
+        total += text.len() + 1;
+        kept.push(text);
+        if total > STACK_TEXT_MAX {
+            break;
+        }
+    }
+    let left = frames.filter(|&f| look(f).is_some()).count();
+    (kept, left)
 }
 
 /// One flame-graph line for an active block: `stream_N;active_allocated;frames`.
