@@ -390,3 +390,45 @@ fn issue80_a_repeated_long_frame_does_not_blow_up_the_report() {
     );
     assert!(html.contains("frames)"), "the frames left out are counted");
 }
+
+/// Issue 80, low: Python pickles a string holding a lone surrogate (`'\ud800'`) as bytes that
+/// are not UTF-8 (`surrogatepass`); one such frame name refused the whole snapshot. It is read
+/// with U+FFFD in place of those bytes, and a warning counts such strings.
+#[test]
+fn issue80_a_lone_surrogate_is_read_with_a_replacement_and_a_warning() {
+    let mut p = Pickle::default();
+    p.op(0x80).op(4).op(b'}').op(b'(');
+    p.text("segments").op(b']');
+    p.text("device_traces").op(b']').op(b'(').op(b']').op(b'(');
+    p.op(b'}').op(b'(');
+    p.text("action").text("alloc").text("addr").int(0);
+    p.text("size")
+        .int(512)
+        .text("stream")
+        .int(0)
+        .text("time_us")
+        .int(1);
+    p.text("frames").op(b']').op(b'(');
+    p.op(b'}')
+        .op(b'(')
+        .text("filename")
+        .text("train.py")
+        .text("line")
+        .int(3);
+    // "f\ud800" as Python's pickle writes it: SHORT_BINUNICODE of 4 bytes.
+    p.text("name").op(0x8c).op(4);
+    p.0.extend_from_slice(&[b'f', 0xed, 0xa0, 0x80]);
+    p.op(b'u').op(b'e').op(b'u');
+    p.op(b'e').op(b'e').op(b'u').op(b'.');
+    let mut d = steptrace::diagnostics::Diagnostics::default();
+    let s = steptrace::ingest::snapshot::from_bytes(Path::new("s.pickle"), &p.0, &mut d)
+        .expect("read, not refused");
+    assert_eq!(d.count("snapshot_text_not_utf8"), 1, "{:?}", d.lines());
+    let names: Vec<&str> = s.frames.iter().map(|f| s.str(f.name)).collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with('f') && n.contains('\u{fffd}')),
+        "{names:?}"
+    );
+}

@@ -294,6 +294,9 @@ pub struct Pickle {
     frozen: Vec<u64>,
     /// The value STOP returned.
     pub root: ValueId,
+    /// Strings whose bytes were not UTF-8 (Python writes a lone surrogate so, with
+    /// `surrogatepass`), read with U+FFFD in their place.
+    pub lossy_texts: usize,
 }
 
 impl Pickle {

@@ -708,6 +708,16 @@ impl<'a> Extractor<'a> {
                 });
             }
         }
+        if pk.lossy_texts > 0 {
+            self.diag.warn(
+                "snapshot_text_not_utf8",
+                format!(
+                    "{}: {} string(s) held bytes that are not UTF-8 (a lone surrogate, as Python pickles one): read with U+FFFD in their place",
+                    self.path.display(),
+                    pk.lossy_texts
+                ),
+            );
+        }
         if self.repeats > 0 {
             self.diag.warn(
                 "snapshot_repeated_records",

@@ -235,13 +235,6 @@ fn inline_int(v: i64) -> Option<ValueId> {
         .then(|| ValueId::new(Kind::Int, v as u64))
 }
 
-fn not_utf8(offset: usize) -> PickleError {
-    PickleError::Malformed {
-        what: "string is not UTF-8".into(),
-        offset,
-    }
-}
-
 /// What a dict key names in a record.
 #[derive(Debug, Clone, Copy)]
 enum KeySlot {
@@ -332,6 +325,7 @@ impl<'a> Reader<'a> {
                 sunk: false,
                 frozen: Vec::new(),
                 root: NONE,
+                lossy_texts: 0,
             },
             stack: Vec::new(),
             marks: Vec::new(),
@@ -498,16 +492,23 @@ impl<'a> Reader<'a> {
 
     /// The next `n` bytes of the input as a string (UTF-8, checked), copied out of it; short
     /// ones share one id per distinct text.
-    fn str_next(&mut self, n: usize, offset: usize) -> Result<ValueId, PickleError> {
+    fn str_next(&mut self, n: usize) -> Result<ValueId, PickleError> {
         let b = self.input.take(n)?;
         if n <= SHORT_STR {
-            return short_text(&mut self.short_strs, &mut self.pk.texts, short_key(b), b)
-                .ok_or_else(|| not_utf8(offset));
+            if let Some(v) = short_text(&mut self.short_strs, &mut self.pk.texts, short_key(b), b) {
+                return Ok(v);
+            }
+        } else if std::str::from_utf8(b).is_ok() {
+            return Ok(ValueId::new(Kind::Str, self.pk.texts.push_bytes(b)));
         }
-        if std::str::from_utf8(b).is_err() {
-            return Err(not_utf8(offset));
-        }
-        Ok(ValueId::new(Kind::Str, self.pk.texts.push_bytes(b)))
+        // Not UTF-8: one lone surrogate (which Python pickles) is no reason to refuse a
+        // snapshot; the text is kept with U+FFFD in place of the bytes, and counted.
+        self.pk.lossy_texts += 1;
+        let text = String::from_utf8_lossy(b).into_owned();
+        Ok(ValueId::new(
+            Kind::Str,
+            self.pk.texts.push_bytes(text.as_bytes()),
+        ))
     }
 
     /// The id of a short string, one per distinct text whatever opcode wrote it.

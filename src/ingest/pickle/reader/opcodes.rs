@@ -230,7 +230,7 @@ impl Reader<'_> {
                     b'X' => self.u32()?,
                     _ => self.u64()?,
                 };
-                let v = self.str_next(n, offset)?;
+                let v = self.str_next(n)?;
                 self.stack.push(v);
             }
             b'U' | b'T' => {
