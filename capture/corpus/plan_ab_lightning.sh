@@ -5,14 +5,8 @@
 set -u
 ROOT=$(pwd); ST=$ROOT/target/release/steptrace; W=/tmp/plab
 mkdir -p $W/fw/data && cp $ROOT/capture/corpus/programs/*.py $W/fw/
-python3 - $W/fw/data/wikitext-2.txt <<'PY'
-import random, sys
-r = random.Random(0)
-words = ["w%d" % i for i in range(33278)]
-with open(sys.argv[1], "w") as f:
-    for _ in range(36000):
-        f.write(" ".join(r.choice(words) for _ in range(60)) + "\n")
-PY
+. "$ROOT/capture/corpus/plan_programs.sh"
+write_wikitext $W/fw/data/wikitext-2.txt
 export PYTHONUNBUFFERED=1 STEPTRACE_CACHE=$W/cache
 (cd $W/fw && timeout 280 $ST sweep --plan-ab --budgets every-block,90% --timing-steps 30 --timing-max-steps 80 --timing-max-s 20 --out $W/sw -- python3 lightning_transformer.py --max-steps 300 > $W/sweep.out 2> $W/sweep.err)
 echo "rc $?"; tail -12 $W/sweep.out; tail -3 $W/sweep.err

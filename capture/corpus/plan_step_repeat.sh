@@ -15,30 +15,9 @@ shift
 W=/tmp/psr
 rm -rf $W && mkdir -p $W/fw/data $W/runs $W/logs
 cp $ROOT/capture/corpus/programs/*.py $W/fw/
-# The same stand-in text as plan_step_time.sh (its base capture read this one).
-python3 - $W/fw/data/wikitext-2.txt <<'PY'
-import random, sys
-r = random.Random(0)
-words = ["w%d" % i for i in range(33278)]
-with open(sys.argv[1], "w") as f:
-    for _ in range(36000):
-        f.write(" ".join(r.choice(words) for _ in range(60)) + "\n")
-PY
+. "$ROOT/capture/corpus/plan_programs.sh"
+write_wikitext $W/fw/data/wikitext-2.txt   # the text plan_step_time.sh's base read
 export PYTHONUNBUFFERED=1 STEPTRACE_CACHE=$W/cache
-prog() {
-  case $1 in
-    hf) echo "python3 hf_trainer_gpt2.py --max-steps 70" ;;
-    pl) echo "python3 lightning_transformer.py --max-steps 200" ;;
-    timm) echo "python3 timm_vit_train.py --steps 90" ;;
-  esac
-}
-switch() {
-  case $1 in
-    hf) echo "--gradient-checkpointing" ;;
-    pl) echo "--checkpoint-decoder-layers" ;;
-    timm) echo "--grad-checkpointing" ;;
-  esac
-}
 for name in "$@"; do
   for rep in $(seq 1 ${REPS:-2}); do
     for how in own plan; do

@@ -17,33 +17,10 @@ ST=${ST:-$ROOT/target/release/steptrace}
 W=/tmp/pst
 mkdir -p $W/fw/data $W/logs
 cp $ROOT/capture/corpus/programs/*.py $W/fw/
-# Lightning's demo WikiText2 reads ./data/wikitext-2.txt (no network): a stand-in of random
-# words from a vocabulary of wikitext-2's size, the same on every run (base and planned).
-python3 - $W/fw/data/wikitext-2.txt <<'PY'
-import random, sys
-r = random.Random(0)
-words = ["w%d" % i for i in range(33278)]
-with open(sys.argv[1], "w") as f:
-    for _ in range(36000):
-        f.write(" ".join(r.choice(words) for _ in range(60)) + "\n")
-PY
+. "$ROOT/capture/corpus/plan_programs.sh"
+write_wikitext $W/fw/data/wikitext-2.txt
 export PYTHONUNBUFFERED=1 STEPTRACE_CACHE=$W/cache
 
-# The program, its own switch, per name.
-prog() {
-  case $1 in
-    hf) echo "python3 hf_trainer_gpt2.py --max-steps 70" ;;
-    pl) echo "python3 lightning_transformer.py --max-steps 200" ;;
-    timm) echo "python3 timm_vit_train.py --steps 90" ;;
-  esac
-}
-switch() {
-  case $1 in
-    hf) echo "--gradient-checkpointing" ;;
-    pl) echo "--checkpoint-decoder-layers" ;;
-    timm) echo "--grad-checkpointing" ;;
-  esac
-}
 
 for name in "$@"; do
   rm -rf $W/sw_$name

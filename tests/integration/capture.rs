@@ -991,13 +991,9 @@ print(json.dumps({"first": first, "second": list(calls), "hooks": len(hooks),
     );
 }
 
-/// Issue 75: the whole run's peak, first step to exit, is what a plan must keep under its
-/// budget: read at exit, it survives the resets the validation reference makes at each window
-/// step (the first step's peak, before any reset, is the run's here).
-#[test]
-fn issue75_the_whole_runs_peak_survives_the_references_resets() {
-    let v = drive_python_shim(
-        r#"
+/// A stand-in for torch's CUDA memory statistics: `alloc(n)` raises the peak to `n`,
+/// `reset_peak_memory_stats` sets it to 0; `torch` is the stand-in, installed in the shim.
+const PEAK_STAND_IN: &str = r#"
 import types
 state = {"peak": 0}
 def alloc(n):
@@ -1009,6 +1005,17 @@ cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: T
                              reset_peak_memory_stats=reset)
 torch = types.SimpleNamespace(cuda=cuda)
 m._S.torch = torch
+"#;
+
+/// Issue 75: the whole run's peak, first step to exit, is what a plan must keep under its
+/// budget: read at exit, it survives the resets the validation reference makes at each window
+/// step (the first step's peak, before any reset, is the run's here).
+#[test]
+fn issue75_the_whole_runs_peak_survives_the_references_resets() {
+    let v = drive_python_shim(
+        &format!(
+            "{PEAK_STAND_IN}{}",
+            r#"
 m._S.active_start, m._S.window_end = 3, 6
 alloc(900)                                     # step 1 makes the optimizer's state
 for n, used in [(2, 500), (3, 600), (4, 650), (5, 640), (6, 630), (7, 610)]:
@@ -1017,7 +1024,8 @@ for n, used in [(2, 500), (3, 600), (4, 650), (5, 640), (6, 630), (7, 610)]:
 m._run_peak(torch)
 print(json.dumps({"run": m._S.status.get("run_max_memory_allocated"),
                   "window": m._S.status["reference"]["window_step_peaks_bytes"]}))
-"#,
+"#
+        ),
     );
     assert_eq!(v["run"], 900, "{v}");
     assert_eq!(v["window"], serde_json::json!([600, 650, 640]), "{v}");
@@ -1030,19 +1038,9 @@ print(json.dumps({"run": m._S.status.get("run_max_memory_allocated"),
 #[test]
 fn issue75_the_whole_runs_peak_leaves_out_the_steps_timed_without_the_plan() {
     let v = drive_python_shim(
-        r#"
-import types
-state = {"peak": 0}
-def alloc(n):
-    state["peak"] = max(state["peak"], n)
-def reset():
-    state["peak"] = 0
-cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
-                             max_memory_allocated=lambda: state["peak"],
-                             reset_peak_memory_stats=reset,
-                             Event=None)
-torch = types.SimpleNamespace(cuda=cuda)
-m._S.torch = torch
+        &format!(
+            "{PEAK_STAND_IN}{}",
+            r#"
 m._cuda_ok = lambda: False
 m._S.plan_ab = True
 m._S.timing_steps, m._S.timing_settle, m._S.timing_max_steps, m._S.timing_max_s = 2, 0, 8, 0
@@ -1058,7 +1056,8 @@ alloc(320)                                    # the window and the rest: planned
 m._run_peak(torch)
 print(json.dumps({"run": st.get("run_max_memory_allocated"), "ways": ways,
                   "left_out": st.get("run_peak_left_out_steps"), "notes": st["notes"]}))
-"#,
+"#
+        ),
     );
     let ways: Vec<bool> = serde_json::from_value(v["ways"].clone()).unwrap();
     let off = ways.iter().filter(|&&w| !w).count();
