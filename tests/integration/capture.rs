@@ -1012,10 +1012,9 @@ m._S.torch = torch
 /// step (the first step's peak, before any reset, is the run's here).
 #[test]
 fn issue75_the_whole_runs_peak_survives_the_references_resets() {
-    let v = drive_python_shim(
-        &format!(
-            "{PEAK_STAND_IN}{}",
-            r#"
+    let v = drive_python_shim(&format!(
+        "{PEAK_STAND_IN}{}",
+        r#"
 m._S.active_start, m._S.window_end = 3, 6
 alloc(900)                                     # step 1 makes the optimizer's state
 for n, used in [(2, 500), (3, 600), (4, 650), (5, 640), (6, 630), (7, 610)]:
@@ -1025,8 +1024,7 @@ m._run_peak(torch)
 print(json.dumps({"run": m._S.status.get("run_max_memory_allocated"),
                   "window": m._S.status["reference"]["window_step_peaks_bytes"]}))
 "#
-        ),
-    );
+    ));
     assert_eq!(v["run"], 900, "{v}");
     assert_eq!(v["window"], serde_json::json!([600, 650, 640]), "{v}");
 }
@@ -1037,10 +1035,9 @@ print(json.dumps({"run": m._S.status.get("run_max_memory_allocated"),
 /// steps were. Steps with the plan, before, in and after the timing phase, all count.
 #[test]
 fn issue75_the_whole_runs_peak_leaves_out_the_steps_timed_without_the_plan() {
-    let v = drive_python_shim(
-        &format!(
-            "{PEAK_STAND_IN}{}",
-            r#"
+    let v = drive_python_shim(&format!(
+        "{PEAK_STAND_IN}{}",
+        r#"
 m._cuda_ok = lambda: False
 m._S.plan_ab = True
 m._S.timing_steps, m._S.timing_settle, m._S.timing_max_steps, m._S.timing_max_s = 2, 0, 8, 0
@@ -1057,8 +1054,7 @@ m._run_peak(torch)
 print(json.dumps({"run": st.get("run_max_memory_allocated"), "ways": ways,
                   "left_out": st.get("run_peak_left_out_steps"), "notes": st["notes"]}))
 "#
-        ),
-    );
+    ));
     let ways: Vec<bool> = serde_json::from_value(v["ways"].clone()).unwrap();
     let off = ways.iter().filter(|&&w| !w).count();
     assert!(off > 0 && ways.len() > 1, "{v}");
