@@ -550,6 +550,11 @@ fn issue20_the_budget_sweep_reads_each_runs_applied_plan_against_its_measurement
             said.is_some_and(|l| l.contains(&format!("every block {fits} the budget"))),
             "{stdout}"
         );
+        // These runs timed their steps both ways: the measured difference is said, and labelled.
+        assert!(
+            said.is_some_and(|l| l.contains("measured (a/b)")),
+            "{stdout}"
+        );
     }
     assert_eq!(every[c("every_block_within_budget")], "");
     // A plan's decisions really were applied: the planned runs' peaks are below the base's.

@@ -355,11 +355,16 @@ fn budget_sweep_notes(
                 format!("{}{}", if v < 0.0 { "-" } else { "+" }, human_time(v.abs()))
             })
         };
-        let _ = writeln!(
+        // What the plan adds against every block was measured only where both runs timed
+        // steps both ways (a/b): otherwise the prediction alone is said.
+        let measured = e.measured_added_s.map_or_else(String::new, |_| {
+            format!(", {} measured (a/b)", signed(e.measured_added_s))
+        });
+        let _ =
+            writeln!(
             o,
-            "{} against every block: added {} measured, {} predicted; every block {} the budget by {}",
+            "{} against every block: added {} predicted{measured}; every block {} the budget by {}",
             r.label,
-            signed(e.measured_added_s),
             signed(e.predicted_added_s),
             if e.every_block_within_budget() { "is under" } else { "is over" },
             human_bytes(e.every_block_room_bytes.abs())
