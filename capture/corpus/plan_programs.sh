@@ -2,11 +2,13 @@
 # three programs they run, each with its own checkpointing switch, and the stand-in text
 # Lightning's demo reads.
 
-# The command of program NAME (hf, pl, timm), run from the folder holding programs/*.py.
+# The command of program NAME (hf, pl, plb, timm), run from the folder holding programs/*.py.
 prog() {
   case $1 in
     hf) echo "python3 hf_trainer_gpt2.py --max-steps 70" ;;
     pl) echo "python3 lightning_transformer.py --max-steps 200" ;;
+    # The same program at a batch a user would train with: the GPU, not the host, bounds the step.
+    plb) echo "python3 lightning_transformer.py --max-steps 200 --batch-size 512" ;;
     timm) echo "python3 timm_vit_train.py --steps 90" ;;
   esac
 }
@@ -15,7 +17,7 @@ prog() {
 switch() {
   case $1 in
     hf) echo "--gradient-checkpointing" ;;
-    pl) echo "--checkpoint-decoder-layers" ;;
+    pl|plb) echo "--checkpoint-decoder-layers" ;;
     timm) echo "--grad-checkpointing" ;;
   esac
 }

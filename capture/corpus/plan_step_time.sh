@@ -6,7 +6,7 @@
 # program run plain with its own switch, nothing of steptrace loaded. Each program prints
 # torch's max_memory_allocated over the whole run and each step's wall time (nanoGPT's format).
 #
-#   bash capture/corpus/plan_step_time.sh NAME...   # NAME: hf, pl, timm
+#   [BUDGETS=every-block,90%] bash capture/corpus/plan_step_time.sh NAME...   # NAME: hf, pl, plb, timm
 # Needs $ST (default target/release/steptrace); pl needs data/wikitext-2.txt (make_data.py).
 # Writes $OUT/plan_step_time.jsonl and $OUT/plan_step_time_<NAME>.tar.gz (the sweep's CSV,
 # console, plans, and each run's manifest and shim status; no traces; with KEEP_BASE=NAME,...
@@ -25,7 +25,7 @@ export PYTHONUNBUFFERED=1 STEPTRACE_CACHE=$W/cache
 for name in "$@"; do
   rm -rf $W/sw_$name
   t0=$(date +%s)
-  (cd $W/fw && timeout 420 $ST sweep --budgets every-block,90% --out $W/sw_$name -- $(prog $name) \
+  (cd $W/fw && timeout 420 $ST sweep --budgets ${BUDGETS:-every-block,90%} --out $W/sw_$name -- $(prog $name) \
     >$W/logs/${name}_sweep.out 2>$W/logs/${name}_sweep.err)
   echo "$name sweep: rc $? in $(( $(date +%s) - t0 )) s"
   t0=$(date +%s)

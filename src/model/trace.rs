@@ -559,6 +559,40 @@ fn module_paths(
     (out, paths, per_call)
 }
 
+/// Whether a CUDA runtime (or driver) call makes the host wait for the GPU: a stream, device
+/// or event synchronisation, or a blocking copy (`.item()`, `torch.equal`, `.cpu()` reach the
+/// runtime as `cudaMemcpyAsync` and then `cudaStreamSynchronize`).
+pub fn is_host_sync(runtime_call: &str) -> bool {
+    matches!(
+        runtime_call,
+        "cudaStreamSynchronize"
+            | "cudaDeviceSynchronize"
+            | "cudaEventSynchronize"
+            | "cudaMemcpy"
+            | "cudaMemcpy2D"
+            | "cuStreamSynchronize"
+            | "cuCtxSynchronize"
+            | "cuEventSynchronize"
+            | "cuMemcpyDtoH_v2"
+    )
+}
+
+impl Trace {
+    /// The host synchronisations' starts by thread ([`is_host_sync`]), sorted: whether an op
+    /// waited for the GPU is a range query on its thread.
+    pub fn host_syncs(&self) -> Vec<(ThreadId, i64)> {
+        let k = &self.kineto;
+        let mut v: Vec<(ThreadId, i64)> = k
+            .runtime
+            .iter()
+            .filter(|r| is_host_sync(k.str(r.name)))
+            .map(|r| (r.thread, r.start))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
 /// A module's class from torch's instance name (`Block_10` → `Block`; a name without a
 /// number is its own class).
 pub fn module_class(instance: &str) -> &str {

@@ -88,6 +88,8 @@ pub(super) struct Ctx<'a> {
     pub(super) autocast: &'a rustc_hash::FxHashSet<usize>,
     /// Starts of the backward nodes, sorted.
     pub(super) bwd_starts: &'a [i64],
+    /// Host synchronisations by thread ([`Trace::host_syncs`]).
+    pub(super) syncs: &'a [(crate::model::kineto::ThreadId, i64)],
     pub(super) cpu_scale: f64,
     pub(super) htod: f64,
     pub(super) dtoh: f64,
@@ -365,8 +367,8 @@ fn added_events(
     (rec, swp)
 }
 
-/// The work a recompute and a swap of the call add. Its forward again (the ops' host time,
-/// scaled to the program's own speed, and their GPU time) when its backward begins, and the
+/// The work a recompute and a swap of the call add. Its forward again when its backward
+/// begins ([`replay_work`]), and the
 /// checkpoint's own host work per call and per op, half in the forward and half in the
 /// backward (about what `capture/corpus/step_phases.py` measured on the GPT example's
 /// Blocks); the swap hooks' host work split the same way, each block's copy out queued as its
@@ -380,28 +382,15 @@ fn added_work(
 ) -> (Vec<Work>, Vec<Work>) {
     let (t, step, mem, ov) = (cx.t, cx.step, cx.mem, &cx.ov);
     let ops = fwd.len() as f64;
-    let replay_host: f64 = fwd
-        .iter()
-        .map(|&ni| step.nodes[ni].cpu_time as f64 * cx.cpu_scale * 1e-9)
-        .sum();
-    let replay_gpu: f64 = fwd
-        .iter()
-        .map(|&ni| step.nodes[ni].gpu_time as f64 * 1e-9)
-        .sum();
     let host = |ts: i64, host_s: f64| Work {
         ts,
         host_s,
         gpu_s: 0.0,
+        drain: false,
     };
     let own = ov.recompute_call_s + ov.recompute_per_op_s * ops;
-    let rw = vec![
-        host(fs, own / 2.0),
-        Work {
-            ts: t0,
-            host_s: own / 2.0 + replay_host,
-            gpu_s: replay_gpu,
-        },
-    ];
+    let mut rw = vec![host(fs, own / 2.0)];
+    rw.extend(replay_work(cx, fwd, t0, own / 2.0));
     let hooks = ov.swap_call_s + ov.swap_per_op_s * ops;
     let mut sw = vec![host(fs, hooks / 2.0), host(t0, hooks / 2.0)];
     for d in dropped {
@@ -412,14 +401,56 @@ fn added_work(
             ts: made,
             host_s: 0.0,
             gpu_s: b.size as f64 / (cx.dtoh * 1e9),
+            drain: false,
         });
         sw.push(Work {
             ts: bw_first,
             host_s: 0.0,
             gpu_s: b.size as f64 / (cx.htod * 1e9),
+            drain: false,
         });
     }
     (rw, sw)
+}
+
+/// The forward replayed at `t0` (each op's host time, scaled to the program's own speed, and
+/// its GPU time) after `lead_s` of the checkpoint's own host work, cut after each op that
+/// waited for the GPU ([`crate::model::is_host_sync`]): the piece after it drains the queue.
+fn replay_work(cx: &Ctx<'_>, fwd: &[usize], t0: i64, lead_s: f64) -> Vec<Work> {
+    let (t, step) = (cx.t, cx.step);
+    let mut order: Vec<usize> = fwd.to_vec();
+    order.sort_by_key(|&ni| t.op(step.nodes[ni].op).start);
+    let mut out = Vec::new();
+    let mut cur = Work {
+        ts: t0,
+        host_s: lead_s,
+        gpu_s: 0.0,
+        drain: false,
+    };
+    for ni in order {
+        let n = &step.nodes[ni];
+        cur.host_s += n.cpu_time as f64 * cx.cpu_scale * 1e-9;
+        cur.gpu_s += n.gpu_time as f64 * 1e-9;
+        let o = t.op(n.op);
+        let lo = cx.syncs.partition_point(|&s| s < (o.thread, o.start));
+        if cx
+            .syncs
+            .get(lo)
+            .is_some_and(|&(th, ts)| th == o.thread && ts <= o.end())
+        {
+            out.push(std::mem::replace(
+                &mut cur,
+                Work {
+                    ts: t0,
+                    host_s: 0.0,
+                    gpu_s: 0.0,
+                    drain: true,
+                },
+            ));
+        }
+    }
+    out.push(cur);
+    out
 }
 
 /// A block that checkpointing a module keeps alive past its measured free: non-reentrant

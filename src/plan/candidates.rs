@@ -183,6 +183,7 @@ pub(super) fn build_candidates(
     let (eval_fns, fwd_seq_ops) = autograd_ops(t);
     let autocast = super::autocast::autocast_copies(t, step, mem, ids, &made_by);
     let bwd_starts = super::autocast::backward_starts(t, step);
+    let syncs = t.host_syncs();
     let cx = Ctx {
         t,
         step,
@@ -193,6 +194,7 @@ pub(super) fn build_candidates(
         fwd_seq_ops: &fwd_seq_ops,
         autocast: &autocast,
         bwd_starts: &bwd_starts,
+        syncs: &syncs,
         cpu_scale,
         htod,
         dtoh,

@@ -16,6 +16,11 @@ pub(super) struct Work {
     /// GPU time on the queue, s, launched as the host time begins and done no earlier than it
     /// ends (its kernels are launched throughout it).
     pub gpu_s: f64,
+    /// Whether the host first waits for the GPU to finish everything queued: a synchronising
+    /// call (`.item()`, `torch.equal`) in a forward that a recompute runs again inside the
+    /// backward, where the queue is long, costs the host's whole lead over the GPU; the same
+    /// call in the forward, with the queue short, cost microseconds.
+    pub drain: bool,
 }
 
 /// One profiled iteration as the GPU queue sees it.
@@ -53,6 +58,9 @@ impl Lane {
         let (mut shift, mut gpu, mut w) = (0.0f64, 0.0f64, 0usize);
         // Work past the iteration's end (none is put there) runs at its end.
         let add = |x: &Work, shift: &mut f64, gpu: &mut f64| {
+            if x.drain {
+                *shift += (*gpu - (at(x.ts.min(self.end)) + *shift)).max(0.0);
+            }
             let t = at(x.ts.min(self.end)) + *shift;
             *gpu = (gpu.max(t) + x.gpu_s).max(t + x.host_s);
             *shift += x.host_s;
@@ -102,6 +110,7 @@ mod tests {
             ts: ms * MS,
             host_s: host_ms * 1e-3,
             gpu_s: gpu_ms * 1e-3,
+            drain: false,
         }
     }
 
@@ -139,6 +148,32 @@ mod tests {
         // Host work past the queue's lead: 25 ms of it at 5 ms, when the queue is 10 ms
         // ahead, launches the last five kernels (15 ms) from 30 ms: 45 ms.
         assert!(close(l.added(&[w(5, 25.0, 0.0)]), 0.015));
+    }
+
+    #[test]
+    fn issue75_a_sync_in_recomputed_work_costs_the_hosts_lead() {
+        let drain = |ms: i64, gpu_ms: f64| Work {
+            drain: true,
+            ..w(ms, 0.0, gpu_ms)
+        };
+        // Five 3 ms kernels launched one per ms, then five 0.1 ms ones: at 5 ms the queue is
+        // 10 ms ahead of the host, and the GPU ends at 15.5 ms.
+        let slots = (0..10)
+            .map(|i| (i * MS, if i < 5 { 3e-3 } else { 1e-4 }))
+            .collect();
+        let l = Lane::new(0, 10 * MS, 1.0, slots);
+        assert!(close(l.base, 0.0155));
+        // A sync at 5 ms: the host waits until 15 ms, then launches the last five, one per
+        // ms: the step ends with the host at 20 ms.
+        assert!(close(l.added(&[drain(5, 0.0)]), 0.0045));
+        // The same sync in a lane whose host stays ahead to the end (3 ms kernels, one per
+        // ms): the host refills the queue at once; nothing lost.
+        let gpu_bound = lane(1, 3.0, 10, 1.0);
+        assert!(close(gpu_bound.added(&[drain(5, 0.0)]), 0.0));
+        // GPU work behind the sync is paid, and no more.
+        assert!(close(gpu_bound.added(&[drain(5, 2.0)]), 0.002));
+        // A launch-bound lane (1 ms kernels every 2 ms) has no lead: a sync costs nothing.
+        assert!(close(lane(2, 1.0, 20, 1.0).added(&[drain(9, 0.0)]), 0.0));
     }
 
     #[test]
