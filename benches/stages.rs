@@ -74,7 +74,12 @@ fn stages(c: &mut Criterion) {
         b.iter_batched(
             || steptrace::model::Trace::build(loaded(), &mut Diagnostics::default()),
             |mut t| {
-                steptrace::analysis::run(&mut t, &Default::default(), &mut Diagnostics::default())
+                steptrace::analysis::run(
+                    &mut t,
+                    &Default::default(),
+                    Default::default(),
+                    &mut Diagnostics::default(),
+                )
             },
             BatchSize::LargeInput,
         )

@@ -54,7 +54,8 @@ fn main() {
         let mut tr = steptrace::model::Trace::build(loaded, &mut diag);
         t_model = t_model.min(t.elapsed());
         let t = Instant::now();
-        let a = steptrace::analysis::run(&mut tr, &Default::default(), &mut diag);
+        let a =
+            steptrace::analysis::run(&mut tr, &Default::default(), Default::default(), &mut diag);
         t_analysis = t_analysis.min(t.elapsed());
         drop((a, tr));
     }
@@ -93,7 +94,7 @@ fn main() {
     mark("flop rows");
     println!("{laps:?}");
     let t = Instant::now();
-    let a = steptrace::analysis::run(&mut tr, &Default::default(), &mut diag);
+    let a = steptrace::analysis::run(&mut tr, &Default::default(), Default::default(), &mut diag);
     let t_all = t_analysis.min(t.elapsed());
     let t = Instant::now();
     let dir = std::env::temp_dir().join("stages-out");

@@ -25,7 +25,12 @@ pub fn kineto(data: &[u8]) {
     if t.kineto.ops.is_empty() {
         return;
     }
-    let a = crate::analysis::run(&mut t, &crate::analysis::Options::default(), &mut diag);
+    let a = crate::analysis::run(
+        &mut t,
+        &crate::analysis::Options::default(),
+        Default::default(),
+        &mut diag,
+    );
     let _ = crate::report::console_summary(&t, &a, &diag, 5);
 }
 

@@ -173,63 +173,15 @@ fn run_analysis_with(
             .and_then(|p| p.passes_per_step),
         ..props.options.clone()
     };
-    let mut analysis = analysis::run(&mut trace, &options, &mut diag);
-    analysis.summary.name = run_name(&props.input);
-    analysis.summary.plan_probe = inputs.plan_probe;
-    analysis.summary.run_peak_allocated_bytes = inputs.run_max_memory_allocated;
-    analysis.module_fqns = inputs.module_fqns.clone();
-    if !trace.kineto.ops.is_empty() {
-        // A GPU-only trace's "step time" is the GPU span: nothing to compare.
-        apply_program_step_time(
-            &mut analysis.summary,
-            inputs.program_step_time.as_ref(),
-            &mut diag,
-        );
-    }
+    let facts = analysis::RunFacts {
+        name: run_name(&props.input),
+        program_step_time: inputs.program_step_time.clone(),
+        plan_probe: inputs.plan_probe,
+        run_max_memory_allocated: inputs.run_max_memory_allocated,
+        module_fqns: inputs.module_fqns.clone(),
+    };
+    let analysis = analysis::run(&mut trace, &options, facts, &mut diag);
     Ok((trace, analysis, diag))
-}
-
-/// The step time users compare with their own: the one capture timed with nothing recorded,
-/// when the run directory has it; the instrumented one stays beside it.
-fn apply_program_step_time(
-    s: &mut analysis::Summary,
-    program: Option<&ingest::ProgramStepTime>,
-    diag: &mut Diagnostics,
-) {
-    s.step_time_instrumented_s = s.step_time_s;
-    match program {
-        Some(p) => {
-            s.step_time_s = p.ns as f64 * 1e-9;
-            s.step_time_source = p.source;
-            s.profiler_overhead = Some(s.step_time_instrumented_s / s.step_time_s);
-            s.plan_timed_both_ways = p.plan_ab;
-            s.host_lead_s = p.host_lead_s;
-            s.optimizer_step_host_s = p.optimizer_step_s;
-            if let Some((stop, steps)) = &p.unsettled {
-                let cap = if stop == "time_cap" { "time" } else { "step" };
-                diag.warn(
-                    "step_time_unsettled",
-                    format!(
-                        "the program's own step time ({:.3} ms) did not settle within +-2.5% before capture's timing phase reached its {cap} cap: \
-                         a median of {steps} steps whose times swing or drift; capture with a larger --timing-max-steps for a steadier figure",
-                        s.step_time_s * 1e3
-                    ),
-                );
-            }
-        }
-        None if s.step_time_s > 0.0 && s.gpu_busy_s < 0.5 * s.step_time_s && s.gpu_busy_s > 0.0 => {
-            diag.warn(
-                "step_time_includes_profiler",
-                format!(
-                    "the step time ({:.3} ms) is measured under the profiler and the GPU idles {:.0}% of it: \
-                     much of that can be the profiler's own work on the CPU; `steptrace capture` also times steps with nothing recorded",
-                    s.step_time_s * 1e3,
-                    100.0 * (1.0 - s.gpu_busy_s / s.step_time_s)
-                ),
-            );
-        }
-        None => {}
-    }
 }
 
 /// Reads, reconstructs, analyses and writes, returning the console summary.

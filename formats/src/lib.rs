@@ -8,5 +8,6 @@
 pub mod gzip_members;
 pub mod plan;
 pub mod step_time;
+pub mod summary;
 
 pub use step_time::StepTimeSource;

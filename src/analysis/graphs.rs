@@ -11,32 +11,12 @@
 //! are counted from operator shapes, so the replayed work is missing from them, and that is
 //! said with the share of GPU time it is.
 
-use serde::Serialize;
-
-use super::snapshot::{segment_totals, PrivatePool};
+use super::snapshot::segment_totals;
 use super::step::Step;
 use crate::diagnostics::Diagnostics;
 use crate::model::kineto::is_graph_launch;
 use crate::model::Trace;
-
-/// CUDA graph replays in the profiled iterations (summary.json's `cuda_graphs`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CudaGraphs {
-    /// Whether every replay's FLOPs are in the FLOPs figures (counted when capture recorded
-    /// the graph); else they are left out, and a warning says so.
-    pub flops_counted: bool,
-    /// Graph replays per iteration (median).
-    pub replays_per_iteration: f64,
-    /// GPU time of the replays' kernels per iteration (median), s.
-    pub gpu_time_per_iteration_s: f64,
-    /// Their share of the iteration's GPU time (median iteration), %.
-    pub share_of_gpu_time_pct: f64,
-    /// Bytes reserved on the device at the snapshot (every pool, default and private): what
-    /// the step holds of the device, torch's `memory_reserved`; `None` without a snapshot.
-    pub reserved_bytes: Option<u64>,
-    /// The private pools at the snapshot, with what each holds reserved.
-    pub private_pools: Vec<PrivatePool>,
-}
+pub use steptrace_formats::summary::CudaGraphs;
 
 /// The step's CUDA graphs, `None` when no iteration replays one. Warns that FLOPs leave the
 /// replays out, and that the allocated peak leaves out what the graphs' pools hold reserved.

@@ -1,50 +1,9 @@
 //! How the side files line up with the Kineto trace: the snapshot's clock, and the Execution
 //! Trace's nodes by record-function id.
 
-use serde::Serialize;
-
 use super::{file_name, median, memory, Diagnostics, Step, Trace};
 use crate::model::snapshot::Action;
-
-/// How the snapshot's clock lines up with the trace's.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SnapshotJoin {
-    /// Snapshot file name.
-    pub file: String,
-    /// History entries (all devices).
-    pub entries: usize,
-    /// Segments alive at snapshot time.
-    pub segments: usize,
-    /// Bytes reserved in those segments.
-    pub reserved_bytes: u64,
-    /// Whether the history starts before the trace's first event (it then holds parameters and
-    /// optimizer state allocated earlier).
-    pub history_before_trace: bool,
-    /// Median of snapshot `time_us` − trace time for `ProfilerStep#N` starts found in
-    /// `external_annotations`, µs.
-    pub annotation_offset_us: Option<f64>,
-    /// How many ranges matched.
-    pub annotation_matches: usize,
-    /// Median of the same difference over allocations matched by address and size, µs.
-    pub alloc_offset_us: Option<f64>,
-    /// How many allocations matched.
-    pub alloc_matches: usize,
-}
-
-/// How the Execution Trace joins the Kineto trace.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ExecTraceJoin {
-    /// File name.
-    pub file: String,
-    /// `schema`.
-    pub schema: String,
-    /// Nodes in the ET.
-    pub nodes: usize,
-    /// Kineto ops with a `Record function id`.
-    pub ops_with_rf_id: usize,
-    /// Of those, how many have an ET node with the same `rf_id` and name.
-    pub ops_matched: usize,
-}
+pub use steptrace_formats::summary::{ExecTraceJoin, SnapshotJoin};
 
 /// Lines up the snapshot's clock with the trace's, through `ProfilerStep#N` annotations and
 /// through allocations seen by both (same address and size).

@@ -10,6 +10,7 @@ use super::intervals::{intersection_len, merged, total_len, union_len};
 use super::step::{Detection, Step};
 use crate::model::kineto::GpuKind;
 use crate::model::Trace;
+pub use steptrace_formats::summary::{CollectiveOverlap, Temporal};
 
 /// One kernel (or memcpy, memset) name over the whole trace.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -58,46 +59,6 @@ pub struct Kernels {
     pub kernel_ns: i64,
 }
 
-/// Where the GPU's time goes over the whole trace, by HolisticTraceAnalysis's definitions
-/// (`get_temporal_breakdown`, `get_comm_comp_overlap`; docs/analysis.md): every GPU activity
-/// on any stream, overlaps merged; with two or more `ProfilerStep#N` ranges, only activities
-/// launched before the last one starts. `span_ns` runs from the first activity's start to the last
-/// one's end; idle is the span with nothing running; computation the merged time of
-/// computation kernels; non-computation the rest (communication, memory, other).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Temporal {
-    /// First activity's start to last activity's end, ns (HTA's `kernel_time`).
-    pub span_ns: i64,
-    /// Span with no activity running, ns.
-    pub idle_ns: i64,
-    /// Merged time of computation kernels, ns.
-    pub compute_ns: i64,
-    /// Span minus idle minus computation, ns.
-    pub non_compute_ns: i64,
-    /// Merged time of communication kernels (NCCL), ns.
-    pub communication_ns: i64,
-    /// Merged time of memory activities (memcpy, memset), ns.
-    pub memory_ns: i64,
-    /// Share of communication time that runs beside computation, percent; `None` without
-    /// communication kernels.
-    pub comm_comp_overlap_pct: Option<f64>,
-}
-
-impl Temporal {
-    /// `ns` as a percentage of the span; `None` for an empty timeline.
-    pub fn pct(&self, ns: i64) -> Option<f64> {
-        super::percent(ns as f64, self.span_ns as f64)
-    }
-
-    /// Communication time with no computation beside it, ns: what the step waits for
-    /// communication (HTA's overlap, as torchtitan reports exposed communication). `None`
-    /// without communication kernels.
-    pub fn exposed_communication_ns(&self) -> Option<i64> {
-        self.comm_comp_overlap_pct
-            .map(|p| (self.communication_ns as f64 * (1.0 - p / 100.0)).round() as i64)
-    }
-}
-
 /// HolisticTraceAnalysis's kernel classes (`hta.utils.utils.get_kernel_type`), decided by name
 /// alone so that the two tools classify every kernel alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,23 +85,6 @@ pub fn classify(name: &str) -> KernelClass {
         KernelClass::Other
     } else {
         KernelClass::Computation
-    }
-}
-
-/// One kind of collective's kernels on a rank (FSDP2's all-gathers against its
-/// reduce-scatters): their merged time, and how much of it ran beside computation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct CollectiveOverlap {
-    /// Merged time of this collective's kernels, ns.
-    pub communication_ns: i64,
-    /// The part of it with a computation kernel running beside it, ns.
-    pub overlapped_ns: i64,
-}
-
-impl CollectiveOverlap {
-    /// The part with no computation beside it, ns.
-    pub fn exposed_ns(&self) -> i64 {
-        self.communication_ns - self.overlapped_ns
     }
 }
 

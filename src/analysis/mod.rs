@@ -13,17 +13,16 @@ pub mod node_stats;
 pub mod ranks;
 pub mod snapshot;
 pub mod step;
-
-use serde::Serialize;
+mod summary;
 
 use crate::diagnostics::Diagnostics;
-use crate::model::kineto::TimeConvention;
 use crate::model::Trace;
 
-use joins::{exec_trace_join, snapshot_join};
 pub use joins::{snapshot_makers, ExecTraceJoin, SnapshotJoin};
 pub use node_stats::NodeStat;
 pub use step::{Detection, Iteration, Node, Phase, Step};
+pub use steptrace_formats::summary::Summary;
+pub use summary::RunFacts;
 
 /// Knobs for the analyses.
 #[derive(Debug, Clone, Default)]
@@ -43,136 +42,6 @@ pub struct Options {
     /// discriminator and generator passes): a program without `ProfilerStep` ranges gets one
     /// iteration per step, not per pass.
     pub backward_passes_per_step: Option<usize>,
-}
-
-/// `summary.json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Summary {
-    /// steptrace version.
-    pub steptrace_version: &'static str,
-    /// Name of what was analysed: the run directory's or the trace file's stem.
-    pub name: String,
-    /// Trace file name.
-    pub trace: String,
-    /// Profiled iterations.
-    pub iterations: usize,
-    /// How they were found.
-    pub iteration_detection: Detection,
-    /// Their labels.
-    pub iteration_labels: Vec<String>,
-    /// Nodes in the aligned step (union over iterations).
-    pub nodes_per_iteration: usize,
-    /// The step time: the program's own (timed by capture with nothing recorded) when the run
-    /// directory has it, else the median iteration span under the profiler, s.
-    pub step_time_s: f64,
-    /// Median iteration span under the profiler, s (includes the profiler's own overhead).
-    pub step_time_instrumented_s: f64,
-    /// Where `step_time_s` comes from: `after_window` (capture timed the steps after its window,
-    /// the rest of the run), `timing_phase` (steps before the window) or `instrumented`.
-    pub step_time_source: steptrace_formats::StepTimeSource,
-    /// `step_time_instrumented_s / step_time_s`, when the program's own time is known.
-    pub profiler_overhead: Option<f64>,
-    /// A planned capture's timing phase with steps alternating with and without the plan.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub plan_timed_both_ways: Option<crate::model::run::PlanTimedBothWays>,
-    /// How far the host ran ahead of the GPU at the end of the program's own steps, s (capture's
-    /// timing phase): host time a step can gain before the GPU waits for it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host_lead_s: Option<f64>,
-    /// The program's own `optimizer.step()` host time, s (capture's timing phase): in a
-    /// distributed run, this rank's host speed at the same work as the others'.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub optimizer_step_host_s: Option<f64>,
-    /// What checkpointing and swapping cost on the capture's machine (its manifest).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub plan_probe: Option<crate::model::run::PlanProbe>,
-    /// Where the GPU's time goes over the whole trace (HolisticTraceAnalysis's temporal
-    /// breakdown and communication/computation overlap), ns.
-    pub gpu_breakdown: kernels::Temporal,
-    /// Communication by collective (NCCL kernels' `AllGather`, `ReduceScatter`, …): its time
-    /// and the part of it beside computation, over the same activities as `gpu_breakdown`.
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub collective_overlap: std::collections::BTreeMap<String, kernels::CollectiveOverlap>,
-    /// Each iteration's span, s.
-    pub step_times_s: Vec<f64>,
-    /// Median union of GPU activity per iteration, s.
-    pub gpu_busy_s: f64,
-    /// Median sum of GPU activity durations per iteration, s.
-    pub gpu_time_s: f64,
-    /// Largest `Total Allocated` inside the profiled iterations.
-    pub peak_allocated_bytes: Option<i64>,
-    /// Node during which that peak happened.
-    pub peak_node: Option<String>,
-    /// Iteration label of the peak.
-    pub peak_iteration: Option<String>,
-    /// GPU name.
-    pub device: Option<String>,
-    /// GPU memory, bytes.
-    pub device_memory_bytes: Option<i64>,
-    /// How `ts` maps to wall-clock time.
-    pub time_convention: TimeConvention,
-    /// Events in `traceEvents`.
-    pub trace_events: usize,
-    /// Whether the trace ended early.
-    pub truncated: bool,
-    /// Snapshot join, when a snapshot was given.
-    pub snapshot: Option<SnapshotJoin>,
-    /// Execution Trace join, when one was given.
-    pub execution_trace: Option<ExecTraceJoin>,
-    /// All FLOPs of one iteration (aligned nodes, medians).
-    pub flops_per_iteration: u64,
-    /// FLOPs of one iteration in FlopCounterMode's convention (matmul, convolution, attention).
-    pub matmul_flops_per_iteration: u64,
-    /// GPU, CPU and wall time per iteration by phase (forward, backward, optimizer, data
-    /// loading, ...): its nodes' medians summed, and the median of its wall time.
-    pub time_by_phase: std::collections::BTreeMap<&'static str, node_stats::PhaseTime>,
-    /// Median time per iteration between phases: no phase's work ran (the framework's code
-    /// between them, the profiler's step), s.
-    pub between_phases_s: f64,
-    /// All FLOPs per iteration by phase.
-    pub flops_by_phase: std::collections::BTreeMap<&'static str, u64>,
-    /// FLOPs per iteration by phase in FlopCounterMode's convention (matmul, convolution,
-    /// attention): what FlopCounterMode counts around the forward and around the backward.
-    pub matmul_flops_by_phase: std::collections::BTreeMap<&'static str, u64>,
-    /// Bytes read and written per iteration by the nodes.
-    pub bytes_per_iteration: u64,
-    /// Whether node traffic and optimizer FLOPs come from the Execution Trace (exact) or are
-    /// estimated from allocations (no ET: foreach optimizer kernels then count 0).
-    pub flops_from_execution_trace: bool,
-    /// The roofline's peaks.
-    pub peaks: Option<flops::Peaks>,
-    /// Where activation liveness comes from.
-    pub liveness_source: liveness::Source,
-    /// Bytes by category at the peak; adds up exactly to `peak_allocated_bytes`.
-    pub peak_breakdown_bytes: std::collections::BTreeMap<&'static str, i64>,
-    /// Activations found (per iteration, aligned).
-    pub activations: usize,
-    /// Bytes alive when the window opened that no snapshot block accounts for (counted OTHER).
-    pub unexplained_before_window_bytes: i64,
-    /// Host↔device bandwidth used for swap times.
-    pub swap_bandwidth: liveness::SwapBandwidth,
-    /// Backward passes per iteration (median) where there are several: gradient
-    /// accumulation's micro-batches, or a step with several losses (absent with one).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backward_passes_per_iteration: Option<u32>,
-    /// torch's `max_memory_allocated` over the whole run, from its first step to its exit,
-    /// where capture read it (absent otherwise): what a plan must keep under its budget.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_peak_allocated_bytes: Option<i64>,
-    /// CUDA graph replays in the iterations and the private pools they hold (absent without
-    /// replays).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cuda_graphs: Option<graphs::CudaGraphs>,
-    /// Anomalies, one line per kind.
-    pub warnings: Vec<String>,
-}
-
-impl Summary {
-    /// Whether FLOPs and bytes were counted at all: a trace recorded without input shapes
-    /// gives neither, and its 0 is "not measured", not "nothing computed".
-    pub fn flops_counted(&self) -> bool {
-        self.flops_per_iteration > 0 || self.bytes_per_iteration > 0
-    }
 }
 
 /// Everything analyze computes.
@@ -258,8 +127,9 @@ fn file_name(p: &std::path::Path) -> String {
         .into_owned()
 }
 
-/// Runs every analysis.
-pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
+/// Runs every analysis, and builds the summary from their results and `facts` (what the run
+/// says about itself beside the trace), once.
+pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostics) -> Analysis {
     // The allocator replay needs only the events (a copy of their addresses and sizes, as
     // the step holds the trace to intern names): beside the step, it leaves the memory chain
     // below shorter.
@@ -297,77 +167,6 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
     let flop_rows = flops::rows(t, &step, &node_flops, &node_stats, peaks.as_ref());
     let n_iter = step.iterations.len().max(1) as u64;
     let matmul_flops_by_op = by_type.into_iter().map(|(k, v)| (k, v / n_iter)).collect();
-    let (flops_by_phase, matmul_flops_by_phase) = flops_by_phase(&flop_rows);
-    let snapshot = t.snapshot.as_ref().map(|_| snapshot_join(t, &step, diag));
-    let execution_trace = exec_trace_join(t);
-
-    let times = StepTimes::of(&step);
-    let peak = memory_peak(t, &step);
-    let (peak_node, peak_iteration) = match peak {
-        Some((_, ts)) => peak_place(t, &step, ts),
-        None => (None, None),
-    };
-    let dev = t.device.unwrap_or(0);
-    let devinfo = t.kineto.header.devices.iter().find(|d| d.id == dev);
-    let (gpu_breakdown, collective_overlap) = kernels::temporal(t, &step);
-    let mut summary = Summary {
-        steptrace_version: env!("CARGO_PKG_VERSION"),
-        name: String::new(),
-        trace: file_name(&t.kineto.path),
-        iterations: step.iterations.len(),
-        iteration_detection: step.detection,
-        iteration_labels: step.iterations.iter().map(|i| i.label.clone()).collect(),
-        nodes_per_iteration: node_stats.len(),
-        step_time_s: times.median_s,
-        step_time_instrumented_s: times.median_s,
-        step_time_source: steptrace_formats::StepTimeSource::Instrumented,
-        profiler_overhead: None,
-        plan_timed_both_ways: None,
-        host_lead_s: None,
-        optimizer_step_host_s: None,
-        plan_probe: None,
-        gpu_breakdown,
-        collective_overlap,
-        step_times_s: times.each_s,
-        gpu_busy_s: times.gpu_busy_s,
-        gpu_time_s: times.gpu_time_s,
-        peak_allocated_bytes: peak.map(|p| p.0),
-        peak_node,
-        peak_iteration,
-        device: t.device_name().map(str::to_owned),
-        device_memory_bytes: devinfo.and_then(|d| d.total_memory_bytes),
-        time_convention: t.kineto.header.time_convention,
-        trace_events: t.kineto.event_count,
-        truncated: t.kineto.truncated.is_some(),
-        snapshot,
-        execution_trace,
-        flops_per_iteration: flop_rows
-            .iter()
-            .map(|r| r.flops)
-            .fold(0, u64::saturating_add),
-        matmul_flops_per_iteration: flop_rows
-            .iter()
-            .map(|r| r.matmul_flops)
-            .fold(0, u64::saturating_add),
-        time_by_phase: node_stats::time_by_phase(&node_stats, &step),
-        between_phases_s: node_stats::between_phases_s(&step),
-        flops_by_phase,
-        matmul_flops_by_phase,
-        bytes_per_iteration: flop_rows.iter().map(|r| r.bytes).sum(),
-        flops_from_execution_trace: t.exec_trace.is_some(),
-        peaks,
-        liveness_source: live.source,
-        peak_breakdown_bytes: peak
-            .map(|(bytes, ts)| mem.breakdown_by_key(ts, bytes))
-            .unwrap_or_default(),
-        activations: live.activations.len(),
-        unexplained_before_window_bytes: mem.unexplained_before,
-        swap_bandwidth: live.bandwidth,
-        backward_passes_per_iteration: step.backward_passes_per_iteration(),
-        run_peak_allocated_bytes: None,
-        cuda_graphs: graphs::compute(t, &step, peak.map(|p| p.0), diag),
-        warnings: Vec::new(),
-    };
     let kernels = kernels::compute(t);
     let (collectives, outside) = collectives::calls(t, &step);
     if outside > 0 && !collectives.is_empty() {
@@ -376,12 +175,18 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
             format!("{outside} collective kernel(s) launched outside the iterations (e.g. before the window opened): not matched across ranks"),
         );
     }
-    if t.kineto.ops.is_empty() {
-        gpu_only_figures(&mut summary, &kernels, diag);
-    }
+    let parts = summary::Parts {
+        t,
+        step: &step,
+        mem: &mem,
+        node_stats: &node_stats,
+        live: &live,
+        flop_rows: &flop_rows,
+        kernels: &kernels,
+    };
+    let summary = summary::build(&parts, peaks, &facts, diag);
     let mut a = Analysis {
-        // Filled from the inputs by the caller, beside the run's name.
-        module_fqns: Default::default(),
+        module_fqns: facts.module_fqns,
         kernels,
         step,
         node_stats,
@@ -399,32 +204,6 @@ pub fn run(t: &mut Trace, opts: &Options, diag: &mut Diagnostics) -> Analysis {
         analysis,
     });
     a
-}
-
-/// The iterations' times: each, and the medians of the span, the GPU's busy time and its
-/// kernel time.
-struct StepTimes {
-    each_s: Vec<f64>,
-    median_s: f64,
-    gpu_busy_s: f64,
-    gpu_time_s: f64,
-}
-
-impl StepTimes {
-    fn of(step: &Step) -> Self {
-        let its = &step.iterations;
-        let mut span: Vec<f64> = its.iter().map(|i| (i.end - i.start) as f64).collect();
-        let each_s = span.iter().map(|&v| ns_to_s(v)).collect();
-        let mut busy: Vec<f64> = its.iter().map(|i| i.gpu_busy as f64).collect();
-        let mut gt: Vec<f64> = its.iter().map(|i| i.gpu_time as f64).collect();
-        let med = |v: &mut [f64]| ns_to_s(median(v).unwrap_or(0.0));
-        StepTimes {
-            each_s,
-            median_s: med(&mut span),
-            gpu_busy_s: med(&mut busy),
-            gpu_time_s: med(&mut gt),
-        }
-    }
 }
 
 /// The device's peak rates (the table's entry for its name), with `--peak-tflops` and
@@ -456,80 +235,6 @@ fn device_peaks(t: &Trace, opts: &Options, diag: &mut Diagnostics) -> Option<flo
         p.bandwidth_gbps = b;
     }
     Some(p)
-}
-
-/// Per-iteration FLOPs by phase name.
-type PhaseFlops = std::collections::BTreeMap<&'static str, u64>;
-
-/// FLOPs and matmul FLOPs per iteration, summed by phase.
-fn flops_by_phase(rows: &[flops::FlopRow]) -> (PhaseFlops, PhaseFlops) {
-    let (mut all, mut matmul) = (PhaseFlops::new(), PhaseFlops::new());
-    for r in rows {
-        *all.entry(r.gtype).or_insert(0) += r.flops;
-        *matmul.entry(r.gtype).or_insert(0) += r.matmul_flops;
-    }
-    (all, matmul)
-}
-
-/// The peak: the first event carrying the largest total inside any iteration, as (bytes,
-/// time). A negative total is an unknown one (absent or out of range).
-fn memory_peak(t: &Trace, step: &Step) -> Option<(i64, i64)> {
-    let mut peak: Option<(i64, i64)> = None;
-    for it in &step.iterations {
-        let lo = t.memory.partition_point(|m| m.ts < it.start);
-        for m in t.memory[lo..].iter().take_while(|m| m.ts <= it.end) {
-            if m.total_allocated >= 0 && peak.is_none_or(|(b, _)| m.total_allocated > b) {
-                peak = Some((m.total_allocated, m.ts));
-            }
-        }
-    }
-    peak
-}
-
-/// The node running at `ts` (innermost in time: the latest-starting one that contains it) and
-/// the iteration's label.
-fn peak_place(t: &Trace, step: &Step, ts: i64) -> (Option<String>, Option<String>) {
-    let it = step
-        .iterations
-        .iter()
-        .find(|i| ts >= i.start && ts <= i.end);
-    let node = it.and_then(|it| {
-        let nodes = &step.nodes[it.nodes.clone()];
-        let inside = nodes
-            .iter()
-            .filter(|n| {
-                let o = t.op(n.op);
-                o.start <= ts && ts <= o.end()
-            })
-            .max_by_key(|n| (t.op(n.op).start, n.rank))
-            .map(|n| n.name.clone());
-        // Memory allocated outside any op (a compiled graph's buffers are allocated without
-        // the dispatcher): the node that ran last before it.
-        inside.or_else(|| {
-            nodes
-                .iter()
-                .filter(|n| t.op(n.op).start <= ts)
-                .max_by_key(|n| (t.op(n.op).end(), n.rank))
-                .map(|n| format!("{} (allocated after it, outside any op)", n.name))
-        })
-    });
-    (node, it.map(|i| i.label.clone()))
-}
-
-/// A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the whole
-/// trace.
-fn gpu_only_figures(summary: &mut Summary, kernels: &kernels::Kernels, diag: &mut Diagnostics) {
-    summary.step_time_s = ns_to_s(kernels.span_ns as f64);
-    summary.step_time_instrumented_s = summary.step_time_s;
-    summary.gpu_busy_s = ns_to_s(kernels.busy_ns as f64);
-    summary.gpu_time_s = ns_to_s(kernels.kernel_ns as f64);
-    diag.warn(
-        "no_cpu_operators",
-        format!(
-            "{}: no CPU operators (a GPU-only trace): kernel-level results only (kernels.csv, streams.csv), over the whole trace",
-            summary.trace
-        ),
-    );
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::{median, median_low};
 use crate::diagnostics::Diagnostics;
 use crate::intern::StrId;
 use crate::model::Trace;
+pub use steptrace_formats::summary::PhaseTime;
 
 /// One row of `node_stats.csv`.
 #[derive(Debug, Clone, PartialEq)]
@@ -197,30 +198,6 @@ pub fn compute(t: &Trace, step: &Step, mem: &Memory, diag: &mut Diagnostics) -> 
     stats
 }
 
-/// GPU, CPU and wall time of one phase per iteration.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct PhaseTime {
-    /// GPU time (kernels, copies, sets) of its nodes, s.
-    pub gpu_s: f64,
-    /// Host time of its nodes (their own durations, summed), s.
-    pub cpu_s: f64,
-    /// Wall time of the phase in the iteration: its nodes' spans and the host code between
-    /// two of them (what a framework's timer around the phase measures), s.
-    pub wall_s: f64,
-}
-
-impl PhaseTime {
-    /// Its host figure for display: the wall time, or the nodes' own host time where the
-    /// trace gives no wall time (a phase whose nodes lie outside the iterations' spans).
-    pub fn host_s(&self) -> f64 {
-        if self.wall_s > 0.0 {
-            self.wall_s
-        } else {
-            self.cpu_s
-        }
-    }
-}
-
 /// The median over the iterations of one figure of their wall split, s.
 fn median_wall(step: &Step, f: impl Fn(&super::step::PhaseWall) -> i64) -> f64 {
     let mut v: Vec<f64> = step
@@ -237,17 +214,17 @@ fn median_wall(step: &Step, f: impl Fn(&super::step::PhaseWall) -> i64) -> f64 {
 pub fn time_by_phase(
     stats: &[NodeStat],
     step: &Step,
-) -> std::collections::BTreeMap<&'static str, PhaseTime> {
+) -> std::collections::BTreeMap<Phase, PhaseTime> {
     let mut m = std::collections::BTreeMap::new();
     for n in stats {
-        let e: &mut PhaseTime = m.entry(n.gtype.as_str()).or_default();
+        let e: &mut PhaseTime = m.entry(n.gtype).or_default();
         e.gpu_s += n.median_run_time_s;
         e.cpu_s += n.median_cpu_time_s;
     }
     for p in Phase::ALL {
         let wall = median_wall(step, |w| w.of(p));
         if wall > 0.0 {
-            m.entry(p.as_str()).or_default().wall_s = wall;
+            m.entry(p).or_default().wall_s = wall;
         }
     }
     m

@@ -14,16 +14,14 @@ use steptrace_formats::StepTimeSource;
 pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
     let after = t.source == TimingSource::AfterWindow;
     let phase = t.timing_phase.as_ref();
-    let stopped_at = match phase.and_then(|p| p.stop.as_deref()) {
-        Some("step_cap") => Some("step_cap"),
-        Some("time_cap") => Some("time_cap"),
-        _ => None,
-    };
+    let stopped_at = phase
+        .and_then(|p| p.stop.as_deref())
+        .and_then(TimingStop::from_name);
     let plan_ab = phase.and_then(|phase| {
         let u = phase.unplanned.as_ref()?;
         let (with, without, clock) = match (phase.step_time_cuda_s, u.step_time_cuda_s) {
-            (Some(w), Some(wo)) if w > 0.0 && wo > 0.0 => (w, wo, "cuda_events"),
-            _ => (phase.step_time_s, u.step_time_s, "host"),
+            (Some(w), Some(wo)) if w > 0.0 && wo > 0.0 => (w, wo, TimingClock::CudaEvents),
+            _ => (phase.step_time_s, u.step_time_s, TimingClock::Host),
         };
         (with > 0.0 && without > 0.0).then_some(PlanTimedBothWays {
             step_time_with_s: with,
@@ -36,7 +34,7 @@ pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
     });
     let unsettled = stopped_at
         .filter(|_| !after)
-        .map(|s| (s.to_owned(), phase.map_or(0, |p| p.steps)));
+        .map(|s| (s, phase.map_or(0, |p| p.steps)));
     // A manifest written before the timing phase's figure became the CUDA-event one reads
     // the same as one written after (PhaseTiming::step_time).
     let step_time_s = match phase {

@@ -492,6 +492,7 @@ fn side_file<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use steptrace_formats::summary::{TimingClock, TimingStop};
     use steptrace_formats::StepTimeSource;
 
     #[test]
@@ -576,7 +577,7 @@ mod tests {
             .program_step_time
             .unwrap();
         assert_eq!(t.source, StepTimeSource::TimingPhase);
-        assert_eq!(t.unsettled, Some(("step_cap".to_owned(), 20)));
+        assert_eq!(t.unsettled, Some((TimingStop::StepCap, 20)));
         // Manifests written before the after-window timing: the phase's fields at the top.
         let dir = run_dir(phase);
         let t = discover(dir.path(), None, None, None)
@@ -588,7 +589,7 @@ mod tests {
             (
                 12_000_000,
                 StepTimeSource::TimingPhase,
-                Some(("step_cap".to_owned(), 20))
+                Some((TimingStop::StepCap, 20))
             )
         );
     }
@@ -613,16 +614,16 @@ mod tests {
         let ab = read(&phase(r#", "step_time_cuda_s": 0.0428"#)).unwrap();
         assert_eq!(
             (ab.clock, ab.step_time_with_s, ab.step_time_without_s),
-            ("cuda_events", 0.0428, 0.0366)
+            (TimingClock::CudaEvents, 0.0428, 0.0366)
         );
         assert_eq!((ab.steps_with, ab.steps_without), (8, 8));
         assert_eq!(ab.stopped_at, None);
         let capped = read(&phase("").replace("settled", "step_cap")).unwrap();
-        assert_eq!(capped.stopped_at, Some("step_cap"));
+        assert_eq!(capped.stopped_at, Some(TimingStop::StepCap));
         let ab = read(&phase("")).unwrap();
         assert_eq!(
             (ab.clock, ab.step_time_with_s, ab.step_time_without_s),
-            ("host", 0.0497, 0.0307)
+            (TimingClock::Host, 0.0497, 0.0307)
         );
         // Timed one way only: none.
         assert_eq!(

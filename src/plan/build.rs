@@ -3,6 +3,7 @@
 //! budget curve of the rounds, and the chosen plan's decisions and timeline.
 
 use super::*;
+use crate::analysis::liveness::BandwidthSource;
 
 /// What the run lacks that the prediction would use, said before anything is planned.
 pub(super) fn first_notes(a: &Analysis) -> Vec<String> {
@@ -79,7 +80,7 @@ pub(super) fn rates(
     a: &Analysis,
     opts: &Options,
     notes: &mut Vec<String>,
-) -> (Rates, &'static str) {
+) -> (Rates, BandwidthSource) {
     let s = &a.summary;
     let (host_lead_s, cpu_scale) = host_clock(
         s.step_time_source
@@ -92,9 +93,9 @@ pub(super) fn rates(
     let bw = &a.liveness.bandwidth;
     let probe = s.plan_probe.as_ref();
     let (htod, dtoh, bw_source) = match (opts.bandwidth_gbps, probe) {
-        (Some(b), _) => (b, b, "override"),
+        (Some(b), _) => (b, b, BandwidthSource::Override),
         (None, Some(p)) if p.htod_gbps > 0.0 && p.dtoh_gbps > 0.0 => {
-            (p.htod_gbps, p.dtoh_gbps, "capture_probe")
+            (p.htod_gbps, p.dtoh_gbps, BandwidthSource::CaptureProbe)
         }
         _ => (bw.htod_gbps, bw.dtoh_gbps, bw.source),
     };

@@ -344,7 +344,7 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         run: s.name.clone(),
         budget_bytes: budget,
         policy: opts.policy,
-        bandwidth_gbps: (rates.htod_gbps, rates.dtoh_gbps, bw_source.into()),
+        bandwidth_gbps: (rates.htod_gbps, rates.dtoh_gbps, bw_source.as_str().into()),
         overheads: rates.overheads,
         gpu_busy_s: s.gpu_busy_s,
         host_lead_s: rates.host_lead_s,

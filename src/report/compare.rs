@@ -106,7 +106,7 @@ pub fn write(
         ];
         rec.extend(CATEGORIES.iter().map(|c| {
             s.peak_breakdown_bytes
-                .get(c.key())
+                .get(c)
                 .copied()
                 .unwrap_or(0)
                 .to_string()
@@ -145,7 +145,7 @@ pub fn write(
                     .analysis
                     .summary
                     .peak_breakdown_bytes
-                    .get(c.key())
+                    .get(c)
                     .copied()
                     .unwrap_or(0) as f64
                     / MIB;

@@ -142,11 +142,10 @@ fn work_and_memory_lines(s: &crate::analysis::Summary) -> String {
         );
     }
     if !s.peak_breakdown_bytes.is_empty() {
-        let parts: Vec<String> = s
-            .peak_breakdown_bytes
-            .iter()
+        let parts: Vec<String> = steptrace_formats::summary::by_name_order(&s.peak_breakdown_bytes)
+            .into_iter()
             .filter(|(_, b)| **b != 0)
-            .map(|(k, b)| format!("{k} {}", human_bytes(*b)))
+            .map(|(k, b)| format!("{} {}", k.key(), human_bytes(*b)))
             .collect();
         o += &format!("at the peak: {}\n", parts.join(", "));
     }
@@ -304,7 +303,7 @@ pub(super) fn phase_parts(s: &crate::analysis::Summary, cpu_only: bool) -> Vec<S
         .iter()
         .filter_map(|p| {
             let k = p.as_str();
-            let t = s.time_by_phase.get(k)?;
+            let t = s.time_by_phase.get(p)?;
             let host = t.host_s();
             (t.gpu_s > 0.0 || host > 0.0).then(|| {
                 if cpu_only || t.gpu_s == 0.0 {
@@ -328,7 +327,7 @@ pub(super) fn phase_parts(s: &crate::analysis::Summary, cpu_only: bool) -> Vec<S
 pub(super) fn phase_sum_note(s: &crate::analysis::Summary) -> Option<String> {
     let sum: f64 = PHASE_ORDER
         .iter()
-        .filter_map(|p| s.time_by_phase.get(p.as_str()))
+        .filter_map(|p| s.time_by_phase.get(p))
         .map(|t| t.host_s())
         .sum::<f64>()
         + s.between_phases_s;

@@ -55,19 +55,19 @@ pub(super) fn write_flops_csv(path: &Path, a: &Analysis) -> Result<(), Error> {
             r.rank.to_string(),
             r.node_name.clone(),
             r.op.clone(),
-            r.gtype.to_owned(),
+            r.gtype.as_str().to_owned(),
             r.module.clone(),
             r.flops.to_string(),
             r.matmul_flops.to_string(),
             r.bytes.to_string(),
             f3(r.arithmetic_intensity),
-            r.dtype.to_owned(),
+            r.dtype.as_str().to_owned(),
             super::secs(r.gpu_time_s),
             f3(r.achieved_tflops),
             f3(r.achieved_gbps),
             opt(r.pct_peak_flops),
             opt(r.pct_peak_bandwidth),
-            r.bound.to_owned(),
+            r.bound.map_or("", |b| b.as_str()).to_owned(),
         ])
         .map_err(csv_err(path))?;
     }
@@ -210,21 +210,23 @@ pub fn graph_profile(a: &Analysis) -> GraphProfile {
             flops: r.flops,
             memory: r.bytes,
             arithmetic_intensity: (r.arithmetic_intensity * 1000.0).round() / 1000.0,
-            bottleneck: if r.bound.is_empty() {
+            bottleneck: if r.bound.is_none() {
                 String::new()
             } else {
-                format!("{}-bound", r.bound)
+                format!("{}-bound", r.bound.map_or("", |b| b.as_str()))
             },
         })
         .collect();
     let mut phases: BTreeMap<String, PhaseProfile> = BTreeMap::new();
     for r in &a.flops {
-        let p = phases.entry(r.gtype.to_owned()).or_insert(PhaseProfile {
-            total_flops: 0,
-            matmul_flops: 0,
-            total_memory: 0,
-            layers: 0,
-        });
+        let p = phases
+            .entry(r.gtype.as_str().to_owned())
+            .or_insert(PhaseProfile {
+                total_flops: 0,
+                matmul_flops: 0,
+                total_memory: 0,
+                layers: 0,
+            });
         p.total_flops += r.flops;
         p.matmul_flops += r.matmul_flops;
         p.total_memory += r.bytes;
@@ -290,9 +292,13 @@ pub fn graph_profile_block(a: &Analysis, top: usize) -> String {
             human_flops(v.flops as f64)
         );
     }
-    let with = a.flops.iter().filter(|r| !r.bound.is_empty()).count();
+    let with = a.flops.iter().filter(|r| r.bound.is_some()).count();
     if with > 0 {
-        let c = a.flops.iter().filter(|r| r.bound == "compute").count();
+        let c = a
+            .flops
+            .iter()
+            .filter(|r| r.bound == Some(super::super::analysis::flops::Bound::Compute))
+            .count();
         o += "\nBottleneck Analysis (machine balance of the device):\n";
         o += &format!(
             "  Compute-bound:  {:.0}% ({c} nodes)\n",
@@ -305,8 +311,8 @@ pub fn graph_profile_block(a: &Analysis, top: usize) -> String {
         );
     }
     o += "\nBy phase:\n";
-    for (p, f) in &s.flops_by_phase {
-        o += &format!("  {p:<10} {} FLOPs\n", human_flops(*f as f64));
+    for (p, f) in steptrace_formats::summary::by_name_order(&s.flops_by_phase) {
+        o += &format!("  {:<10} {} FLOPs\n", p.as_str(), human_flops(*f as f64));
     }
     o += &format!("\nLayer Details (Top {top} by FLOPs):\n");
     let mut rows: Vec<&FlopRow> = a.flops.iter().filter(|r| r.flops > 0).collect();
@@ -318,10 +324,10 @@ pub fn graph_profile_block(a: &Analysis, top: usize) -> String {
             human_flops(r.flops as f64),
             super::human_bytes(r.bytes as i64),
             r.arithmetic_intensity,
-            if r.bound.is_empty() {
+            if r.bound.is_none() {
                 String::new()
             } else {
-                format!(" ({}-bound)", r.bound)
+                format!(" ({}-bound)", r.bound.map_or("", |b| b.as_str()))
             },
             r.pct_peak_flops
                 .map(|p| format!(", {p:.1}% of peak"))

@@ -196,9 +196,9 @@ pub(super) fn write(
         table(
             &mut o,
             &["category", "bytes", "size"],
-            s.peak_breakdown_bytes
-                .iter()
-                .map(|(k, v)| vec![k.to_string(), v.to_string(), human_bytes(*v)]),
+            steptrace_formats::summary::by_name_order(&s.peak_breakdown_bytes)
+                .into_iter()
+                .map(|(k, v)| vec![k.key().to_owned(), v.to_string(), human_bytes(*v)]),
         );
     }
     top_nodes(&mut o, a);

@@ -46,7 +46,7 @@ pub struct ReportOptions {
     pub compact: bool,
 }
 
-use crate::analysis::{Analysis, Summary};
+use crate::analysis::Analysis;
 use crate::diagnostics::Diagnostics;
 use crate::model::Trace;
 
@@ -156,13 +156,6 @@ pub(crate) fn nodes_by_time(
     v
 }
 
-/// The summary with the diagnostics folded in.
-pub fn summary_with_warnings(a: &Analysis, diag: &Diagnostics) -> Summary {
-    let mut s = a.summary.clone();
-    s.warnings = diag.lines();
-    s
-}
-
 /// Writes every output file into `dir` (created if missing).
 pub fn write_all(
     dir: &Path,
@@ -231,7 +224,7 @@ pub fn write_into(
         }));
     }
     tasks.extend([
-        file(dir, "summary.json", |p| write_summary(p, a, diag)),
+        file(dir, "summary.json", |p| write_summary(p, a)),
         file(dir, "node_stats.csv", |p| write_node_stats(p, t, a)),
         file(dir, "node_iterations.csv", |p| {
             write_node_iterations(p, t, a)
@@ -340,8 +333,8 @@ fn snapshot_section(t: &Trace, a: &Analysis) -> Option<String> {
         })
 }
 
-fn write_summary(p: &Path, a: &Analysis, diag: &Diagnostics) -> Result<(), Error> {
-    write_json(p, &summary_with_warnings(a, diag))
+fn write_summary(p: &Path, a: &Analysis) -> Result<(), Error> {
+    write_json(p, &a.summary)
 }
 
 /// `v` as indented JSON with a final newline, under `p`'s part name.

@@ -166,18 +166,24 @@ fn lightning_closure_forward_is_forward_and_its_flops_are_flop_counter_modes() {
     let s = &out.analysis.summary;
     let f = &s.matmul_flops_by_phase;
     assert_eq!(
-        f.get("forward").copied(),
+        f.get(&steptrace::analysis::Phase::Forward).copied(),
         r["flop_counter_forward"].as_u64()
     );
     assert_eq!(
-        f.get("backward").copied(),
+        f.get(&steptrace::analysis::Phase::Backward).copied(),
         r["flop_counter_backward"].as_u64()
     );
-    assert_eq!(f.get("optimizer").copied().unwrap_or(0), 0);
-    assert!(s.activations > 100, "{}", s.activations);
-    assert!(s.peak_breakdown_bytes["activation"] > 100 << 20);
     assert_eq!(
-        s.peak_breakdown_bytes["opt_state"], 0,
+        f.get(&steptrace::analysis::Phase::Optimizer)
+            .copied()
+            .unwrap_or(0),
+        0
+    );
+    assert!(s.activations > 100, "{}", s.activations);
+    assert!(s.peak_breakdown_bytes[&steptrace::analysis::memory::Category::Activation] > 100 << 20);
+    assert_eq!(
+        s.peak_breakdown_bytes[&steptrace::analysis::memory::Category::OptState],
+        0,
         "SGD without momentum keeps none"
     );
     assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
@@ -306,17 +312,22 @@ fn hf_trainer_with_accumulation_has_flop_counter_modes_forward_and_backward() {
     let s = &out.analysis.summary;
     let f = &s.matmul_flops_by_phase;
     assert_eq!(
-        f.get("forward").copied(),
+        f.get(&steptrace::analysis::Phase::Forward).copied(),
         r["ref_flop_counter_forward"].as_u64()
     );
     assert_eq!(
-        f.get("backward").copied(),
+        f.get(&steptrace::analysis::Phase::Backward).copied(),
         r["ref_flop_counter_backward"].as_u64()
     );
-    assert_eq!(f.get("optimizer").copied().unwrap_or(0), 0);
+    assert_eq!(
+        f.get(&steptrace::analysis::Phase::Optimizer)
+            .copied()
+            .unwrap_or(0),
+        0
+    );
     // Four micro-batches a step: four forward passes' worth of activations.
     assert!(s.activations > 100, "{}", s.activations);
-    assert!(s.peak_breakdown_bytes["activation"] > 100 << 20);
+    assert!(s.peak_breakdown_bytes[&steptrace::analysis::memory::Category::Activation] > 100 << 20);
     assert_eq!(out.diagnostics.count("nodes_missing_in_some_iterations"), 0);
 }
 
@@ -409,5 +420,8 @@ fn phase_wall_times_match_lightnings_own_timers() {
     }
     assert_eq!(checked, 3);
     let tp = &out.analysis.summary.time_by_phase;
-    assert!(tp["forward"].wall_s > tp["forward"].cpu_s);
+    assert!(
+        tp[&steptrace::analysis::Phase::Forward].wall_s
+            > tp[&steptrace::analysis::Phase::Forward].cpu_s
+    );
 }

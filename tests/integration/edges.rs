@@ -247,7 +247,7 @@ fn the_batchs_copy_to_the_device_is_data_loading_with_a_pinning_hint() {
         Some(2),
         "accumulate_grad_batches=2"
     );
-    let dl = &a.summary.time_by_phase["data_loading"];
+    let dl = &a.summary.time_by_phase[&steptrace::analysis::Phase::DataLoading];
     assert!(dl.gpu_s > 1e-3, "{dl:?}");
     assert!(warned(&out, "input_copy_from_pageable_memory"));
     // A libtorch loop's few token ids copied from pageable memory are not worth the hint.

@@ -14,6 +14,7 @@ fn sample_outputs_match_snapshots() {
         let name = s.file_name().unwrap().to_string_lossy().into_owned();
         let (_d, out) = crate::common::analyze(&s);
         let summary = std::fs::read_to_string(out.out_dir.join("summary.json")).unwrap();
+        assert_summary_round_trips(&summary, &name);
         let summary = summary.replace(env!("CARGO_PKG_VERSION"), "[version]");
         insta::assert_snapshot!(format!("{name}__summary"), summary);
         let stats = std::fs::read_to_string(out.out_dir.join("node_stats.csv")).unwrap();
@@ -24,6 +25,76 @@ fn sample_outputs_match_snapshots() {
         let held = ["summary.json", "node_stats.csv", "iterations.csv"];
         assert_outputs(&out.out_dir, &name, &held);
     }
+}
+
+/// summary.json read back by its one type ([`steptrace_formats::summary::Summary`]) and
+/// written again holds the same fields, keys in the same order, and the same values (floats to
+/// the last bit or one ulp: serde_json's reader rounds some of them, and steptrace keeps its
+/// fast float parsing), and reads back to an equal summary.
+fn assert_summary_round_trips(text: &str, name: &str) {
+    use steptrace_formats::summary::Summary;
+    let s = Summary::from_json(text)
+        .unwrap_or_else(|e| panic!("{name}: summary.json does not read back: {e}"));
+    let again = serde_json::to_string_pretty(&s).unwrap() + "\n";
+    assert_eq!(Summary::from_json(&again).unwrap(), s, "{name}");
+    let (a, b): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(text).unwrap(),
+        serde_json::from_str(&again).unwrap(),
+    );
+    assert_json_close(&a, &b, name);
+    let keys = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter_map(|l| l.trim_start().split_once("\": ").map(|(k, _)| k.to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        keys(text),
+        keys(&again),
+        "{name}: keys or their order changed"
+    );
+}
+
+fn assert_json_close(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
+    use serde_json::Value::*;
+    match (a, b) {
+        (Number(x), Number(y)) if x.is_f64() || y.is_f64() => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                x == y || (x - y).abs() <= 2.0 * f64::EPSILON * x.abs().max(y.abs()),
+                "{at}: {x} against {y}"
+            );
+        }
+        (Array(x), Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_json_close(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        (Object(x), Object(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: {:?}", x.keys().collect::<Vec<_>>());
+            for (k, v) in x {
+                assert_json_close(v, &y[k], &format!("{at}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+#[test]
+fn summary_json_refuses_a_newer_format_and_reads_one_without_a_version() {
+    let s = crate::common::samples().into_iter().next().unwrap();
+    let (_d, out) = crate::common::analyze(&s);
+    let text = std::fs::read_to_string(out.out_dir.join("summary.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["format_version"] = 99.into();
+    let err = steptrace_formats::summary::Summary::from_json(&v.to_string()).unwrap_err();
+    assert!(err.to_string().contains("version 99 is newer"), "{err}");
+    v.as_object_mut().unwrap().remove("format_version");
+    let old = steptrace_formats::summary::Summary::from_json(&v.to_string()).unwrap();
+    assert_eq!(old.format_version, 1);
+    v["time_by_phase"]["warmup"] = serde_json::json!({"gpu_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0});
+    let err = steptrace_formats::summary::Summary::from_json(&v.to_string()).unwrap_err();
+    assert!(err.to_string().contains("unknown key `warmup`"), "{err}");
 }
 
 /// Each sample's memory snapshot analysed alone (`analyze snapshot.pickle.gz`): every file by

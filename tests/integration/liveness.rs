@@ -276,7 +276,9 @@ fn issue21_unnamed_memory_is_under_5_percent_of_the_peak_and_workspaces_are_the_
             let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
             let s = &a.summary;
             let peak = s.peak_allocated_bytes.unwrap();
-            let part = |k: &str| s.peak_breakdown_bytes[k];
+            let part = |k: &str| {
+                s.peak_breakdown_bytes[&steptrace::analysis::memory::Category::from_key(k).unwrap()]
+            };
             assert_eq!(
                 s.peak_breakdown_bytes.values().sum::<i64>(),
                 peak,

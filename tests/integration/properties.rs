@@ -210,7 +210,7 @@ fn breakdown_names_every_byte_when_every_block_is_in_the_trace() {
             let peak = out.analysis.summary.peak_allocated_bytes.unwrap();
             prop_assert_eq!(peak, totals.iter().copied().max().unwrap());
             let named = &out.analysis.summary.peak_breakdown_bytes;
-            prop_assert_eq!(named["other"], 0);
+            prop_assert_eq!(named[&steptrace::analysis::memory::Category::Other], 0);
             prop_assert_eq!(named.values().sum::<i64>(), peak);
             Ok(())
         })

@@ -48,8 +48,9 @@ fn every_plot_is_drawn_from_the_tables() {
         }
         let (bh, bars) = csv(&plots.join("peak_breakdown.data.csv"));
         for b in &bars {
-            let want = out.analysis.summary.peak_breakdown_bytes[b[col(&bh, "category")].as_str()]
-                as f64
+            let want = out.analysis.summary.peak_breakdown_bytes
+                [&steptrace::analysis::memory::Category::from_key(&b[col(&bh, "category")])
+                    .unwrap()] as f64
                 / 1048576.0;
             assert!((b[col(&bh, "mib")].parse::<f64>().unwrap() - want).abs() < 1e-5);
         }
@@ -70,7 +71,10 @@ fn every_plot_is_drawn_from_the_tables() {
             "optimizer",
             "other",
         ] {
-            let Some(t) = s.time_by_phase.get(k) else {
+            let Some(t) = s
+                .time_by_phase
+                .get(&steptrace::analysis::Phase::from_name(k).unwrap())
+            else {
                 continue;
             };
             if t.gpu_s > 0.0 {

@@ -456,7 +456,7 @@ fn checkpointed_model_flops_are_the_plain_model_plus_what_was_recomputed() {
         .analysis
         .flops
         .iter()
-        .filter(|r| r.gtype == "forward")
+        .filter(|r| r.gtype == steptrace::analysis::Phase::Forward)
         .map(|r| r.matmul_flops)
         .sum();
     assert!(
@@ -485,13 +485,13 @@ fn roofline_places_nodes_by_machine_balance() {
     {
         let balance =
             p.flops(steptrace::analysis::flops::Dtype::Bf16).unwrap() / (p.bandwidth_gbps * 1e9);
-        if r.dtype == "bf16" {
+        if r.dtype == steptrace::analysis::flops::Dtype::Bf16 {
             let want = if r.arithmetic_intensity >= balance {
-                "compute"
+                steptrace::analysis::flops::Bound::Compute
             } else {
-                "memory"
+                steptrace::analysis::flops::Bound::Memory
             };
-            assert_eq!(r.bound, want, "{}", r.node_name);
+            assert_eq!(r.bound, Some(want), "{}", r.node_name);
         }
         let tf = r.flops as f64 / r.gpu_time_s / 1e12;
         assert!((r.achieved_tflops - tf).abs() < 1e-9);
@@ -727,7 +727,9 @@ fn time_by_phase_covers_the_iterations_gpu_time() {
         );
         for p in ["forward", "backward", "optimizer"] {
             assert!(
-                sum.time_by_phase.get(p).is_some_and(|t| t.cpu_s > 0.0),
+                sum.time_by_phase
+                    .get(&steptrace::analysis::Phase::from_name(p).unwrap())
+                    .is_some_and(|t| t.cpu_s > 0.0),
                 "{s:?}: no {p} in {:?}",
                 sum.time_by_phase
             );

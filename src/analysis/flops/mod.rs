@@ -29,68 +29,35 @@ use self::peaks::dtype_for;
 use super::step::Step;
 use crate::model::exec_trace::ExecNode;
 use crate::model::{OpId, Trace};
+pub use steptrace_formats::summary::Dtype;
 
-/// Element type of a node's main input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    /// float64.
-    Fp64,
-    /// float32 on CUDA cores.
-    Fp32,
-    /// float32 through TF32 tensor cores (cuDNN convolutions by default).
-    Tf32,
-    /// bfloat16.
-    Bf16,
-    /// float16.
-    Fp16,
-    /// 8-bit floats.
-    Fp8,
-    /// Integers, bools, unknown.
-    Other,
+/// The dtype a Kineto `Input type` names.
+fn dtype_of_type(t: &str) -> Dtype {
+    match t {
+        "float" => Dtype::Fp32,
+        "double" => Dtype::Fp64,
+        "c10::BFloat16" => Dtype::Bf16,
+        "c10::Half" => Dtype::Fp16,
+        t if t.contains("Float8") => Dtype::Fp8,
+        _ => Dtype::Other,
+    }
 }
 
-impl Dtype {
-    /// Lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dtype::Fp64 => "fp64",
-            Dtype::Fp32 => "fp32",
-            Dtype::Tf32 => "tf32",
-            Dtype::Bf16 => "bf16",
-            Dtype::Fp16 => "fp16",
-            Dtype::Fp8 => "fp8",
-            Dtype::Other => "other",
-        }
-    }
-
-    fn from_type(t: &str) -> Dtype {
-        match t {
-            "float" => Dtype::Fp32,
-            "double" => Dtype::Fp64,
-            "c10::BFloat16" => Dtype::Bf16,
-            "c10::Half" => Dtype::Fp16,
-            t if t.contains("Float8") => Dtype::Fp8,
-            _ => Dtype::Other,
-        }
-    }
-
-    /// Bytes per element of a Kineto `Input type`, when it is a tensor type.
-    pub fn size_of(t: &str) -> Option<u64> {
-        Some(match t {
-            "double" | "long int" | "long" | "int64_t" | "c10::complex<float>" => 8,
-            "float" | "int" | "unsigned int" => 4,
-            "c10::BFloat16" | "c10::Half" | "short int" | "short" => 2,
-            "bool" | "unsigned char" | "signed char" | "char" => 1,
-            t if t.contains("Float8") => 1,
-            _ => return None,
-        })
-    }
+/// Bytes per element of a Kineto `Input type`, when it is a tensor type.
+pub fn dtype_size_of(t: &str) -> Option<u64> {
+    Some(match t {
+        "double" | "long int" | "long" | "int64_t" | "c10::complex<float>" => 8,
+        "float" | "int" | "unsigned int" => 4,
+        "c10::BFloat16" | "c10::Half" | "short int" | "short" => 2,
+        "bool" | "unsigned char" | "signed char" | "char" => 1,
+        t if t.contains("Float8") => 1,
+        _ => return None,
+    })
 }
 
 /// Whether a recorded input is a tensor (its type is a dtype).
 fn is_tensor(a: &Arg) -> bool {
-    Dtype::size_of(&a.ty).is_some()
+    dtype_size_of(&a.ty).is_some()
 }
 
 /// One node instance's FLOPs and traffic.
@@ -218,7 +185,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
             });
             let input_bytes: u64 = args
                 .iter()
-                .filter_map(|a| Dtype::size_of(&a.ty).map(|s| s.saturating_mul(a.numel())))
+                .filter_map(|a| dtype_size_of(&a.ty).map(|s| s.saturating_mul(a.numel())))
                 .fold(0, u64::saturating_add);
             match et_of(n.op) {
                 Some(e) => {
@@ -263,7 +230,7 @@ pub struct FlopRow {
     /// Op name of the node.
     pub op: String,
     /// Phase.
-    pub gtype: &'static str,
+    pub gtype: super::step::Phase,
     /// Module path.
     pub module: String,
     /// All FLOPs.
@@ -275,7 +242,7 @@ pub struct FlopRow {
     /// FLOPs per byte.
     pub arithmetic_intensity: f64,
     /// Element type.
-    pub dtype: &'static str,
+    pub dtype: Dtype,
     /// Median GPU time, s.
     pub gpu_time_s: f64,
     /// Achieved TFLOP/s over the GPU time.
@@ -286,9 +253,33 @@ pub struct FlopRow {
     pub pct_peak_flops: Option<f64>,
     /// Percent of peak bandwidth.
     pub pct_peak_bandwidth: Option<f64>,
-    /// `compute` or `memory` by the device's machine balance for the dtype; empty without peaks
-    /// or FLOPs.
-    pub bound: &'static str,
+    /// What bounds it by the device's machine balance for the dtype; `None` (written empty)
+    /// without peaks or FLOPs.
+    #[serde(serialize_with = "bound_name")]
+    pub bound: Option<Bound>,
+}
+
+fn bound_name<S: serde::Serializer>(b: &Option<Bound>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(b.map_or("", Bound::as_str))
+}
+
+/// What bounds a node on the roofline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// Its arithmetic intensity is at or above the machine balance.
+    Compute,
+    /// Below it.
+    Memory,
+}
+
+impl Bound {
+    /// As the files write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bound::Compute => "compute",
+            Bound::Memory => "memory",
+        }
+    }
 }
 
 /// Aggregates node instances by aligned node (medians; FLOPs do not change between
@@ -333,19 +324,19 @@ pub fn rows(
             let bound = match (peak_f, peak_bw) {
                 (Some(pf), Some(bw)) if flops > 0 && bytes > 0 => {
                     // Machine balance: FLOPs the device can do per byte it can move.
-                    if ai >= pf / (bw * 1e9) {
-                        "compute"
+                    Some(if ai >= pf / (bw * 1e9) {
+                        Bound::Compute
                     } else {
-                        "memory"
-                    }
+                        Bound::Memory
+                    })
                 }
-                _ => "",
+                _ => None,
             };
             FlopRow {
                 rank: s.rank,
                 node_name: s.node_name.clone(),
                 op: t.kineto.str(s.op).to_owned(),
-                gtype: s.gtype.as_str(),
+                gtype: s.gtype,
                 module: s
                     .module
                     .map_or(String::new(), |m| t.kineto.str(m).to_owned()),
@@ -353,7 +344,7 @@ pub fn rows(
                 matmul_flops: matmul,
                 bytes,
                 arithmetic_intensity: ai,
-                dtype: dtype.as_str(),
+                dtype,
                 gpu_time_s: time,
                 achieved_tflops: tf,
                 achieved_gbps: gb,

@@ -1,31 +1,8 @@
 //! The roofline's device peaks: NVIDIA datasheet figures by GPU name, and the dtype each
 //! kernel family runs in.
 
-use serde::Serialize;
-
 use super::Dtype;
-
-/// Device peaks for the roofline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Peaks {
-    /// Which table row matched (or `override`).
-    pub device: String,
-    /// Dense TFLOP/s by dtype.
-    pub tflops: Vec<(Dtype, f64)>,
-    /// Memory bandwidth, GB/s.
-    pub bandwidth_gbps: f64,
-}
-
-impl Peaks {
-    /// Peak FLOP/s for a dtype.
-    pub fn flops(&self, d: Dtype) -> Option<f64> {
-        let d = if d == Dtype::Other { Dtype::Fp32 } else { d };
-        self.tflops
-            .iter()
-            .find(|(x, _)| *x == d)
-            .map(|(_, v)| v * 1e12)
-    }
-}
+pub use steptrace_formats::summary::Peaks;
 
 /// NVIDIA datasheet peaks (dense, no sparsity): TFLOP/s fp64, fp32, tf32, bf16, fp16, fp8 and
 /// memory GB/s. Sources in docs/flops.md.
@@ -93,7 +70,7 @@ pub fn peaks_for(name: &str) -> Option<Peaks> {
 /// `torch.backends.cudnn.allow_tf32` is turned off (it is on by default); fp32 matmuls stay fp32
 /// (`torch.backends.cuda.matmul.allow_tf32` is off by default).
 pub(super) fn dtype_for(ty: &str, conv: bool) -> Dtype {
-    let d = Dtype::from_type(ty);
+    let d = super::dtype_of_type(ty);
     if d == Dtype::Fp32 && conv {
         Dtype::Tf32
     } else {

@@ -1,6 +1,6 @@
 //! The host↔device bandwidth that swap times are priced at.
 
-use super::SwapBandwidth;
+use super::{BandwidthSource, SwapBandwidth};
 use crate::analysis::median;
 use crate::model::kineto::GpuKind;
 use crate::model::Trace;
@@ -61,16 +61,16 @@ pub(super) fn swap_bandwidth(t: &Trace, override_gbps: Option<f64>) -> SwapBandw
         source,
     };
     if let Some(b) = override_gbps {
-        return both(b, "override");
+        return both(b, BandwidthSource::Override);
     }
     match measured_bandwidth(t) {
         (Some(h), Some(d)) => SwapBandwidth {
             htod_gbps: h,
             dtoh_gbps: d,
-            source: "measured",
+            source: BandwidthSource::Measured,
         },
-        (Some(x), None) | (None, Some(x)) => both(x, "measured"),
-        (None, None) => both(default_bandwidth(t.device_name()), "default"),
+        (Some(x), None) | (None, Some(x)) => both(x, BandwidthSource::Measured),
+        (None, None) => both(default_bandwidth(t.device_name()), BandwidthSource::Default),
     }
 }
 
@@ -92,14 +92,20 @@ mod tests {
         let mib = 1u64 << 20;
         let t = trace(&copy("Memcpy DtoH (Device -> Pinned)", 2 * mib, 40.0));
         let b = swap_bandwidth(&t, Some(7.5));
-        assert_eq!((b.htod_gbps, b.dtoh_gbps, b.source), (7.5, 7.5, "override"));
+        assert_eq!(
+            (b.htod_gbps, b.dtoh_gbps, b.source),
+            (7.5, 7.5, BandwidthSource::Override)
+        );
         // One direction measured stands for both.
         let b = swap_bandwidth(&t, None);
         let d = (2 * mib) as f64 / 40e3;
-        assert_eq!((b.htod_gbps, b.dtoh_gbps, b.source), (d, d, "measured"));
+        assert_eq!(
+            (b.htod_gbps, b.dtoh_gbps, b.source),
+            (d, d, BandwidthSource::Measured)
+        );
         // Nothing measured and no device named: the oldest link's rate.
         let b = swap_bandwidth(&trace(""), None);
-        assert_eq!((b.htod_gbps, b.source), (12.0, "default"));
+        assert_eq!((b.htod_gbps, b.source), (12.0, BandwidthSource::Default));
     }
 
     // A swap copies to and from pinned memory in large pieces; the trace's pageable

@@ -27,16 +27,7 @@ use super::memory::{Category, Memory};
 use super::node_stats::NodeStat;
 use super::step::{Phase, Step};
 use crate::model::{Trace, EVALUATE_FUNCTION};
-
-/// Where liveness comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// Tensor identities of the Execution Trace.
-    ExecutionTrace,
-    /// Allocator events and autograd sequence numbers only.
-    MemoryEvents,
-}
+pub use steptrace_formats::summary::{BandwidthSource, LivenessSource as Source, SwapBandwidth};
 
 /// One row of `activation_stats.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,17 +62,6 @@ pub struct ActivationStat {
     pub storage_id: i64,
     /// In how many iterations it was seen.
     pub iterations_present: u32,
-}
-
-/// Host↔device bandwidth used for swap times.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SwapBandwidth {
-    /// Host to device, GB/s.
-    pub htod_gbps: f64,
-    /// Device to host, GB/s.
-    pub dtoh_gbps: f64,
-    /// `measured` (pinned memcpy events of at least 1 MiB), `default`, or `override`.
-    pub source: &'static str,
 }
 
 /// An edge of the data-flow graph: `from` wrote a storage `to` read.

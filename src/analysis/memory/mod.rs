@@ -18,7 +18,6 @@
 
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
-use serde::Serialize;
 
 use super::step::Step;
 use crate::diagnostics::Diagnostics;
@@ -36,80 +35,8 @@ use naming::{
     category_from_frames, in_window_category, kept_category, name_stackless, workspace_sized,
 };
 pub use replay::{replay, replay_input, Replay};
+pub use steptrace_formats::summary::{Category, CATEGORIES, CATEGORY_COUNT};
 pub use timeline::{timeline, TimelineRow};
-
-/// What an allocation holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Category {
-    /// Parameters.
-    Param,
-    /// Parameter gradients.
-    Grad,
-    /// Optimizer state.
-    OptState,
-    /// Activations: made in forward, alive when backward starts.
-    Activation,
-    /// Inputs copied to the device.
-    Input,
-    /// Short-lived: freed in the phase that made them.
-    Temporary,
-    /// Library workspaces (cuBLAS/cuBLASLt): made inside a matmul the first time a thread
-    /// and stream ran one, kept for the process's life.
-    Workspace,
-    /// What no source can name.
-    Other,
-}
-
-/// How many categories there are.
-pub const CATEGORY_COUNT: usize = 8;
-
-/// All categories, in output order.
-pub const CATEGORIES: [Category; CATEGORY_COUNT] = [
-    Category::Param,
-    Category::Grad,
-    Category::OptState,
-    Category::Activation,
-    Category::Input,
-    Category::Temporary,
-    Category::Workspace,
-    Category::Other,
-];
-
-impl Category {
-    /// Upper-case name (node_stats.csv `node_type`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::Param => "PARAM",
-            Category::Grad => "GRAD",
-            Category::OptState => "OPT_STATE",
-            Category::Activation => "ACT",
-            Category::Input => "INPUT",
-            Category::Temporary => "TEMP",
-            Category::Workspace => "WORKSPACE",
-            Category::Other => "OTHER",
-        }
-    }
-
-    /// Lower-case key (summary.json, memory_timeline.csv).
-    pub fn key(self) -> &'static str {
-        match self {
-            Category::Param => "param",
-            Category::Grad => "grad",
-            Category::OptState => "opt_state",
-            Category::Activation => "activation",
-            Category::Input => "input",
-            Category::Temporary => "temporary",
-            Category::Workspace => "workspace",
-            Category::Other => "other",
-        }
-    }
-
-    /// Position in [`CATEGORIES`] (and in a [`Breakdown`]).
-    pub(crate) fn index(self) -> usize {
-        CATEGORIES.iter().position(|c| *c == self).expect("listed")
-    }
-}
 
 /// One allocator block.
 #[derive(Debug, Clone, PartialEq)]
@@ -457,11 +384,11 @@ impl Memory {
         &self,
         ts: i64,
         total: i64,
-    ) -> std::collections::BTreeMap<&'static str, i64> {
+    ) -> std::collections::BTreeMap<Category, i64> {
         CATEGORIES
             .iter()
             .zip(self.breakdown_at(ts, total))
-            .map(|(c, b)| (c.key(), b))
+            .map(|(c, b)| (*c, b))
             .collect()
     }
 

@@ -22,6 +22,7 @@ use crate::model::snapshot::{Action, Snapshot, StackId, TraceEntry};
 
 pub use compare::{compare, Growth};
 pub use sites::{collapsed_line, format_frame, torch_keeps_frame, Site, SiteKind, SITE_KINDS};
+pub use steptrace_formats::summary::PrivatePool;
 use walk::device_memory;
 pub use walk::{Replay, ReplayThread, TimeIndex};
 
@@ -233,22 +234,6 @@ pub struct SegmentTotals {
     /// Free bytes outside the largest free block, as a share of all free bytes, %
     /// (fragmentation: 0 when free memory is one piece).
     pub fragmentation_pct: Option<f64>,
-}
-
-/// A private memory pool at the snapshot's end.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PrivatePool {
-    /// Device.
-    pub device: i64,
-    /// `segment_pool_id`, as `a,b`.
-    pub id: String,
-    /// Segments in it.
-    pub segments: usize,
-    /// Bytes reserved for it.
-    pub reserved_bytes: u64,
-    /// Bytes of its blocks allocated at the end (a graph's outputs still alive; its
-    /// intermediates are reused by every replay and show as free).
-    pub allocated_bytes: u64,
 }
 
 /// One segment at the end.

@@ -25,71 +25,8 @@ mod iterations;
 mod wall;
 use build::{merge_spans, Ctx};
 use iterations::{cut_short, find_iterations, Window};
+pub use steptrace_formats::summary::{Detection, Phase};
 pub use wall::PhaseWall;
-
-/// How iterations were found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Detection {
-    /// `ProfilerStep#N` ranges.
-    ProfilerStep,
-    /// One iteration per autograd backward pass.
-    BackwardCycle,
-    /// Neither: the whole trace is one iteration.
-    WholeTrace,
-}
-
-/// Training phase of a node (the seed's `gtype`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Forward pass (the loss included).
-    Forward,
-    /// Autograd backward pass.
-    Backward,
-    /// Optimizer step.
-    Optimizer,
-    /// `zero_grad`.
-    ZeroGrad,
-    /// Building the batch: a Python DataLoader's `__next__` (its `enumerate(DataLoader)#`
-    /// range); in a program without such ranges (libtorch), the host-only main-thread ops
-    /// before the iteration's first input copy, a batch made on the device outside every
-    /// module before the forward, and host-only ops after the optimizer's last GPU work; and
-    /// the batch's copy to the device (a host→device copy outside every module that autograd
-    /// does not differentiate), with its GPU time, wherever it falls in the step.
-    DataLoading,
-    /// Reads back to the host (`.item()`) and anything outside the phases above.
-    Other,
-}
-
-impl Phase {
-    /// Every phase, in [`Phase::index`] order.
-    pub const ALL: [Phase; 6] = [
-        Phase::Forward,
-        Phase::Backward,
-        Phase::Optimizer,
-        Phase::ZeroGrad,
-        Phase::DataLoading,
-        Phase::Other,
-    ];
-
-    /// Its place in [`Phase::ALL`] (a table indexed by phase).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// Lower-case name used in files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Optimizer => "optimizer",
-            Phase::ZeroGrad => "zero_grad",
-            Phase::DataLoading => "data_loading",
-            Phase::Other => "other",
-        }
-    }
-}
 
 /// One node in one iteration.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::intern::{Interner, StrId};
+pub use steptrace_formats::summary::TimeConvention;
 
 /// Index of a (pid, tid) pair in [`KinetoTrace::threads`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -214,16 +215,6 @@ pub struct FlowEnd {
     pub ts: i64,
     /// `ph: s` (true) or `ph: f`.
     pub is_start: bool,
-}
-
-/// How `ts` relates to wall-clock time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TimeConvention {
-    /// `ts` in µs relative to `baseTimeNanoseconds` (PyTorch 2.4+).
-    RelativeToBase,
-    /// `ts` in absolute Unix-epoch µs (older PyTorch).
-    AbsoluteEpoch,
 }
 
 /// A GPU from `deviceProperties`.

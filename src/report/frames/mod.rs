@@ -245,7 +245,7 @@ fn flops(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
             col(
                 "dtype",
                 f.iter()
-                    .map(|x| x.dtype.to_owned())
+                    .map(|x| x.dtype.as_str().to_owned())
                     .collect::<Vec<String>>(),
             ),
             col(
@@ -255,7 +255,7 @@ fn flops(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
             col(
                 "bound",
                 f.iter()
-                    .map(|x| x.bound.to_owned())
+                    .map(|x| x.bound.map_or("", |b| b.as_str()).to_owned())
                     .collect::<Vec<String>>(),
             ),
         ],

@@ -94,7 +94,7 @@ impl<'a> PlannedRun<'a> {
     /// Which cap its timing phase stopped at before its medians settled (`step_cap`,
     /// `time_cap`); `None` when they settled or the run was not timed both ways.
     pub fn timing_stopped_at(&self) -> Option<&'static str> {
-        self.timed_both_ways()?.stopped_at
+        self.timed_both_ways()?.stopped_at.map(|s| s.as_str())
     }
 
     /// The time the plan added to a step in the planned run itself (its steps with the plan

@@ -58,8 +58,9 @@ fn phase_bars(a: &Analysis) -> Vec<(String, f64, &'static str, bool)> {
     let s = &a.summary;
     let cpu_only = crate::report::nodes_without_gpu_time(&a.node_stats);
     let mut bars = Vec::new();
-    for k in crate::report::console::PHASE_ORDER.map(|p| p.as_str()) {
-        let Some(t) = s.time_by_phase.get(k) else {
+    for p in crate::report::console::PHASE_ORDER {
+        let k = p.as_str();
+        let Some(t) = s.time_by_phase.get(&p) else {
             continue;
         };
         if !cpu_only && t.gpu_s > 0.0 {
@@ -237,7 +238,7 @@ fn peak_breakdown(a: &Analysis) -> Job {
     let mib: Vec<(String, f64)> = CATEGORIES
         .iter()
         .map(|c| {
-            let bytes = a.summary.peak_breakdown_bytes.get(c.key()).copied();
+            let bytes = a.summary.peak_breakdown_bytes.get(c).copied();
             (c.key().to_owned(), bytes.unwrap_or(0) as f64 / MIB)
         })
         .collect();
@@ -267,7 +268,7 @@ fn roofline(a: &Analysis) -> Job {
         .flops
         .iter()
         .filter(|r| r.flops > 0)
-        .map(|r| r.dtype)
+        .map(|r| r.dtype.as_str())
         .collect();
     dts.sort_unstable();
     dts.dedup();
@@ -280,7 +281,7 @@ fn roofline(a: &Analysis) -> Job {
                 (
                     r.arithmetic_intensity,
                     r.achieved_tflops,
-                    r.dtype.to_owned(),
+                    r.dtype.as_str().to_owned(),
                 )
             })
             .collect(),
