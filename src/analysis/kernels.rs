@@ -17,8 +17,8 @@ pub use steptrace_formats::summary::{CollectiveOverlap, Temporal};
 pub struct KernelStat {
     /// Name.
     pub name: String,
-    /// `kernel`, `memcpy` or `memset`.
-    pub kind: &'static str,
+    /// Kernel, memcpy or memset.
+    pub kind: GpuKind,
     /// Launches.
     pub count: usize,
     /// Sum of durations, ns.
@@ -187,14 +187,6 @@ fn collective_overlap(
         .collect()
 }
 
-fn kind(k: GpuKind) -> &'static str {
-    match k {
-        GpuKind::Kernel => "kernel",
-        GpuKind::Memcpy => "memcpy",
-        GpuKind::Memset => "memset",
-    }
-}
-
 /// Sums up every GPU activity of the trace.
 pub fn compute(t: &Trace) -> Kernels {
     let gpu = &t.kineto.gpu;
@@ -202,11 +194,11 @@ pub fn compute(t: &Trace) -> Kernels {
         return Kernels::default();
     }
     let total: i64 = gpu.iter().map(|g| g.dur.max(0)).sum();
-    let mut by: std::collections::BTreeMap<(&str, &'static str), Vec<i64>> = Default::default();
+    let mut by: std::collections::BTreeMap<(&str, GpuKind), Vec<i64>> = Default::default();
     let mut streams: std::collections::BTreeMap<(i64, i64), Vec<(i64, i64)>> = Default::default();
     for g in gpu {
         let d = g.dur.max(0);
-        by.entry((t.kineto.str(g.name), kind(g.kind)))
+        by.entry((t.kineto.str(g.name), g.kind))
             .or_default()
             .push(d);
         streams

@@ -97,13 +97,44 @@ impl RankResult {
     }
 }
 
+/// Which time of a node: what a straggler's node took longer at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeTime {
+    /// The op on the host.
+    Cpu,
+    /// Its kernels' run time.
+    Gpu,
+}
+
+impl NodeTime {
+    /// As the files write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeTime::Cpu => "cpu",
+            NodeTime::Gpu => "gpu",
+        }
+    }
+}
+
+/// How the straggler was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StragglerMethod {
+    /// The rank the others waited for most in the matched collectives.
+    Collectives,
+    /// The least time in communication kernels, for traces whose kernels carry no
+    /// collective metadata.
+    CommunicationTime,
+}
+
 /// One node where the straggler spent longer than the other ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeExcess {
     /// Node name.
     pub node: String,
-    /// Which of its times: `gpu` (its kernels' run time) or `cpu` (the op on the host).
-    pub time: &'static str,
+    /// Which of its times.
+    pub time: NodeTime,
     /// The straggler's median run time, s.
     pub straggler_s: f64,
     /// Median over the other ranks of their medians, s.
@@ -115,10 +146,8 @@ pub struct NodeExcess {
 pub struct Straggler {
     /// The rank.
     pub rank: i64,
-    /// How it was told: `collectives` (the rank the others waited for most in the matched
-    /// collectives) or `communication_time` (the least time in communication kernels, for
-    /// traces whose kernels carry no collective metadata).
-    pub method: &'static str,
+    /// How it was told.
+    pub method: StragglerMethod,
     /// Its time in communication kernels, s.
     pub communication_s: f64,
     /// Time the other ranks spent waiting for it, summed, s.
@@ -364,7 +393,7 @@ pub fn straggler_by_collectives(
         .expect("arrivals come from the ranks");
     Ok(Straggler {
         rank: s.rank,
-        method: "collectives",
+        method: StragglerMethod::Collectives,
         communication_s: s.gpu.communication_ns as f64 * 1e-9,
         wait_caused_s: top.wait_caused_ns as f64 * 1e-9,
         wait_per_step_s: 0.0,
@@ -428,7 +457,7 @@ pub fn straggler(ranks: &[RankResult], top_nodes: usize) -> Result<Straggler, St
     let s = &ranks[at];
     Ok(Straggler {
         rank: s.rank,
-        method: "communication_time",
+        method: StragglerMethod::CommunicationTime,
         communication_s: least as f64 * 1e-9,
         wait_caused_s: wait as f64 * 1e-9,
         wait_per_step_s: 0.0,
@@ -464,7 +493,7 @@ fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> (Vec<NodeEx
         if og.len() != need {
             continue;
         }
-        for (time, mine, others) in [("gpu", *gpu, og), ("cpu", *cpu, oc)] {
+        for (time, mine, others) in [(NodeTime::Gpu, *gpu, og), (NodeTime::Cpu, *cpu, oc)] {
             let Some(others_s) = super::median(others) else {
                 continue;
             };
@@ -483,7 +512,7 @@ fn slower_nodes(s: &RankResult, ranks: &[RankResult], top: usize) -> (Vec<NodeEx
         (b.straggler_s - b.others_s)
             .total_cmp(&(a.straggler_s - a.others_s))
             .then(a.node.cmp(&b.node))
-            .then(a.time.cmp(b.time))
+            .then(a.time.cmp(&b.time))
     });
     // Per node the larger of its two excesses (a node's kernels and its host op overlap in
     // time), over every node, before the list is cut.

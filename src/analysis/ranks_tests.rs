@@ -50,9 +50,9 @@ fn the_rank_with_least_communication_is_the_straggler_and_its_slow_node_is_named
     assert_eq!(s.slower_nodes.len(), 2);
     assert_eq!(
         (s.slower_nodes[0].node.as_str(), s.slower_nodes[0].time),
-        ("conv", "gpu")
+        ("conv", NodeTime::Gpu)
     );
-    assert_eq!(s.slower_nodes[1].time, "cpu");
+    assert_eq!(s.slower_nodes[1].time, NodeTime::Cpu);
     assert!((s.slower_nodes[0].others_s - 0.004).abs() < 1e-12);
 }
 

@@ -261,7 +261,7 @@ fn gpu_only_console(a: &Analysis, diag: &Diagnostics, top: usize) -> String {
         o += &format!(
             "{:<60} {:>7} {:>8} {:>11} {:>11} {:>6.1}%\n",
             truncate(&x.name, 60),
-            x.kind,
+            x.kind.as_str(),
             x.count,
             human_time(x.total_ns as f64 * 1e-9),
             human_time(x.median_ns as f64 * 1e-9),

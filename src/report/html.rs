@@ -124,7 +124,7 @@ pub(super) fn write_ranks(
                 s.slower_nodes.iter().map(|n| {
                     vec![
                         n.node.clone(),
-                        n.time.to_owned(),
+                        n.time.as_str().to_owned(),
                         human_time(n.straggler_s),
                         human_time(n.others_s),
                     ]

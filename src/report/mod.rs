@@ -455,7 +455,7 @@ fn write_kernels(path: &Path, a: &Analysis) -> Result<(), Error> {
     ];
     write_table(path, &header, &a.kernels.by_name, |w, k| {
         w.text(&k.name)
-            .text(k.kind)
+            .text(k.kind.as_str())
             .num(k.count)
             .num(k.total_ns)
             .num(k.median_ns)

@@ -260,7 +260,7 @@ pub fn console(r: &Ranks) -> String {
                 o += &format!(
                     "  {:<60} {} {:.3} ms vs {:.3} ms on the other ranks\n",
                     super::truncate(&n.node, 60),
-                    n.time,
+                    n.time.as_str(),
                     n.straggler_s * 1e3,
                     n.others_s * 1e3
                 );

@@ -257,7 +257,12 @@ fn issue18_real_two_gpu_capture_names_the_rank_sharing_its_gpu_as_straggler() {
     let r = &out.ranks;
     assert_eq!(r.ranks.iter().map(|x| x.rank).collect::<Vec<_>>(), [0, 1]);
     let s = r.straggler.as_ref().expect("a straggler");
-    assert_eq!((s.rank, s.method), (1, "collectives"), "{}", out.console);
+    assert_eq!(
+        (s.rank, s.method),
+        (1, steptrace::analysis::ranks::StragglerMethod::Collectives),
+        "{}",
+        out.console
+    );
     assert_eq!(s.last_arrivals, Some((6, 6)));
     assert_eq!(r.collectives.matched.len(), 6);
     assert!(r
@@ -407,7 +412,10 @@ fn issue18_an_injected_straggler_and_its_slow_node_are_found_among_eight_ranks()
     // is each iteration's straggler.
     let m = &out.ranks.collectives;
     let n = out.ranks.ranks[0].iterations;
-    assert_eq!(s.method, "collectives");
+    assert_eq!(
+        s.method,
+        steptrace::analysis::ranks::StragglerMethod::Collectives
+    );
     assert_eq!(m.matched.len(), n);
     assert_eq!(s.last_arrivals, Some((n, n)));
     assert!(m

@@ -184,42 +184,8 @@ impl Partial {
         } else {
             name
         };
-        let start = match time_ns(&ev.ts) {
-            Ok(t) => t,
-            Err(BadTime::Missing) => {
-                self.anomalies.push((
-                    "event_without_time",
-                    format!("'{name}' at byte {offset} has no usable ts"),
-                ));
-                return;
-            }
-            Err(BadTime::OutOfRange) => {
-                let ts = ev.ts.0.as_deref().unwrap_or_default();
-                self.anomalies.push((
-                    "timestamp_out_of_range",
-                    format!("'{name}' at byte {offset} has ts {ts}; skipped"),
-                ));
-                return;
-            }
-        };
-        let dur = match time_ns(&ev.dur) {
-            Ok(d) if d >= 0 => d,
-            Err(BadTime::Missing) => 0,
-            bad => {
-                let dur = ev.dur.0.as_deref().unwrap_or_default();
-                // A duration past what nanoseconds in an i64 hold (292 years) is not negative:
-                // each is named for what it is.
-                let kind = if matches!(bad, Err(BadTime::OutOfRange)) {
-                    "duration_out_of_range"
-                } else {
-                    "negative_duration"
-                };
-                self.anomalies.push((
-                    kind,
-                    format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
-                ));
-                0
-            }
+        let Some((start, dur)) = self.times(ev, name, offset) else {
+            return;
         };
         let default_args = raw::RawArgs::default();
         let args = ev.args.as_ref().unwrap_or(&default_args);
@@ -260,37 +226,7 @@ impl Partial {
                     correlation: args.correlation.i64(),
                 });
             }
-            Category::Gpu(kind) => {
-                let stream = args.stream.i64().unwrap_or(match ev.tid {
-                    Some(IdOrName::Num(t)) => t,
-                    _ => -1,
-                });
-                let device = args.device.i64().unwrap_or(match ev.pid {
-                    Some(IdOrName::Num(p)) => p,
-                    _ => 0,
-                });
-                let name = self.strings.intern(name);
-                let collective = args.collective.0.as_deref().map(|op| {
-                    Box::new(Collective {
-                        op: self.strings.intern(op),
-                        pg: self.strings.intern(args.pg_name.0.as_deref().unwrap_or("")),
-                        dtype: self.strings.intern(args.dtype.0.as_deref().unwrap_or("")),
-                        in_nelems: args.in_nelems.i64(),
-                        out_nelems: args.out_nelems.i64(),
-                    })
-                });
-                self.gpu.push(GpuActivity {
-                    name,
-                    kind,
-                    start,
-                    dur,
-                    device,
-                    stream,
-                    correlation: args.correlation.i64(),
-                    bytes: args.bytes.i64(),
-                    collective,
-                });
-            }
+            Category::Gpu(kind) => self.push_gpu(ev, args, kind, name, (start, dur)),
             Category::Python => {
                 if let Some(m) = name.strip_prefix("nn.Module: ") {
                     let thread = self.thread(ev);
@@ -314,6 +250,91 @@ impl Partial {
                 }
             }
         }
+    }
+
+    /// An event's start and duration, ns; `None` (with the anomaly named) where its start is
+    /// missing or out of range. A bad duration is taken as 0, said once per kind.
+    #[inline]
+    fn times(&mut self, ev: &RawEvent<'_>, name: &str, offset: usize) -> Option<(i64, i64)> {
+        let start = match time_ns(&ev.ts) {
+            Ok(t) => t,
+            Err(BadTime::Missing) => {
+                self.anomalies.push((
+                    "event_without_time",
+                    format!("'{name}' at byte {offset} has no usable ts"),
+                ));
+                return None;
+            }
+            Err(BadTime::OutOfRange) => {
+                let ts = ev.ts.0.as_deref().unwrap_or_default();
+                self.anomalies.push((
+                    "timestamp_out_of_range",
+                    format!("'{name}' at byte {offset} has ts {ts}; skipped"),
+                ));
+                return None;
+            }
+        };
+        let dur = match time_ns(&ev.dur) {
+            Ok(d) if d >= 0 => d,
+            Err(BadTime::Missing) => 0,
+            bad => {
+                let dur = ev.dur.0.as_deref().unwrap_or_default();
+                // A duration past what nanoseconds in an i64 hold (292 years) is not negative:
+                // each is named for what it is.
+                let kind = if matches!(bad, Err(BadTime::OutOfRange)) {
+                    "duration_out_of_range"
+                } else {
+                    "negative_duration"
+                };
+                self.anomalies.push((
+                    kind,
+                    format!("'{name}' at byte {offset} has duration {dur}; taken as 0"),
+                ));
+                0
+            }
+        };
+        Some((start, dur))
+    }
+
+    /// A kernel, memcpy or memset, with its collective's metadata where NCCL gave it.
+    #[inline]
+    fn push_gpu(
+        &mut self,
+        ev: &RawEvent<'_>,
+        args: &raw::RawArgs<'_>,
+        kind: GpuKind,
+        name: &str,
+        (start, dur): (i64, i64),
+    ) {
+        let stream = args.stream.i64().unwrap_or(match ev.tid {
+            Some(IdOrName::Num(t)) => t,
+            _ => -1,
+        });
+        let device = args.device.i64().unwrap_or(match ev.pid {
+            Some(IdOrName::Num(p)) => p,
+            _ => 0,
+        });
+        let name = self.strings.intern(name);
+        let collective = args.collective.0.as_deref().map(|op| {
+            Box::new(Collective {
+                op: self.strings.intern(op),
+                pg: self.strings.intern(args.pg_name.0.as_deref().unwrap_or("")),
+                dtype: self.strings.intern(args.dtype.0.as_deref().unwrap_or("")),
+                in_nelems: args.in_nelems.i64(),
+                out_nelems: args.out_nelems.i64(),
+            })
+        });
+        self.gpu.push(GpuActivity {
+            name,
+            kind,
+            start,
+            dur,
+            device,
+            stream,
+            correlation: args.correlation.i64(),
+            bytes: args.bytes.i64(),
+            collective,
+        });
     }
 
     /// A CUDA graph's replay as an op of its own: every kernel of the graph carries the

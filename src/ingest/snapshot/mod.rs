@@ -617,6 +617,76 @@ impl<'a> Extractor<'a> {
         li.filter(|_| c.entries > 0)
     }
 
+    /// One segment of the snapshot's `segments` list, its blocks with it; a block that keeps
+    /// its own history marks the snapshot as of the old layout.
+    fn segment(&mut self, s: ValueId, legacy: &mut bool) -> Segment {
+        let pk = self.pk;
+        let g = |k: &str| pk.dict_get(s, k);
+        let mut blocks = Vec::new();
+        for &b in g("blocks").map(|b| pk.items(b)).unwrap_or(&[]) {
+            if !self.first_use(b) {
+                continue;
+            }
+            let state = self
+                .str_of(pk.dict_get(b, "state"))
+                .unwrap_or_else(|| self.stacks.strings.intern("unknown"));
+            blocks.push(Block {
+                address: pk
+                    .dict_get(b, "address")
+                    .and_then(|v| pk.as_u64(v))
+                    .unwrap_or(0),
+                size: pk
+                    .dict_get(b, "size")
+                    .and_then(|v| pk.as_u64(v))
+                    .unwrap_or(0),
+                requested_size: pk.dict_get(b, "requested_size").and_then(|v| pk.as_u64(v)),
+                state,
+                stack: self.stack_of(pk.dict_get(b, "frames")),
+            });
+            // Pre-2.1 snapshots kept the history inside blocks instead of device_traces.
+            if pk.dict_get(b, "history").is_some() {
+                *legacy = true;
+            }
+        }
+        let segment_type = self.str_of(g("segment_type"));
+        Segment {
+            device: g("device").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+            address: g("address").and_then(|v| pk.as_u64(v)).unwrap_or(0),
+            total_size: g("total_size").and_then(|v| pk.as_u64(v)).unwrap_or(0),
+            allocated_size: g("allocated_size").and_then(|v| pk.as_u64(v)).unwrap_or(0),
+            stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+            segment_type,
+            pool: g("segment_pool_id").and_then(|v| match pk.items(v) {
+                [a, b] => Some((pk.as_i64(*a)?, pk.as_i64(*b)?)),
+                _ => None,
+            }),
+            blocks,
+        }
+    }
+
+    /// `external_annotations`: the `ProfilerStep#N` ranges the profiler marked in the history.
+    fn annotations(&mut self, a: ValueId) -> Vec<Annotation> {
+        let pk = self.pk;
+        let mut annotations = Vec::new();
+        for &e in pk.items(a) {
+            let g = |k: &str| pk.dict_get(e, k);
+            let (Some(stage), Some(name), Some(time_us)) = (
+                g("stage").and_then(|v| pk.as_str(v)),
+                self.str_of(g("name")),
+                g("time_us").and_then(|v| pk.as_i64(v)),
+            ) else {
+                continue;
+            };
+            annotations.push(Annotation {
+                start: stage == "START",
+                name,
+                device: g("device").and_then(|v| pk.as_i64(v)).unwrap_or(0),
+                time_us,
+            });
+        }
+        annotations
+    }
+
     fn run(mut self) -> Result<Snapshot, Error> {
         let pk = self.pk;
         let root = pk.root;
@@ -639,47 +709,8 @@ impl<'a> Extractor<'a> {
             if !self.first_use(s) {
                 continue;
             }
-            let g = |k: &str| pk.dict_get(s, k);
-            let mut blocks = Vec::new();
-            for &b in g("blocks").map(|b| pk.items(b)).unwrap_or(&[]) {
-                if !self.first_use(b) {
-                    continue;
-                }
-                let state = self
-                    .str_of(pk.dict_get(b, "state"))
-                    .unwrap_or_else(|| self.stacks.strings.intern("unknown"));
-                blocks.push(Block {
-                    address: pk
-                        .dict_get(b, "address")
-                        .and_then(|v| pk.as_u64(v))
-                        .unwrap_or(0),
-                    size: pk
-                        .dict_get(b, "size")
-                        .and_then(|v| pk.as_u64(v))
-                        .unwrap_or(0),
-                    requested_size: pk.dict_get(b, "requested_size").and_then(|v| pk.as_u64(v)),
-                    state,
-                    stack: self.stack_of(pk.dict_get(b, "frames")),
-                });
-                // Pre-2.1 snapshots kept the history inside blocks instead of device_traces.
-                if pk.dict_get(b, "history").is_some() {
-                    legacy = true;
-                }
-            }
-            let segment_type = self.str_of(g("segment_type"));
-            segments.push(Segment {
-                device: g("device").and_then(|v| pk.as_i64(v)).unwrap_or(0),
-                address: g("address").and_then(|v| pk.as_u64(v)).unwrap_or(0),
-                total_size: g("total_size").and_then(|v| pk.as_u64(v)).unwrap_or(0),
-                allocated_size: g("allocated_size").and_then(|v| pk.as_u64(v)).unwrap_or(0),
-                stream: g("stream").and_then(|v| pk.as_i64(v)).unwrap_or(0),
-                segment_type,
-                pool: g("segment_pool_id").and_then(|v| match pk.items(v) {
-                    [a, b] => Some((pk.as_i64(*a)?, pk.as_i64(*b)?)),
-                    _ => None,
-                }),
-                blocks,
-            });
+            let seg = self.segment(s, &mut legacy);
+            segments.push(seg);
         }
         let mut streamed = Vec::new();
         if let Some(t) = traces_id {
@@ -689,25 +720,7 @@ impl<'a> Extractor<'a> {
                 }
             }
         }
-        let mut annotations = Vec::new();
-        if let Some(a) = annotations_id {
-            for &e in pk.items(a) {
-                let g = |k: &str| pk.dict_get(e, k);
-                let (Some(stage), Some(name), Some(time_us)) = (
-                    g("stage").and_then(|v| pk.as_str(v)),
-                    self.str_of(g("name")),
-                    g("time_us").and_then(|v| pk.as_i64(v)),
-                ) else {
-                    continue;
-                };
-                annotations.push(Annotation {
-                    start: stage == "START",
-                    name,
-                    device: g("device").and_then(|v| pk.as_i64(v)).unwrap_or(0),
-                    time_us,
-                });
-            }
-        }
+        let annotations = annotations_id.map_or_else(Vec::new, |a| self.annotations(a));
         if pk.lossy_texts > 0 {
             self.diag.warn(
                 "snapshot_text_not_utf8",

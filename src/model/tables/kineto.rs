@@ -119,7 +119,8 @@ pub struct RuntimeCall {
 }
 
 /// What a GPU activity is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GpuKind {
     /// A kernel.
     Kernel,
@@ -127,6 +128,17 @@ pub enum GpuKind {
     Memcpy,
     /// A memset.
     Memset,
+}
+
+impl GpuKind {
+    /// As the files write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuKind::Kernel => "kernel",
+            GpuKind::Memcpy => "memcpy",
+            GpuKind::Memset => "memset",
+        }
+    }
 }
 
 /// A kernel, memcpy or memset on the GPU timeline.
