@@ -197,7 +197,7 @@ impl SweepArgs {
             program,
             out,
             force: true,
-            schedule: self.schedule.parse()?,
+            schedule: steptrace_capture::parse_schedule(&self.schedule)?,
             record: steptrace_capture::Record::default(),
             mode: None,
             python: None,
@@ -363,7 +363,7 @@ impl CaptureArgs {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(format!("steptrace-{stem}-{secs}"))),
             force: self.force,
-            schedule: self.schedule.parse()?,
+            schedule: steptrace_capture::parse_schedule(&self.schedule)?,
             record: steptrace_capture::Record {
                 trace: !self.no_trace,
                 memory: !self.no_memory,

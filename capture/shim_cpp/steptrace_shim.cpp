@@ -292,7 +292,9 @@ void write_status(bool cleanly) {
   std::string tmp = final_path + ".tmp";
   {
     std::ofstream f(tmp);
-    f << "{\n \"native\": true,\n \"torch\": \"" << TORCH_VERSION << "\",\n \"boundary\": \"" << g.method
+    // format_version: the shim.json schema (steptrace_formats::shim::FORMAT_VERSION).
+    f << "{\n \"format_version\": 1,\n \"native\": true,\n \"torch\": \"" << TORCH_VERSION
+      << "\",\n \"boundary\": \"" << g.method
       << "\",\n \"steps\": " << g.boundaries.size() << ",\n \"candidates\": " << g.candidates
       << ",\n \"anchor_op\": \"" << json_escape(g.anchor) << "\",\n \"boundaries_epoch_ns\": ";
     write_list(f, g.boundaries);

@@ -81,6 +81,8 @@ class _State:
         cycle = s["wait"] + s["warmup"] + s["active"]
         self.window_end = s["skip_first"] + cycle * s["repeat"] if s["repeat"] > 0 else None
         self.status = {
+            # The shim.json schema (steptrace_formats::shim::FORMAT_VERSION).
+            "format_version": 1,
             "rank": self.rank,
             "world_size": self.world,
             "pid": os.getpid(),

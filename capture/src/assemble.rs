@@ -118,6 +118,7 @@ pub(crate) fn finish(props: &CaptureProps, out: &Path, ran: Ran) -> Result<Manif
         reasons.push("no trace was written".into());
     }
     Ok(Manifest {
+        format_version: steptrace_formats::manifest::FORMAT_VERSION,
         steptrace_version: env!("CARGO_PKG_VERSION").into(),
         command: props
             .program

@@ -8,6 +8,7 @@
 use std::ffi::OsString;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
+pub use steptrace_formats::manifest::Exit;
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -60,22 +61,6 @@ fn restore(sig: libc::c_int, old: &libc::sigaction) {
     }
 }
 
-/// How the child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct Exit {
-    /// The exit code to return: the child's, or 128+N when killed by signal N.
-    pub code: i32,
-    /// The signal that killed it.
-    pub signal: Option<i32>,
-    /// A signal the launcher received and forwarded while the child ran.
-    pub forwarded_signal: Option<i32>,
-    /// Seconds the child was still running after its work was reported finished, when the
-    /// launcher ended it for lingering ([`Linger`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ended_lingering_s: Option<u64>,
-}
-
 /// How long a child may keep running once its work is reported finished (every shim wrote its
 /// clean exit), and how that is known. On the H100, nanoGPT's bench.py under capture printed its
 /// result, its shim wrote its files and its clean exit, and the process then did not end for
@@ -90,8 +75,9 @@ pub struct Linger<'a> {
 /// How often [`Linger::finished`] is asked.
 const LINGER_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-impl Exit {
-    fn from_status(st: ExitStatus) -> Exit {
+/// How a child that ended with `st` ended.
+fn exit_from_status(st: ExitStatus) -> Exit {
+    {
         use std::os::unix::process::ExitStatusExt;
         let last = LAST_SIGNAL.swap(0, Ordering::SeqCst);
         let forwarded_signal = (last != 0).then_some(last);
@@ -158,7 +144,7 @@ pub fn run(
     restore(libc::SIGTERM, &old_term);
     result.map(|(st, lingered)| Exit {
         ended_lingering_s: lingered,
-        ..Exit::from_status(st)
+        ..exit_from_status(st)
     })
 }
 

@@ -163,7 +163,10 @@ fn child_env(
     let mut envs: Vec<(String, String)> = vec![
         (env::OUT.into(), out.to_string_lossy().into_owned()),
         (env::SCHEDULE.into(), props.schedule.to_string()),
-        (env::RECORD.into(), props.record.env_value()),
+        (
+            env::RECORD.into(),
+            crate::props::record_env_value(&props.record),
+        ),
         (env::MAX_ENTRIES.into(), props.max_entries.to_string()),
         (env::TIMING_STEPS.into(), props.timing.steps.to_string()),
         (

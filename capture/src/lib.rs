@@ -24,7 +24,7 @@ pub mod shim;
 mod time;
 
 pub use manifest::{Manifest, Outcome, RankFiles, Rerun};
-pub use props::{CaptureProps, Mode, Record, Schedule, TimingPhase};
+pub use props::{parse_schedule, CaptureProps, Mode, Record, Schedule, TimingPhase};
 
 use std::path::{Path, PathBuf};
 

@@ -4,41 +4,13 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use crate::Error;
+pub use steptrace_formats::manifest::{Mode, Record, Schedule};
 
-/// torch.profiler's schedule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Schedule {
-    /// Steps ignored at the start.
-    pub skip_first: u32,
-    /// Steps waited.
-    pub wait: u32,
-    /// Steps recorded and discarded.
-    pub warmup: u32,
-    /// Steps recorded.
-    pub active: u32,
-    /// Cycles.
-    pub repeat: u32,
-}
-
-impl Default for Schedule {
-    fn default() -> Self {
-        Schedule {
-            skip_first: 1,
-            wait: 1,
-            warmup: 1,
-            active: 3,
-            repeat: 1,
-        }
-    }
-}
-
-impl std::str::FromStr for Schedule {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
+/// A schedule as `--schedule` gives it (`skip_first=1,wait=1,warmup=1,active=3,repeat=1`,
+/// any of them; the rest keep their defaults).
+pub fn parse_schedule(s: &str) -> Result<Schedule, Error> {
+    {
         let mut out = Schedule::default();
         for part in s.split(',').filter(|p| !p.trim().is_empty()) {
             let (k, v) = part
@@ -61,56 +33,15 @@ impl std::str::FromStr for Schedule {
     }
 }
 
-impl Schedule {
-    /// Step boundaries a program must reach for the (last) active window to close.
-    pub fn steps_to_window_end(&self) -> u32 {
-        self.skip_first + (self.wait + self.warmup + self.active) * self.repeat.max(1)
-    }
-}
-
-impl std::fmt::Display for Schedule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "skip_first={},wait={},warmup={},active={},repeat={}",
-            self.skip_first, self.wait, self.warmup, self.active, self.repeat
-        )
-    }
-}
-
-/// What to record (all on by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Record {
-    /// Kineto trace.
-    pub trace: bool,
-    /// CUDA memory history and snapshots.
-    pub memory: bool,
-    /// Execution Trace.
-    pub exec_trace: bool,
-    /// NVTX ranges.
-    pub nvtx: bool,
-}
-
-impl Default for Record {
-    fn default() -> Self {
-        Record {
-            trace: true,
-            memory: true,
-            exec_trace: true,
-            nvtx: true,
-        }
-    }
-}
-
-impl Record {
-    pub(crate) fn env_value(&self) -> String {
+/// What to record as the shims' `STEPTRACE_RECORD` names it.
+pub(crate) fn record_env_value(r: &Record) -> String {
+    {
         let mut v = Vec::new();
         for (on, name) in [
-            (self.trace, "trace"),
-            (self.memory, "memory"),
-            (self.exec_trace, "et"),
-            (self.nvtx, "nvtx"),
+            (r.trace, "trace"),
+            (r.memory, "memory"),
+            (r.exec_trace, "et"),
+            (r.nvtx, "nvtx"),
         ] {
             if on {
                 v.push(name);
@@ -118,17 +49,6 @@ impl Record {
         }
         v.join(",")
     }
-}
-
-/// How the program is instrumented.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Python (or torchrun, or a script that starts Python): the sitecustomize shim.
-    #[default]
-    Python,
-    /// A native libtorch binary: the C++ shim through LD_PRELOAD.
-    Native,
 }
 
 /// Everything `capture` needs.
@@ -200,18 +120,16 @@ mod tests {
 
     #[test]
     fn schedule_parses_and_prints() {
-        let s: Schedule = "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
-            .parse()
-            .unwrap();
+        let s = parse_schedule("skip_first=2,wait=0,warmup=1,active=5,repeat=1").unwrap();
         assert_eq!(s.skip_first, 2);
         assert_eq!(s.active, 5);
         assert_eq!(
             s.to_string(),
             "skip_first=2,wait=0,warmup=1,active=5,repeat=1"
         );
-        assert!("active=0".parse::<Schedule>().is_err());
-        assert!("bogus=1".parse::<Schedule>().is_err());
-        assert!("wait".parse::<Schedule>().is_err());
-        assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
+        assert!(parse_schedule("active=0").is_err());
+        assert!(parse_schedule("bogus=1").is_err());
+        assert!(parse_schedule("wait").is_err());
+        assert_eq!(parse_schedule("").unwrap(), Schedule::default());
     }
 }

@@ -68,6 +68,7 @@ fn the_manifest_written_reads_back_through_the_same_type() {
 /// with `code`.
 fn finished(ranks: &[(i64, bool)], code: i32) -> Manifest {
     Manifest {
+        format_version: 1,
         steptrace_version: "test".into(),
         command: vec!["python3".into(), "train.py".into()],
         cwd: String::new(),
@@ -183,5 +184,8 @@ fn modes() {
     assert_eq!(detect_mode(Path::new("/usr/bin/torchrun")), Mode::Python);
     // An ELF that does not link libtorch (a shell starting Python) is not instrumented natively.
     assert_eq!(detect_mode(Path::new("/bin/sh")), Mode::Python);
-    assert_eq!(Record::default().env_value(), "trace,memory,et,nvtx");
+    assert_eq!(
+        crate::props::record_env_value(&Record::default()),
+        "trace,memory,et,nvtx"
+    );
 }

@@ -6,7 +6,9 @@
 //! a file needs.
 
 pub mod gzip_members;
+pub mod manifest;
 pub mod plan;
+pub mod shim;
 pub mod step_time;
 pub mod summary;
 

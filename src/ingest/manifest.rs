@@ -1,13 +1,11 @@
 //! A capture's `manifest.json` as analysis reads it: the files it names, and per rank the
 //! program's own step time, the plan probe's figures and a plan timed both ways.
 
-use serde::Deserialize;
-
 pub use crate::model::tables::run::*;
 
-use steptrace_capture::finalize::{Timing, TimingSource};
 /// The manifest's one definition, shared with capture, which writes it.
-pub(super) use steptrace_capture::Manifest;
+pub(super) use steptrace_formats::manifest::Manifest;
+use steptrace_formats::manifest::{Timing, TimingSource};
 use steptrace_formats::StepTimeSource;
 
 /// The program's own step time from a rank's `timing` in the manifest.
@@ -65,12 +63,6 @@ pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
 
 pub(super) fn secs_to_ns(s: f64) -> Option<i64> {
     (s.is_finite() && s > 0.0).then(|| (s * 1e9).round() as i64)
-}
-
-/// A rank's plan probe as the manifest holds it (the shim's own object), where it has every
-/// figure.
-pub(super) fn plan_probe(v: Option<&serde_json::Value>) -> Option<PlanProbe> {
-    v.and_then(|v| PlanProbe::deserialize(v).ok())
 }
 
 /// The files a manifest (or one of its ranks) names for analysis.

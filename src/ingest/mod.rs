@@ -10,7 +10,7 @@ pub mod snapshot;
 /// Moved below ingest (`crate::read`); the old paths still name them.
 pub use crate::read::{json_scan, source};
 
-use manifest::{plan_probe, program_step_time, secs_to_ns, Manifest, ManifestFiles};
+use manifest::{program_step_time, secs_to_ns, Manifest, ManifestFiles};
 pub use manifest::{PlanProbe, PlanTimedBothWays, ProgramStepTime};
 use ranks::rank_traces;
 pub use ranks::{rank_layout, rank_of_trace, RankLayout};
@@ -228,9 +228,9 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
     if let Some(text) =
         crate::file_error::read_side_file(&manifest_path, crate::file_error::MAX_MANIFEST_BYTES)?
     {
-        let m: Manifest = serde_json::from_slice(&text).map_err(|e| Error::Format {
+        let m = Manifest::from_json(&text).map_err(|e| Error::Format {
             path: manifest_path.clone(),
-            what: format!("not a steptrace manifest: {e}"),
+            what: format!("manifest.json: {e}"),
         })?;
         let fqns_of = |r: Option<i64>| {
             m.ranks
@@ -252,7 +252,7 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                     (
                         ManifestFiles::of(&x.files),
                         t,
-                        plan_probe(x.plan_probe.as_ref()),
+                        x.plan_probe.as_ref().map(|p| p.figures),
                     )
                 }
                 None => {
@@ -283,7 +283,9 @@ fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Error> {
                 (
                     ManifestFiles::of(&m.files),
                     t,
-                    plan_probe(m.ranks.first().and_then(|r| r.plan_probe.as_ref())),
+                    m.ranks
+                        .first()
+                        .and_then(|r| r.plan_probe.as_ref().map(|p| p.figures)),
                 )
             }
         };

@@ -70,7 +70,7 @@ pub fn rank_layout(dir: &Path) -> RankLayout {
     let mut ranks: Vec<i64> = match manifest
         .ok()
         .flatten()
-        .and_then(|t| serde_json::from_slice::<Manifest>(&t).ok())
+        .and_then(|t| Manifest::from_json(&t).ok())
     {
         Some(m) => {
             let mut by_file = std::collections::BTreeMap::new();

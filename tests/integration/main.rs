@@ -6,6 +6,7 @@ mod common;
 mod corpus;
 mod determinism;
 mod edges;
+mod formats;
 mod gen_ranks;
 mod golden;
 mod hostile;

@@ -64,144 +64,7 @@ pub fn gzip_files(paths: &[PathBuf]) -> Vec<std::io::Result<PathBuf>> {
     done.into_iter().map(|(_, r)| r).collect()
 }
 
-/// A shim's status file (`shim[_rankN].json`), as written by either shim.
-#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
-pub struct ShimStatus {
-    /// Rank under torch.distributed.
-    #[serde(default)]
-    pub rank: i64,
-    /// World size.
-    #[serde(default = "one")]
-    pub world_size: i64,
-    /// torch version.
-    #[serde(default)]
-    pub torch: Option<String>,
-    /// CUDA version torch was built with.
-    #[serde(default)]
-    pub cuda: Option<String>,
-    /// GPU name.
-    #[serde(default)]
-    pub gpu: Option<String>,
-    /// GPU memory.
-    #[serde(default)]
-    pub gpu_memory_bytes: Option<i64>,
-    /// Step boundaries seen.
-    #[serde(default)]
-    pub steps: i64,
-    /// How boundaries were found.
-    #[serde(default)]
-    pub boundary: Option<String>,
-    /// Whether the active window was recorded whole.
-    #[serde(default)]
-    pub window_complete: bool,
-    /// Whether the exit handler ran.
-    #[serde(default)]
-    pub exited_cleanly: bool,
-    /// Files written, by role.
-    #[serde(default)]
-    pub files: std::collections::BTreeMap<String, String>,
-    /// Errors the shim met (it never stops the program for them).
-    #[serde(default)]
-    pub errors: Vec<String>,
-    /// What the user should know about how steps were found (e.g. gradient accumulation).
-    #[serde(default)]
-    pub notes: Vec<String>,
-    /// Why there is no trace, when the program never imported torch.
-    #[serde(default)]
-    pub no_trace_reason: Option<String>,
-    /// Why there is no snapshot.
-    #[serde(default)]
-    pub no_snapshot_reason: Option<String>,
-    /// Native shim: boundaries, epoch ns.
-    #[serde(default)]
-    pub boundaries_epoch_ns: Vec<i64>,
-    /// Written by the C++ shim.
-    #[serde(default)]
-    pub native: bool,
-    /// Clock readings (ns) at the boundaries of the timing phase.
-    #[serde(default)]
-    pub timing_ns: Vec<i64>,
-    /// Timing intervals left out of the median (warm-up, and the earlier half of the phase).
-    #[serde(default)]
-    pub timing_settle: usize,
-    /// Why the timing phase ended: settled, step_cap, time_cap, one_step (absent in shims
-    /// before the rule, and when the program ended inside the phase).
-    #[serde(default)]
-    pub timing_stop: Option<String>,
-    /// Steps the program had completed at the timing phase's first reading (counted in the
-    /// rule that marks steps): interval `i` is the program's step `timing_first_step + i`,
-    /// counted from 0.
-    #[serde(default)]
-    pub timing_first_step: Option<i64>,
-    /// CUDA-event intervals (ms) between the same boundaries.
-    #[serde(default)]
-    pub timing_cuda_ms: Vec<f64>,
-    /// When the GPU reached the timing phase's last boundary, on the clock of `timing_ns`.
-    #[serde(default)]
-    pub timing_cuda_last_done_ns: Option<i64>,
-    /// With a plan timed both ways (`STEPTRACE_PLAN_AB`): whether the plan was on in each
-    /// interval's step.
-    #[serde(default)]
-    pub timing_plan_on: Vec<bool>,
-    /// Host time of each `optimizer.step()` call in the timing phase (ns, from its pre-hook
-    /// to its post-hook): how fast this rank's host does the same work as the others', with
-    /// nothing recorded.
-    #[serde(default)]
-    pub timing_optimizer_ns: Vec<i64>,
-    /// Where the shim was when it last wrote: before_window, window, timing, reference,
-    /// finished.
-    #[serde(default)]
-    pub phase: Option<String>,
-    /// Why the window is incomplete, when the shim knows.
-    #[serde(default)]
-    pub window_incomplete_reason: Option<String>,
-    /// Validation references (STEPTRACE_REFERENCE=1), passed through to the manifest.
-    #[serde(default)]
-    pub reference: Option<serde_json::Value>,
-    /// What a plan's wrappers cost on this machine (the shim's probe at exit),
-    /// passed through to the manifest for `steptrace plan`.
-    #[serde(default)]
-    pub plan_probe: Option<serde_json::Value>,
-    /// Each module's profiler-style instance name (`GPT2Block_3`) and its fully qualified
-    /// name (`transformer.h.3`), from the Python shim's module hooks.
-    #[serde(default)]
-    pub module_fqns: std::collections::BTreeMap<String, String>,
-    /// torch.cuda.max_memory_allocated() over the whole run, read at exit (Python programs).
-    #[serde(default)]
-    pub run_max_memory_allocated: Option<i64>,
-    /// Step boundaries after the window, found by the rule's own step hooks (Python: the
-    /// optimizer or GradScaler hook), on the clock of `timing_ns`.
-    #[serde(default)]
-    pub after_window_ns: Vec<i64>,
-    /// Start (C++: a callback on autograd nodes) or end (Python: the backward wrapper) of every
-    /// backward pass of the run, on the clock of `timing_ns`.
-    #[serde(default)]
-    pub backward_pass_ns: Vec<i64>,
-    /// When the window's files were written and the shim's hooks went: later steps run at the
-    /// program's own speed.
-    #[serde(default)]
-    pub after_window_start_ns: Option<i64>,
-    /// The same moment as `after_window_start_ns`, in ns since the Unix epoch.
-    #[serde(default)]
-    pub after_window_start_epoch_ns: Option<i64>,
-    /// When the window opened (the shim's clock).
-    #[serde(default)]
-    pub window_start_ns: Option<i64>,
-    /// When the window closed.
-    #[serde(default)]
-    pub window_end_ns: Option<i64>,
-    /// When the program ended.
-    #[serde(default)]
-    pub exit_ns: Option<i64>,
-    /// What the shim's own work cost the program, ms by piece (trace_export, snapshot,
-    /// et_close, ...; the Python shim's profiler_step includes the pieces it triggers).
-    #[serde(default)]
-    pub costs_ms: std::collections::BTreeMap<String, f64>,
-}
-
-fn one() -> i64 {
-    1
-}
+pub use steptrace_formats::shim::ShimStatus;
 
 /// Reads every `shim*.json` in `dir`, sorted by rank.
 pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
@@ -215,7 +78,7 @@ pub fn read_statuses(dir: &Path) -> Vec<(String, ShimStatus)> {
                 return None;
             }
             let text = std::fs::read(e.path()).ok()?;
-            Some((name, serde_json::from_slice(&text).ok()?))
+            Some((name, ShimStatus::from_json(&text).ok()?))
         })
         .collect();
     v.sort_by_key(|(n, s)| (s.rank, n.clone()));
