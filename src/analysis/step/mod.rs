@@ -13,7 +13,6 @@
 
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
-use serde::Serialize;
 
 use crate::diagnostics::Diagnostics;
 use crate::intern::StrId;
@@ -23,106 +22,9 @@ use crate::model::{GpuId, OpId, Trace, EVALUATE_FUNCTION};
 mod build;
 mod iterations;
 mod wall;
+pub use crate::model::step::{Detection, Iteration, Node, Phase, PhaseWall, Step};
 use build::{merge_spans, Ctx};
 use iterations::{cut_short, find_iterations, Window};
-pub use steptrace_formats::summary::{Detection, Phase};
-pub use wall::PhaseWall;
-
-/// One node in one iteration.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Node {
-    /// The op.
-    pub op: OpId,
-    /// Iteration index (0-based among the profiled iterations).
-    pub iteration: u32,
-    /// Execution order within the iteration.
-    pub rank: u32,
-    /// Name stable across iterations.
-    pub name: String,
-    /// Phase.
-    pub phase: Phase,
-    /// Autograd function for backward nodes, e.g. `ConvolutionBackward0`.
-    pub autograd_fn: Option<StrId>,
-    /// Module path (backward nodes inherit their forward op's).
-    pub module: Option<StrId>,
-    /// Whether it is forward recomputation inside backward (activation checkpointing).
-    pub recompute: bool,
-    /// Sum of its GPU activities' durations, ns.
-    pub gpu_time: i64,
-    /// First GPU start to last GPU end, ns (0 without GPU work).
-    pub gpu_span: i64,
-    /// Number of GPU activities (kernels, memcpys, memsets).
-    pub kernels: u32,
-    /// CPU duration of the op, ns.
-    pub cpu_time: i64,
-    /// Allocated bytes just before it started.
-    pub active_before: i64,
-    /// Highest allocated bytes while it ran.
-    pub peak: i64,
-    /// Bytes allocated inside it (its thread).
-    pub alloc_bytes: i64,
-    /// Bytes freed inside it (its thread).
-    pub free_bytes: i64,
-}
-
-/// One profiled iteration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Iteration {
-    /// 0-based index.
-    pub index: u32,
-    /// `ProfilerStep#N` or `iteration k`.
-    pub label: String,
-    /// Start, ns.
-    pub start: i64,
-    /// End, ns.
-    pub end: i64,
-    /// Nodes, as a range of [`Step::nodes`].
-    pub nodes: std::ops::Range<usize>,
-    /// Sum of all GPU activity launched in the iteration, ns.
-    pub gpu_time: i64,
-    /// Union of those activities' intervals, ns.
-    pub gpu_busy: i64,
-    /// GPU time of activity launched outside every node, ns.
-    pub gpu_unattributed: i64,
-    /// Peak allocated bytes inside the iteration.
-    pub peak_allocated: Option<i64>,
-    /// Backward pass span, ns.
-    pub backward: Option<(i64, i64)>,
-    /// Backward passes in it: runs of backward nodes that forward work on the main thread
-    /// separates (gradient accumulation's micro-batches, a GAN's several losses).
-    #[serde(skip)]
-    pub backward_passes: u32,
-    /// Its wall time split by phase.
-    pub wall: PhaseWall,
-}
-
-/// The rebuilt step.
-#[derive(Debug, Clone)]
-pub struct Step {
-    /// How iterations were found.
-    pub detection: Detection,
-    /// Iterations in time order.
-    pub iterations: Vec<Iteration>,
-    /// Nodes, grouped by iteration, in rank order.
-    pub nodes: Vec<Node>,
-    /// Top-level ops that fell outside every iteration.
-    pub nodes_outside: usize,
-}
-
-impl Step {
-    /// Backward passes per iteration (the lower median) where there are several: gradient
-    /// accumulation's micro-batches, or a step with several losses.
-    pub fn backward_passes_per_iteration(&self) -> Option<u32> {
-        let mut v: Vec<i64> = self
-            .iterations
-            .iter()
-            .map(|i| i.backward_passes as i64)
-            .collect();
-        crate::analysis::median_low(&mut v)
-            .filter(|&k| k > 1)
-            .map(|k| k as u32)
-    }
-}
 
 fn is_autograd_wrapper(name: &str) -> bool {
     if name.starts_with(EVALUATE_FUNCTION)

@@ -13,25 +13,7 @@
 //! phases is "between phases" (the framework's code, the profiler's step), so the phases and
 //! that remainder add up to the iteration exactly.
 
-use serde::Serialize;
-
-use super::Phase;
-
-/// An iteration's wall time by phase, ns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct PhaseWall {
-    /// By phase, indexed by [`Phase::index`].
-    pub by_phase: [i64; Phase::ALL.len()],
-    /// Time no phase's work covers, nor lies between two spans of one phase.
-    pub between: i64,
-}
-
-impl PhaseWall {
-    /// The wall time of `p`, ns.
-    pub fn of(&self, p: Phase) -> i64 {
-        self.by_phase[p.index()]
-    }
-}
+use super::{Phase, PhaseWall};
 
 /// Splits the iteration `[start, end)` by the phase spans given (any order; clipped to the
 /// iteration).
