@@ -61,10 +61,10 @@ pub(super) fn timeline_rows(a: &SnapshotAnalysis) -> impl Iterator<Item = Timeli
 /// by Python frame or by C++ frame.
 pub(super) struct TopSiteRow<'a> {
     pub device: i64,
-    /// `kind`, `python_frame` or `cpp_frame`.
-    pub by: &'static str,
+    /// Kind of code, Python frame or C++ frame.
+    pub by: snap::SiteBy,
     pub site: &'a str,
-    pub kind: &'static str,
+    pub kind: snap::SiteKind,
     pub bytes: u64,
     pub blocks: usize,
     /// Of the device's peak (none where the peak is 0; the CSV prints two decimals).
@@ -80,24 +80,24 @@ pub(super) fn top_site_rows(a: &SnapshotAnalysis) -> Vec<TopSiteRow<'_>> {
         for k in &d.peak.by_kind {
             rows.push(TopSiteRow {
                 device: d.device,
-                by: "kind",
+                by: snap::SiteBy::Kind,
                 site: k.kind.name(),
-                kind: k.kind.name(),
+                kind: k.kind,
                 bytes: k.bytes,
                 blocks: k.blocks,
                 pct_of_peak: pct(k.bytes),
             });
         }
         for (by, sites) in [
-            ("python_frame", &d.peak.by_python_frame),
-            ("cpp_frame", &d.peak.by_cpp_frame),
+            (snap::SiteBy::PythonFrame, &d.peak.by_python_frame),
+            (snap::SiteBy::CppFrame, &d.peak.by_cpp_frame),
         ] {
             for x in sites.iter().take(snap::TOP) {
                 rows.push(TopSiteRow {
                     device: d.device,
                     by,
                     site: &x.site,
-                    kind: x.kind.name(),
+                    kind: x.kind,
                     bytes: x.bytes,
                     blocks: x.blocks,
                     pct_of_peak: pct(x.bytes),
@@ -323,9 +323,9 @@ fn write_top_sites(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Erro
     for r in top_site_rows(a) {
         w.write_record([
             r.device.to_string(),
-            r.by.into(),
+            r.by.as_str().into(),
             r.site.into(),
-            r.kind.into(),
+            r.kind.name().into(),
             r.bytes.to_string(),
             r.blocks.to_string(),
             r.pct_of_peak.map(|v| format!("{v:.2}")).unwrap_or_default(),
@@ -595,7 +595,7 @@ pub fn write_compare(
                 base_label.clone(),
                 l.clone(),
                 r.device.to_string(),
-                r.by.to_owned(),
+                r.by.as_str().to_owned(),
                 r.site.clone(),
                 r.base_bytes.to_string(),
                 r.bytes.to_string(),
@@ -603,7 +603,11 @@ pub fn write_compare(
             ])
             .map_err(&e)?;
         }
-        for by in ["kind", "python_frame", "cpp_frame"] {
+        for by in [
+            snap::SiteBy::Kind,
+            snap::SiteBy::PythonFrame,
+            snap::SiteBy::CppFrame,
+        ] {
             let grew: Vec<&snap::Growth> = rows
                 .iter()
                 .filter(|r| r.by == by && r.delta() > 0)
@@ -612,7 +616,10 @@ pub fn write_compare(
             if grew.is_empty() {
                 continue;
             }
-            o += &format!("grew at the peak from {base_label} to {l}, by {by}:\n");
+            o += &format!(
+                "grew at the peak from {base_label} to {l}, by {}:\n",
+                by.as_str()
+            );
             for r in grew {
                 o += &format!(
                     "  device {} {:>11} ({} -> {})  {}\n",

@@ -77,6 +77,10 @@ pub struct Edge {
     pub bytes: i64,
 }
 
+fn category_name<S: serde::Serializer>(c: &Option<Category>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.map_or("EXTERNAL", Category::as_str))
+}
+
 /// A tensor storage of the graph.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GraphTensor {
@@ -84,8 +88,10 @@ pub struct GraphTensor {
     pub storage_id: i64,
     /// Bytes.
     pub bytes: i64,
-    /// Category.
-    pub category: &'static str,
+    /// Its memory category; `None` for a tensor made before the window that no snapshot block
+    /// names (written `EXTERNAL`).
+    #[serde(serialize_with = "category_name")]
+    pub category: Option<Category>,
     /// Producer node name (empty for tensors made before the window).
     pub producer: String,
     /// Consumer node names.
@@ -449,11 +455,10 @@ fn build_graph(
             GraphTensor {
                 storage_id: *s,
                 bytes: w.map_or(0, |x| x.1),
-                category: category_of
-                    .get(s)
-                    .map_or(if w.is_some() { "TEMP" } else { "EXTERNAL" }, |c| {
-                        c.as_str()
-                    }),
+                category: category_of.get(s).copied().or_else(|| {
+                    // Written inside the window but by no block the snapshot categorised.
+                    w.is_some().then_some(Category::Temporary)
+                }),
                 producer: w.map_or(String::new(), |x| name(x.0)),
                 consumers: cs.iter().map(|&c| name(c)).collect(),
             }

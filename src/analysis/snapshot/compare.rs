@@ -2,13 +2,39 @@
 
 use super::*;
 
+/// What a site row of a snapshot's peak is by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteBy {
+    /// The kind of code (`kind`: autograd, optimizer, ...).
+    Kind,
+    /// The innermost Python frame of the user's code.
+    PythonFrame,
+    /// The innermost C++ frame.
+    CppFrame,
+    /// The whole stack (a flame-graph line).
+    Stack,
+}
+
+impl SiteBy {
+    /// As the files write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteBy::Kind => "kind",
+            SiteBy::PythonFrame => "python_frame",
+            SiteBy::CppFrame => "cpp_frame",
+            SiteBy::Stack => "stack",
+        }
+    }
+}
+
 /// One row of a comparison of two snapshots: bytes alive at each one's peak.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Growth {
     /// Device.
     pub device: i64,
-    /// `kind`, `python_frame`, `cpp_frame` or `stack`.
-    pub by: &'static str,
+    /// What the site is.
+    pub by: SiteBy,
     /// The kind, frame or flame-graph line.
     pub site: String,
     /// Bytes in the baseline.
@@ -31,7 +57,7 @@ pub fn compare(base: &SnapshotAnalysis, other: &SnapshotAnalysis) -> Vec<Growth>
     let mut rows = Vec::new();
     for d in &other.devices {
         let b = base.devices.iter().find(|x| x.device == d.device);
-        let mut add = |by: &'static str, x: Vec<(String, u64)>, y: Vec<(String, u64)>| {
+        let mut add = |by: SiteBy, x: Vec<(String, u64)>, y: Vec<(String, u64)>| {
             let mut m: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
             for (k, v) in x {
                 m.entry(k).or_default().0 += v;
@@ -67,19 +93,19 @@ pub fn compare(base: &SnapshotAnalysis, other: &SnapshotAnalysis) -> Vec<Growth>
                 .unwrap_or_default()
         };
         let bp = b.map(|b| &b.peak);
-        add("kind", kinds(bp), kinds(Some(&d.peak)));
+        add(SiteBy::Kind, kinds(bp), kinds(Some(&d.peak)));
         add(
-            "python_frame",
+            SiteBy::PythonFrame,
             sites(bp.map(|p| &p.by_python_frame)),
             sites(Some(&d.peak.by_python_frame)),
         );
         add(
-            "cpp_frame",
+            SiteBy::CppFrame,
             sites(bp.map(|p| &p.by_cpp_frame)),
             sites(Some(&d.peak.by_cpp_frame)),
         );
         add(
-            "stack",
+            SiteBy::Stack,
             bp.map(|p| p.stacks.clone()).unwrap_or_default(),
             d.peak.stacks.clone(),
         );

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::model::snapshot::{Action, Snapshot, StackId, TraceEntry};
 
-pub use compare::{compare, Growth};
+pub use compare::{compare, Growth, SiteBy};
 pub use sites::{collapsed_line, format_frame, torch_keeps_frame, Site, SiteKind, SITE_KINDS};
 pub use steptrace_formats::summary::PrivatePool;
 use walk::device_memory;

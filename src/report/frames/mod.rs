@@ -301,9 +301,15 @@ pub(super) fn write_snapshot(
                 "device",
                 sites.iter().map(|r| r.device).collect::<Vec<i64>>(),
             ),
-            col("by", sites.iter().map(|r| r.by).collect::<Vec<&str>>()),
+            col(
+                "by",
+                sites.iter().map(|r| r.by.as_str()).collect::<Vec<&str>>(),
+            ),
             col("site", sites.iter().map(|r| r.site).collect::<Vec<&str>>()),
-            col("kind", sites.iter().map(|r| r.kind).collect::<Vec<&str>>()),
+            col(
+                "kind",
+                sites.iter().map(|r| r.kind.name()).collect::<Vec<&str>>(),
+            ),
             col("bytes", sites.iter().map(|r| r.bytes).collect::<Vec<u64>>()),
             col(
                 "blocks",
