@@ -5,8 +5,9 @@ use std::path::Path;
 
 use polars::prelude::*;
 
-use super::{col, write, Error};
+use super::columns::{col, write};
 use crate::file_error::FileError;
+use crate::report::Error;
 
 /// A rank's results for a merge elsewhere: `rank<N>.summary.parquet` (one row) and
 /// `rank<N>.nodes.parquet` (one row per node) in `dir`. The schema is in docs/distributed.md.
