@@ -27,9 +27,11 @@
 //! plan's events added.
 
 mod autocast;
+mod budget;
 mod build;
 mod call;
 mod candidates;
+mod checks;
 mod cost;
 mod queue;
 mod search;
@@ -43,7 +45,9 @@ use crate::analysis::memory::{Category, CATEGORIES};
 use crate::analysis::step::Phase;
 use crate::analysis::{liveness, median, Analysis};
 use crate::model::{Trace, EVALUATE_FUNCTION};
+pub use budget::Budget;
 use candidates::*;
+use checks::{every_block_point, measured_peak_and_floor, plannable, program_checkpoints};
 use cost::Rates;
 use queue::{Lane, Work};
 use search::*;
@@ -107,49 +111,6 @@ fn actions(policy: Policy) -> &'static [Action] {
     }
 }
 
-/// A budget as given: bytes, or a fraction of the measured peak.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Budget {
-    /// Bytes.
-    Bytes(i64),
-    /// Fraction of the measured peak (0.8 for `80%`).
-    Fraction(f64),
-}
-
-impl std::str::FromStr for Budget {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Budget, Error> {
-        let t = s.trim();
-        let bad = || Error::BadBudget(s.to_owned());
-        if let Some(p) = t.strip_suffix('%') {
-            let v: f64 = p.trim().parse().map_err(|_| bad())?;
-            return (v > 0.0 && v.is_finite())
-                .then_some(Budget::Fraction(v / 100.0))
-                .ok_or_else(bad);
-        }
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let v: f64 = num.parse().map_err(|_| bad())?;
-        let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1.0,
-            "kib" => 1024.0,
-            "mib" => 1024.0 * 1024.0,
-            "gib" => 1024.0 * 1024.0 * 1024.0,
-            "kb" => 1e3,
-            "mb" => 1e6,
-            "gb" => 1e9,
-            _ => return Err(bad()),
-        };
-        let b = v * mult;
-        (1.0..9.0e18)
-            .contains(&b)
-            .then_some(Budget::Bytes(b as i64))
-            .ok_or_else(bad)
-    }
-}
-
 /// The name that stands, in a list of modules, for every instance of the repeated block class.
 pub const EVERY_BLOCK: &str = "every-block";
 
@@ -165,99 +126,6 @@ pub struct Options {
     /// Evaluate this plan instead of choosing one: module instance names (`Block_3`), each
     /// recomputed; `every-block` stands for every instance of the repeated block class.
     pub modules: Option<Vec<String>>,
-}
-
-/// What the program already recomputes itself (`already`: path and qualified name): said in
-/// a note, and the names returned for the plan; an error when nothing else is left to plan, or
-/// when the modules asked for by hand name one of them (never wrapped twice).
-fn program_checkpoints(
-    already: &[(String, Option<String>)],
-    candidates: &[Candidate],
-    opts: &Options,
-    notes: &mut Vec<String>,
-) -> Result<Vec<String>, Error> {
-    let names: Vec<String> = already
-        .iter()
-        .map(|(p, fqn)| fqn.clone().unwrap_or_else(|| p.clone()))
-        .collect();
-    if !already.is_empty() {
-        notes.push(format!(
-            "the program already recomputes {} module(s) itself (its own activation checkpointing): {}; the measured peak includes it, the plan acts on the other modules and never wraps one of these, or a module holding one, again",
-            already.len(),
-            names.join(", ")
-        ));
-    }
-    if candidates.is_empty() {
-        return Err(Error::NothingToPlan(if already.is_empty() {
-            "no module's forward made activations that only its own backward reads: record with with_modules (steptrace capture does) to plan"
-                .into()
-        } else {
-            format!(
-                "every module with activations is already recomputed by the program itself ({}): nothing is left to checkpoint",
-                names.join(", ")
-            )
-        }));
-    }
-    let asked = opts.modules.iter().flatten();
-    if let Some(n) = asked.into_iter().find(|n| {
-        already.iter().any(|(path, fqn)| {
-            *n == path
-                || fqn.as_deref() == Some(n.as_str())
-                || path.rsplit('/').next() == Some(n.as_str())
-        })
-    }) {
-        return Err(Error::NothingToPlan(format!(
-            "{n} is already recomputed by the program itself (its own activation checkpointing): it is not wrapped twice"
-        )));
-    }
-    Ok(names)
-}
-
-/// Whether the analysis holds what a plan acts on: memory events and an iteration.
-fn plannable(t: &Trace, a: &Analysis) -> Result<(), Error> {
-    if t.memory.is_empty() {
-        return Err(Error::NothingToPlan(
-            "the trace holds no memory events: capture with profile_memory (steptrace capture does) to plan"
-                .into(),
-        ));
-    }
-    if a.step.iterations.is_empty() {
-        return Err(Error::NothingToPlan(
-            "no iteration was found in the trace".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// The measured peak over the iterations, and what parameters and optimizer state hold at
-/// it: no plan goes below that floor.
-fn measured_peak_and_floor(iters: &[Iter]) -> (i64, i64) {
-    let peaks: Vec<Peak> = iters
-        .iter()
-        .map(|it| sim::simulate(&it.measured, &[], None))
-        .collect();
-    let measured_peak = peaks.iter().map(|p| p.bytes).max().unwrap_or(0);
-    let at_peak = peaks
-        .iter()
-        .max_by_key(|p| p.bytes)
-        .map_or([0; crate::analysis::memory::CATEGORY_COUNT], |p| {
-            p.by_category
-        });
-    let floor = at_peak[Category::Param.index()] + at_peak[Category::OptState.index()];
-    (measured_peak, floor)
-}
-
-/// Every instance of the repeated block class recomputed: the reference point users pick by
-/// hand.
-fn every_block_point(ev: &Evaluator<'_>, candidates: &[Candidate], class: &str) -> CurvePoint {
-    let all = every_block_choices(candidates, class);
-    let n = all.len();
-    CurvePoint {
-        label: format!("every {class} ({n})"),
-        decisions: n,
-        peak_bytes: ev.peak(&all).0.bytes,
-        step_time_s: ev.step(&all),
-    }
 }
 
 /// Makes the plan: the run's measured iterations and rates, the candidates, the rounds (the
@@ -386,61 +254,4 @@ pub(super) fn under(module: &str, path: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn issue20_budgets_parse_as_sizes_or_fractions() {
-        assert_eq!("10GiB".parse::<Budget>().unwrap(), Budget::Bytes(10 << 30));
-        assert_eq!(
-            "9.5GB".parse::<Budget>().unwrap(),
-            Budget::Bytes(9_500_000_000)
-        );
-        assert_eq!(
-            "512 MiB".parse::<Budget>().unwrap(),
-            Budget::Bytes(512 << 20)
-        );
-        assert_eq!("80%".parse::<Budget>().unwrap(), Budget::Fraction(0.8));
-        assert_eq!("1234".parse::<Budget>().unwrap(), Budget::Bytes(1234));
-        for bad in ["", "ten", "10XB", "-5GiB", "0", "%", "1e30GB"] {
-            assert!(bad.parse::<Budget>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn module_paths_nest_on_whole_names() {
-        assert!(under("GPT_0/Block_1/MLP_1", "GPT_0/Block_1"));
-        assert!(under("GPT_0/Block_1", "GPT_0/Block_1"));
-        assert!(!under("GPT_0/Block_10", "GPT_0/Block_1"));
-        let class_of = crate::model::module_class;
-        assert_eq!(class_of("Block_10"), "Block");
-        assert_eq!(class_of("Block"), "Block");
-        assert_eq!(class_of("My_Net_2"), "My_Net");
-    }
-
-    #[test]
-    fn issue20_never_twice_sees_a_shared_block() {
-        let c = |path: &str, blocks: Vec<usize>| Candidate {
-            path: path.into(),
-            instance: path.into(),
-            fqn: None,
-            class: "X".into(),
-            depth: 0,
-            added: vec![BTreeMap::new()],
-            dropped_bytes: 0,
-            dropped_blocks: vec![blocks],
-            held: vec![Vec::new()],
-            work: vec![BTreeMap::new()],
-            composite: false,
-        };
-        let cands = [c("A", vec![1, 2]), c("B", vec![3]), c("C", vec![2])];
-        assert!(!dropped_twice(
-            &cands,
-            &[(0, Action::Recompute), (1, Action::Recompute)]
-        ));
-        assert!(dropped_twice(
-            &cands,
-            &[(0, Action::Recompute), (2, Action::Swap)]
-        ));
-    }
-}
+mod tests;
