@@ -770,3 +770,193 @@ pub fn by_name_order<K: Named, V>(m: &BTreeMap<K, V>) -> Vec<(K, &V)> {
     v.sort_by_key(|e| e.0.name());
     v
 }
+
+// A memory snapshot analysed alone (`analyze snapshot.pickle`) writes its own summary.json.
+
+/// What kind of code allocated a block, from its frames alone (no trace to say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteKind {
+    /// `torch.optim` (or `torch::optim`) outside a closure's forward: optimizer state and
+    /// the step's temporaries.
+    Optimizer,
+    /// The autograd engine: gradients and the backward's temporaries.
+    Backward,
+    /// Inside an `nn.Module`'s forward.
+    ModuleForward,
+    /// `torch.utils.data`: batches made by the data loader (pinned copies, collation).
+    DataLoading,
+    /// Moving or building the model (`Module.to`/`cuda`, a module's `__init__`): parameters
+    /// and buffers.
+    ModelSetup,
+    /// cuBLAS/cuBLASLt workspaces.
+    Workspace,
+    /// Python frames, none of the above: the program's own code (inputs, caches).
+    Program,
+    /// No frames recorded: made on a thread without Python (the autograd engine's device
+    /// threads with `stacks="python"`) or before stacks were recorded.
+    NoStack,
+    /// C++ frames only, none of the above.
+    Other,
+}
+
+/// Every kind, in output order (the enum's order; `SiteKind as usize` indexes it).
+pub const SITE_KINDS: [SiteKind; 9] = [
+    SiteKind::Optimizer,
+    SiteKind::Backward,
+    SiteKind::ModuleForward,
+    SiteKind::DataLoading,
+    SiteKind::ModelSetup,
+    SiteKind::Workspace,
+    SiteKind::Program,
+    SiteKind::NoStack,
+    SiteKind::Other,
+];
+
+impl SiteKind {
+    /// The name in outputs.
+    pub fn name(self) -> &'static str {
+        match self {
+            SiteKind::Optimizer => "optimizer",
+            SiteKind::Backward => "backward",
+            SiteKind::ModuleForward => "module_forward",
+            SiteKind::DataLoading => "data_loading",
+            SiteKind::ModelSetup => "model_setup",
+            SiteKind::Workspace => "workspace",
+            SiteKind::Program => "program",
+            SiteKind::NoStack => "no_stack",
+            SiteKind::Other => "other",
+        }
+    }
+}
+
+/// Bytes alive at the peak by one site.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Site {
+    /// `file.py:line:function` (torch's form).
+    pub site: String,
+    /// The kind of code most of its bytes came from.
+    pub kind: SiteKind,
+    /// Bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+}
+
+/// Bytes of one kind of code.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KindBytes {
+    /// The kind.
+    pub kind: SiteKind,
+    /// Bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+}
+
+/// memory_viz `stats` (`segsum`) totals at the snapshot's end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SegmentTotals {
+    /// Segments.
+    pub segments: usize,
+    /// Bytes reserved from CUDA.
+    pub reserved_bytes: u64,
+    /// Bytes the program asked for, in active blocks.
+    pub allocated_bytes: u64,
+    /// Bytes inside active blocks beyond what was asked for (the allocator's rounding).
+    pub free_internal_bytes: u64,
+    /// Bytes in inactive blocks (cached, free for reuse).
+    pub free_external_bytes: u64,
+    /// Share of the free bytes that are rounding, %.
+    pub internal_pct: Option<f64>,
+    /// The largest free (inactive) block, bytes: the largest allocation that fits without a
+    /// new segment.
+    pub largest_free_block_bytes: u64,
+    /// Free bytes outside the largest free block, as a share of all free bytes, %
+    /// (fragmentation: 0 when free memory is one piece).
+    pub fragmentation_pct: Option<f64>,
+}
+
+/// `summary.json` of a snapshot analysed alone: the names a trace's summary uses where they
+/// mean the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotSummary {
+    /// This file's schema version ([`FORMAT_VERSION`]; 1 where absent).
+    #[serde(default = "version_one")]
+    pub format_version: u32,
+    /// Always `memory_snapshot`: what tells this summary from a trace's.
+    pub kind: String,
+    /// The snapshot's file name.
+    pub snapshot: String,
+    /// History entries (all devices).
+    pub entries: usize,
+    /// A snapshot from before PyTorch 2.1 (no history).
+    pub legacy_layout: bool,
+    /// The most allocated at once on any device.
+    pub peak_allocated_bytes: u64,
+    /// The most reserved at once on any device.
+    pub peak_reserved_bytes: u64,
+    /// Per device.
+    pub devices: Vec<DeviceSummary>,
+    /// memory_viz `stats` totals at the end.
+    pub segments: SegmentTotals,
+    /// Private pools (CUDA graphs'), left out of the free and fragmentation figures above.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub private_pools: Vec<PrivatePool>,
+    /// Annotated ranges found in the history.
+    pub phases: usize,
+    /// Anomalies, one line per kind.
+    pub warnings: Vec<String>,
+}
+
+/// One device of a snapshot summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSummary {
+    /// Device.
+    pub device: i64,
+    /// History entries.
+    pub entries: usize,
+    /// The most allocated at once.
+    pub peak_allocated_bytes: u64,
+    /// The history entry at the peak.
+    pub peak_entry: Option<usize>,
+    /// When, ms from the first recorded time.
+    pub peak_time_ms: Option<f64>,
+    /// The annotated range it fell in.
+    pub peak_phase: Option<String>,
+    /// The most reserved at once.
+    pub peak_reserved_bytes: u64,
+    /// Allocated at the start of the history.
+    pub start_allocated_bytes: u64,
+    /// Allocated at its end.
+    pub end_allocated_bytes: u64,
+    /// Reserved at its end.
+    pub end_reserved_bytes: u64,
+    /// Blocks alive at the peak.
+    pub alive_at_peak: usize,
+    /// Bytes at the peak by kind of code.
+    pub by_kind: Vec<KindBytes>,
+    /// The top Python frames at the peak (10 at most).
+    pub top_python_frames: Vec<Site>,
+    /// The top C++ frames at the peak (10 at most).
+    pub top_cpp_frames: Vec<Site>,
+    /// Bytes allocated and never freed.
+    pub never_freed_bytes: u64,
+}
+
+impl SnapshotSummary {
+    /// Reads a snapshot's `summary.json`, refusing one written for a newer schema.
+    pub fn from_json(text: &str) -> Result<SnapshotSummary, ReadError> {
+        #[derive(Deserialize)]
+        struct Version {
+            #[serde(default = "version_one")]
+            format_version: u32,
+        }
+        let v: Version =
+            serde_json::from_str(text).map_err(|e| ReadError::NotJson(e.to_string()))?;
+        if v.format_version > FORMAT_VERSION {
+            return Err(ReadError::NewerVersion(v.format_version));
+        }
+        serde_json::from_str(text).map_err(|e| ReadError::NotASummary(e.to_string()))
+    }
+}

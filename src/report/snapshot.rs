@@ -6,8 +6,6 @@
 
 use std::io::Write;
 
-use serde::Serialize;
-
 use super::console::human_bytes;
 use super::csv_rows::{csv_err, csv_writer};
 use super::out_dir::OutDir;
@@ -15,6 +13,7 @@ use super::{io, write_json, Error};
 use crate::analysis::snapshot::{self as snap, SnapshotAnalysis};
 use crate::diagnostics::Diagnostics;
 use crate::model::snapshot::Snapshot;
+use steptrace_formats::summary::{DeviceSummary, SnapshotSummary};
 
 /// The files written, besides `report.html` (unless turned off) and, with the `parquet`
 /// feature, [`PARQUET_FILES`].
@@ -108,45 +107,6 @@ pub(super) fn top_site_rows(a: &SnapshotAnalysis) -> Vec<TopSiteRow<'_>> {
     rows
 }
 
-/// summary.json of a snapshot: the names a trace's summary uses where they mean the same.
-#[derive(Debug, Serialize)]
-struct Summary<'a> {
-    kind: &'static str,
-    snapshot: &'a str,
-    entries: usize,
-    legacy_layout: bool,
-    /// The most allocated at once on any device.
-    peak_allocated_bytes: u64,
-    /// The most reserved at once on any device.
-    peak_reserved_bytes: u64,
-    devices: Vec<DeviceSummary<'a>>,
-    segments: &'a snap::SegmentTotals,
-    /// Private pools (CUDA graphs'), left out of the free and fragmentation figures above.
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    private_pools: &'a [snap::PrivatePool],
-    phases: usize,
-    warnings: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-struct DeviceSummary<'a> {
-    device: i64,
-    entries: usize,
-    peak_allocated_bytes: u64,
-    peak_entry: Option<usize>,
-    peak_time_ms: Option<f64>,
-    peak_phase: Option<&'a str>,
-    peak_reserved_bytes: u64,
-    start_allocated_bytes: u64,
-    end_allocated_bytes: u64,
-    end_reserved_bytes: u64,
-    alive_at_peak: usize,
-    by_kind: &'a [snap::KindBytes],
-    top_python_frames: &'a [snap::Site],
-    top_cpp_frames: &'a [snap::Site],
-    never_freed_bytes: u64,
-}
-
 /// ms since the snapshot's first recorded time.
 fn rel_ms(a: &SnapshotAnalysis, t: Option<i64>) -> Option<f64> {
     Some((t? - a.t0_us?) as f64 / 1e3)
@@ -166,9 +126,10 @@ pub fn write(
 ) -> Result<(), Error> {
     let clearing = out.clear_previous(&s.path);
     let dir = out.path().to_path_buf();
-    let summary = Summary {
-        kind: "memory_snapshot",
-        snapshot: &a.file,
+    let summary = SnapshotSummary {
+        format_version: steptrace_formats::summary::FORMAT_VERSION,
+        kind: "memory_snapshot".to_owned(),
+        snapshot: a.file.clone(),
         entries: a.entries,
         legacy_layout: a.legacy_layout,
         peak_allocated_bytes: a
@@ -192,20 +153,20 @@ pub fn write(
                 peak_allocated_bytes: d.peak.allocated_bytes,
                 peak_entry: d.peak.entry,
                 peak_time_ms: rel_ms(a, d.peak.time_us),
-                peak_phase: d.peak.phase.as_deref(),
+                peak_phase: d.peak.phase.clone(),
                 peak_reserved_bytes: d.peak_reserved_bytes,
                 start_allocated_bytes: d.start_allocated_bytes,
                 end_allocated_bytes: d.end_allocated_bytes,
                 end_reserved_bytes: d.end_reserved_bytes,
                 alive_at_peak: d.peak.alive.len(),
-                by_kind: &d.peak.by_kind,
-                top_python_frames: &d.peak.by_python_frame[..d.peak.by_python_frame.len().min(10)],
-                top_cpp_frames: &d.peak.by_cpp_frame[..d.peak.by_cpp_frame.len().min(10)],
+                by_kind: d.peak.by_kind.clone(),
+                top_python_frames: d.peak.by_python_frame.iter().take(10).cloned().collect(),
+                top_cpp_frames: d.peak.by_cpp_frame.iter().take(10).cloned().collect(),
                 never_freed_bytes: d.never_freed_total.bytes,
             })
             .collect(),
-        segments: &a.segments,
-        private_pools: &a.private_pools,
+        segments: a.segments,
+        private_pools: a.private_pools.clone(),
         phases: a.phases.len(),
         warnings: diag.lines(),
     };

@@ -106,6 +106,16 @@ fn snapshot_alone_outputs_match_snapshots() {
             continue;
         };
         let name = s.file_name().unwrap().to_string_lossy().into_owned();
+        // Its summary.json reads back through its one type, every value kept.
+        let text = std::fs::read_to_string(out.out_dir.join("summary.json")).unwrap();
+        let back = steptrace_formats::summary::SnapshotSummary::from_json(&text)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let again = serde_json::to_string_pretty(&back).unwrap();
+        assert_json_close(
+            &serde_json::from_str(&text).unwrap(),
+            &serde_json::from_str(&again).unwrap(),
+            &name,
+        );
         assert_outputs(&out.out_dir, &format!("{name}__snapshot_alone"), &[]);
     }
 }

@@ -22,7 +22,7 @@ use crate::model::snapshot::{Action, Snapshot, StackId, TraceEntry};
 
 pub use compare::{compare, Growth, SiteBy};
 pub use sites::{collapsed_line, format_frame, torch_keeps_frame, Site, SiteKind, SITE_KINDS};
-pub use steptrace_formats::summary::PrivatePool;
+pub use steptrace_formats::summary::{KindBytes, PrivatePool, SegmentTotals};
 use walk::device_memory;
 pub use walk::{Replay, ReplayThread, TimeIndex};
 
@@ -137,17 +137,6 @@ pub struct Peak {
     pub stacks: Vec<(String, u64)>,
 }
 
-/// Bytes of one kind of code.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct KindBytes {
-    /// The kind.
-    pub kind: SiteKind,
-    /// Bytes.
-    pub bytes: u64,
-    /// Blocks.
-    pub blocks: usize,
-}
-
 /// A block alive at the peak.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct AliveBlock {
@@ -211,29 +200,6 @@ pub struct NeverFreed {
     pub first_entry: usize,
     /// Last.
     pub last_entry: usize,
-}
-
-/// memory_viz `stats` (`segsum`) totals at the snapshot's end.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct SegmentTotals {
-    /// Segments.
-    pub segments: usize,
-    /// Bytes reserved from CUDA.
-    pub reserved_bytes: u64,
-    /// Bytes the program asked for, in active blocks.
-    pub allocated_bytes: u64,
-    /// Bytes inside active blocks beyond what was asked for (the allocator's rounding).
-    pub free_internal_bytes: u64,
-    /// Bytes in inactive blocks (cached, free for reuse).
-    pub free_external_bytes: u64,
-    /// Share of the free bytes that are rounding, %.
-    pub internal_pct: Option<f64>,
-    /// The largest free (inactive) block, bytes: the largest allocation that fits without a
-    /// new segment.
-    pub largest_free_block_bytes: u64,
-    /// Free bytes outside the largest free block, as a share of all free bytes, %
-    /// (fragmentation: 0 when free memory is one piece).
-    pub fragmentation_pct: Option<f64>,
 }
 
 /// One segment at the end.

@@ -4,83 +4,13 @@
 //! plumbing, and the kind of code (optimizer, backward, forward, ...).
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
 
 use super::AliveBlock;
 use crate::model::snapshot::{FrameId, Snapshot, StackId};
+pub use steptrace_formats::summary::{Site, SiteKind, SITE_KINDS};
 
 /// What a block without frames is called (torch's word).
 pub const NO_STACK: &str = "<non-python>";
-
-/// What kind of code allocated a block, from its frames alone (no trace to say).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SiteKind {
-    /// `torch.optim` (or `torch::optim`) outside a closure's forward: optimizer state and
-    /// the step's temporaries.
-    Optimizer,
-    /// The autograd engine: gradients and the backward's temporaries.
-    Backward,
-    /// Inside an `nn.Module`'s forward.
-    ModuleForward,
-    /// `torch.utils.data`: batches made by the data loader (pinned copies, collation).
-    DataLoading,
-    /// Moving or building the model (`Module.to`/`cuda`, a module's `__init__`): parameters
-    /// and buffers.
-    ModelSetup,
-    /// cuBLAS/cuBLASLt workspaces.
-    Workspace,
-    /// Python frames, none of the above: the program's own code (inputs, caches).
-    Program,
-    /// No frames recorded: made on a thread without Python (the autograd engine's device
-    /// threads with `stacks="python"`) or before stacks were recorded.
-    NoStack,
-    /// C++ frames only, none of the above.
-    Other,
-}
-
-/// Every kind, in output order (the enum's order; `SiteKind as usize` indexes it).
-pub const SITE_KINDS: [SiteKind; 9] = [
-    SiteKind::Optimizer,
-    SiteKind::Backward,
-    SiteKind::ModuleForward,
-    SiteKind::DataLoading,
-    SiteKind::ModelSetup,
-    SiteKind::Workspace,
-    SiteKind::Program,
-    SiteKind::NoStack,
-    SiteKind::Other,
-];
-
-impl SiteKind {
-    /// The name in outputs.
-    pub fn name(self) -> &'static str {
-        match self {
-            SiteKind::Optimizer => "optimizer",
-            SiteKind::Backward => "backward",
-            SiteKind::ModuleForward => "module_forward",
-            SiteKind::DataLoading => "data_loading",
-            SiteKind::ModelSetup => "model_setup",
-            SiteKind::Workspace => "workspace",
-            SiteKind::Program => "program",
-            SiteKind::NoStack => "no_stack",
-            SiteKind::Other => "other",
-        }
-    }
-}
-
-/// Bytes alive at the peak by one site.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Site {
-    /// `file.py:line:function` (torch's form).
-    pub site: String,
-    /// The kind of code most of its bytes came from.
-    pub kind: SiteKind,
-    /// Bytes.
-    pub bytes: u64,
-    /// Blocks.
-    pub blocks: usize,
-}
 
 /// torch's `_frame_filter`: frames `_memory_viz` leaves out of its flame graphs (the
 /// interpreter's and the dispatcher's plumbing).
