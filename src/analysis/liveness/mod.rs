@@ -12,18 +12,23 @@
 //! sequence number and the last is the node that frees the block (`liveness_source` says which).
 
 mod bandwidth;
+mod graph;
 mod identities;
+mod instances;
 
 use bandwidth::swap_bandwidth;
+use graph::build_graph;
+pub use graph::{Edge, Graph, GraphTensor};
 pub(crate) use identities::{enclosing_node, identities, EtUses, Identities};
+use instances::{instances, Inst};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::median_low;
-use super::memory::{Category, Memory};
+use super::memory::Memory;
 use super::node_stats::NodeStat;
 use super::step::{Phase, Step};
 use crate::model::{Trace, EVALUATE_FUNCTION};
@@ -62,53 +67,6 @@ pub struct ActivationStat {
     pub storage_id: i64,
     /// In how many iterations it was seen.
     pub iterations_present: u32,
-}
-
-/// An edge of the data-flow graph: `from` wrote a storage `to` read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, PartialOrd, Ord)]
-pub struct Edge {
-    /// Producer node name.
-    pub from: String,
-    /// Consumer node name.
-    pub to: String,
-    /// Storage ids carried.
-    pub storages: Vec<i64>,
-    /// Bytes carried.
-    pub bytes: i64,
-}
-
-fn category_name<S: serde::Serializer>(c: &Option<Category>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(c.map_or("EXTERNAL", Category::as_str))
-}
-
-/// A tensor storage of the graph.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GraphTensor {
-    /// ET storage id.
-    pub storage_id: i64,
-    /// Bytes.
-    pub bytes: i64,
-    /// Its memory category; `None` for a tensor made before the window that no snapshot block
-    /// names (written `EXTERNAL`).
-    #[serde(serialize_with = "category_name")]
-    pub category: Option<Category>,
-    /// Producer node name (empty for tensors made before the window).
-    pub producer: String,
-    /// Consumer node names.
-    pub consumers: Vec<String>,
-}
-
-/// The data-flow graph of the first iteration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Graph {
-    /// Iteration label.
-    pub iteration: String,
-    /// Node names in rank order.
-    pub nodes: Vec<String>,
-    /// Producer → consumer edges.
-    pub edges: Vec<Edge>,
-    /// Storages.
-    pub tensors: Vec<GraphTensor>,
 }
 
 /// Liveness results.
@@ -200,138 +158,6 @@ fn backward_by_seq(t: &Trace, step: &Step) -> FxHashMap<(u32, i64), usize> {
     bw_by_seq
 }
 
-/// One activation block of one iteration.
-struct Inst {
-    name: String,
-    /// (creation, last forward use, first backward use, last backward use), as ranks.
-    ranks: (u32, u32, u32, u32),
-    size: i64,
-    /// Nodes to run again to rebuild it (the producer first).
-    chain: Vec<usize>,
-    storage: i64,
-    producer: usize,
-}
-
-/// The use window of an activation made at rank `c`: its last forward use, then its first and
-/// last backward uses as found (else the backward node that frees it, else right after its last
-/// forward use), ordered so that creation ≤ last forward use < first backward use ≤ last.
-fn use_window(
-    c: u32,
-    fw_last: u32,
-    bw_first: Option<u32>,
-    bw_last: Option<u32>,
-    freer_bw: Option<u32>,
-) -> (u32, u32, u32, u32) {
-    let bw_first = bw_first.or(freer_bw).unwrap_or(fw_last + 1);
-    let bw_last = bw_last.or(freer_bw).unwrap_or(bw_first).max(bw_first);
-    let bw_first = bw_first.max(fw_last + 1);
-    let bw_last = bw_last.max(bw_first);
-    (c, fw_last, bw_first, bw_last)
-}
-
-/// Every activation block made by a node, as one instance per iteration, named after its
-/// producer and its order among the producer's activations.
-fn instances(
-    t: &Trace,
-    step: &Step,
-    mem: &Memory,
-    ids: Option<&Identities>,
-    ranks: &Ranks<'_>,
-    bw_by_seq: &FxHashMap<(u32, i64), usize>,
-) -> Vec<Inst> {
-    let mut insts: Vec<Inst> = Vec::new();
-    let mut counter: FxHashMap<usize, u32> = FxHashMap::default();
-    for (bi, b) in mem.blocks.iter().enumerate() {
-        if b.category != Category::Activation {
-            continue;
-        }
-        let Some(p) = b.producer else { continue };
-        let it = step.nodes[p].iteration;
-        let k = counter.entry(p).or_insert(0);
-        let name = format!("{}/act{}", step.nodes[p].name, k);
-        *k += 1;
-        let c = ranks.rank(p);
-        let (mut fw_last, mut bw_first, mut bw_last) = (c, None::<u32>, None::<u32>);
-        let storage = ids.and_then(|i| i.storage_of_block.get(&bi).copied());
-        match ids.and_then(|i| i.readers(step, mem, bi)) {
-            Some(readers) => {
-                for ni in readers {
-                    let n = &step.nodes[ni];
-                    if ni == p {
-                        continue;
-                    }
-                    let r = ranks.rank(ni);
-                    match n.phase {
-                        Phase::Forward => fw_last = fw_last.max(r),
-                        Phase::Backward => {
-                            bw_first = Some(bw_first.map_or(r, |x| x.min(r)));
-                            bw_last = Some(bw_last.map_or(r, |x| x.max(r)));
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            None => {
-                // No identities: the producer's autograd node reads it first; whoever frees it
-                // in backward is its last reader.
-                if let Some(&bn) = t
-                    .op(step.nodes[p].op)
-                    .seq
-                    .and_then(|s| bw_by_seq.get(&(it, s)))
-                {
-                    bw_first = Some(ranks.rank(bn));
-                }
-            }
-        }
-        if ids.is_some() && storage.is_some() && bw_first.is_none() {
-            // Alive at backward but never read by it (the loss value, outputs a Python
-            // variable still holds): not an activation backward needs.
-            continue;
-        }
-        let freer_bw = b
-            .freer
-            .filter(|&f| step.nodes[f].phase == Phase::Backward)
-            .map(|f| ranks.rank(f));
-        insts.push(Inst {
-            name,
-            ranks: use_window(c, fw_last, bw_first, bw_last, freer_bw),
-            size: b.size,
-            chain: ids.map_or_else(|| vec![p], |ids| rebuild_chain(ids, step, mem, p)),
-            storage: storage.unwrap_or(-1),
-            producer: p,
-        });
-    }
-    insts
-}
-
-/// What recomputing the activations of node `p` runs: `p`, and the producers of what it read
-/// that was freed before backward (temporaries), transitively, within the iteration's forward.
-fn rebuild_chain(ids: &Identities, step: &Step, mem: &Memory, p: usize) -> Vec<usize> {
-    let mut chain = vec![p];
-    let mut stack = vec![p];
-    let mut seen: FxHashSet<usize> = FxHashSet::from_iter([p]);
-    while let Some(n) = stack.pop() {
-        for s in &ids.uses.reads[n] {
-            let Some(src) = ids.block_read(step, mem, n, *s) else {
-                continue;
-            };
-            let sb = &mem.blocks[src];
-            if sb.category == Category::Temporary {
-                if let Some(q) = sb
-                    .producer
-                    .filter(|q| step.nodes[*q].phase == Phase::Forward)
-                {
-                    if seen.insert(q) {
-                        chain.push(q);
-                        stack.push(q);
-                    }
-                }
-            }
-        }
-    }
-    chain
-}
-
 /// The instances aggregated by name over iterations (size: the median; ranks, chain and
 /// storage: the first iteration's, as ranks are those of the aligned step), with the MuTWO
 /// metrics, in order of creation.
@@ -404,86 +230,9 @@ fn aggregate(
     activations
 }
 
-fn build_graph(
-    t: &Trace,
-    step: &Step,
-    mem: &Memory,
-    u: &EtUses,
-    storage_of_block: &FxHashMap<usize, i64>,
-) -> Graph {
-    let Some(it) = step.iterations.first() else {
-        return Graph {
-            iteration: String::new(),
-            nodes: Vec::new(),
-            edges: Vec::new(),
-            tensors: Vec::new(),
-        };
-    };
-    let range = it.nodes.clone();
-    // Writer of each storage in this iteration (the first node that wrote it).
-    let mut writer: BTreeMap<i64, (usize, i64)> = BTreeMap::new();
-    for ni in range.clone() {
-        for &(s, b) in &u.writes[ni] {
-            writer.entry(s).or_insert((ni, b));
-        }
-    }
-    let category_of: FxHashMap<i64, Category> = storage_of_block
-        .iter()
-        .filter(|(bi, _)| mem.blocks[**bi].iteration == Some(it.index))
-        .map(|(bi, s)| (*s, mem.blocks[*bi].category))
-        .collect();
-    let mut edges: BTreeMap<(usize, usize), (BTreeSet<i64>, i64)> = BTreeMap::new();
-    let mut consumers: BTreeMap<i64, BTreeSet<usize>> = BTreeMap::new();
-    for ni in range.clone() {
-        for s in &u.reads[ni] {
-            consumers.entry(*s).or_default().insert(ni);
-            if let Some(&(w, b)) = writer.get(s) {
-                if w != ni {
-                    let e = edges.entry((w, ni)).or_default();
-                    if e.0.insert(*s) {
-                        e.1 += b;
-                    }
-                }
-            }
-        }
-    }
-    let name = |ni: usize| step.nodes[ni].name.clone();
-    let tensors = consumers
-        .iter()
-        .map(|(s, cs)| {
-            let w = writer.get(s);
-            GraphTensor {
-                storage_id: *s,
-                bytes: w.map_or(0, |x| x.1),
-                category: category_of.get(s).copied().or_else(|| {
-                    // Written inside the window but by no block the snapshot categorised.
-                    w.is_some().then_some(Category::Temporary)
-                }),
-                producer: w.map_or(String::new(), |x| name(x.0)),
-                consumers: cs.iter().map(|&c| name(c)).collect(),
-            }
-        })
-        .collect();
-    let _ = t;
-    Graph {
-        iteration: it.label.clone(),
-        nodes: range.map(name).collect(),
-        edges: edges
-            .into_iter()
-            .map(|((a, b), (s, bytes))| Edge {
-                from: name(a),
-                to: name(b),
-                storages: s.into_iter().collect(),
-                bytes,
-            })
-            .collect(),
-        tensors,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::instances::use_window;
 
     // The use window's rule, apart from the readers that feed it.
     #[test]
