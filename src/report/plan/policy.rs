@@ -52,19 +52,14 @@ pub fn policy_code(p: &Plan) -> String {
             "def _swap(module):\n    forward = module.forward\n    def swapped(*a, **k):\n        with torch.autograd.graph.save_on_cpu(pin_memory=True):\n            return forward(*a, **k)\n    module.forward = swapped\n\n",
         );
     }
-    if !rec.is_empty() {
-        let _ = writeln!(
-            o,
-            "for name in [{}]:\n    _recompute(model.get_submodule(name))",
-            rec.join(", ")
-        );
-    }
-    if !swp.is_empty() {
-        let _ = writeln!(
-            o,
-            "for name in [{}]:\n    _swap(model.get_submodule(name))",
-            swp.join(", ")
-        );
+    for (names, wrap) in [(&rec, "_recompute"), (&swp, "_swap")] {
+        if !names.is_empty() {
+            let _ = writeln!(
+                o,
+                "for name in [{}]:\n    {wrap}(model.get_submodule(name))",
+                names.join(", ")
+            );
+        }
     }
     if !p.already_recomputed.is_empty() {
         let names: Vec<String> = p
@@ -147,7 +142,47 @@ fn py_str(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{comment_text, py_str};
+    use super::{comment_text, policy_code, py_str};
+    use crate::plan::{Action, Decision, Plan};
+
+    /// Each action's modules get their own loop, by qualified name; a module without one is a
+    /// comment. A plan read from plan.json, as `--print-policy` prints it.
+    #[test]
+    fn recomputed_and_swapped_modules_each_get_their_wrapper() {
+        let d = |fqn: Option<&str>, instance: &str, action| Decision {
+            module: String::new(),
+            instance: instance.into(),
+            fqn: fqn.map(str::to_owned),
+            class: String::new(),
+            action,
+            activation_bytes: 0,
+            peak_saved_bytes: 0,
+            time_added_s: 0.0,
+            predicted_peak_bytes: 0,
+            predicted_step_time_s: 0.0,
+        };
+        let p = Plan {
+            decisions: vec![
+                d(Some("h.0"), "Block_0", Action::Recompute),
+                d(Some("h.1"), "Block_1", Action::Swap),
+                d(None, "Block_2", Action::Recompute),
+            ],
+            ..Plan::default()
+        };
+        let code = policy_code(&p);
+        assert!(
+            code.contains("for name in [\"h.0\"]:\n    _recompute(model.get_submodule(name))"),
+            "{code}"
+        );
+        assert!(
+            code.contains("for name in [\"h.1\"]:\n    _swap(model.get_submodule(name))"),
+            "{code}"
+        );
+        assert!(
+            code.contains("# Not named by the capture") && code.contains("Block_2"),
+            "{code}"
+        );
+    }
 
     /// Issue 80, item 6: a newline in a run folder's or an instance's name put a line of the
     /// user's choosing into the printed Python.
