@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::summary::PlanProbe;
+pub use crate::ReadError;
 
 /// The schema version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -19,7 +20,7 @@ pub const FORMAT_VERSION: u32 = 1;
 #[serde(default)]
 pub struct Manifest {
     /// This file's schema version ([`FORMAT_VERSION`]; 1 where absent).
-    #[serde(default = "version_one")]
+    #[serde(default = "crate::version_one")]
     pub format_version: u32,
     /// steptrace version.
     pub steptrace_version: String,
@@ -449,10 +450,6 @@ pub struct Unplanned {
     pub plan_on: Vec<bool>,
 }
 
-fn version_one() -> u32 {
-    1
-}
-
 /// A value that reads as `None` where it does not have the type's shape.
 pub(crate) fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
@@ -512,42 +509,6 @@ pub struct Reference {
 impl Manifest {
     /// Reads a `manifest.json`, refusing one written for a newer schema.
     pub fn from_json(text: &[u8]) -> Result<Manifest, ReadError> {
-        #[derive(Deserialize)]
-        struct Version {
-            #[serde(default = "version_one")]
-            format_version: u32,
-        }
-        let v: Version =
-            serde_json::from_slice(text).map_err(|e| ReadError::NotJson(e.to_string()))?;
-        if v.format_version > FORMAT_VERSION {
-            return Err(ReadError::NewerVersion(v.format_version, FORMAT_VERSION));
-        }
-        serde_json::from_slice(text).map_err(|e| ReadError::NotTheFormat(e.to_string()))
+        crate::read_versioned(text, FORMAT_VERSION)
     }
 }
-
-/// Why a `manifest.json` or a `shim.json` could not be read (the caller names the file).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadError {
-    /// Not JSON at all (or not an object).
-    NotJson(String),
-    /// JSON, but not a file of this schema.
-    NotTheFormat(String),
-    /// Written for a newer schema (the first) than this build reads (the second).
-    NewerVersion(u32, u32),
-}
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::NotJson(e) => write!(f, "not JSON ({e})"),
-            ReadError::NotTheFormat(e) => write!(f, "not the file steptrace writes ({e})"),
-            ReadError::NewerVersion(v, ours) => write!(
-                f,
-                "format version {v} is newer than this build reads ({ours}): use a newer steptrace"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {}

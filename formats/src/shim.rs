@@ -158,18 +158,7 @@ fn one<T: From<u8>>() -> T {
 impl ShimStatus {
     /// Reads a shim's status file, refusing one written for a newer schema (a shim from a
     /// newer steptrace than the launcher).
-    pub fn from_json(text: &[u8]) -> Result<ShimStatus, crate::manifest::ReadError> {
-        use crate::manifest::ReadError;
-        #[derive(Deserialize)]
-        struct Version {
-            #[serde(default = "one")]
-            format_version: u32,
-        }
-        let v: Version =
-            serde_json::from_slice(text).map_err(|e| ReadError::NotJson(e.to_string()))?;
-        if v.format_version > FORMAT_VERSION {
-            return Err(ReadError::NewerVersion(v.format_version, FORMAT_VERSION));
-        }
-        serde_json::from_slice(text).map_err(|e| ReadError::NotTheFormat(e.to_string()))
+    pub fn from_json(text: &[u8]) -> Result<ShimStatus, crate::ReadError> {
+        crate::read_versioned(text, FORMAT_VERSION)
     }
 }

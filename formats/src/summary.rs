@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::ReadError;
 use crate::StepTimeSource;
 
 /// The schema version this build writes and reads.
@@ -540,7 +541,7 @@ pub struct PlanTimedBothWays {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// This file's schema version ([`FORMAT_VERSION`]).
-    #[serde(default = "version_one")]
+    #[serde(default = "crate::version_one")]
     pub format_version: u32,
     /// steptrace version.
     pub steptrace_version: String,
@@ -665,10 +666,6 @@ pub struct Summary {
     pub warnings: Vec<String>,
 }
 
-fn version_one() -> u32 {
-    1
-}
-
 impl Summary {
     /// Whether FLOPs and bytes were counted at all: a trace recorded without input shapes
     /// gives neither, and its 0 is "not measured", not "nothing computed".
@@ -678,45 +675,9 @@ impl Summary {
 
     /// Reads a `summary.json`, refusing one written for a newer schema.
     pub fn from_json(text: &str) -> Result<Summary, ReadError> {
-        #[derive(Deserialize)]
-        struct Version {
-            #[serde(default = "version_one")]
-            format_version: u32,
-        }
-        let v: Version =
-            serde_json::from_str(text).map_err(|e| ReadError::NotJson(e.to_string()))?;
-        if v.format_version > FORMAT_VERSION {
-            return Err(ReadError::NewerVersion(v.format_version));
-        }
-        serde_json::from_str(text).map_err(|e| ReadError::NotASummary(e.to_string()))
+        crate::read_versioned(text.as_bytes(), FORMAT_VERSION)
     }
 }
-
-/// Why a `summary.json` could not be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadError {
-    /// Not JSON at all (or not an object).
-    NotJson(String),
-    /// JSON, but not a summary of this schema.
-    NotASummary(String),
-    /// Written for a newer schema than this build reads.
-    NewerVersion(u32),
-}
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::NotJson(e) => write!(f, "not JSON ({e})"),
-            ReadError::NotASummary(e) => write!(f, "not a steptrace summary.json ({e})"),
-            ReadError::NewerVersion(v) => write!(
-                f,
-                "summary format version {v} is newer than this build reads ({FORMAT_VERSION}): use a newer steptrace"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {}
 
 /// A closed set written by name: map keys of the file.
 pub trait Named: Sized + Copy + Ord {
@@ -882,7 +843,7 @@ pub struct SegmentTotals {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotSummary {
     /// This file's schema version ([`FORMAT_VERSION`]; 1 where absent).
-    #[serde(default = "version_one")]
+    #[serde(default = "crate::version_one")]
     pub format_version: u32,
     /// Always `memory_snapshot`: what tells this summary from a trace's.
     pub kind: String,
@@ -947,16 +908,6 @@ pub struct DeviceSummary {
 impl SnapshotSummary {
     /// Reads a snapshot's `summary.json`, refusing one written for a newer schema.
     pub fn from_json(text: &str) -> Result<SnapshotSummary, ReadError> {
-        #[derive(Deserialize)]
-        struct Version {
-            #[serde(default = "version_one")]
-            format_version: u32,
-        }
-        let v: Version =
-            serde_json::from_str(text).map_err(|e| ReadError::NotJson(e.to_string()))?;
-        if v.format_version > FORMAT_VERSION {
-            return Err(ReadError::NewerVersion(v.format_version));
-        }
-        serde_json::from_str(text).map_err(|e| ReadError::NotASummary(e.to_string()))
+        crate::read_versioned(text.as_bytes(), FORMAT_VERSION)
     }
 }

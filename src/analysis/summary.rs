@@ -170,21 +170,15 @@ impl Clock {
         Clock {
             step_s: span,
             instrumented_s: span,
-            source: steptrace_formats::StepTimeSource::Instrumented,
-            profiler_overhead: None,
-            plan_ab: None,
-            host_lead_s: None,
-            optimizer_step_host_s: None,
-            each_s: times.each_s,
             gpu_busy_s: ns_to_s(k.busy_ns as f64),
             gpu_time_s: ns_to_s(k.kernel_ns as f64),
+            ..Clock::profiled(times)
         }
     }
 
-    /// The step time users compare with their own: the one capture timed with nothing
-    /// recorded, when the run directory has it; the instrumented one stays beside it.
-    fn of(times: StepTimes, program: Option<&ProgramStepTime>, diag: &mut Diagnostics) -> Clock {
-        let mut c = Clock {
+    /// The profiled iterations' times alone, the program's own unknown.
+    fn profiled(times: StepTimes) -> Clock {
+        Clock {
             step_s: times.median_s,
             instrumented_s: times.median_s,
             source: steptrace_formats::StepTimeSource::Instrumented,
@@ -195,7 +189,13 @@ impl Clock {
             each_s: times.each_s,
             gpu_busy_s: times.gpu_busy_s,
             gpu_time_s: times.gpu_time_s,
-        };
+        }
+    }
+
+    /// The step time users compare with their own: the one capture timed with nothing
+    /// recorded, when the run directory has it; the instrumented one stays beside it.
+    fn of(times: StepTimes, program: Option<&ProgramStepTime>, diag: &mut Diagnostics) -> Clock {
+        let mut c = Clock::profiled(times);
         match program {
             Some(p) => {
                 c.step_s = p.ns as f64 * 1e-9;

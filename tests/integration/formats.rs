@@ -30,42 +30,6 @@ fn committed(pred: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
     out
 }
 
-/// `b` holds every value of `a` (floats to one ulp, serde_json's reader rounding some), with
-/// `format_version` allowed to be added where `a` predates it.
-fn assert_holds(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
-    use serde_json::Value::*;
-    match (a, b) {
-        (Number(x), Number(y)) if x.is_f64() || y.is_f64() => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            assert!(
-                x == y || (x - y).abs() <= 2.0 * f64::EPSILON * x.abs().max(y.abs()),
-                "{at}: {x} against {y}"
-            );
-        }
-        (Array(x), Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{at}");
-            for (i, (x, y)) in x.iter().zip(y).enumerate() {
-                assert_holds(x, y, &format!("{at}[{i}]"));
-            }
-        }
-        // A rank's timing as captures wrote it before the steps after the window were timed
-        // (the phase's fields beside `step_time_s`) is read into today's nested form.
-        (Object(x), Object(_)) if at.ends_with(".timing") && x.contains_key("intervals_s") => {
-            assert_holds(&x["step_time_s"], &b["step_time_s"], at);
-            assert_holds(&x["intervals_s"], &b["timing_phase"]["intervals_s"], at);
-        }
-        (Object(x), Object(y)) => {
-            for (k, v) in x {
-                let w = y
-                    .get(k)
-                    .unwrap_or_else(|| panic!("{at}.{k}: dropped by the type"));
-                assert_holds(v, w, &format!("{at}.{k}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{at}"),
-    }
-}
-
 #[test]
 fn issue77_every_committed_manifest_round_trips_through_its_type() {
     let files = committed(&|n| n == "manifest.json");
@@ -78,7 +42,7 @@ fn issue77_every_committed_manifest_round_trips_through_its_type() {
             serde_json::from_slice(&text).unwrap(),
             serde_json::from_slice(&again).unwrap(),
         );
-        assert_holds(&a, &b, &p.display().to_string());
+        crate::common::assert_json_holds(&a, &b, &p.display().to_string());
         let back = Manifest::from_json(&again).unwrap();
         assert_eq!(
             serde_json::to_vec_pretty(&back).unwrap(),
@@ -115,7 +79,7 @@ fn issue77_every_committed_shim_status_round_trips_through_its_type() {
             "costs_ms",
         ] {
             if let Some(v) = a.get(k).filter(|v| !v.is_null()) {
-                assert_holds(v, &b[k], &format!("{}.{k}", p.display()));
+                crate::common::assert_json_holds(v, &b[k], &format!("{}.{k}", p.display()));
             }
         }
     }
