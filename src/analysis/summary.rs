@@ -29,16 +29,6 @@ pub struct RunFacts {
     pub module_fqns: BTreeMap<String, String>,
 }
 
-impl RunFacts {
-    /// Facts with only a name: a trace analysed without a capture's manifest.
-    pub fn named(name: impl Into<String>) -> RunFacts {
-        RunFacts {
-            name: name.into(),
-            ..RunFacts::default()
-        }
-    }
-}
-
 /// The analyses' results the summary is made from.
 pub(super) struct Parts<'a> {
     pub(super) t: &'a Trace,
