@@ -93,7 +93,8 @@ pub(crate) struct MergeArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct CompareArgs {
-    /// Run directories or traces; the first is the baseline.
+    /// Run directories, traces, or folders `analyze` wrote (their summary.json is read back,
+    /// nothing analysed again); the first is the baseline.
     #[arg(required = true, num_args = 1..)]
     pub(crate) runs: Vec<PathBuf>,
     /// Labels, comma-separated [default: the run names].

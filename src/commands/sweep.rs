@@ -175,16 +175,17 @@ fn values(args: SweepArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|d| analyze(d))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let runs: Vec<steptrace::report::compare::Run<'_>> = analyses
+    let runs: Vec<steptrace::report::compare::Run> = analyses
         .iter()
         .zip(&args.values)
-        .map(|(a, v)| steptrace::report::compare::Run {
-            label: v.trim().to_owned(),
-            analysis: a,
-        })
+        .map(|(a, v)| steptrace::report::compare::Run::analysed(v.trim().to_owned(), a))
         .collect();
     steptrace::report::compare::write(&args.out, "sweep", &args.name, &runs)?;
-    let curves: Vec<(f64, &Analysis)> = values.iter().copied().zip(analyses.iter()).collect();
+    let curves: Vec<(f64, &steptrace_formats::summary::Summary)> = values
+        .iter()
+        .copied()
+        .zip(analyses.iter().map(|a| &a.summary))
+        .collect();
     steptrace::report::compare::write_sweep_curves(&args.out, &args.name, &curves)?;
     let mut out = std::io::stdout().lock();
     out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
@@ -317,9 +318,9 @@ fn budgets(args: SweepArgs) -> anyhow::Result<u8> {
     let runs = measured
         .iter()
         .map(|m| {
-            PlannedRun::from_plan_json(&m.label, &m.plan_json, &m.analysis).ok_or_else(|| {
-                anyhow::anyhow!("{}: not a plan with predictions", m.plan_path.display())
-            })
+            PlannedRun::from_plan_json(&m.label, &m.plan_json, &m.analysis.summary).ok_or_else(
+                || anyhow::anyhow!("{}: not a plan with predictions", m.plan_path.display()),
+            )
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     steptrace::report::plan::write_budget_sweep(&args.out, &curve, &base_analysis, &runs)

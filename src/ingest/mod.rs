@@ -6,6 +6,7 @@ pub mod kineto;
 mod manifest;
 pub mod pickle;
 mod ranks;
+mod results;
 pub mod snapshot;
 /// Moved below ingest (`crate::read`); the old paths still name them.
 pub use crate::read::{json_scan, source};
@@ -14,6 +15,7 @@ use manifest::{program_step_time, secs_to_ns, Manifest, ManifestFiles};
 pub use manifest::{PlanProbe, PlanTimedBothWays, ProgramStepTime};
 use ranks::rank_traces;
 pub use ranks::{rank_layout, rank_of_trace, RankLayout};
+pub use results::{is_results_dir, read_results, AnalysisResults};
 
 use crate::file_error::FileError;
 use std::path::{Path, PathBuf};

@@ -7,15 +7,45 @@ use std::path::{Path, PathBuf};
 use super::{csv_err, human_bytes, human_time, io, plot, Error};
 use crate::analysis::memory::CATEGORIES;
 use crate::analysis::Analysis;
+use crate::ingest::AnalysisResults;
+use steptrace_formats::summary::Summary;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// One run to compare: its label and analysis.
-pub struct Run<'a> {
+/// One run to compare: its label, its summary.json and its nodes' peaks, whether analysed
+/// now or read back from a folder `analyze` wrote.
+#[derive(Debug, Clone)]
+pub struct Run {
     /// Label (configuration name, or the swept value).
     pub label: String,
-    /// Its analysis.
-    pub analysis: &'a Analysis,
+    /// Its summary.
+    pub summary: Summary,
+    /// Each node's median peak memory by execution rank, bytes.
+    pub node_peaks: Vec<(u32, i64)>,
+}
+
+impl Run {
+    /// A run analysed in this process.
+    pub fn analysed(label: String, a: &Analysis) -> Run {
+        Run {
+            label,
+            summary: a.summary.clone(),
+            node_peaks: a
+                .node_stats
+                .iter()
+                .map(|n| (n.rank, n.median_peak_mem_bytes))
+                .collect(),
+        }
+    }
+
+    /// A run read back from its analysis folder.
+    pub fn read_back(label: String, r: AnalysisResults) -> Run {
+        Run {
+            label,
+            summary: r.summary,
+            node_peaks: r.node_peaks,
+        }
+    }
 }
 
 fn pct(v: f64, base: f64) -> String {
@@ -26,14 +56,14 @@ fn pct(v: f64, base: f64) -> String {
 }
 
 /// The seed's comparison table: configuration, peak memory, step time, change against the first.
-pub fn table(runs: &[Run<'_>]) -> String {
+pub fn table(runs: &[Run]) -> String {
     let mut o = format!(
         "{:<28} {:>12} {:>9} {:>12} {:>9} {:>11}\n",
         "Configuration", "Peak Memory", "change", "Time", "change", "FLOPs/iter"
     );
-    let base = runs.first().map(|r| &r.analysis.summary);
+    let base = runs.first().map(|r| &r.summary);
     for r in runs {
-        let s = &r.analysis.summary;
+        let s = &r.summary;
         let b = base.expect("non-empty");
         // What a run did not measure is n/a, not 0 (and no change is computed against it).
         let (peak, peak_change) = match (s.peak_allocated_bytes, b.peak_allocated_bytes) {
@@ -65,7 +95,7 @@ pub fn write(
     dir: &Path,
     stem: &str,
     value_name: &str,
-    runs: &[Run<'_>],
+    runs: &[Run],
 ) -> Result<Vec<PathBuf>, Error> {
     let folder = super::out_dir::Writer::open(dir)?;
     let mut files = Vec::new();
@@ -83,9 +113,9 @@ pub fn write(
     ];
     header.extend(CATEGORIES.iter().map(|c| format!("peak_{}_bytes", c.key())));
     w.write_record(&header).map_err(csv_err(&p))?;
-    let base = &runs[0].analysis.summary;
+    let base = &runs[0].summary;
     for r in runs {
-        let s = &r.analysis.summary;
+        let s = &r.summary;
         let peak_change = match (s.peak_allocated_bytes, base.peak_allocated_bytes) {
             (Some(p), Some(q)) => pct(p as f64, q as f64).trim_end_matches('%').to_owned(),
             _ => String::new(),
@@ -120,10 +150,9 @@ pub fn write(
         .map(|r| {
             (
                 r.label.clone(),
-                r.analysis
-                    .node_stats
+                r.node_peaks
                     .iter()
-                    .map(|n| (n.rank, n.median_peak_mem_bytes as f64 / MIB))
+                    .map(|&(rank, peak)| (rank, peak as f64 / MIB))
                     .collect(),
             )
         })
@@ -141,14 +170,7 @@ pub fn write(
         .map(|r| {
             let mut b = vec![0f64; CATEGORIES.len()];
             for (i, c) in CATEGORIES.iter().enumerate() {
-                b[i] = r
-                    .analysis
-                    .summary
-                    .peak_breakdown_bytes
-                    .get(c)
-                    .copied()
-                    .unwrap_or(0) as f64
-                    / MIB;
+                b[i] = r.summary.peak_breakdown_bytes.get(c).copied().unwrap_or(0) as f64 / MIB;
             }
             (r.label.clone(), b)
         })
@@ -171,16 +193,16 @@ pub fn write(
 pub fn write_sweep_curves(
     dir: &Path,
     value_name: &str,
-    runs: &[(f64, &Analysis)],
+    runs: &[(f64, &Summary)],
 ) -> Result<Vec<PathBuf>, Error> {
     let folder = super::out_dir::Writer::open(dir)?;
     let peak: Vec<(f64, f64)> = runs
         .iter()
-        .map(|(v, a)| (*v, a.summary.peak_allocated_bytes.unwrap_or(0) as f64 / MIB))
+        .map(|(v, s)| (*v, s.peak_allocated_bytes.unwrap_or(0) as f64 / MIB))
         .collect();
     let time: Vec<(f64, f64)> = runs
         .iter()
-        .map(|(v, a)| (*v, a.summary.step_time_s * 1e3))
+        .map(|(v, s)| (*v, s.step_time_s * 1e3))
         .collect();
     let mut files = plot::write_xy(
         &dir.join("sweep_peak_memory"),

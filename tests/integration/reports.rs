@@ -446,6 +446,44 @@ fn compare_and_sweep_write_tables_and_plots() {
     for f in ["compare_memory_vs_rank.png", "compare_breakdown.svg"] {
         assert!(dir.path().join("cmp").join(f).is_file(), "{f}");
     }
+    // The same runs read back from the folders `analyze` wrote (their summary.json and
+    // node_stats.csv), not analysed again: the same table and the same CSV.
+    let mut folders = Vec::new();
+    for run in ["gpt_bf16", "gpt_bf16_ckpt"] {
+        let o = dir.path().join(format!("a_{run}"));
+        assert_cmd::Command::cargo_bin("steptrace")
+            .unwrap()
+            .args(["analyze", "-q", "--no-plots", "--out"])
+            .arg(&o)
+            .arg(st.join(run))
+            .assert()
+            .success();
+        folders.push(o);
+    }
+    let again = assert_cmd::Command::cargo_bin("steptrace")
+        .unwrap()
+        .args(["compare", "--labels", "baseline,checkpointing", "--out"])
+        .arg(dir.path().join("cmp2"))
+        .args(&folders)
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let table = |o: &[u8]| {
+        String::from_utf8_lossy(o)
+            .lines()
+            .filter(|l| !l.starts_with("wrote "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(table(&again.stdout), table(&out.stdout));
+    assert_eq!(
+        std::fs::read(dir.path().join("cmp2/compare.csv")).unwrap(),
+        std::fs::read(dir.path().join("cmp/compare.csv")).unwrap()
+    );
     let out = assert_cmd::Command::cargo_bin("steptrace")
         .unwrap()
         .args(["sweep", "--values", "0,1", "--name", "ckpt", "--out"])

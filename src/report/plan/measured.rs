@@ -8,6 +8,7 @@ use super::peak_unit;
 use crate::analysis::Analysis;
 use crate::plan::Plan;
 use crate::report::{human_bytes, human_time, plot, Error};
+use steptrace_formats::summary::Summary;
 
 /// A run captured with a plan (`capture --plan` copies the plan.json it applied into the run
 /// directory) beside what the run measured: one point of `sweep --budgets`, one line of
@@ -28,14 +29,14 @@ pub struct PlannedRun<'a> {
     pub predicted_step_time_s: f64,
     /// The step time the plan started from (the run without a plan), s.
     pub base_step_time_s: Option<f64>,
-    /// The planned run's analysis.
-    pub measured: &'a Analysis,
+    /// The planned run's summary.
+    pub measured: &'a Summary,
 }
 
 impl<'a> PlannedRun<'a> {
     /// From a plan.json's text and the analysis of the run that applied it; `None` when the
     /// text is not a plan with predictions.
-    pub fn from_plan_json(label: &str, plan_json: &str, measured: &'a Analysis) -> Option<Self> {
+    pub fn from_plan_json(label: &str, plan_json: &str, measured: &'a Summary) -> Option<Self> {
         let p = crate::plan::Plan::from_json(plan_json).ok()?;
         // A hand-written plan (decisions only) predicts nothing to compare.
         if p.predicted_peak_bytes <= 0 || p.predicted_step_time_s <= 0.0 {
@@ -55,7 +56,7 @@ impl<'a> PlannedRun<'a> {
 
     /// The planned run's peak, bytes (the allocator's, over its profiled iterations).
     pub fn measured_peak_bytes(&self) -> Option<i64> {
-        self.measured.summary.peak_allocated_bytes
+        self.measured.peak_allocated_bytes
     }
 
     /// Predicted against measured peak, percent.
@@ -68,10 +69,7 @@ impl<'a> PlannedRun<'a> {
 
     /// Predicted against measured step time, percent.
     pub fn step_error_pct(&self) -> Option<f64> {
-        error_pct(
-            self.predicted_step_time_s,
-            self.measured.summary.step_time_s,
-        )
+        error_pct(self.predicted_step_time_s, self.measured.step_time_s)
     }
 
     /// The time the plan predicts it adds to a step, s.
@@ -81,7 +79,7 @@ impl<'a> PlannedRun<'a> {
 
     /// The planned run's timing phase with steps alternating with and without the plan.
     pub fn timed_both_ways(&self) -> Option<&crate::model::run::PlanTimedBothWays> {
-        self.measured.summary.plan_timed_both_ways.as_ref()
+        self.measured.plan_timed_both_ways.as_ref()
     }
 
     /// Steps in each way's median of the planned run's timing phase (the fewer of with and
@@ -118,7 +116,7 @@ impl<'a> PlannedRun<'a> {
     /// torch's `max_memory_allocated` over the planned run's whole run, first step to exit,
     /// where capture read it.
     pub fn run_peak_bytes(&self) -> Option<i64> {
-        self.measured.summary.run_peak_allocated_bytes
+        self.measured.run_peak_allocated_bytes
     }
 
     /// Whether the run stayed at or under the budget (`None`: no budget or no peak): over its
@@ -194,13 +192,8 @@ fn pct_text(v: Option<f64>) -> String {
 
 /// For `compare`: a run captured with `--plan` against the plan's prediction. `None` when the
 /// text is not a plan with predictions or the run measured no peak.
-pub fn predicted_vs_measured(
-    label: &str,
-    plan_json: &str,
-    a: &crate::analysis::Analysis,
-) -> Option<String> {
-    let r = PlannedRun::from_plan_json(label, plan_json, a)?;
-    let s = &a.summary;
+pub fn predicted_vs_measured(label: &str, plan_json: &str, s: &Summary) -> Option<String> {
+    let r = PlannedRun::from_plan_json(label, plan_json, s)?;
     let mut line = format!(
         "{label}: plan of {} decision(s): peak predicted {} measured {} ({}); step predicted {} measured {} [{}] ({})",
         r.decisions,
@@ -294,7 +287,7 @@ pub fn budget_sweep_table(base: &Analysis, runs: &[PlannedRun<'_>]) -> String {
             }
             .into(),
             human_time(r.predicted_step_time_s),
-            human_time(r.measured.summary.step_time_s),
+            human_time(r.measured.step_time_s),
             pct_text(r.step_error_pct()),
             r.predicted_added_s().map_or_else(dash, human_time),
             r.measured_added_s().map_or_else(dash, human_time),
@@ -321,7 +314,7 @@ fn budget_sweep_notes(
         timed_over(base_source)
     );
     for r in runs {
-        let source = r.measured.summary.step_time_source;
+        let source = r.measured.step_time_source;
         if source != base_source {
             let _ = writeln!(o, "{}: its step time is {}", r.label, timed_over(source));
         }
@@ -432,8 +425,8 @@ pub fn write_budget_sweep(
                 .text(&opt_f(r.peak_error_pct()))
                 .text(flag(r.within_budget()))
                 .text(&format!("{:.9}", r.predicted_step_time_s))
-                .text(&format!("{:.9}", r.measured.summary.step_time_s))
-                .text(r.measured.summary.step_time_source.as_str())
+                .text(&format!("{:.9}", r.measured.step_time_s))
+                .text(r.measured.step_time_source.as_str())
                 .text(&opt_f(r.step_error_pct()))
                 .text(&opt_s(r.timed_both_ways().map(|a| a.step_time_without_s)))
                 .text(&opt_s(r.predicted_added_s()))
@@ -465,12 +458,7 @@ pub fn write_budget_sweep(
         .collect();
     let mut measured: Vec<(f64, f64)> = runs
         .iter()
-        .filter_map(|r| {
-            Some(point(
-                r.measured_peak_bytes()?,
-                r.measured.summary.step_time_s,
-            ))
-        })
+        .filter_map(|r| Some(point(r.measured_peak_bytes()?, r.measured.step_time_s)))
         .collect();
     if let Some(p) = base.summary.peak_allocated_bytes {
         measured.push(point(p, base.summary.step_time_s));
