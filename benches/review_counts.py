@@ -68,6 +68,17 @@ def long_functions(path, lines, limit):
     return out
 
 
+def is_parameter(lines, i):
+    """Whether line i is a function's parameter rather than a struct's field: going up, a
+    `fn` line comes before any line that opens a block."""
+    for j in range(i - 1, -1, -1):
+        if FN.match(lines[j]):
+            return True
+        if code_only(lines[j]).rstrip().endswith("{"):
+            return False
+    return False
+
+
 def module_file(path):
     """The module path of a file: src/report/plot/mod.rs -> (crate, [report, plot])."""
     for root in ROOTS:
@@ -120,7 +131,7 @@ def main():
     deps = {p: imports(p, l, by_module) for p, l in files.items()}
     mutual = sorted({tuple(sorted((a, b))) for a in deps for b in deps[a] if a in deps.get(b, ())})
     fields = [(p, i + 1, l.strip()) for p, lines in files.items() for i, l in enumerate(lines)
-              if STATIC_STR_FIELD.match(l)]
+              if STATIC_STR_FIELD.match(l) and not is_parameter(lines, i)]
     print(f"functions over {args.limit} lines: {len(long_fns)}")
     if args.list:
         for p, ln, name, n in sorted(long_fns, key=lambda f: -f[3]):

@@ -429,16 +429,15 @@ pub(crate) struct AnalyzeArgs {
 
 impl AnalyzeArgs {
     pub(crate) fn report(&self) -> anyhow::Result<steptrace::report::ReportOptions> {
-        for p in &self.plots {
-            if !steptrace::report::plot::PLOTS.contains(&p.as_str()) {
-                anyhow::bail!(
-                    "--plots: unknown plot '{p}' (one of {})",
-                    steptrace::report::plot::PLOTS.join(", ")
-                );
-            }
-        }
+        use steptrace::report::plot::{Plot, PLOTS};
         let mut r = steptrace::report::ReportOptions::default();
-        r.plots = self.plots.clone();
+        for p in &self.plots {
+            let Some(plot) = Plot::from_name(p) else {
+                let names: Vec<&str> = PLOTS.iter().map(|p| p.name()).collect();
+                anyhow::bail!("--plots: unknown plot '{p}' (one of {})", names.join(", "));
+            };
+            r.plots.push(plot);
+        }
         r.no_plots = self.no_plots;
         r.gpu_mem_bytes = self.gpu_mem.map(|g| (g * 1024.0 * 1024.0 * 1024.0) as i64);
         r.annotated_trace = !self.no_annotated_trace;

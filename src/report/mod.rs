@@ -35,7 +35,7 @@ pub(crate) use csv_rows::{csv_err, csv_writer, us_text, write_table};
 #[non_exhaustive]
 pub struct ReportOptions {
     /// Plots to draw (empty: all of [`plot::PLOTS`]).
-    pub plots: Vec<String>,
+    pub plots: Vec<plot::Plot>,
     /// Draw no plots (and no HTML report).
     pub no_plots: bool,
     /// GPU memory for the memory-vs-rank line, bytes (default: the trace's).
@@ -250,7 +250,7 @@ pub fn write_into(
     for (job, slot) in plots.iter().zip(&svgs) {
         let plot_dir = &plot_dir;
         tasks.push(named(
-            &format!("plot {}", job.name()),
+            &format!("plot {}", job.plot().name()),
             Box::new(move || {
                 let svg = job.write(plot_dir)?;
                 *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(svg);
@@ -284,7 +284,7 @@ pub fn write_into(
         let svgs: Vec<(&str, String)> = plots
             .iter()
             .zip(svgs)
-            .filter_map(|(j, s)| Some((j.name(), s.into_inner().ok()??)))
+            .filter_map(|(j, s)| Some((j.plot().name(), s.into_inner().ok()??)))
             .collect();
         let view = snapshot_section(t, a);
         html::write(dir, &svgs, a, diag, view)?;

@@ -109,24 +109,55 @@ fn swap01(v: &[i64]) -> Vec<i64> {
     v
 }
 
+/// Which formula an op's FLOPs follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Family {
+    /// Matrix products (`mm`, `addmm`, `bmm`, …): 2·m·k·n.
+    Matmul,
+    /// Forward convolutions.
+    Conv,
+    /// `convolution_backward`: its gradients' products.
+    ConvBackward,
+    /// Scaled dot-product attention, forward.
+    Sdpa,
+    /// Scaled dot-product attention, backward.
+    SdpaBackward,
+    /// Fused and `_foreach_` optimizer kernels.
+    Optimizer,
+    /// Layer, batch, group and RMS norms, forward.
+    Norm,
+    /// Their backward.
+    NormBackward,
+    /// Softmax and log-softmax, forward.
+    Softmax,
+    /// Their backward.
+    SoftmaxBackward,
+    /// Reductions and losses: one FLOP per input element.
+    Reduction,
+    /// Copies, views and factories: no FLOPs.
+    Memory,
+    /// One FLOP per output element.
+    Elementwise,
+}
+
 /// Which ops carry a formula. `None`: not a FLOP op (composites defer to their children).
-pub(super) fn family(name: &str) -> Option<&'static str> {
+pub(super) fn family(name: &str) -> Option<Family> {
     let base = name.strip_prefix("aten::")?;
     Some(match base {
-        "mm" | "addmm" | "bmm" | "baddbmm" | "_scaled_mm" | "addbmm" => "matmul",
+        "mm" | "addmm" | "bmm" | "baddbmm" | "_scaled_mm" | "addbmm" => Family::Matmul,
         "convolution"
         | "_convolution"
         | "convolution_overrideable"
         | "cudnn_convolution"
-        | "cudnn_convolution_transpose" => "conv",
-        "convolution_backward" | "convolution_backward_overrideable" => "conv_backward",
+        | "cudnn_convolution_transpose" => Family::Conv,
+        "convolution_backward" | "convolution_backward_overrideable" => Family::ConvBackward,
         "_scaled_dot_product_flash_attention"
         | "_scaled_dot_product_efficient_attention"
-        | "_scaled_dot_product_cudnn_attention" => "sdpa",
+        | "_scaled_dot_product_cudnn_attention" => Family::Sdpa,
         "_scaled_dot_product_flash_attention_backward"
         | "_scaled_dot_product_efficient_attention_backward"
-        | "_scaled_dot_product_cudnn_attention_backward" => "sdpa_backward",
-        b if b.starts_with("_foreach_") || b.starts_with("_fused_") => "optimizer",
+        | "_scaled_dot_product_cudnn_attention_backward" => Family::SdpaBackward,
+        b if b.starts_with("_foreach_") || b.starts_with("_fused_") => Family::Optimizer,
         "native_layer_norm"
         | "layer_norm"
         | "native_batch_norm"
@@ -136,16 +167,16 @@ pub(super) fn family(name: &str) -> Option<&'static str> {
         | "native_group_norm"
         | "group_norm"
         | "rms_norm"
-        | "_fused_rms_norm" => "norm",
+        | "_fused_rms_norm" => Family::Norm,
         "native_layer_norm_backward"
         | "cudnn_batch_norm_backward"
         | "native_batch_norm_backward"
-        | "native_group_norm_backward" => "norm_backward",
-        "_softmax" | "_log_softmax" | "softmax" | "log_softmax" => "softmax",
-        "_softmax_backward_data" | "_log_softmax_backward_data" => "softmax_backward",
+        | "native_group_norm_backward" => Family::NormBackward,
+        "_softmax" | "_log_softmax" | "softmax" | "log_softmax" => Family::Softmax,
+        "_softmax_backward_data" | "_log_softmax_backward_data" => Family::SoftmaxBackward,
         "sum" | "mean" | "amax" | "max" | "min" | "norm" | "linalg_vector_norm" | "var" | "std"
         | "prod" | "nll_loss_forward" | "nll_loss" | "nll_loss_backward" | "mse_loss" => {
-            "reduction"
+            Family::Reduction
         }
         "embedding"
         | "embedding_dense_backward"
@@ -182,7 +213,7 @@ pub(super) fn family(name: &str) -> Option<&'static str> {
         | "item"
         | "_local_scalar_dense"
         | "max_pool2d_with_indices"
-        | "max_pool2d_with_indices_backward" => "memory",
+        | "max_pool2d_with_indices_backward" => Family::Memory,
         "add"
         | "add_"
         | "sub"
@@ -217,7 +248,7 @@ pub(super) fn family(name: &str) -> Option<&'static str> {
         | "native_dropout_backward"
         | "hardtanh"
         | "hardtanh_backward"
-        | "leaky_relu" => "elementwise",
+        | "leaky_relu" => Family::Elementwise,
         _ => return None,
     })
 }
@@ -225,8 +256,8 @@ pub(super) fn family(name: &str) -> Option<&'static str> {
 /// An op with no children and no entry in the table: one FLOP per output element if it is a
 /// computing op (`aten::` and not a view, copy or factory). Composites (`aten::linear`,
 /// `aten::conv2d`, `aten::cross_entropy_loss`) have children and are looked through instead.
-pub(super) fn leaf_default(name: &str) -> Option<&'static str> {
-    name.starts_with("aten::").then_some("elementwise")
+pub(super) fn leaf_default(name: &str) -> Option<Family> {
+    name.starts_with("aten::").then_some(Family::Elementwise)
 }
 
 /// FLOPs of an op with a formula. `et` gives tensor-list sizes the Kineto trace leaves out.
@@ -235,7 +266,7 @@ pub fn op_flops(name: &str, args: &[Arg], et: Option<&ExecNode>) -> Option<OpFlo
 }
 
 pub(super) fn op_flops_as(
-    fam: &'static str,
+    fam: Family,
     name: &str,
     args: &[Arg],
     et: Option<&ExecNode>,
@@ -274,7 +305,7 @@ pub(super) fn op_flops_as(
             .unwrap_or(0)
     };
     let f = match fam {
-        "matmul" => {
+        Family::Matmul => {
             let v = match base {
                 "mm" | "_scaled_mm" => mm(d(0), d(1)),
                 "bmm" => mm(d(0), d(1)),
@@ -283,44 +314,44 @@ pub(super) fn op_flops_as(
             };
             OpFlops { matmul: v, all: v }
         }
-        "conv" => {
+        Family::Conv => {
             let v = conv_flops(base, args);
             OpFlops { matmul: v, all: v }
         }
-        "conv_backward" => {
+        Family::ConvBackward => {
             let v = conv_backward_flops(args);
             OpFlops { matmul: v, all: v }
         }
-        "sdpa" | "sdpa_backward" => {
-            let x = sdpa_flops(fam == "sdpa_backward", args);
+        Family::Sdpa | Family::SdpaBackward => {
+            let x = sdpa_flops(fam == Family::SdpaBackward, args);
             OpFlops { matmul: x, all: x }
         }
-        "optimizer" => OpFlops {
+        Family::Optimizer => OpFlops {
             matmul: 0,
             all: optimizer_flops(base, args, et),
         },
-        "norm" => OpFlops {
+        Family::Norm => OpFlops {
             matmul: 0,
             all: in_numel().saturating_mul(5),
         },
-        "norm_backward" => OpFlops {
+        Family::NormBackward => OpFlops {
             matmul: 0,
             all: out_numel().max(in_numel()).saturating_mul(10),
         },
-        "softmax" => OpFlops {
+        Family::Softmax => OpFlops {
             matmul: 0,
             all: in_numel().saturating_mul(5),
         },
-        "softmax_backward" => OpFlops {
+        Family::SoftmaxBackward => OpFlops {
             matmul: 0,
             all: in_numel().saturating_mul(3),
         },
-        "reduction" => OpFlops {
+        Family::Reduction => OpFlops {
             matmul: 0,
             all: in_numel(),
         },
-        "memory" => OpFlops::default(),
-        _ => OpFlops {
+        Family::Memory => OpFlops::default(),
+        Family::Elementwise => OpFlops {
             matmul: 0,
             all: out_numel(),
         },

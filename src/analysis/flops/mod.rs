@@ -25,7 +25,7 @@ pub use self::roofline::{rows, Bound, FlopRow};
 pub mod args;
 pub use args::{parse_args, Arg};
 
-use self::formulas::{family, leaf_default, op_flops_as};
+use self::formulas::{family, leaf_default, op_flops_as, Family};
 use self::peaks::dtype_for;
 use super::step::Step;
 use crate::model::exec_trace::ExecNode;
@@ -159,7 +159,7 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
                         nf.matmul = nf.matmul.saturating_add(f.matmul);
                         nf.all = nf.all.saturating_add(f.all);
                         if f.all > heaviest.0 {
-                            let conv = matches!(fam, "conv" | "conv_backward");
+                            let conv = matches!(fam, Family::Conv | Family::ConvBackward);
                             heaviest = (
                                 f.all,
                                 args.iter()
@@ -177,8 +177,10 @@ pub fn compute(t: &Trace, step: &Step) -> (Vec<NodeFlops>, FxHashMap<String, u64
             }
             // Traffic of the node as a whole: its own inputs and outputs.
             let args = cache.of(t, n.op);
-            let conv_like = matches!(family(t.op_name(n.op)), Some("conv" | "conv_backward"))
-                || t.op_name(n.op).starts_with("aten::conv");
+            let conv_like = matches!(
+                family(t.op_name(n.op)),
+                Some(Family::Conv | Family::ConvBackward)
+            ) || t.op_name(n.op).starts_with("aten::conv");
             nf.dtype = heaviest.1.or_else(|| {
                 args.iter()
                     .find(|a| is_tensor(a))

@@ -23,13 +23,13 @@
 //!
 //! `reader` is the pickle machine; this module is what a caller sees of its result.
 
-use std::fmt;
-
+mod error;
 mod reader;
 mod store;
 #[cfg(test)]
 mod tests;
 
+pub use self::error::{CodeOpcode, PickleError};
 use self::store::{Slot, Store, Texts};
 
 /// What kind of value a [`ValueId`] is.
@@ -145,58 +145,6 @@ pub enum Value<'p> {
     /// A set or frozenset.
     Set(&'p [ValueId]),
 }
-
-/// Why a pickle was refused.
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PickleError {
-    /// An opcode that would import or call code.
-    Forbidden {
-        /// Opcode name, e.g. `GLOBAL`.
-        opcode: &'static str,
-        /// Byte offset of the opcode.
-        offset: usize,
-    },
-    /// An opcode this reader does not know.
-    UnknownOpcode {
-        /// The byte.
-        byte: u8,
-        /// Its offset.
-        offset: usize,
-    },
-    /// The data ended inside an opcode or before STOP.
-    Truncated {
-        /// Offset where more bytes were needed.
-        offset: usize,
-    },
-    /// Structurally wrong: stack underflow, missing mark, bad memo index, bad text.
-    Malformed {
-        /// What was wrong.
-        what: String,
-        /// Offset of the opcode.
-        offset: usize,
-    },
-}
-
-impl fmt::Display for PickleError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PickleError::Forbidden { opcode, offset } => write!(
-                f,
-                "pickle opcode {opcode} at byte {offset} would import or call code; refused (steptrace reads data only)"
-            ),
-            PickleError::UnknownOpcode { byte, offset } => {
-                write!(f, "unknown pickle opcode 0x{byte:02x} at byte {offset}")
-            }
-            PickleError::Truncated { offset } => write!(f, "pickle ends early at byte {offset}"),
-            PickleError::Malformed { what, offset } => {
-                write!(f, "malformed pickle at byte {offset}: {what}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for PickleError {}
 
 /// Most members a [`RecordShape`] may name, kept or ignored (a record is built on the stack,
 /// and ignored members are tracked in a byte).

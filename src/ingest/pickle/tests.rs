@@ -100,7 +100,7 @@ fn refuses_code_execution_opcodes() {
     let evil = b"cposix\nsystem\n(S'echo pwned'\ntR.";
     match parse(evil) {
         Err(PickleError::Forbidden { opcode, offset }) => {
-            assert_eq!(opcode, "GLOBAL");
+            assert_eq!(opcode.name(), "GLOBAL");
             assert_eq!(offset, 0);
         }
         other => panic!("{other:?}"),
@@ -111,7 +111,7 @@ fn refuses_code_execution_opcodes() {
     assert!(matches!(
         parse(&stack_global),
         Err(PickleError::Forbidden {
-            opcode: "STACK_GLOBAL",
+            opcode: CodeOpcode::StackGlobal,
             offset: 14
         })
     ));

@@ -373,15 +373,40 @@ where
     Ok(())
 }
 
+/// What a [`Bars`] chart's values are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarScale {
+    /// Milliseconds per iteration.
+    MsPerIteration,
+    /// Mebibytes.
+    Mib,
+}
+
+impl BarScale {
+    /// The value axis' label.
+    pub fn axis(self) -> &'static str {
+        match self {
+            BarScale::MsPerIteration => "ms per iteration",
+            BarScale::Mib => "MiB",
+        }
+    }
+
+    /// The unit written after each value.
+    pub fn unit(self) -> &'static str {
+        match self {
+            BarScale::MsPerIteration => "ms",
+            BarScale::Mib => "MiB",
+        }
+    }
+}
+
 /// Labelled horizontal bars, the first at the top, each with its value written beside it
 /// (memory at the peak by category; time per iteration by phase).
 pub struct Bars {
     /// (label, value, colour).
     pub bars: Vec<(String, f64, RGBAColor)>,
-    /// The value axis.
-    pub x_desc: &'static str,
-    /// The unit written after each value.
-    pub unit: &'static str,
+    /// What the values are.
+    pub scale: BarScale,
     /// Decimals of the values written.
     pub digits: usize,
     /// Title.
@@ -406,7 +431,7 @@ where
     let labels: Vec<String> = d.bars.iter().rev().map(|b| b.0.clone()).collect();
     c.configure_mesh()
         .disable_y_mesh()
-        .x_desc(d.x_desc)
+        .x_desc(d.scale.axis())
         .x_label_formatter(&tick)
         .y_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
@@ -425,7 +450,7 @@ where
     }))?;
     c.draw_series(d.bars.iter().enumerate().map(|(i, b)| {
         Text::new(
-            format!("{:.*} {}", d.digits, b.1, d.unit),
+            format!("{:.*} {}", d.digits, b.1, d.scale.unit()),
             (b.1, SegmentValue::CenterOf(slot(i))),
             ("sans-serif", 14),
         )

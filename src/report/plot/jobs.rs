@@ -20,33 +20,30 @@ fn rank_rows(points: &[(u32, f64, f64)], x_digits: usize, y_digits: usize) -> Ve
 }
 
 /// The chosen plots (all when `which` is empty), in [`PLOTS`] order.
-pub fn jobs(a: &Analysis, which: &[String], gpu_mem_bytes: Option<i64>) -> Vec<Job> {
+pub fn jobs(a: &Analysis, which: &[Plot], gpu_mem_bytes: Option<i64>) -> Vec<Job> {
     // What the input holds decides as well: no memory plots without memory data, no roofline
     // without FLOPs (an empty chart reads as "nothing allocated", "nothing computed").
     let memory = a.summary.peak_allocated_bytes.is_some();
-    let holds = |n: &str| match n {
-        "memory_vs_rank" | "memory_over_time" | "peak_breakdown" => memory,
-        "activations" => !a.liveness.activations.is_empty(),
-        "roofline" => a.summary.flops_per_iteration > 0,
-        "time_by_phase" => !phase_bars(a).is_empty(),
+    let holds = |p: Plot| match p {
+        Plot::MemoryVsRank | Plot::MemoryOverTime | Plot::PeakBreakdown => memory,
+        Plot::Activations => !a.liveness.activations.is_empty(),
+        Plot::Roofline => a.summary.flops_per_iteration > 0,
+        Plot::TimeByPhase => !phase_bars(a).is_empty(),
         // GPU time per node: not a chart of zeros where no node ran on the GPU.
-        "node_runtime" => a.node_stats.iter().any(|n| n.median_run_time_s > 0.0),
-        _ => true,
+        Plot::NodeRuntime => a.node_stats.iter().any(|n| n.median_run_time_s > 0.0),
     };
-    let want = |n: &str| holds(n) && (which.is_empty() || which.iter().any(|w| w == n));
+    let want = |p: Plot| holds(p) && (which.is_empty() || which.contains(&p));
     PLOTS
-        .iter()
-        .filter(|n| want(n))
-        .filter_map(|&n| match n {
-            "time_by_phase" => Some(time_by_phase(a)),
-            "memory_vs_rank" => Some(memory_vs_rank(a, gpu_mem_bytes)),
-            "memory_over_time" => Some(memory_over_time(a)),
-            "node_runtime" => Some(node_runtime(a)),
-            "activations" => Some(activations(a)),
-            "peak_breakdown" => Some(peak_breakdown(a)),
-            "roofline" => Some(roofline(a)),
-            // Every name in PLOTS has its arm (every_plot_is_drawn_from_the_tables draws each).
-            _ => None,
+        .into_iter()
+        .filter(|&p| want(p))
+        .map(|p| match p {
+            Plot::TimeByPhase => time_by_phase(a),
+            Plot::MemoryVsRank => memory_vs_rank(a, gpu_mem_bytes),
+            Plot::MemoryOverTime => memory_over_time(a),
+            Plot::NodeRuntime => node_runtime(a),
+            Plot::Activations => activations(a),
+            Plot::PeakBreakdown => peak_breakdown(a),
+            Plot::Roofline => roofline(a),
         })
         .collect()
 }
@@ -104,12 +101,11 @@ fn time_by_phase(a: &Analysis) -> Job {
                 (label, ms, if host { c.mix(0.4) } else { c.mix(1.0) })
             })
             .collect(),
-        x_desc: "ms per iteration",
-        unit: "ms",
+        scale: BarScale::MsPerIteration,
         digits: 3,
         title: format!("{name}: time per iteration by phase (medians, under the profiler)"),
     };
-    job!("time_by_phase", ["bar", "ms"], rows, d, draw_bars)
+    job!(Plot::TimeByPhase, ["bar", "ms"], rows, d, draw_bars)
 }
 
 /// Peak and active memory of each node, in execution order.
@@ -117,7 +113,7 @@ fn memory_vs_rank(a: &Analysis, gpu_mem_bytes: Option<i64>) -> Job {
     let d = mem_vs_rank_data(a, gpu_mem_bytes);
     let rows = rank_rows(&d.points, 6, 6);
     job!(
-        "memory_vs_rank",
+        Plot::MemoryVsRank,
         ["rank", "peak_mib", "active_mib"],
         rows,
         d,
@@ -156,7 +152,7 @@ fn memory_over_time(a: &Analysis) -> Job {
         points,
         title: format!("{name}: memory by category over time"),
     };
-    job!("memory_over_time", header, rows, d, draw_mem_over_time)
+    job!(Plot::MemoryOverTime, header, rows, d, draw_mem_over_time)
 }
 
 /// Points named on the node-runtime and roofline charts: the nodes of most GPU time.
@@ -196,7 +192,7 @@ fn node_runtime(a: &Analysis) -> Job {
         .map(|p| vec![p.0.to_string(), format!("{:.9}", p.1), p.2.clone()])
         .collect();
     job!(
-        "node_runtime",
+        Plot::NodeRuntime,
         ["rank", "gpu_ms", "gtype"],
         rows,
         d,
@@ -224,7 +220,7 @@ fn activations(a: &Analysis) -> Job {
     };
     let rows = rank_rows(&d.points, 6, 9);
     job!(
-        "activations",
+        Plot::Activations,
         ["creation_rank", "size_mib", "inactive_ms"],
         rows,
         d,
@@ -252,12 +248,11 @@ fn peak_breakdown(a: &Analysis) -> Job {
             .enumerate()
             .map(|(i, (k, v))| (k, v, category_color(i).mix(1.0)))
             .collect(),
-        x_desc: "MiB",
-        unit: "MiB",
+        scale: BarScale::Mib,
         digits: 1,
         title: format!("{name}: memory at the peak by category"),
     };
-    job!("peak_breakdown", ["category", "mib"], rows, d, draw_bars)
+    job!(Plot::PeakBreakdown, ["category", "mib"], rows, d, draw_bars)
 }
 
 /// Each op's arithmetic intensity and achieved throughput, under the GPU's ceilings.
@@ -314,7 +309,7 @@ fn roofline(a: &Analysis) -> Job {
         .map(|p| vec![format!("{:.6}", p.0), format!("{:.6}", p.1), p.2.clone()])
         .collect();
     job!(
-        "roofline",
+        Plot::Roofline,
         ["arithmetic_intensity", "achieved_tflops", "dtype"],
         rows,
         d,

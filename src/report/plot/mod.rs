@@ -31,16 +31,61 @@ fn register_font() {
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
-/// Which plots to draw.
-pub const PLOTS: [&str; 7] = [
-    "time_by_phase",
-    "memory_vs_rank",
-    "memory_over_time",
-    "node_runtime",
-    "activations",
-    "peak_breakdown",
-    "roofline",
+/// A plot of one analysis (`--plots` names them; each is `plots/<name>.{svg,png}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Plot {
+    /// Time per iteration by phase.
+    TimeByPhase,
+    /// Peak and active memory of each node in execution order.
+    MemoryVsRank,
+    /// Memory by category over the profiled time.
+    MemoryOverTime,
+    /// GPU time of each node.
+    NodeRuntime,
+    /// Activations' sizes and lifetimes.
+    Activations,
+    /// Memory at the peak by category.
+    PeakBreakdown,
+    /// FLOPs against bytes: the roofline.
+    Roofline,
+}
+
+/// Every plot, in the order they are drawn and listed.
+pub const PLOTS: [Plot; 7] = [
+    Plot::TimeByPhase,
+    Plot::MemoryVsRank,
+    Plot::MemoryOverTime,
+    Plot::NodeRuntime,
+    Plot::Activations,
+    Plot::PeakBreakdown,
+    Plot::Roofline,
 ];
+
+impl Plot {
+    /// Its name: in `--plots`, and its files' stem.
+    pub fn name(self) -> &'static str {
+        match self {
+            Plot::TimeByPhase => "time_by_phase",
+            Plot::MemoryVsRank => "memory_vs_rank",
+            Plot::MemoryOverTime => "memory_over_time",
+            Plot::NodeRuntime => "node_runtime",
+            Plot::Activations => "activations",
+            Plot::PeakBreakdown => "peak_breakdown",
+            Plot::Roofline => "roofline",
+        }
+    }
+
+    /// The plot of that name.
+    pub fn from_name(name: &str) -> Option<Plot> {
+        PLOTS.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl std::fmt::Display for Plot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 const SIZE: (u32, u32) = (1200, 700);
 
@@ -228,14 +273,14 @@ type DrawJob = dyn Fn(&Path) -> Result<String, Error> + Send + Sync;
 /// One plot to draw: its data is taken from the analysis when the job is made, so jobs run
 /// side by side on any thread.
 pub struct Job {
-    name: &'static str,
+    plot: Plot,
     run: Box<DrawJob>,
 }
 
 impl Job {
-    /// The plot's name (one of [`PLOTS`]).
-    pub fn name(&self) -> &'static str {
-        self.name
+    /// The plot it draws.
+    pub fn plot(&self) -> Plot {
+        self.plot
     }
 
     /// Writes `<name>.data.csv`, `.svg` and `.png` into `dir`; returns the SVG text.
@@ -247,13 +292,15 @@ impl Job {
 
 /// A [`Job`] writing `rows` under `header` as `<name>.data.csv` and drawing `data` with `draw`.
 macro_rules! job {
-    ($name:literal, $header:expr, $rows:expr, $data:expr, $draw:ident) => {{
+    ($plot:expr, $header:expr, $rows:expr, $data:expr, $draw:ident) => {{
         let (header, rows, data) = ($header, $rows, $data);
+        let plot: Plot = $plot;
         Job {
-            name: $name,
+            plot,
             run: Box::new(move |dir: &Path| {
-                write_data(&dir.join(concat!($name, ".data.csv")), &header, &rows)?;
-                render!(dir, $name, $draw, &data)
+                let name = plot.name();
+                write_data(&dir.join(format!("{name}.data.csv")), &header, &rows)?;
+                render!(dir, name, $draw, &data)
             }),
         }
     }};
@@ -267,7 +314,7 @@ use self::charts::{
     draw_activations, draw_bars, draw_by_rank, draw_mem_over_time, draw_mem_vs_rank, draw_roofline,
 };
 pub use self::charts::{
-    mem_vs_rank_data, Activations, Bars, ByRank, MemOverTime, MemVsRank, Roofline,
+    mem_vs_rank_data, Activations, BarScale, Bars, ByRank, MemOverTime, MemVsRank, Roofline,
 };
 pub use self::jobs::jobs;
 pub use self::multi::{write_heatmap, write_overlay, write_stacked, write_xy};

@@ -1,7 +1,7 @@
 //! The opcode loop: each data-building opcode read and applied to the machine's stack, marks
 //! and memo; opcodes that would run code are refused where they stand.
 
-use super::super::{Kind, PickleError, ValueId};
+use super::super::{CodeOpcode, Kind, PickleError, ValueId};
 use super::{appended, Reader, NONE};
 
 impl Reader<'_> {
@@ -343,25 +343,7 @@ impl Reader<'_> {
 /// The error for an opcode the reader does not apply: one that would run code (named), or one
 /// it does not know.
 fn refused(op: u8, offset: usize) -> PickleError {
-    let forbidden = match op {
-        b'c' => Some("GLOBAL"),
-        0x93 => Some("STACK_GLOBAL"),
-        b'R' => Some("REDUCE"),
-        b'b' => Some("BUILD"),
-        b'i' => Some("INST"),
-        b'o' => Some("OBJ"),
-        0x81 => Some("NEWOBJ"),
-        0x92 => Some("NEWOBJ_EX"),
-        b'P' => Some("PERSID"),
-        b'Q' => Some("BINPERSID"),
-        0x82 => Some("EXT1"),
-        0x83 => Some("EXT2"),
-        0x84 => Some("EXT4"),
-        0x97 => Some("NEXT_BUFFER"),
-        0x98 => Some("READONLY_BUFFER"),
-        _ => None,
-    };
-    match forbidden {
+    match CodeOpcode::of(op) {
         Some(opcode) => PickleError::Forbidden { opcode, offset },
         None => PickleError::UnknownOpcode { byte: op, offset },
     }
