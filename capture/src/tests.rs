@@ -1,4 +1,5 @@
 use super::*;
+use steptrace_formats::manifest::PhaseStop;
 
 /// The Python shim refuses plans newer than it knows by the same version number the
 /// planner writes into plan.json.
@@ -24,7 +25,7 @@ fn the_manifest_written_reads_back_through_the_same_type() {
         timing_phase: Some(finalize::PhaseTiming {
             steps: 5,
             settle: 1,
-            stop: Some("time_cap".into()),
+            stop: Some(PhaseStop::TimeCap),
             step_time_s: 0.3,
             step_time_cuda_s: Some(0.29),
             intervals_s: vec![0.31, 0.3, 0.3],
@@ -58,8 +59,8 @@ fn the_manifest_written_reads_back_through_the_same_type() {
     assert_eq!(t.source, finalize::TimingSource::TimingPhase);
     let p = t.timing_phase.as_ref().unwrap();
     assert_eq!(
-        (p.steps, p.step_time_s, p.stop.as_deref()),
-        (8, 0.02, Some("settled"))
+        (p.steps, p.step_time_s, p.stop),
+        (8, 0.02, Some(PhaseStop::Settled))
     );
     assert_eq!(p.intervals_s, vec![0.02, 0.021]);
 }

@@ -308,7 +308,7 @@ struct LegacyPhase {
     #[serde(default)]
     settle: usize,
     #[serde(default)]
-    stop: Option<String>,
+    stop: Option<PhaseStop>,
     #[serde(default)]
     step_time_cuda_s: Option<f64>,
     #[serde(default)]
@@ -380,6 +380,32 @@ pub struct AfterWindow {
     pub start_epoch_ns: Option<i64>,
 }
 
+/// Why a timing phase ended: the shim's rule, as shim.json and manifest.json write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseStop {
+    /// The step time settled.
+    Settled,
+    /// It timed as many steps as it may (`--timing-max-steps`).
+    StepCap,
+    /// It ran as long as it may (`--timing-max-s`).
+    TimeCap,
+    /// The program made one step in all.
+    OneStep,
+    /// A distributed run's fixed phase, every rank the same steps.
+    Lockstep,
+    /// A word this build does not know (a newer shim's): read, and taken as no cap.
+    #[serde(other)]
+    Other,
+}
+
+impl PhaseStop {
+    /// Whether a cap ended the phase before the step time settled.
+    pub fn capped(self) -> bool {
+        matches!(self, PhaseStop::StepCap | PhaseStop::TimeCap)
+    }
+}
+
 /// The timing phase before the window: steps run with nothing recorded but the boundary hooks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseTiming {
@@ -388,9 +414,9 @@ pub struct PhaseTiming {
     /// Steps timed first and left out (warm-up, and the earlier half of the phase).
     #[serde(default)]
     pub settle: usize,
-    /// Why the phase ended (the shim's rule): settled, step_cap, time_cap, one_step.
+    /// Why the phase ended (the shim's rule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop: Option<String>,
+    pub stop: Option<PhaseStop>,
     /// Median host-clock interval between boundaries, seconds.
     pub step_time_s: f64,
     /// Median CUDA-event interval between the same boundaries (Python programs), seconds.

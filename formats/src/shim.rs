@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::manifest::{ProbeRecord, Reference};
+use crate::manifest::{PhaseStop, ProbeRecord, Reference};
 
 /// The schema version the shims write and this build reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -75,10 +75,10 @@ pub struct ShimStatus {
     /// Timing intervals left out of the median (warm-up, and the earlier half of the phase).
     #[serde(default)]
     pub timing_settle: usize,
-    /// Why the timing phase ended: settled, step_cap, time_cap, one_step (absent in shims
-    /// before the rule, and when the program ended inside the phase).
+    /// Why the timing phase ended (absent in shims before the rule, and when the program
+    /// ended inside the phase).
     #[serde(default)]
-    pub timing_stop: Option<String>,
+    pub timing_stop: Option<PhaseStop>,
     /// Steps the program had completed at the timing phase's first reading (counted in the
     /// rule that marks steps): interval `i` is the program's step `timing_first_step + i`,
     /// counted from 0.

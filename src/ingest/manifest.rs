@@ -5,16 +5,18 @@ pub use crate::model::tables::run::*;
 
 /// The manifest's one definition, shared with capture, which writes it.
 pub(super) use steptrace_formats::manifest::Manifest;
-use steptrace_formats::manifest::{Timing, TimingSource};
+use steptrace_formats::manifest::{PhaseStop, Timing, TimingSource};
 use steptrace_formats::StepTimeSource;
 
 /// The program's own step time from a rank's `timing` in the manifest.
 pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
     let after = t.source == TimingSource::AfterWindow;
     let phase = t.timing_phase.as_ref();
-    let stopped_at = phase
-        .and_then(|p| p.stop.as_deref())
-        .and_then(TimingStop::from_name);
+    let stopped_at = phase.and_then(|p| p.stop).and_then(|s| match s {
+        PhaseStop::StepCap => Some(TimingStop::StepCap),
+        PhaseStop::TimeCap => Some(TimingStop::TimeCap),
+        _ => None,
+    });
     let plan_ab = phase.and_then(|phase| {
         let u = phase.unplanned.as_ref()?;
         let (with, without, clock) = match (phase.step_time_cuda_s, u.step_time_cuda_s) {

@@ -98,6 +98,14 @@ fn issue77_newer_manifest_and_shim_formats_are_refused_in_one_line() {
     // Without a version: the first one.
     assert_eq!(Manifest::from_json(b"{}").unwrap().format_version, 1);
     assert_eq!(ShimStatus::from_json(b"{}").unwrap().format_version, 1);
+    // A timing phase's stop this build does not know (a newer shim's) reads, as no cap.
+    let s = ShimStatus::from_json(br#"{"timing_stop": "budget_spent"}"#).unwrap();
+    assert_eq!(
+        s.timing_stop,
+        Some(steptrace_formats::manifest::PhaseStop::Other)
+    );
+    let s = ShimStatus::from_json(br#"{"timing_stop": "time_cap"}"#).unwrap();
+    assert!(s.timing_stop.unwrap().capped());
     // A probe without every figure reads as none, and the rest of the manifest still reads.
     let m = Manifest::from_json(br#"{"ranks": [{"rank": 0, "plan_probe": {"swap_call_s": 1}}]}"#)
         .unwrap();

@@ -2,6 +2,7 @@
 //! window (with a plan, each way), and the steps after it.
 
 use super::ShimStatus;
+use steptrace_formats::manifest::PhaseStop;
 pub use steptrace_formats::manifest::{
     AfterWindow, PhaseTiming, StepMarker, Timing, TimingSource, Unplanned,
 };
@@ -38,7 +39,7 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
         &st.timing_ns,
         &st.timing_cuda_ms,
         st.timing_settle,
-        st.timing_stop.clone(),
+        st.timing_stop,
         &st.timing_plan_on,
     )
     .map(|t| PhaseTiming {
@@ -94,7 +95,7 @@ pub fn choose(after: Option<AfterWindow>, phase: Option<PhaseTiming>) -> Option<
         // phase's steps ran twenty, 0.35 s against 2.3 s) leaves the phase, next to the
         // window, as the figure for the steps the window shows.
         (Some(a), Some(p))
-            if matches!(p.stop.as_deref(), Some("step_cap" | "time_cap"))
+            if p.stop.is_some_and(PhaseStop::capped)
                 && p.unplanned.is_none()
                 && a.steps > p.steps
                 && same_work(a, p) =>
@@ -236,7 +237,7 @@ pub fn timing_phase(
     boundaries_ns: &[i64],
     cuda_ms: &[f64],
     settle: usize,
-    stop: Option<String>,
+    stop: Option<PhaseStop>,
     plan_on: &[bool],
 ) -> Option<PhaseTiming> {
     let intervals: Vec<f64> = boundaries_ns

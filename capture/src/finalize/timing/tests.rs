@@ -8,13 +8,13 @@ fn timing_leaves_out_the_first_interval_and_takes_the_median() {
         &ns,
         &[50.0, 10.0, 11.0, 9.0],
         1,
-        Some("settled".into()),
+        Some(PhaseStop::Settled),
         &[],
     )
     .unwrap();
     assert_eq!(
-        (t.steps, t.settle, t.stop.as_deref()),
-        (3, 1, Some("settled"))
+        (t.steps, t.settle, t.stop),
+        (3, 1, Some(PhaseStop::Settled))
     );
     assert!((t.step_time_s - 0.010).abs() < 1e-12, "{t:?}");
     assert!((t.step_time_cuda_s.unwrap() - 0.010).abs() < 1e-12);
@@ -88,7 +88,7 @@ fn issue20_a_plan_timed_both_ways_gives_each_its_own_median() {
     }
     let on: Vec<bool> = (0..=steps.len()).map(|i| (i / 2) % 2 == 0).collect();
     let cuda: Vec<f64> = steps.iter().map(|&d| d as f64).collect();
-    let t = timing_phase(&ns, &cuda, 1, Some("settled".into()), &on).unwrap();
+    let t = timing_phase(&ns, &cuda, 1, Some(PhaseStop::Settled), &on).unwrap();
     assert_eq!(t.steps, 3, "{t:?}");
     assert!((t.step_time_s - 0.010).abs() < 1e-9, "{t:?}");
     assert_eq!(t.step_time_cuda_s, Some(0.010));
@@ -114,7 +114,7 @@ fn status(phase_ms: i64, after_ms: i64, steps_after: i64, passes: i64) -> ShimSt
     ShimStatus {
         timing_ns,
         timing_settle: 1,
-        timing_stop: Some("settled".into()),
+        timing_stop: Some(PhaseStop::Settled),
         backward_pass_ns: pass_ns,
         after_window_start_ns: Some(start),
         ..ShimStatus::default()
@@ -148,19 +148,19 @@ fn issue17_the_steps_after_the_window_give_the_step_time_when_there_are_enough()
     // A phase capped before it settled, over fewer steps than ran after the
     // window, gives way to them.
     let mut st = status(10, 13, 30, 1);
-    st.timing_stop = Some("step_cap".into());
+    st.timing_stop = Some(PhaseStop::StepCap);
     let t = program_timing(&st).unwrap();
     assert_eq!(t.source, TimingSource::AfterWindow);
     assert!((t.step_time_s - 0.013).abs() < 1e-9);
     let mut st = status(10, 13, 8, 1);
-    st.timing_stop = Some("step_cap".into());
+    st.timing_stop = Some(PhaseStop::StepCap);
     let t = program_timing(&st).unwrap();
     assert!(t.after_window.unwrap().steps < t.timing_phase.unwrap().steps);
     assert_eq!(t.source, TimingSource::TimingPhase);
     // Work that changed after the window (LBFGS converged: 0.35 s steps after a phase
     // of 2.3 s ones): the capped phase, next to the window, stays the figure.
     let mut st = status(10, 13, 30, 1);
-    st.timing_stop = Some("time_cap".into());
+    st.timing_stop = Some(PhaseStop::TimeCap);
     st.after_window_ns = (0..30).map(|i| 1_001_000_000 + i * 4_000_000).collect();
     let t = program_timing(&st).unwrap();
     assert_eq!(
@@ -170,7 +170,7 @@ fn issue17_the_steps_after_the_window_give_the_step_time_when_there_are_enough()
     assert_eq!(t.source, TimingSource::TimingPhase);
     // A distributed run's phase is a fixed number of steps on every rank: kept.
     let mut st = status(10, 13, 30, 1);
-    st.timing_stop = Some("lockstep".into());
+    st.timing_stop = Some(PhaseStop::Lockstep);
     assert_eq!(
         program_timing(&st).unwrap().source,
         TimingSource::TimingPhase
