@@ -8,7 +8,7 @@ Makes traces of the given sizes (MB) from sample_traces/resnet18 with benches/ge
 builds steptrace in release mode, and prints one table: wall time (median of --runs) and peak
 RSS of `steptrace analyze` as users type it (every output: plots, report, Parquet, annotated
 trace) at 1 and 2 threads, plain and `.pt.trace.json.gz`, the same with the heap on the
-allocator's default pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=0), the same with plots and the
+allocator's default pages (_RJEM_MALLOC_CONF=thp:default), the same with plots and the
 annotated trace off, `json.load`, and, with --hta, HolisticTraceAnalysis's TraceAnalysis load (installed
 from PyPI into a venv under --work; median of --hta-runs, as its time moves as much as ours).
 --big N adds one `steptrace analyze` of an N MB trace (time and peak RSS against the file
@@ -133,9 +133,9 @@ def main():
             # A first analysis: nothing of an earlier run in the output directory to reuse or
             # remove (the directory is deleted before each run, outside the timing).
             "steptrace analyze (default) -j2, fresh --out": [st, "analyze", "-q", "-j", "2", "--out", out + "_fresh", path],
-            # The heap on the allocator's default pages: what the re-exec onto transparent huge
-            # pages (src/main.rs) saves, beside the row that has it.
-            "  heap on default pages (hugetlb=0) -j2": [st, "analyze", "-q", "-j", "2", "--out", out + "_nothp", path],
+            # The heap on the allocator's default pages: what jemalloc's transparent huge
+            # pages (src/process.rs) save, beside the row that has them.
+            "  heap on default pages (thp:default) -j2": [st, "analyze", "-q", "-j", "2", "--out", out + "_nothp", path],
             "steptrace analyze (default) -j1": [st, "analyze", "-q", "-j", "1", "--out", out, path],
             "steptrace analyze (default) .gz": [st, "analyze", "-q", "-j", "2", "--out", out_gz, gz],
             "  no plots/annotated trace -j2": [st, "analyze", "-q", "-j", "2", "--out", out + "_lean"] + lean + [path],
@@ -144,13 +144,13 @@ def main():
             "steptrace analyze (default) capture's .gz": [st, "analyze", "-q", "-j", "2", "--out", out_cgz, cgz],
             "  no plots/annotated trace capture's .gz": [st, "analyze", "-q", "-j", "2", "--out", out_cgz + "_lean"] + lean + [cgz],
         }
-        nothp = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.hugetlb=0")
+        nothp = dict(os.environ, _RJEM_MALLOC_CONF="thp:default")
         res = {k: [] for k in cmds}
         for _ in range(a.runs):
             for k, cmd in cmds.items():
                 if k.endswith("fresh --out"):
                     shutil.rmtree(out + "_fresh", ignore_errors=True)
-                res[k].append(timed(cmd, env=nothp if "hugetlb=0" in k else None))
+                res[k].append(timed(cmd, env=nothp if "thp:default" in k else None))
         for k, rs in res.items():
             r[k] = (statistics.median(x[0] for x in rs), max(x[1] for x in rs))
         # Each round's ratio to plain, its median beside the ratio of the medians the table

@@ -22,9 +22,6 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    if process::reads_traces(&cli.command) {
-        process::huge_pages_for_the_heap();
-    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
