@@ -2,6 +2,8 @@
 //! structure, keys after nested members, chunks (parallel against sequential), padding and cut
 //! objects.
 
+use super::skip::*;
+use super::windows::*;
 use super::*;
 
 #[test]
