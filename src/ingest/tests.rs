@@ -1,3 +1,4 @@
+use super::discover::*;
 use super::*;
 use steptrace_formats::summary::{TimingClock, TimingStop};
 use steptrace_formats::StepTimeSource;
