@@ -21,8 +21,18 @@ pub mod out_dir;
 pub mod plan;
 pub mod plot;
 pub mod ranks;
+mod shared;
 pub mod snapshot;
 mod snapshot_view;
+mod tables;
+pub(crate) use self::shared::{
+    create, input_lacks, io, nodes_by_time, nodes_without_gpu_time, secs, write_file,
+};
+pub(crate) use self::tables::write_json;
+use self::tables::{
+    opt, write_graph_profile, write_iterations, write_kernels, write_node_iterations,
+    write_node_stats, write_streams, write_summary,
+};
 
 pub use console::{console_summary, human_bytes, human_time};
 pub use out_dir::OutDir;
@@ -86,75 +96,6 @@ pub const FILES: [&str; 4] = [
     "node_iterations.csv",
     "iterations.csv",
 ];
-
-pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::from(FileError::new(path, source))
-}
-
-/// Creates an output file under its part name ([`out_dir::part_path`]); the run's
-/// [`OutDir::commit`] (or [`out_dir::Writer::finish`]) gives it its final name once every file is
-/// complete. Part names are new files: nothing is truncated in place (which on ext4 also
-/// made closing the file wait for its data, `auto_da_alloc`).
-pub(crate) fn create(path: &Path) -> Result<File, Error> {
-    let part = out_dir::part_path(path);
-    // A failure to remove (no such file, a directory) is left to `create` to report.
-    let _ = std::fs::remove_file(&part);
-    File::create(&part).map_err(io(path))
-}
-
-/// [`create`], then `bytes` written.
-pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    create(path)?.write_all(bytes).map_err(io(path))
-}
-
-/// Formats seconds with enough digits for nanosecond inputs, without float noise.
-pub(crate) fn secs(v: f64) -> String {
-    // A sum of nothing is -0.0 in Rust; write it as 0.
-    let v = if v == 0.0 { 0.0 } else { v };
-    let s = format!("{v:.9}");
-    let s = s.trim_end_matches('0');
-    s.strip_suffix('.').unwrap_or(s).to_owned()
-}
-
-/// What the input lacks that an output would otherwise show, one sentence each with the
-/// recording option that adds it: said once at the top of the console and report.html,
-/// where the figures it would give are left out.
-pub(crate) fn input_lacks(a: &Analysis) -> Vec<&'static str> {
-    let s = &a.summary;
-    let mut v = Vec::new();
-    if s.peak_allocated_bytes.is_none() {
-        v.push(
-            "no memory data: the trace holds no allocator events (record with profile_memory=True)",
-        );
-    }
-    if !s.flops_counted() && !a.node_stats.is_empty() {
-        v.push("no FLOPs counted: the trace records no operator input shapes (record with record_shapes=True)");
-    }
-    if !a.node_stats.is_empty() && a.node_stats.iter().all(|n| n.module.is_none()) {
-        v.push("no module paths: the trace records no nn.Module ranges (record with with_modules=True); nodes are named by phase and op alone");
-    }
-    v
-}
-
-/// Whether the top-node tables rank by CPU time: no node has GPU time or a kernel. One rule
-/// for the console and report.html (the console had asked whether the trace held any GPU
-/// event, which differs where GPU work lies outside every node).
-pub(crate) fn nodes_without_gpu_time(stats: &[crate::analysis::NodeStat]) -> bool {
-    stats
-        .iter()
-        .all(|n| n.median_run_time_s == 0.0 && n.kernels == 0)
-}
-
-/// The nodes by a time of theirs (`time`: GPU or CPU seconds), longest first, ties in
-/// execution order: the console's and report.html's top-node tables.
-pub(crate) fn nodes_by_time(
-    stats: &[crate::analysis::NodeStat],
-    time: impl Fn(&crate::analysis::NodeStat) -> f64,
-) -> Vec<&crate::analysis::NodeStat> {
-    let mut v: Vec<_> = stats.iter().collect();
-    v.sort_by(|x, y| time(y).total_cmp(&time(x)).then(x.rank.cmp(&y.rank)));
-    v
-}
 
 /// Writes every output file into `dir` (created if missing).
 pub fn write_all(
@@ -331,197 +272,6 @@ fn snapshot_section(t: &Trace, a: &Analysis) -> Option<String> {
                 .collect();
             snapshot_view::section(s, &h.analysis, &makers)
         })
-}
-
-fn write_summary(p: &Path, a: &Analysis) -> Result<(), Error> {
-    write_json(p, &a.summary)
-}
-
-/// `v` as indented JSON with a final newline, under `p`'s part name.
-pub(crate) fn write_json(p: &Path, v: &impl serde::Serialize) -> Result<(), Error> {
-    let mut w = BufWriter::new(create(p)?);
-    serde_json::to_writer_pretty(&mut w, v)
-        .map_err(|e| Error::from(FileError::new(p, e.into())))?;
-    w.write_all(b"\n").map_err(io(p))?;
-    w.flush().map_err(io(p))
-}
-
-fn write_graph_profile(p: &Path, a: &Analysis) -> Result<(), Error> {
-    let text = serde_json::to_vec_pretty(&flops::graph_profile(a))
-        .map_err(|e| Error::from(FileError::new(p, e.into())))?;
-    write_file(p, &text)
-}
-
-fn opt(t: &Trace, id: Option<crate::intern::StrId>) -> &str {
-    id.map_or("", |i| t.kineto.str(i))
-}
-
-fn write_node_stats(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
-    let mut w = csv_writer(path)?;
-    w.write_record([
-        "rank",
-        "node_name",
-        "op",
-        "node_type",
-        "gtype",
-        "module",
-        "autograd_fn",
-        "recompute",
-        "median_run_time_s",
-        "median_cpu_time_s",
-        "median_gpu_span_s",
-        "median_peak_mem_bytes",
-        "median_active_mem_bytes",
-        "median_alloc_bytes",
-        "median_free_bytes",
-        "kernels",
-        "device",
-        "iterations_present",
-    ])
-    .map_err(csv_err(path))?;
-    for s in &a.node_stats {
-        w.write_record([
-            s.rank.to_string(),
-            s.node_name.clone(),
-            t.kineto.str(s.op).to_owned(),
-            s.node_type.as_str().to_owned(),
-            s.gtype.as_str().to_owned(),
-            opt(t, s.module).to_owned(),
-            opt(t, s.autograd_fn).to_owned(),
-            s.recompute.to_string(),
-            secs(s.median_run_time_s),
-            secs(s.median_cpu_time_s),
-            secs(s.median_gpu_span_s),
-            s.median_peak_mem_bytes.to_string(),
-            s.median_active_mem_bytes.to_string(),
-            s.median_alloc_bytes.to_string(),
-            s.median_free_bytes.to_string(),
-            s.kernels.to_string(),
-            s.device.clone(),
-            s.iterations_present.to_string(),
-        ])
-        .map_err(csv_err(path))?;
-    }
-    w.flush().map_err(io(path))
-}
-
-fn write_node_iterations(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
-    let header = [
-        "iteration",
-        "rank",
-        "node_name",
-        "op",
-        "gtype",
-        "start_ns",
-        "cpu_time_ns",
-        "gpu_time_ns",
-        "gpu_span_ns",
-        "kernels",
-        "active_mem_bytes",
-        "peak_mem_bytes",
-        "alloc_bytes",
-        "free_bytes",
-    ];
-    write_table(path, &header, &a.step.nodes, |w, n| {
-        let op = t.op(n.op);
-        let it = &a.step.iterations[n.iteration as usize];
-        w.text(&it.label)
-            .num(n.rank)
-            .text(&n.name)
-            .text(t.kineto.str(op.name))
-            .text(n.phase.as_str())
-            .num(op.start - it.start)
-            .num(n.cpu_time)
-            .num(n.gpu_time)
-            .num(n.gpu_span)
-            .num(n.kernels)
-            .num(n.active_before)
-            .num(n.peak)
-            .num(n.alloc_bytes)
-            .num(n.free_bytes)
-            .end();
-    })
-}
-
-fn write_kernels(path: &Path, a: &Analysis) -> Result<(), Error> {
-    let header = [
-        "name",
-        "kind",
-        "count",
-        "total_ns",
-        "median_ns",
-        "max_ns",
-        "share_pct",
-    ];
-    write_table(path, &header, &a.kernels.by_name, |w, k| {
-        w.text(&k.name)
-            .text(k.kind.as_str())
-            .num(k.count)
-            .num(k.total_ns)
-            .num(k.median_ns)
-            .num(k.max_ns)
-            .text(&format!("{:.3}", k.share_pct))
-            .end();
-    })
-}
-
-fn write_streams(path: &Path, a: &Analysis) -> Result<(), Error> {
-    let header = ["device", "stream", "activities", "busy_ns"];
-    write_table(path, &header, &a.kernels.streams, |w, s| {
-        w.num(s.device)
-            .num(s.stream)
-            .num(s.activities)
-            .num(s.busy_ns)
-            .end();
-    })
-}
-
-/// `iterations.csv`: one row per iteration, its wall time split by phase last
-/// (`wall_<phase>_s` in [`Phase::ALL`]'s order, then `between_phases_s`: they add up to
-/// `span_s`).
-///
-/// [`Phase::ALL`]: crate::analysis::step::Phase::ALL
-fn write_iterations(path: &Path, a: &Analysis) -> Result<(), Error> {
-    use crate::analysis::step::Phase;
-    let mut w = csv_writer(path)?;
-    let wall_cols = Phase::ALL.map(|p| format!("wall_{}_s", p.as_str()));
-    let head = [
-        "iteration",
-        "span_s",
-        "nodes",
-        "gpu_time_s",
-        "gpu_busy_s",
-        "gpu_unattributed_s",
-        "peak_allocated_bytes",
-        "backward_s",
-    ]
-    .into_iter()
-    .chain(wall_cols.iter().map(String::as_str))
-    .chain(["between_phases_s"]);
-    w.write_record(head).map_err(csv_err(path))?;
-    for it in &a.step.iterations {
-        let walls = Phase::ALL
-            .iter()
-            .map(|&p| secs(it.wall.of(p) as f64 * 1e-9))
-            .chain([secs(it.wall.between as f64 * 1e-9)]);
-        w.write_record(
-            [
-                it.label.clone(),
-                secs((it.end - it.start) as f64 * 1e-9),
-                it.nodes.len().to_string(),
-                secs(it.gpu_time as f64 * 1e-9),
-                secs(it.gpu_busy as f64 * 1e-9),
-                secs(it.gpu_unattributed as f64 * 1e-9),
-                it.peak_allocated.map_or(String::new(), |p| p.to_string()),
-                it.backward
-                    .map_or(String::new(), |(s, e)| secs((e - s) as f64 * 1e-9)),
-            ]
-            .into_iter()
-            .chain(walls),
-        )
-        .map_err(csv_err(path))?;
-    }
-    w.flush().map_err(io(path))
 }
 
 #[cfg(test)]
