@@ -12,7 +12,65 @@ mod ranks;
 mod tables;
 use columns::{col, write};
 pub use ranks::{read_ranks, write_rank};
-use tables::{activation_stats, flops, memory_timeline, node_stats};
+
+/// A table of an analysis with a typed Parquet copy: its columns and values are those of the
+/// CSV file of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// `node_stats`: per-node medians.
+    NodeStats,
+    /// `activation_stats`: each activation's size and lifetime.
+    ActivationStats,
+    /// `memory_timeline`: allocated bytes by category over time.
+    MemoryTimeline,
+    /// `flops`: each node's FLOPs and roofline.
+    Flops,
+}
+
+/// Every table, in the order their files are listed.
+pub const TABLES: [Table; 4] = [
+    Table::NodeStats,
+    Table::ActivationStats,
+    Table::MemoryTimeline,
+    Table::Flops,
+];
+
+impl Table {
+    /// Its name: the file's stem.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::NodeStats => "node_stats",
+            Table::ActivationStats => "activation_stats",
+            Table::MemoryTimeline => "memory_timeline",
+            Table::Flops => "flops",
+        }
+    }
+
+    /// The table of that name.
+    pub fn from_name(name: &str) -> Option<Table> {
+        TABLES.into_iter().find(|t| t.name() == name)
+    }
+
+    fn columns(self, t: &Trace, a: &Analysis) -> Vec<polars::prelude::Column> {
+        match self {
+            Table::NodeStats => tables::node_stats_columns(t, a),
+            Table::ActivationStats => tables::activation_stats_columns(t, a),
+            Table::MemoryTimeline => tables::memory_timeline_columns(t, a),
+            Table::Flops => tables::flops_columns(t, a),
+        }
+    }
+
+    /// Writes `<name>.parquet` into `dir`.
+    pub fn write(self, dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+        let name = format!("{}.parquet", self.name());
+        write(&dir.join(name), self.columns(t, a))
+    }
+
+    /// The same file's bytes, in memory (the Python module hands them to polars).
+    pub fn parquet_bytes(self, t: &Trace, a: &Analysis) -> Result<Vec<u8>, Error> {
+        columns::to_bytes(self.name(), self.columns(t, a))
+    }
+}
 
 /// Files written.
 pub const FILES: [&str; 4] = [
@@ -21,14 +79,6 @@ pub const FILES: [&str; 4] = [
     "memory_timeline.parquet",
     "flops.parquet",
 ];
-
-/// Writes one Parquet file into the directory.
-type Writer = fn(&Path, &Trace, &Analysis) -> Result<(), Error>;
-
-/// The Parquet files, one writer each, so the report runs them side by side.
-pub(super) fn writers() -> [Writer; 4] {
-    [node_stats, activation_stats, memory_timeline, flops]
-}
 
 /// The Parquet copies of a snapshot analysis's timeline and top sites
 /// ([`super::snapshot::PARQUET_FILES`]): the rows and columns of `memory_timeline.csv` and

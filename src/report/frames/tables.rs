@@ -1,14 +1,12 @@
 //! The four Parquet copies of analyze's main tables, column by column as their CSV files.
 
-use std::path::Path;
-
-use super::columns::{col, write};
+use super::columns::col;
 use crate::analysis::memory::CATEGORIES;
 use crate::analysis::Analysis;
 use crate::model::Trace;
-use crate::report::Error;
+use polars::prelude::Column;
 
-pub(super) fn node_stats(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+pub(super) fn node_stats_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
     use crate::analysis::NodeStat;
     let n = &a.node_stats;
     // Borrowed texts: a `String` per cell was most of this file's time.
@@ -16,140 +14,134 @@ pub(super) fn node_stats(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Erro
         n.iter().map(f).collect()
     }
     let opt = |id| crate::report::opt(t, id);
-    write(
-        &dir.join("node_stats.parquet"),
-        vec![
-            col("rank", n.iter().map(|x| x.rank).collect::<Vec<u32>>()),
-            col("node_name", s(n, |x| &x.node_name)),
-            col("op", s(n, |x| t.kineto.str(x.op))),
-            col("node_type", s(n, |x| x.node_type.as_str())),
-            col("gtype", s(n, |x| x.gtype.as_str())),
-            col("module", s(n, |x| opt(x.module))),
-            col("autograd_fn", s(n, |x| opt(x.autograd_fn))),
-            col(
-                "recompute",
-                n.iter().map(|x| x.recompute).collect::<Vec<bool>>(),
-            ),
-            col(
-                "median_run_time_s",
-                n.iter().map(|x| x.median_run_time_s).collect::<Vec<f64>>(),
-            ),
-            col(
-                "median_cpu_time_s",
-                n.iter().map(|x| x.median_cpu_time_s).collect::<Vec<f64>>(),
-            ),
-            col(
-                "median_gpu_span_s",
-                n.iter().map(|x| x.median_gpu_span_s).collect::<Vec<f64>>(),
-            ),
-            col(
-                "median_peak_mem_bytes",
-                n.iter()
-                    .map(|x| x.median_peak_mem_bytes)
-                    .collect::<Vec<i64>>(),
-            ),
-            col(
-                "median_active_mem_bytes",
-                n.iter()
-                    .map(|x| x.median_active_mem_bytes)
-                    .collect::<Vec<i64>>(),
-            ),
-            col(
-                "median_alloc_bytes",
-                n.iter().map(|x| x.median_alloc_bytes).collect::<Vec<i64>>(),
-            ),
-            col(
-                "median_free_bytes",
-                n.iter().map(|x| x.median_free_bytes).collect::<Vec<i64>>(),
-            ),
-            col("kernels", n.iter().map(|x| x.kernels).collect::<Vec<i64>>()),
-            col("device", s(n, |x| &x.device)),
-            col(
-                "iterations_present",
-                n.iter().map(|x| x.iterations_present).collect::<Vec<u32>>(),
-            ),
-        ],
-    )
+    vec![
+        col("rank", n.iter().map(|x| x.rank).collect::<Vec<u32>>()),
+        col("node_name", s(n, |x| &x.node_name)),
+        col("op", s(n, |x| t.kineto.str(x.op))),
+        col("node_type", s(n, |x| x.node_type.as_str())),
+        col("gtype", s(n, |x| x.gtype.as_str())),
+        col("module", s(n, |x| opt(x.module))),
+        col("autograd_fn", s(n, |x| opt(x.autograd_fn))),
+        col(
+            "recompute",
+            n.iter().map(|x| x.recompute).collect::<Vec<bool>>(),
+        ),
+        col(
+            "median_run_time_s",
+            n.iter().map(|x| x.median_run_time_s).collect::<Vec<f64>>(),
+        ),
+        col(
+            "median_cpu_time_s",
+            n.iter().map(|x| x.median_cpu_time_s).collect::<Vec<f64>>(),
+        ),
+        col(
+            "median_gpu_span_s",
+            n.iter().map(|x| x.median_gpu_span_s).collect::<Vec<f64>>(),
+        ),
+        col(
+            "median_peak_mem_bytes",
+            n.iter()
+                .map(|x| x.median_peak_mem_bytes)
+                .collect::<Vec<i64>>(),
+        ),
+        col(
+            "median_active_mem_bytes",
+            n.iter()
+                .map(|x| x.median_active_mem_bytes)
+                .collect::<Vec<i64>>(),
+        ),
+        col(
+            "median_alloc_bytes",
+            n.iter().map(|x| x.median_alloc_bytes).collect::<Vec<i64>>(),
+        ),
+        col(
+            "median_free_bytes",
+            n.iter().map(|x| x.median_free_bytes).collect::<Vec<i64>>(),
+        ),
+        col("kernels", n.iter().map(|x| x.kernels).collect::<Vec<i64>>()),
+        col("device", s(n, |x| &x.device)),
+        col(
+            "iterations_present",
+            n.iter().map(|x| x.iterations_present).collect::<Vec<u32>>(),
+        ),
+    ]
 }
 
-pub(super) fn activation_stats(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
+pub(super) fn activation_stats_columns(_: &Trace, a: &Analysis) -> Vec<Column> {
     let act = &a.liveness.activations;
-    write(
-        &dir.join("activation_stats.parquet"),
-        vec![
-            col(
-                "activation_name",
-                act.iter()
-                    .map(|x| x.activation_name.clone())
-                    .collect::<Vec<String>>(),
-            ),
-            col(
-                "creation_rank",
-                act.iter().map(|x| x.creation_rank).collect::<Vec<u32>>(),
-            ),
-            col(
-                "last_fw_use_rank",
-                act.iter().map(|x| x.last_fw_use_rank).collect::<Vec<u32>>(),
-            ),
-            col(
-                "first_bw_use_rank",
-                act.iter()
-                    .map(|x| x.first_bw_use_rank)
-                    .collect::<Vec<u32>>(),
-            ),
-            col(
-                "last_bw_use_rank",
-                act.iter().map(|x| x.last_bw_use_rank).collect::<Vec<u32>>(),
-            ),
-            col(
-                "median_mem_size_bytes",
-                act.iter()
-                    .map(|x| x.median_mem_size_bytes)
-                    .collect::<Vec<i64>>(),
-            ),
-            col(
-                "inactive_time_s",
-                act.iter().map(|x| x.inactive_time_s).collect::<Vec<f64>>(),
-            ),
-            col(
-                "recomp_time_s",
-                act.iter().map(|x| x.recomp_time_s).collect::<Vec<f64>>(),
-            ),
-            col(
-                "recomp_memory_bytes",
-                act.iter()
-                    .map(|x| x.recomp_memory_bytes)
-                    .collect::<Vec<i64>>(),
-            ),
-            col(
-                "swap_time_s",
-                act.iter().map(|x| x.swap_time_s).collect::<Vec<f64>>(),
-            ),
-            col(
-                "recompute_ratio",
-                act.iter().map(|x| x.recompute_ratio).collect::<Vec<f64>>(),
-            ),
-            col(
-                "producer_op",
-                act.iter()
-                    .map(|x| x.producer_op.clone())
-                    .collect::<Vec<String>>(),
-            ),
-            col(
-                "module",
-                act.iter()
-                    .map(|x| x.module.clone())
-                    .collect::<Vec<String>>(),
-            ),
-            col(
-                "storage_id",
-                act.iter().map(|x| x.storage_id).collect::<Vec<i64>>(),
-            ),
-        ],
-    )
+    vec![
+        col(
+            "activation_name",
+            act.iter()
+                .map(|x| x.activation_name.clone())
+                .collect::<Vec<String>>(),
+        ),
+        col(
+            "creation_rank",
+            act.iter().map(|x| x.creation_rank).collect::<Vec<u32>>(),
+        ),
+        col(
+            "last_fw_use_rank",
+            act.iter().map(|x| x.last_fw_use_rank).collect::<Vec<u32>>(),
+        ),
+        col(
+            "first_bw_use_rank",
+            act.iter()
+                .map(|x| x.first_bw_use_rank)
+                .collect::<Vec<u32>>(),
+        ),
+        col(
+            "last_bw_use_rank",
+            act.iter().map(|x| x.last_bw_use_rank).collect::<Vec<u32>>(),
+        ),
+        col(
+            "median_mem_size_bytes",
+            act.iter()
+                .map(|x| x.median_mem_size_bytes)
+                .collect::<Vec<i64>>(),
+        ),
+        col(
+            "inactive_time_s",
+            act.iter().map(|x| x.inactive_time_s).collect::<Vec<f64>>(),
+        ),
+        col(
+            "recomp_time_s",
+            act.iter().map(|x| x.recomp_time_s).collect::<Vec<f64>>(),
+        ),
+        col(
+            "recomp_memory_bytes",
+            act.iter()
+                .map(|x| x.recomp_memory_bytes)
+                .collect::<Vec<i64>>(),
+        ),
+        col(
+            "swap_time_s",
+            act.iter().map(|x| x.swap_time_s).collect::<Vec<f64>>(),
+        ),
+        col(
+            "recompute_ratio",
+            act.iter().map(|x| x.recompute_ratio).collect::<Vec<f64>>(),
+        ),
+        col(
+            "producer_op",
+            act.iter()
+                .map(|x| x.producer_op.clone())
+                .collect::<Vec<String>>(),
+        ),
+        col(
+            "module",
+            act.iter()
+                .map(|x| x.module.clone())
+                .collect::<Vec<String>>(),
+        ),
+        col(
+            "storage_id",
+            act.iter().map(|x| x.storage_id).collect::<Vec<i64>>(),
+        ),
+    ]
 }
 
-pub(super) fn memory_timeline(dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+pub(super) fn memory_timeline_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
     let tl = &a.timeline;
     let t0 = t.memory.first().map_or(0, |m| m.ts);
     let mut cols = vec![
@@ -168,49 +160,46 @@ pub(super) fn memory_timeline(dir: &Path, t: &Trace, a: &Analysis) -> Result<(),
             tl.iter().map(|r| r.breakdown[i]).collect::<Vec<i64>>(),
         ));
     }
-    write(&dir.join("memory_timeline.parquet"), cols)
+    cols
 }
 
-pub(super) fn flops(dir: &Path, _: &Trace, a: &Analysis) -> Result<(), Error> {
+pub(super) fn flops_columns(_: &Trace, a: &Analysis) -> Vec<Column> {
     let f = &a.flops;
-    write(
-        &dir.join("flops.parquet"),
-        vec![
-            col("rank", f.iter().map(|x| x.rank).collect::<Vec<u32>>()),
-            col(
-                "node_name",
-                f.iter()
-                    .map(|x| x.node_name.clone())
-                    .collect::<Vec<String>>(),
-            ),
-            col("flops", f.iter().map(|x| x.flops).collect::<Vec<u64>>()),
-            col(
-                "matmul_flops",
-                f.iter().map(|x| x.matmul_flops).collect::<Vec<u64>>(),
-            ),
-            col("bytes", f.iter().map(|x| x.bytes).collect::<Vec<u64>>()),
-            col(
-                "arithmetic_intensity",
-                f.iter()
-                    .map(|x| x.arithmetic_intensity)
-                    .collect::<Vec<f64>>(),
-            ),
-            col(
-                "dtype",
-                f.iter()
-                    .map(|x| x.dtype.as_str().to_owned())
-                    .collect::<Vec<String>>(),
-            ),
-            col(
-                "achieved_tflops",
-                f.iter().map(|x| x.achieved_tflops).collect::<Vec<f64>>(),
-            ),
-            col(
-                "bound",
-                f.iter()
-                    .map(|x| x.bound.map_or("", |b| b.as_str()).to_owned())
-                    .collect::<Vec<String>>(),
-            ),
-        ],
-    )
+    vec![
+        col("rank", f.iter().map(|x| x.rank).collect::<Vec<u32>>()),
+        col(
+            "node_name",
+            f.iter()
+                .map(|x| x.node_name.clone())
+                .collect::<Vec<String>>(),
+        ),
+        col("flops", f.iter().map(|x| x.flops).collect::<Vec<u64>>()),
+        col(
+            "matmul_flops",
+            f.iter().map(|x| x.matmul_flops).collect::<Vec<u64>>(),
+        ),
+        col("bytes", f.iter().map(|x| x.bytes).collect::<Vec<u64>>()),
+        col(
+            "arithmetic_intensity",
+            f.iter()
+                .map(|x| x.arithmetic_intensity)
+                .collect::<Vec<f64>>(),
+        ),
+        col(
+            "dtype",
+            f.iter()
+                .map(|x| x.dtype.as_str().to_owned())
+                .collect::<Vec<String>>(),
+        ),
+        col(
+            "achieved_tflops",
+            f.iter().map(|x| x.achieved_tflops).collect::<Vec<f64>>(),
+        ),
+        col(
+            "bound",
+            f.iter()
+                .map(|x| x.bound.map_or("", |b| b.as_str()).to_owned())
+                .collect::<Vec<String>>(),
+        ),
+    ]
 }
