@@ -558,6 +558,18 @@ fn parquet_tables_hold_the_csv_values() {
         }
         let acts = read(out.out_dir.join("activation_stats.parquet"));
         assert_eq!(acts.height(), out.analysis.liveness.activations.len());
+        // Each Parquet copy has its CSV file's columns, in order (the Python module's
+        // DataFrames are these files).
+        for t in ["node_stats", "activation_stats", "memory_timeline", "flops"] {
+            let df = read(out.out_dir.join(format!("{t}.parquet")));
+            let (h, _) = csv(&out.out_dir.join(format!("{t}.csv")));
+            let names: Vec<String> = df
+                .get_column_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            assert_eq!(names, h, "{t}");
+        }
     }
 }
 

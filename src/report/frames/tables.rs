@@ -138,16 +138,57 @@ pub(super) fn activation_stats_columns(_: &Trace, a: &Analysis) -> Vec<Column> {
             "storage_id",
             act.iter().map(|x| x.storage_id).collect::<Vec<i64>>(),
         ),
+        col(
+            "iterations_present",
+            act.iter()
+                .map(|x| x.iterations_present)
+                .collect::<Vec<u32>>(),
+        ),
     ]
 }
 
 pub(super) fn memory_timeline_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
     let tl = &a.timeline;
     let t0 = t.memory.first().map_or(0, |m| m.ts);
+    let rank_of: rustc_hash::FxHashMap<&str, u32> = a
+        .node_stats
+        .iter()
+        .map(|s| (s.node_name.as_str(), s.rank))
+        .collect();
+    let node = |r: &crate::analysis::memory::TimelineRow| r.node.map(|n| &a.step.nodes[n]);
     let mut cols = vec![
         col(
             "time_ns",
             tl.iter().map(|r| r.ts - t0).collect::<Vec<i64>>(),
+        ),
+        // Microseconds as a float, as the CSV's `epoch_us` reads (to a quarter of a
+        // nanosecond's worth of precision lost at today's epochs).
+        col(
+            "epoch_us",
+            tl.iter()
+                .map(|r| t.kineto.epoch_ns(r.ts) as f64 / 1e3)
+                .collect::<Vec<f64>>(),
+        ),
+        col(
+            "iteration",
+            tl.iter()
+                .map(|r| {
+                    r.iteration
+                        .map(|i| a.step.iterations[i as usize].label.as_str())
+                })
+                .collect::<Vec<Option<&str>>>(),
+        ),
+        col(
+            "node_rank",
+            tl.iter()
+                .map(|r| node(r).and_then(|n| rank_of.get(n.name.as_str()).copied()))
+                .collect::<Vec<Option<u32>>>(),
+        ),
+        col(
+            "node_name",
+            tl.iter()
+                .map(|r| node(r).map(|n| n.name.as_str()))
+                .collect::<Vec<Option<&str>>>(),
         ),
         col(
             "total_allocated_bytes",
@@ -165,41 +206,41 @@ pub(super) fn memory_timeline_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
 
 pub(super) fn flops_columns(_: &Trace, a: &Analysis) -> Vec<Column> {
     let f = &a.flops;
+    let text = |g: &dyn Fn(&crate::analysis::flops::FlopRow) -> &str| -> Vec<String> {
+        f.iter().map(|x| g(x).to_owned()).collect()
+    };
+    let num = |g: &dyn Fn(&crate::analysis::flops::FlopRow) -> f64| -> Vec<f64> {
+        f.iter().map(g).collect()
+    };
     vec![
         col("rank", f.iter().map(|x| x.rank).collect::<Vec<u32>>()),
-        col(
-            "node_name",
-            f.iter()
-                .map(|x| x.node_name.clone())
-                .collect::<Vec<String>>(),
-        ),
+        col("node_name", text(&|x| &x.node_name)),
+        col("op", text(&|x| &x.op)),
+        col("gtype", text(&|x| x.gtype.as_str())),
+        col("module", text(&|x| &x.module)),
         col("flops", f.iter().map(|x| x.flops).collect::<Vec<u64>>()),
         col(
             "matmul_flops",
             f.iter().map(|x| x.matmul_flops).collect::<Vec<u64>>(),
         ),
         col("bytes", f.iter().map(|x| x.bytes).collect::<Vec<u64>>()),
+        col("arithmetic_intensity", num(&|x| x.arithmetic_intensity)),
+        col("dtype", text(&|x| x.dtype.as_str())),
+        col("median_run_time_s", num(&|x| x.gpu_time_s)),
+        col("achieved_tflops", num(&|x| x.achieved_tflops)),
+        col("achieved_gbps", num(&|x| x.achieved_gbps)),
         col(
-            "arithmetic_intensity",
+            "pct_peak_flops",
             f.iter()
-                .map(|x| x.arithmetic_intensity)
-                .collect::<Vec<f64>>(),
+                .map(|x| x.pct_peak_flops)
+                .collect::<Vec<Option<f64>>>(),
         ),
         col(
-            "dtype",
+            "pct_peak_bandwidth",
             f.iter()
-                .map(|x| x.dtype.as_str().to_owned())
-                .collect::<Vec<String>>(),
+                .map(|x| x.pct_peak_bandwidth)
+                .collect::<Vec<Option<f64>>>(),
         ),
-        col(
-            "achieved_tflops",
-            f.iter().map(|x| x.achieved_tflops).collect::<Vec<f64>>(),
-        ),
-        col(
-            "bound",
-            f.iter()
-                .map(|x| x.bound.map_or("", |b| b.as_str()).to_owned())
-                .collect::<Vec<String>>(),
-        ),
+        col("bound", text(&|x| x.bound.map_or("", |b| b.as_str()))),
     ]
 }
