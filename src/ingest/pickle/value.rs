@@ -56,7 +56,7 @@ pub(super) const KINDS: [Kind; 15] = [
 pub(super) const PAYLOAD_BITS: u32 = 60;
 pub(super) const PAYLOAD: u64 = (1 << PAYLOAD_BITS) - 1;
 
-/// A value of a [`Pickle`] in 8 bytes: the kind in the top 4 bits, and below it a small
+/// A value of a [`Pickle`](super::Pickle) in 8 bytes: the kind in the top 4 bits, and below it a small
 /// integer itself or the index of a string, container or wide scalar. Two ids are equal when
 /// they are the same object (containers, strings) or the same small scalar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,7 +87,7 @@ impl ValueId {
     }
 }
 
-/// A plain-data pickle value, as seen through [`Pickle::get`].
+/// A plain-data pickle value, as seen through [`Pickle::get`](super::Pickle::get).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value<'p> {
     /// `None`.
