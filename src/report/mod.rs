@@ -30,8 +30,8 @@ pub(crate) use self::shared::{
 };
 pub(crate) use self::tables::write_json;
 use self::tables::{
-    opt, write_graph_profile, write_iterations, write_kernels, write_node_iterations,
-    write_node_stats, write_streams, write_summary,
+    write_graph_profile, write_iterations, write_kernels, write_node_iterations, write_node_stats,
+    write_streams, write_summary,
 };
 
 pub use console::{console_summary, human_bytes, human_time};

@@ -13,7 +13,7 @@ pub(super) fn node_stats_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
     fn s<'a>(n: &'a [NodeStat], f: impl Fn(&'a NodeStat) -> &'a str) -> Vec<&'a str> {
         n.iter().map(f).collect()
     }
-    let opt = |id| crate::report::opt(t, id);
+    let opt = |id| crate::report::tables::opt(t, id);
     vec![
         col("rank", n.iter().map(|x| x.rank).collect::<Vec<u32>>()),
         col("node_name", s(n, |x| &x.node_name)),
