@@ -2,7 +2,7 @@
 //! `steptrace_formats`) and the per-node peaks of `node_stats.csv`, so that `compare` sets
 //! runs side by side from what `analyze` wrote instead of analysing them again.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use steptrace_formats::summary::Summary;
 
@@ -54,14 +54,14 @@ pub fn read_results(dir: &Path) -> Result<AnalysisResults, Error> {
 }
 
 /// `rank` and `median_peak_mem_bytes` of each row; nothing when the file is absent.
-fn read_node_peaks(path: &PathBuf) -> Result<Vec<(u32, i64)>, Error> {
+fn read_node_peaks(path: &Path) -> Result<Vec<(u32, i64)>, Error> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(FileError::new(path, e).into()),
     };
     let bad = |what: String| Error::Format {
-        path: path.clone(),
+        path: path.to_path_buf(),
         what,
     };
     let mut r = csv::Reader::from_reader(std::io::BufReader::new(file));
