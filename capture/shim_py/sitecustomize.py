@@ -47,33 +47,40 @@ def _chain_sitecustomize():
 
 
 class _State:
-    def __init__(self):
-        self.out = os.environ.get(_ENV_OUT, "")
-        self.record = set(filter(None, os.environ.get("STEPTRACE_RECORD", "trace,memory,et,nvtx").split(",")))
-        self.schedule = _parse_schedule(os.environ.get("STEPTRACE_SCHEDULE", ""))
-        self.max_entries = int(os.environ.get("STEPTRACE_MAX_ENTRIES", "1000000"))
-        self.timing_steps = int(os.environ.get("STEPTRACE_TIMING_STEPS", "10") or 0)
+    def __init__(self, env=None):
+        # The launcher's settings come through the environment; steptrace.profile (in-process)
+        # hands the same names in a mapping of its own.
+        env = os.environ if env is None else env
+        self.env = env
+        self.out = env.get(_ENV_OUT, "")
+        self.record = set(filter(None, env.get("STEPTRACE_RECORD", "trace,memory,et,nvtx").split(",")))
+        self.schedule = _parse_schedule(env.get("STEPTRACE_SCHEDULE", ""))
+        # What the profiler records beyond shapes and memory (steptrace.profile's with_stack,
+        # with_flops, with_modules; the launcher leaves all three on).
+        self.profiler_with = set(env.get("STEPTRACE_PROFILER_WITH", "stack,flops,modules").split(","))
+        self.max_entries = int(env.get("STEPTRACE_MAX_ENTRIES", "1000000"))
+        self.timing_steps = int(env.get("STEPTRACE_TIMING_STEPS", "10") or 0)
         # Steps run (and timed, but left out of the median) before the timed ones: cuDNN
         # autotuning, allocator growth and recompilation settle there.
-        self.timing_settle = int(os.environ.get("STEPTRACE_TIMING_SETTLE", "5") or 0)
+        self.timing_settle = int(env.get("STEPTRACE_TIMING_SETTLE", "5") or 0)
         # The phase goes on past timing_steps until its median is settled (_timing_stop),
         # up to these caps.
-        self.timing_max_steps = int(os.environ.get("STEPTRACE_TIMING_MAX_STEPS", "20") or 0)
-        self.timing_max_s = float(os.environ.get("STEPTRACE_TIMING_MAX_S", "10") or 0)
-        self.reference = os.environ.get("STEPTRACE_REFERENCE") == "1"
+        self.timing_max_steps = int(env.get("STEPTRACE_TIMING_MAX_STEPS", "20") or 0)
+        self.timing_max_s = float(env.get("STEPTRACE_TIMING_MAX_S", "10") or 0)
+        self.reference = env.get("STEPTRACE_REFERENCE") == "1"
         # A plan is on in every step but, with STEPTRACE_PLAN_AB, in every other
         # step of the timing phase: what the plan adds, measured in this one process.
         self.plan_on = True
         self.plan_ab = False
-        self.reference_flops = self.reference and os.environ.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
-        self.rank = int(os.environ.get("RANK", "0") or 0)
-        self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.reference_flops = self.reference and env.get("STEPTRACE_REFERENCE_FLOPS", "1") == "1"
+        self.rank = int(env.get("RANK", "0") or 0)
+        self.world = int(env.get("WORLD_SIZE", "1") or 1)
         # capture --stop-after-window N: the program is ended N steps after the window's files
         # are written, for programs that would run on for hours (an epoch of ImageNet).
-        stop = os.environ.get("STEPTRACE_STOP_AFTER_WINDOW", "")
+        stop = env.get("STEPTRACE_STOP_AFTER_WINDOW", "")
         self.stop_after_window = int(stop) if stop.strip() else None
         self.after_steps = 0
-        self.suffix = "_rank%d" % self.rank if ("RANK" in os.environ or self.world > 1) else ""
+        self.suffix = "_rank%d" % self.rank if ("RANK" in env or self.world > 1) else ""
         s = self.schedule
         # Boundary counts (steps) at which the window opens and closes. repeat=0 records
         # cycles until the program ends, as torch.profiler does.
@@ -140,8 +147,11 @@ class _State:
         self.after_start_ns = None
         self.backward_ns = []
         self.module_hooks = []
+        # What takes the run-long hooks back out (steptrace.profile's end, in-process).
+        self.undo = []
+        self.in_process = False
         # Per-op and per-module NVTX ranges only matter when a tool records them.
-        self.nvtx_tool = bool(os.environ.get("NVTX_INJECTION64_PATH"))
+        self.nvtx_tool = bool(env.get("NVTX_INJECTION64_PATH"))
 
     def path(self, name, ext):
         return os.path.join(self.out, "%s%s%s" % (name, self.suffix, ext))
@@ -294,6 +304,7 @@ def _boundary(kind):
             _start_timing()
         elif n == _S.active_start:
             st["phase"] = "window"
+            _cuda_profiler_range(True)
             _untear_if_cpu_only()
             _start_et()
             _write_status()
@@ -368,6 +379,24 @@ def _start_timing():
     _timing_mark()
 
 
+def _cuda_profiler_range(on):
+    """With STEPTRACE_CUDA_PROFILER_RANGE=1 (steptrace.profile's nsight_enabled), the active
+    window is also the CUDA profiler's range (cudaProfilerStart/Stop), which
+    `nsys profile --capture-range=cudaProfilerApi` records alone."""
+    if _S.env.get("STEPTRACE_CUDA_PROFILER_RANGE") != "1" or not _cuda_ok():
+        return
+    if on == _S.status.get("cuda_profiler_range", False):
+        return
+    try:
+        if on:
+            _S.torch.cuda.profiler.start()
+        else:
+            _S.torch.cuda.profiler.stop()
+        _S.status["cuda_profiler_range"] = on
+    except Exception as exc:
+        _S.error("CUDA profiler range", exc)
+
+
 def _start_et():
     if "et" not in _S.record or _S.torch is None:
         return
@@ -402,6 +431,7 @@ def _end_window():
     Trace and memory history stop here, so later steps run without them."""
     st = _S.status
     st["window_end_ns"] = time.perf_counter_ns()
+    _cuda_profiler_range(False)
     _stop_et()
     # The profiler's results are large and full of Python objects: kept alive, every later
     # full garbage collection would walk them for the rest of the run.
@@ -740,6 +770,11 @@ def _count_graph_flops(torch):
     graph_cls.capture_end = capture_end
     graph_cls.replay = replay_counted
 
+    def undo():
+        graph_cls.capture_begin, graph_cls.capture_end, graph_cls.replay = begin, end, replay
+
+    _S.undo.append(undo)
+
 
 def _total_flops(mode):
     if mode is None:
@@ -773,6 +808,13 @@ def step():
         return
     _S.explicit = True
     _boundary("explicit")
+
+
+def explicit_steps():
+    """From now on steps are marked by `step()` only (steptrace.profile under the launcher
+    says so as its block starts, so that the optimizer does not end the first step too)."""
+    if _S is not None:
+        _S.explicit = True
 
 
 def _optimizer_ends_step(optimizer):
@@ -908,8 +950,8 @@ def _install_hooks(torch):
     )
 
     # For the whole run: after the window they time the program's steps.
-    register_optimizer_step_pre_hook(opt_pre)
-    register_optimizer_step_post_hook(opt_post)
+    _S.undo.append(register_optimizer_step_pre_hook(opt_pre).remove)
+    _S.undo.append(register_optimizer_step_post_hook(opt_post).remove)
 
     # Tensor.backward calls torch.autograd.backward through the module attribute, so this
     # one wrapper sees both.
@@ -939,6 +981,7 @@ def _install_hooks(torch):
                 _S.backward_ns.append(time.perf_counter_ns())
 
     torch.autograd.backward = backward
+    _S.undo.append(lambda: setattr(torch.autograd, "backward", orig_backward))
 
     try:
         # A GradScaler that finds inf/NaN gradients skips optimizer.step(); its update() still
@@ -954,6 +997,7 @@ def _install_hooks(torch):
             return out
 
         torch.amp.GradScaler.update = update
+        _S.undo.append(lambda: setattr(torch.amp.GradScaler, "update", orig_update))
     except Exception as exc:
         _S.error("GradScaler hook", exc)
 
@@ -1068,7 +1112,7 @@ def _on_torch(torch):
         st["no_snapshot_reason"] = "no CUDA device visible to torch"
     if "memory" in _S.record and cuda:
         _start_memory_history()
-    lib = os.environ.get("STEPTRACE_NVTX_LIB")
+    lib = _S.env.get("STEPTRACE_NVTX_LIB")
     if lib and "nvtx" in _S.record:
         try:
             torch.ops.load_library(lib)
@@ -1102,9 +1146,9 @@ def _on_torch(torch):
                 on_trace_ready=_on_trace_ready,
                 record_shapes=True,
                 profile_memory=True,
-                with_stack=True,
-                with_flops=True,
-                with_modules=True,
+                with_stack="stack" in _S.profiler_with,
+                with_flops="flops" in _S.profiler_with,
+                with_modules="modules" in _S.profiler_with,
             )
             with _Cost("profiler_start"):
                 with _NoLazyInductor(torch):
@@ -1121,9 +1165,9 @@ def _on_torch(torch):
             _count_graph_flops(torch)
         except Exception as exc:
             _S.error("CUDA graph FLOPs", exc)
-    if os.environ.get("STEPTRACE_PLAN"):
+    if _S.env.get("STEPTRACE_PLAN"):
         try:
-            _apply_plan(torch, os.environ["STEPTRACE_PLAN"])
+            _apply_plan(torch, _S.env["STEPTRACE_PLAN"])
         except Exception as exc:
             _S.error("plan", exc)
     import atexit
@@ -1172,7 +1216,7 @@ def _apply_plan(torch, path):
     if not want:
         return
     # A distributed run's ranks time a fixed number of steps in lockstep (_timing_stop).
-    _S.plan_ab = os.environ.get("STEPTRACE_PLAN_AB") == "1" and _S.world == 1
+    _S.plan_ab = _S.env.get("STEPTRACE_PLAN_AB") == "1" and _S.world == 1
     if _S.plan_ab:
         st["plan"]["timed_both_ways"] = True
 
@@ -1389,6 +1433,8 @@ def _plan_probe(torch):
 
 
 def _at_exit():
+    if _S is None:
+        return
     try:
         _at_exit_work()
     finally:
@@ -1411,6 +1457,7 @@ def _at_exit_work():
         _write_status()
         return
     st["phase_at_exit"] = st["phase"]
+    _cuda_profiler_range(False)
     _run_peak(torch)
     if st.get("plan"):
         st["plan"]["missing"] = [n for n in st["plan"]["wanted"] if n not in st["plan"]["applied"]]
@@ -1441,7 +1488,7 @@ def _at_exit_work():
             _S.error("exit snapshot", exc)
     _timing_readings()
     # After the readings are kept: the probe's own backward passes are not the program's.
-    if os.environ.get("STEPTRACE_PLAN_PROBE", "1") != "0" and not _S.sigterm:
+    if _S.env.get("STEPTRACE_PLAN_PROBE", "1") != "0" and not _S.sigterm:
         try:
             with _Cost("plan_probe"):
                 st["plan_probe"] = _plan_probe(torch)
@@ -1500,7 +1547,9 @@ def _install_torch_hook():
             spec.loader.exec_module = exec_module
             return spec
 
-    sys.meta_path.insert(0, _TorchFinder())
+    finder = _TorchFinder()
+    sys.meta_path.insert(0, finder)
+    _S.undo.append(lambda: finder in sys.meta_path and sys.meta_path.remove(finder))
 
 
 def _install_sigterm():
@@ -1560,12 +1609,62 @@ def _boot():
     _write_status()
 
 
-try:
-    _boot()
-except Exception as _exc:  # pragma: no cover - last resort, the program must run
-    sys.stderr.write("steptrace: capture shim disabled: %s\n" % _exc)
+def running():
+    """Whether a capture is recording in this process (the launcher's, or steptrace.profile's)."""
+    return _S is not None and not _S.done
 
-# Expose the explicit marker as `steptrace_capture.step()`.
-sys.modules.setdefault("steptrace_capture", sys.modules[__name__])
 
-_chain_sitecustomize()
+def start(env):
+    """An in-process capture (`steptrace.profile`): the launcher's settings, by the same names,
+    in `env`; steps are marked by `step()` only. Files and the status go where `env` says;
+    `stop()` ends it."""
+    global _S
+    if running():
+        raise RuntimeError("a steptrace capture is already recording in this process")
+    _S = _State(env)
+    _S.in_process = True
+    _S.explicit = True
+    import atexit
+
+    # A program that exits inside the block still writes what it recorded.
+    atexit.register(_at_exit)
+    if "torch" in sys.modules:
+        _on_torch(sys.modules["torch"])
+    else:
+        _install_torch_hook()
+    _write_status()
+
+
+def stop():
+    """Ends an in-process capture as the program's exit would (the window cut short if it is
+    still open), takes every hook back out, and returns the status written."""
+    if _S is None:
+        return None
+    try:
+        _at_exit_work()
+    finally:
+        errors = len(_S.status["errors"])
+        for h in _S.module_hooks:
+            _S.undo.insert(0, h.remove)
+        _S.module_hooks = []
+        for undo in reversed(_S.undo):
+            try:
+                undo()
+            except Exception as exc:
+                _S.error("remove hooks", exc)
+        _S.undo = []
+        if len(_S.status["errors"]) != errors:
+            _write_status()
+    return _S.status
+
+
+if __name__ == "sitecustomize":
+    try:
+        _boot()
+    except Exception as _exc:  # pragma: no cover - last resort, the program must run
+        sys.stderr.write("steptrace: capture shim disabled: %s\n" % _exc)
+
+    # Expose the explicit marker as `steptrace_capture.step()`.
+    sys.modules.setdefault("steptrace_capture", sys.modules[__name__])
+
+    _chain_sitecustomize()

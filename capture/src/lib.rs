@@ -25,6 +25,7 @@ mod time;
 
 pub use manifest::{Manifest, Outcome, RankFiles, Rerun};
 pub use props::{parse_schedule, CaptureProps, Mode, Record, Schedule, TimingPhase};
+pub use time::now_utc;
 
 use std::path::{Path, PathBuf};
 
@@ -266,6 +267,44 @@ fn clear_run_files(out: &Path, m: &Manifest) {
             let _ = std::fs::remove_file(out.join(n));
         }
     }
+}
+
+/// The end of an in-process capture (`steptrace.profile` in Python): every rank's shim has
+/// stopped and written its files and status into `props.out`, where they are compressed and
+/// manifest.json written, as after a launched program's exit. `started_at` is when the
+/// profiled block began ([`now_utc`]); `raised`, what ended it if it raised (the manifest's
+/// exit status is then 1); `more_notes` go to the manifest's notes.
+pub fn finish_in_process(
+    props: &CaptureProps,
+    started_at: String,
+    raised: Option<String>,
+    more_notes: Vec<String>,
+) -> Result<Outcome, Error> {
+    let out = props.out.canonicalize().map_err(io_err(&props.out))?;
+    let mut notes = vec![
+        "captured in-process by steptrace.profile: the run is the profiled block, its steps those the program marked".to_owned(),
+    ];
+    let mut exit = child::Exit::default();
+    if let Some(why) = raised {
+        notes.push(format!("the profiled block raised {why}"));
+        exit.code = 1;
+    }
+    notes.extend(more_notes);
+    let ran = assemble::Ran {
+        mode: Mode::Python,
+        exit,
+        started_at,
+        ended_at: time::now_utc(),
+        torch: None,
+        notes,
+    };
+    let manifest = assemble::finish(props, &out, ran)?;
+    write_manifest(Outcome {
+        exit,
+        manifest,
+        out,
+        manifest_error: None,
+    })
 }
 
 /// Writes `manifest.json` for a finished run.

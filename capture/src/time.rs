@@ -1,7 +1,7 @@
 //! UTC timestamps for the manifest, without a date-time dependency.
 
 /// Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub(crate) fn now_utc() -> String {
+pub fn now_utc() -> String {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

@@ -7,6 +7,9 @@
     a.node_stats.to_pandas()                             # pandas, through polars
     a.write("out/")                                      # every file `steptrace analyze` writes
 
+    @steptrace.profile(output_dir="runs/a")              # record a training run in-process,
+    def train(): ...                                     # steps marked by steptrace.step()
+
 The analysis is the same library as the `steptrace` command's, run with the GIL released. A
 bad input raises a `steptrace.Error` subclass carrying the command's one-line message.
 """
@@ -16,11 +19,14 @@ import json
 
 from . import _native
 from ._native import AnalysisError, Error, InputError, OutputError
+from ._profile import profile, step
 
 __version__ = _native.__version__
 __all__ = [
     "analyze",
     "Analysis",
+    "profile",
+    "step",
     "Error",
     "InputError",
     "AnalysisError",

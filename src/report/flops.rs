@@ -74,29 +74,69 @@ pub(super) fn write_flops_csv(path: &Path, a: &Analysis) -> Result<(), Error> {
     w.flush().map_err(io(path))
 }
 
-#[derive(Default)]
-struct Group {
-    count: u64,
-    flops: u64,
-    matmul: u64,
-    bytes: u64,
-    time: f64,
+/// One row of `flops_by_op.csv` or `flops_by_module.csv`: the FLOP rows of one op, or of one
+/// top-level module, summed.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Rollup {
+    /// The op, or the module path's first two parts (`(no module)` for none).
+    pub(crate) key: String,
+    pub(crate) nodes: u64,
+    pub(crate) flops: u64,
+    pub(crate) matmul_flops: u64,
+    pub(crate) bytes: u64,
+    pub(crate) gpu_time_s: f64,
 }
 
-fn group_by(rows: &[FlopRow], key: impl Fn(&FlopRow) -> String) -> BTreeMap<String, Group> {
-    let mut m: BTreeMap<String, Group> = BTreeMap::new();
-    for r in rows {
-        let g = m.entry(key(r)).or_default();
-        g.count += 1;
-        g.flops += r.flops;
-        g.matmul += r.matmul_flops;
-        g.bytes += r.bytes;
-        g.time += r.gpu_time_s;
+impl Rollup {
+    /// FLOPs over GPU time, TFLOP/s (0 without GPU time).
+    pub(crate) fn achieved_tflops(&self) -> f64 {
+        if self.gpu_time_s > 0.0 {
+            self.flops as f64 / self.gpu_time_s / 1e12
+        } else {
+            0.0
+        }
     }
-    m
 }
 
-fn write_groups(path: &Path, label: &str, groups: &BTreeMap<String, Group>) -> Result<(), Error> {
+/// The rows grouped by `key`, most FLOPs first, then by key.
+fn group_by(rows: &[FlopRow], key: impl Fn(&FlopRow) -> String) -> Vec<Rollup> {
+    let mut m: BTreeMap<String, Rollup> = BTreeMap::new();
+    for r in rows {
+        let k = key(r);
+        let g = m.entry(k.clone()).or_insert_with(|| Rollup {
+            key: k,
+            ..Rollup::default()
+        });
+        g.nodes += 1;
+        g.flops += r.flops;
+        g.matmul_flops += r.matmul_flops;
+        g.bytes += r.bytes;
+        g.gpu_time_s += r.gpu_time_s;
+    }
+    let mut v: Vec<Rollup> = m.into_values().collect();
+    v.sort_by(|a, b| b.flops.cmp(&a.flops).then(a.key.cmp(&b.key)));
+    v
+}
+
+/// `flops_by_op`'s rows.
+pub(crate) fn by_op(a: &Analysis) -> Vec<Rollup> {
+    group_by(&a.flops, |r| r.op.clone())
+}
+
+/// `flops_by_module`'s rows: by top-level child of the model (`ResNet_0/Sequential_1`), where
+/// module paths exist.
+pub(crate) fn by_module(a: &Analysis) -> Vec<Rollup> {
+    group_by(&a.flops, |r| {
+        let parts: Vec<&str> = r.module.split('/').collect();
+        if r.module.is_empty() {
+            "(no module)".into()
+        } else {
+            parts[..parts.len().min(2)].join("/")
+        }
+    })
+}
+
+fn write_groups(path: &Path, label: &str, groups: &[Rollup]) -> Result<(), Error> {
     let mut w = super::csv_writer(path)?;
     w.write_record([
         label,
@@ -108,22 +148,15 @@ fn write_groups(path: &Path, label: &str, groups: &BTreeMap<String, Group>) -> R
         "achieved_tflops",
     ])
     .map_err(csv_err(path))?;
-    let mut v: Vec<_> = groups.iter().collect();
-    v.sort_by(|a, b| b.1.flops.cmp(&a.1.flops).then(a.0.cmp(b.0)));
-    for (k, g) in v {
-        let tf = if g.time > 0.0 {
-            g.flops as f64 / g.time / 1e12
-        } else {
-            0.0
-        };
+    for g in groups {
         w.write_record([
-            k.clone(),
-            g.count.to_string(),
+            g.key.clone(),
+            g.nodes.to_string(),
             g.flops.to_string(),
-            g.matmul.to_string(),
+            g.matmul_flops.to_string(),
             g.bytes.to_string(),
-            super::secs(g.time),
-            f3(tf),
+            super::secs(g.gpu_time_s),
+            f3(g.achieved_tflops()),
         ])
         .map_err(csv_err(path))?;
     }
@@ -131,21 +164,8 @@ fn write_groups(path: &Path, label: &str, groups: &BTreeMap<String, Group>) -> R
 }
 
 pub(super) fn write_rollups(dir: &Path, a: &Analysis) -> Result<(), Error> {
-    write_groups(
-        &dir.join("flops_by_op.csv"),
-        "op",
-        &group_by(&a.flops, |r| r.op.clone()),
-    )?;
-    // By top-level child of the model (`ResNet_0/Sequential_1`), where module paths exist.
-    let by_module = group_by(&a.flops, |r| {
-        let parts: Vec<&str> = r.module.split('/').collect();
-        if r.module.is_empty() {
-            "(no module)".into()
-        } else {
-            parts[..parts.len().min(2)].join("/")
-        }
-    });
-    write_groups(&dir.join("flops_by_module.csv"), "module", &by_module)
+    write_groups(&dir.join("flops_by_op.csv"), "op", &by_op(a))?;
+    write_groups(&dir.join("flops_by_module.csv"), "module", &by_module(a))
 }
 
 /// `graph_profile.json`: the seed's export (`model, total_flops, total_memory, layers[...]`),
@@ -276,19 +296,17 @@ pub fn graph_profile_block(a: &Analysis, top: usize) -> String {
         o += "  (no Execution Trace: traffic estimated from allocations, foreach optimizer FLOPs not counted)\n";
     }
     o += "\nOperation Breakdown:\n";
-    let groups = group_by(&a.flops, |r| r.op.clone());
-    let mut g: Vec<_> = groups.iter().filter(|(_, g)| g.flops > 0).collect();
-    g.sort_by(|x, y| y.1.flops.cmp(&x.1.flops).then(x.0.cmp(y.0)));
-    for (k, v) in g.iter().take(8) {
+    // Already most FLOPs first, then by op.
+    for v in by_op(a).iter().filter(|g| g.flops > 0).take(8) {
         o += &format!(
             "  {:<44} {:>5.1}% ({} ops, {} FLOPs)\n",
-            format!("{k}:"),
+            format!("{}:", v.key),
             if total > 0.0 {
                 100.0 * v.flops as f64 / total
             } else {
                 0.0
             },
-            v.count,
+            v.nodes,
             human_flops(v.flops as f64)
         );
     }

@@ -185,8 +185,9 @@ pub fn write_into(
         file(dir, "streams.csv", |p| write_streams(p, a)),
     ]);
     #[cfg(feature = "parquet")]
-    for (table, name) in frames::TABLES.into_iter().zip(frames::FILES) {
-        tasks.push(named(name, Box::new(move || table.write(dir, t, a))));
+    for table in frames::TABLES {
+        let name = table.file_name();
+        tasks.push(named(&name, Box::new(move || table.write(dir, t, a))));
     }
     for (job, slot) in plots.iter().zip(&svgs) {
         let plot_dir = &plot_dir;

@@ -558,18 +558,47 @@ fn parquet_tables_hold_the_csv_values() {
         }
         let acts = read(out.out_dir.join("activation_stats.parquet"));
         assert_eq!(acts.height(), out.analysis.liveness.activations.len());
-        // Each Parquet copy has its CSV file's columns, in order (the Python module's
-        // DataFrames are these files).
-        for t in ["node_stats", "activation_stats", "memory_timeline", "flops"] {
-            let df = read(out.out_dir.join(format!("{t}.parquet")));
-            let (h, _) = csv(&out.out_dir.join(format!("{t}.csv")));
+        // Each Parquet copy has its CSV file's columns, in order, and its values cell by cell
+        // (the Python module's DataFrames are these files).
+        for table in steptrace::report::frames::TABLES {
+            let t = table.name();
+            let df = read(out.out_dir.join(table.file_name()));
+            let (h, rows) = csv(&out.out_dir.join(format!("{t}.csv")));
             let names: Vec<String> = df
                 .get_column_names()
                 .iter()
                 .map(|n| n.to_string())
                 .collect();
             assert_eq!(names, h, "{t}");
+            assert_eq!(df.height(), rows.len(), "{t}");
+            for (j, c) in df.columns().iter().enumerate() {
+                for (i, row) in rows.iter().enumerate() {
+                    same_cell(&c.get(i).unwrap(), &row[j], &format!("{t}.{}[{i}]", h[j]));
+                }
+            }
         }
+    }
+}
+
+/// A Parquet value against its CSV cell: texts equal (or the CSV's formula-safe `'` before
+/// it), numbers equal, floats within the CSV's rounding, a null an empty cell.
+fn same_cell(v: &polars::prelude::AnyValue, cell: &str, at: &str) {
+    use polars::prelude::AnyValue;
+    match v {
+        AnyValue::Null => assert_eq!(cell, "", "{at}"),
+        AnyValue::String(s) => assert!(
+            cell == *s || cell == format!("'{s}"),
+            "{at}: {s:?} {cell:?}"
+        ),
+        AnyValue::Float64(f) => {
+            let x: f64 = cell.parse().unwrap_or_else(|_| panic!("{at}: {cell:?}"));
+            // Half a unit of the cell's last decimal.
+            let decimals = cell.split_once('.').map_or(0, |(_, d)| d.len()) as i32;
+            let tol = 0.5 * 10f64.powi(-decimals) + f.abs() * 1e-12;
+            assert!((f - x).abs() <= tol, "{at}: {f} against {cell}");
+        }
+        AnyValue::Boolean(b) => assert_eq!(cell, b.to_string(), "{at}"),
+        other => assert_eq!(other.to_string(), cell, "{at}"),
     }
 }
 

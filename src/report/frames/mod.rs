@@ -9,6 +9,7 @@ use crate::model::Trace;
 
 mod columns;
 mod ranks;
+mod steps;
 mod tables;
 use columns::{col, write};
 pub use ranks::{read_ranks, write_rank};
@@ -25,14 +26,32 @@ pub enum Table {
     MemoryTimeline,
     /// `flops`: each node's FLOPs and roofline.
     Flops,
+    /// `node_iterations`: each node of each iteration.
+    NodeIterations,
+    /// `iterations`: each iteration's times, peak and wall time by phase.
+    Iterations,
+    /// `kernels`: GPU time per kernel name.
+    Kernels,
+    /// `streams`: each CUDA stream's activities and busy time.
+    Streams,
+    /// `flops_by_op`: FLOPs and time summed per op.
+    FlopsByOp,
+    /// `flops_by_module`: FLOPs and time summed per top-level module.
+    FlopsByModule,
 }
 
 /// Every table, in the order their files are listed.
-pub const TABLES: [Table; 4] = [
+pub const TABLES: [Table; 10] = [
     Table::NodeStats,
     Table::ActivationStats,
     Table::MemoryTimeline,
     Table::Flops,
+    Table::NodeIterations,
+    Table::Iterations,
+    Table::Kernels,
+    Table::Streams,
+    Table::FlopsByOp,
+    Table::FlopsByModule,
 ];
 
 impl Table {
@@ -43,6 +62,12 @@ impl Table {
             Table::ActivationStats => "activation_stats",
             Table::MemoryTimeline => "memory_timeline",
             Table::Flops => "flops",
+            Table::NodeIterations => "node_iterations",
+            Table::Iterations => "iterations",
+            Table::Kernels => "kernels",
+            Table::Streams => "streams",
+            Table::FlopsByOp => "flops_by_op",
+            Table::FlopsByModule => "flops_by_module",
         }
     }
 
@@ -57,13 +82,25 @@ impl Table {
             Table::ActivationStats => tables::activation_stats_columns(t, a),
             Table::MemoryTimeline => tables::memory_timeline_columns(t, a),
             Table::Flops => tables::flops_columns(t, a),
+            Table::NodeIterations => steps::node_iterations_columns(t, a),
+            Table::Iterations => steps::iterations_columns(t, a),
+            Table::Kernels => steps::kernels_columns(t, a),
+            Table::Streams => steps::streams_columns(t, a),
+            Table::FlopsByOp => steps::rollup_columns("op", &crate::report::flops::by_op(a)),
+            Table::FlopsByModule => {
+                steps::rollup_columns("module", &crate::report::flops::by_module(a))
+            }
         }
+    }
+
+    /// Its Parquet file's name.
+    pub fn file_name(self) -> String {
+        format!("{}.parquet", self.name())
     }
 
     /// Writes `<name>.parquet` into `dir`.
     pub fn write(self, dir: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
-        let name = format!("{}.parquet", self.name());
-        write(&dir.join(name), self.columns(t, a))
+        write(&dir.join(self.file_name()), self.columns(t, a))
     }
 
     /// The same file's bytes, in memory (the Python module hands them to polars).
@@ -71,14 +108,6 @@ impl Table {
         columns::to_bytes(self.name(), self.columns(t, a))
     }
 }
-
-/// Files written.
-pub const FILES: [&str; 4] = [
-    "node_stats.parquet",
-    "activation_stats.parquet",
-    "memory_timeline.parquet",
-    "flops.parquet",
-];
 
 /// The Parquet copies of a snapshot analysis's timeline and top sites
 /// ([`super::snapshot::PARQUET_FILES`]): the rows and columns of `memory_timeline.csv` and
