@@ -23,7 +23,8 @@ mkdir -p python/steptrace.data/scripts
 cp "$target/$dir/steptrace" python/steptrace.data/scripts/steptrace
 "$work/build-env/bin/maturin" build -q -m python/Cargo.toml --profile "$profile" -o "$work/wheels"
 python3 -m venv "$work/env"
-"$work/env/bin/pip" install -q "$work"/wheels/steptrace-*.whl pytest
+# nbclient, ipykernel and matplotlib run examples/analyze.ipynb (python/tests/test_notebook.py).
+"$work/env/bin/pip" install -q "$work"/wheels/steptrace-*.whl pytest nbclient nbformat ipykernel matplotlib
 # The suite runs the installed command: the environment's bin first on PATH.
 PATH="$work/env/bin:$PATH" "$work/env/bin/python" -m pytest -q python/tests
 echo "wheel: $(ls "$work"/wheels/steptrace-*.whl)"

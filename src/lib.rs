@@ -336,6 +336,35 @@ pub fn plan_run(
     Ok((p, analysis))
 }
 
+/// The runs `compare` sets side by side, labelled by `labels` in order (else by each run's
+/// name): a folder `analyze` wrote is read back (its summary.json and node_stats.csv), a trace
+/// or a capture's run directory is analysed.
+pub fn compare_runs(
+    inputs: &[PathBuf],
+    labels: &[String],
+) -> Result<Vec<report::compare::Run>, Error> {
+    let mut runs = Vec::new();
+    for (i, r) in inputs.iter().enumerate() {
+        let label = labels.get(i).cloned();
+        let run = if ingest::is_results_dir(r) {
+            let read = ingest::read_results(r).map_err(Error::Input)?;
+            let label = label.unwrap_or_else(|| read.summary.name.clone());
+            report::compare::Run::read_back(label, read)
+        } else {
+            let props = AnalyzeProps {
+                input: r.clone(),
+                top: 10,
+                ..Default::default()
+            };
+            let a = run_analysis(&props)?.1;
+            let label = label.unwrap_or_else(|| a.summary.name.clone());
+            report::compare::Run::analysed(label, &a)
+        };
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
 /// The distributed run to analyse: a directory holding two or more ranks' traces, when no rank
 /// was chosen; `None` otherwise (a single analysis).
 pub fn distributed_run(props: &AnalyzeProps) -> Option<ingest::RankLayout> {

@@ -22,7 +22,7 @@ RUNS = [
     ("gpt_bf16", {}),
     ("gpt_bf16_ckpt", {}),
     ("libtorch_cnn", {}),
-    ("ddp_mlp", {"rank": 1}),
+    ("ddp_mlp", {"rank": 1}),  # every rank at once: test_a_distributed_run_…
     ("resnet18/trace.json.gz", {}),
 ]
 
@@ -131,3 +131,60 @@ def test_to_pandas_through_polars():
     pytest.importorskip("pyarrow")
     a = steptrace.analyze(SAMPLES / "resnet18")
     assert len(a.node_stats.to_pandas()) == a.node_stats.height
+
+
+def test_a_snapshot_alone_is_the_commands(tmp_path):
+    snap = SAMPLES / "gpt_bf16" / "snapshot.pickle.gz"
+    subprocess.run([cli(), "analyze", "-q", "--out", str(tmp_path / "cli"), str(snap)], check=True)
+    a = steptrace.analyze(snap)
+    assert isinstance(a, steptrace.SnapshotAnalysis)
+    assert a.summary == json.loads((tmp_path / "cli" / "summary.json").read_text())
+    for name in steptrace.SNAPSHOT_TABLES:
+        assert getattr(a, name).equals(pl.read_parquet(tmp_path / "cli" / f"{name}.parquet")), name
+    a.write(tmp_path / "py")
+    for name in ("summary.json", "memory_timeline.csv", "top_sites.csv", "segments.csv"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+
+
+def test_a_plan_is_the_commands(tmp_path):
+    run = SAMPLES / "gpt_bf16"
+    subprocess.run(
+        [cli(), "plan", "-q", "--budget", "80%", "--out", str(tmp_path / "cli"), str(run)], check=True
+    )
+    p = steptrace.plan(run, "80%")
+    assert p.json == json.loads((tmp_path / "cli" / "plan.json").read_text())
+    assert p.decisions.height == len(p.json["decisions"]) > 0
+    p.write(tmp_path / "py", plots=False)
+    for name in ("plan.json", "plan.csv"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    with pytest.raises(steptrace.PlanError):
+        steptrace.plan(run, "1KiB")
+
+
+def test_a_comparison_is_the_commands(tmp_path):
+    runs = [SAMPLES / "gpt_bf16", SAMPLES / "gpt_bf16_ckpt"]
+    r = subprocess.run(
+        [cli(), "compare", "--out", str(tmp_path / "cli")] + [str(x) for x in runs],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    c = steptrace.compare(runs)
+    assert c.table() in r.stdout
+    assert [label for label, _ in c.runs] == ["gpt_bf16", "gpt_bf16_ckpt"]
+    c.write(tmp_path / "py")
+    assert (tmp_path / "py" / "compare.csv").read_bytes() == (tmp_path / "cli" / "compare.csv").read_bytes()
+    assert c.frame.height == 2
+
+
+def test_a_distributed_run_gives_every_rank_as_the_command(tmp_path):
+    run = SAMPLES / "ddp_mlp"
+    subprocess.run([cli(), "analyze", "-q", "--out", str(tmp_path / "cli"), str(run)], check=True)
+    r = steptrace.analyze(run)
+    assert isinstance(r, steptrace.Ranks)
+    assert r.summary == json.loads((tmp_path / "cli" / "ranks.json").read_text())
+    assert r.ranks.height == 2
+    assert r.rank(1).summary == json.loads((tmp_path / "cli" / "rank1" / "summary.json").read_text())
+    r.write(tmp_path / "py")
+    for name in ("ranks.csv", "ranks.json", "rank0/node_stats.csv", "rank1/summary.json"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name

@@ -12,25 +12,7 @@ pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
     }
     // A folder `analyze` wrote is read back (its summary.json and node_stats.csv); a trace or
     // a capture's run directory is analysed here.
-    let mut runs = Vec::new();
-    for (i, r) in args.runs.iter().enumerate() {
-        let label = args.labels.get(i).cloned();
-        let run = if steptrace::ingest::is_results_dir(r) {
-            let read = steptrace::ingest::read_results(r).map_err(steptrace::Error::Input)?;
-            let label = label.unwrap_or_else(|| read.summary.name.clone());
-            steptrace::report::compare::Run::read_back(label, read)
-        } else {
-            let props = steptrace::AnalyzeProps {
-                input: r.clone(),
-                top: 10,
-                ..Default::default()
-            };
-            let a = steptrace::run_analysis(&props)?.1;
-            let label = label.unwrap_or_else(|| a.summary.name.clone());
-            steptrace::report::compare::Run::analysed(label, &a)
-        };
-        runs.push(run);
-    }
+    let runs = steptrace::compare_runs(&args.runs, &args.labels)?;
     steptrace::report::compare::write(&args.out, "compare", "configuration", &runs)?;
     let mut out = std::io::stdout().lock();
     out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;

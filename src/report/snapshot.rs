@@ -116,17 +116,9 @@ fn ms_text(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.3}")).unwrap_or_default()
 }
 
-/// Writes every output of a snapshot analysis into `out` and commits them.
-pub fn write(
-    mut out: OutDir,
-    s: &Snapshot,
-    a: &SnapshotAnalysis,
-    diag: &Diagnostics,
-    html: bool,
-) -> Result<(), Error> {
-    let clearing = out.clear_previous(&s.path);
-    let dir = out.path().to_path_buf();
-    let summary = SnapshotSummary {
+/// summary.json of a snapshot analysed alone.
+pub fn summary(a: &SnapshotAnalysis, diag: &Diagnostics) -> SnapshotSummary {
+    SnapshotSummary {
         format_version: steptrace_formats::summary::FORMAT_VERSION,
         kind: "memory_snapshot".to_owned(),
         snapshot: a.file.clone(),
@@ -169,7 +161,20 @@ pub fn write(
         private_pools: a.private_pools.clone(),
         phases: a.phases.len(),
         warnings: diag.lines(),
-    };
+    }
+}
+
+/// Writes every output of a snapshot analysis into `out` and commits them.
+pub fn write(
+    mut out: OutDir,
+    s: &Snapshot,
+    a: &SnapshotAnalysis,
+    diag: &Diagnostics,
+    html: bool,
+) -> Result<(), Error> {
+    let clearing = out.clear_previous(&s.path);
+    let dir = out.path().to_path_buf();
+    let summary = summary(a, diag);
     write_timeline(&dir.join("memory_timeline.csv"), a)?;
     write_peak_allocations(&dir.join("peak_allocations.csv"), s, a)?;
     write_top_sites(&dir.join("top_sites.csv"), a)?;

@@ -116,59 +116,85 @@ pub(super) fn write_snapshot(
     dir: &Path,
     a: &crate::analysis::snapshot::SnapshotAnalysis,
 ) -> Result<(), Error> {
+    for name in SNAPSHOT_TABLES {
+        write(
+            &dir.join(format!("{name}.parquet")),
+            snapshot_columns(name, a).unwrap_or_default(),
+        )?;
+    }
+    Ok(())
+}
+
+/// The tables of a snapshot analysed alone that have Parquet copies.
+pub const SNAPSHOT_TABLES: [&str; 2] = ["memory_timeline", "top_sites"];
+
+/// A snapshot table's Parquet file in memory (one of [`SNAPSHOT_TABLES`]; `None` for another
+/// name).
+pub fn snapshot_parquet_bytes(
+    name: &str,
+    a: &crate::analysis::snapshot::SnapshotAnalysis,
+) -> Option<Result<Vec<u8>, Error>> {
+    snapshot_columns(name, a).map(|c| columns::to_bytes(name, c))
+}
+
+fn snapshot_columns(
+    name: &str,
+    a: &crate::analysis::snapshot::SnapshotAnalysis,
+) -> Option<Vec<polars::prelude::Column>> {
     use super::snapshot::{timeline_rows, top_site_rows, TimelineRow};
-    let tl: Vec<TimelineRow> = timeline_rows(a).collect();
-    write(
-        &dir.join("memory_timeline.parquet"),
-        vec![
-            col("device", tl.iter().map(|r| r.device).collect::<Vec<i64>>()),
-            col(
-                "entry",
-                tl.iter().map(|r| r.entry as u64).collect::<Vec<u64>>(),
-            ),
-            col(
-                "time_ms",
-                tl.iter().map(|r| r.time_ms).collect::<Vec<Option<f64>>>(),
-            ),
-            col(
-                "allocated_bytes",
-                tl.iter().map(|r| r.allocated_bytes).collect::<Vec<u64>>(),
-            ),
-            col(
-                "reserved_bytes",
-                tl.iter().map(|r| r.reserved_bytes).collect::<Vec<u64>>(),
-            ),
-        ],
-    )?;
-    let sites = top_site_rows(a);
-    write(
-        &dir.join("top_sites.parquet"),
-        vec![
-            col(
-                "device",
-                sites.iter().map(|r| r.device).collect::<Vec<i64>>(),
-            ),
-            col(
-                "by",
-                sites.iter().map(|r| r.by.as_str()).collect::<Vec<&str>>(),
-            ),
-            col("site", sites.iter().map(|r| r.site).collect::<Vec<&str>>()),
-            col(
-                "kind",
-                sites.iter().map(|r| r.kind.name()).collect::<Vec<&str>>(),
-            ),
-            col("bytes", sites.iter().map(|r| r.bytes).collect::<Vec<u64>>()),
-            col(
-                "blocks",
-                sites.iter().map(|r| r.blocks as u64).collect::<Vec<u64>>(),
-            ),
-            col(
-                "pct_of_peak",
-                sites
-                    .iter()
-                    .map(|r| r.pct_of_peak)
-                    .collect::<Vec<Option<f64>>>(),
-            ),
-        ],
-    )
+    match name {
+        "memory_timeline" => {
+            let tl: Vec<TimelineRow> = timeline_rows(a).collect();
+            Some(vec![
+                col("device", tl.iter().map(|r| r.device).collect::<Vec<i64>>()),
+                col(
+                    "entry",
+                    tl.iter().map(|r| r.entry as u64).collect::<Vec<u64>>(),
+                ),
+                col(
+                    "time_ms",
+                    tl.iter().map(|r| r.time_ms).collect::<Vec<Option<f64>>>(),
+                ),
+                col(
+                    "allocated_bytes",
+                    tl.iter().map(|r| r.allocated_bytes).collect::<Vec<u64>>(),
+                ),
+                col(
+                    "reserved_bytes",
+                    tl.iter().map(|r| r.reserved_bytes).collect::<Vec<u64>>(),
+                ),
+            ])
+        }
+        "top_sites" => {
+            let sites = top_site_rows(a);
+            Some(vec![
+                col(
+                    "device",
+                    sites.iter().map(|r| r.device).collect::<Vec<i64>>(),
+                ),
+                col(
+                    "by",
+                    sites.iter().map(|r| r.by.as_str()).collect::<Vec<&str>>(),
+                ),
+                col("site", sites.iter().map(|r| r.site).collect::<Vec<&str>>()),
+                col(
+                    "kind",
+                    sites.iter().map(|r| r.kind.name()).collect::<Vec<&str>>(),
+                ),
+                col("bytes", sites.iter().map(|r| r.bytes).collect::<Vec<u64>>()),
+                col(
+                    "blocks",
+                    sites.iter().map(|r| r.blocks as u64).collect::<Vec<u64>>(),
+                ),
+                col(
+                    "pct_of_peak",
+                    sites
+                        .iter()
+                        .map(|r| r.pct_of_peak)
+                        .collect::<Vec<Option<f64>>>(),
+                ),
+            ])
+        }
+        _ => None,
+    }
 }
