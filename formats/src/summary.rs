@@ -592,6 +592,16 @@ pub struct Summary {
     pub step_times_s: Vec<f64>,
     /// Median union of GPU activity per iteration, s.
     pub gpu_busy_s: f64,
+    /// The GPU's utilisation: `gpu_busy_s` over the program's own step time (`step_time_s`
+    /// where capture timed it, nothing recorded); `None` where the program's own step is not
+    /// known. Kernels run as long under the profiler as without it, so the busy time measured
+    /// in the profiled iterations stands for the program's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization: Option<f64>,
+    /// `gpu_busy_s` over the profiled step (`step_time_instrumented_s`): the share the trace
+    /// shows, lowered by the profiler's own host work wherever the step is host-bound.
+    #[serde(default)]
+    pub gpu_utilization_profiled: f64,
     /// Median sum of GPU activity durations per iteration, s.
     pub gpu_time_s: f64,
     /// Largest `Total Allocated` inside the profiled iterations.

@@ -68,6 +68,7 @@ pub(super) fn build(
     } else {
         Clock::of(StepTimes::of(step), facts.program_step_time.as_ref(), diag)
     };
+    let gpu_utilization = clock.utilization(diag);
     Summary {
         format_version: steptrace_formats::summary::FORMAT_VERSION,
         steptrace_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -89,6 +90,8 @@ pub(super) fn build(
         collective_overlap,
         step_times_s: clock.each_s,
         gpu_busy_s: clock.gpu_busy_s,
+        gpu_utilization,
+        gpu_utilization_profiled: ratio(clock.gpu_busy_s, clock.instrumented_s),
         gpu_time_s: clock.gpu_time_s,
         peak_allocated_bytes: peak.map(|p| p.0),
         peak_node,
@@ -141,7 +144,39 @@ struct Clock {
     gpu_time_s: f64,
 }
 
+/// `part / whole`, 0 where `whole` is not positive.
+fn ratio(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole
+    } else {
+        0.0
+    }
+}
+
 impl Clock {
+    /// GPU busy over the program's own step, where capture timed it. Busy time beyond the
+    /// step by more than noise means the profiled iterations did other work than the timed
+    /// steps (a different batch, an evaluation step): said, as the figure then describes
+    /// neither.
+    fn utilization(&self, diag: &mut Diagnostics) -> Option<f64> {
+        if self.source == steptrace_formats::StepTimeSource::Instrumented || self.step_s <= 0.0 {
+            return None;
+        }
+        let u = self.gpu_busy_s / self.step_s;
+        if u > 1.05 {
+            diag.warn(
+                "gpu_busy_exceeds_step",
+                format!(
+                    "the GPU is busy {:.3} ms in a profiled iteration, {:.0}% of the program's own step ({:.3} ms): the profiled iterations did more GPU work than the timed steps, so the utilisation describes neither",
+                    self.gpu_busy_s * 1e3,
+                    100.0 * u,
+                    self.step_s * 1e3
+                ),
+            );
+        }
+        Some(u)
+    }
+
     /// A GPU-only trace: no step to rebuild, so the figures are the GPU timeline's over the
     /// whole trace, and there is no step of the program's to compare with.
     fn gpu_only(
@@ -307,4 +342,55 @@ fn peak_place(t: &Trace, step: &Step, ts: i64) -> (Option<String>, Option<String
         })
     });
     (node, it.map(|i| i.label.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times(busy_s: f64, span_s: f64) -> StepTimes {
+        StepTimes {
+            each_s: vec![span_s],
+            median_s: span_s,
+            gpu_busy_s: busy_s,
+            gpu_time_s: busy_s,
+        }
+    }
+
+    fn own(ms: f64) -> ProgramStepTime {
+        ProgramStepTime {
+            ns: (ms * 1e6) as i64,
+            source: steptrace_formats::StepTimeSource::AfterWindow,
+            unsettled: None,
+            plan_ab: None,
+            host_lead_s: None,
+            optimizer_step_s: None,
+            passes_per_step: None,
+        }
+    }
+
+    #[test]
+    fn utilisation_is_against_the_programs_own_step() {
+        let mut d = Diagnostics::default();
+        // 10 ms busy in a 100 ms profiled step; the program's own step is 20 ms.
+        let c = Clock::of(times(0.010, 0.100), Some(&own(20.0)), &mut d);
+        let u = c.utilization(&mut d).unwrap();
+        assert!((u - 0.5).abs() < 1e-9, "{u}");
+        assert!((ratio(c.gpu_busy_s, c.instrumented_s) - 0.1).abs() < 1e-9);
+        assert!(d.lines().is_empty());
+        // Without the program's own step there is no utilisation to claim.
+        let c = Clock::of(times(0.010, 0.100), None, &mut d);
+        assert_eq!(c.utilization(&mut d), None);
+    }
+
+    #[test]
+    fn busy_beyond_the_programs_step_is_said() {
+        let mut d = Diagnostics::default();
+        let c = Clock::of(times(0.030, 0.100), Some(&own(20.0)), &mut d);
+        assert!(c.utilization(&mut d).unwrap() > 1.0);
+        assert!(d
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("gpu_busy_exceeds_step")));
+    }
 }

@@ -71,14 +71,8 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
             human_time(s.step_time_s)
         );
     }
-    // GPU busy is measured inside the profiled iterations: its share is of those.
     if !cpu_only {
-        o += &format!(
-            "GPU busy {} ({:.0}% of the profiled step), GPU kernel time {}\n",
-            human_time(s.gpu_busy_s),
-            crate::analysis::percent(s.gpu_busy_s, s.step_time_instrumented_s).unwrap_or(0.0),
-            human_time(s.gpu_time_s)
-        );
+        o += &utilization_line(s);
     }
     if let Some(line) = phase_line(s, cpu_only) {
         o += &line;
@@ -442,4 +436,25 @@ pub(crate) fn graphs_line(g: &crate::analysis::graphs::CudaGraphs) -> String {
     }
     o.push('\n');
     o
+}
+
+/// The GPU's utilisation as the headline: against the program's own step where capture timed
+/// it, the profiled step's share beside it and named as the profiler's; else the profiled
+/// step's alone, said to be so.
+pub(crate) fn utilization_line(s: &crate::analysis::Summary) -> String {
+    let profiled = 100.0 * s.gpu_utilization_profiled;
+    match s.gpu_utilization {
+        Some(u) => format!(
+            "GPU utilisation {:.0}%: busy {} of the program's own {} step (under the profiler {profiled:.0}%: its own host work lengthens the step), GPU kernel time {}\n",
+            100.0 * u,
+            human_time(s.gpu_busy_s),
+            human_time(s.step_time_s),
+            human_time(s.gpu_time_s)
+        ),
+        None => format!(
+            "GPU busy {} ({profiled:.0}% of the profiled step, which the profiler's host work lengthens; the program's own step is not known: `steptrace capture` times it), GPU kernel time {}\n",
+            human_time(s.gpu_busy_s),
+            human_time(s.gpu_time_s)
+        ),
+    }
 }

@@ -253,17 +253,25 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
     ];
     // What the input does not hold is left out, not shown blank or as 0.
     if s.gpu_busy_s > 0.0 {
-        // Measured inside the profiled iterations: its share is of those.
-        let busy =
-            crate::analysis::percent(s.gpu_busy_s, s.step_time_instrumented_s).unwrap_or(0.0);
-        rows.push(vec![
-            "GPU busy (median)".into(),
-            format!(
-                "{} ({busy:.0}% of the profiled step; idle {:.0}%)",
-                human_time(s.gpu_busy_s),
-                100.0 - busy
-            ),
-        ]);
+        let profiled = 100.0 * s.gpu_utilization_profiled;
+        rows.push(match s.gpu_utilization {
+            Some(u) => vec![
+                "GPU utilisation".into(),
+                format!(
+                    "{:.0}%: busy {} of the program's own step (under the profiler {profiled:.0}%, its idle {:.0}% largely the profiler's host work)",
+                    100.0 * u,
+                    human_time(s.gpu_busy_s),
+                    100.0 - profiled
+                ),
+            ],
+            None => vec![
+                "GPU busy (median)".into(),
+                format!(
+                    "{} ({profiled:.0}% of the profiled step, which the profiler's host work lengthens; the program's own step is not known)",
+                    human_time(s.gpu_busy_s),
+                ),
+            ],
+        });
     }
     let phases = super::console::phase_parts(s, s.gpu_busy_s == 0.0);
     if !phases.is_empty() {

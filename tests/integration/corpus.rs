@@ -425,3 +425,38 @@ fn phase_wall_times_match_lightnings_own_timers() {
             > tp[&steptrace::analysis::Phase::Forward].cpu_s
     );
 }
+
+/// Issue 79, its headline: the GPU's utilisation is against the program's own step (capture
+/// timed it, nothing recorded), the profiled step's share beside it as the profiler's. On
+/// pytorch-cpp's residual network the profiled step is 13.6x the program's: 2% of it is 29%
+/// of the program's step.
+#[test]
+fn utilisation_is_against_the_programs_own_step_and_the_profiled_share_is_labelled() {
+    let d = crate::common::root().join("sample_traces/corpus/cpp_drn");
+    let (_t, out) = analyze(&d);
+    let s = &out.analysis.summary;
+    assert_eq!(
+        s.step_time_source,
+        steptrace_formats::StepTimeSource::AfterWindow
+    );
+    let u = s.gpu_utilization.expect("the program's own step is known");
+    assert!((u - s.gpu_busy_s / s.step_time_s).abs() < 1e-12);
+    assert!((s.gpu_utilization_profiled - s.gpu_busy_s / s.step_time_instrumented_s).abs() < 1e-12);
+    assert!(u > 10.0 * s.gpu_utilization_profiled, "{u}");
+    let line = out
+        .console
+        .lines()
+        .find(|l| l.starts_with("GPU utilisation"))
+        .expect("the headline");
+    assert!(
+        line.starts_with(&format!("GPU utilisation {:.0}%", 100.0 * u)),
+        "{line}"
+    );
+    assert!(line.contains("under the profiler 2%"), "{line}");
+    // A trace without the program's own step claims none.
+    let (_t, plain) = analyze(&crate::common::root().join("sample_traces/resnet18"));
+    assert_eq!(plain.analysis.summary.gpu_utilization, None);
+    assert!(plain
+        .console
+        .contains("the program's own step is not known"));
+}
