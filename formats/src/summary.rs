@@ -314,6 +314,86 @@ impl Temporal {
     }
 }
 
+/// Why a CUDA stream sat idle between two of its activities: HolisticTraceAnalysis's three
+/// causes (host wait, kernel wait, other; [`IdleCause::hta`]), with host wait split by what
+/// the host was doing and other by a collective the stream waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleCause {
+    /// The next activity was launched after the previous one ended (HTA's host wait): the
+    /// host was busy with its own work (Python, the framework, the profiler).
+    HostWait,
+    /// Host wait while the host built the batch (a data-loading node).
+    DataLoading,
+    /// Host wait right after the host waited for the GPU (`cudaStreamSynchronize`,
+    /// `.item()`, a copy to the host): the queue drained, and the host had to fill it again.
+    HostSync,
+    /// Launched in time, and a gap under 30 µs: the cost of starting the next kernel.
+    KernelWait,
+    /// Launched in time, and the activity started as a collective on another stream ended:
+    /// it waited for the communication.
+    CommunicationWait,
+    /// Launched in time, longer than a kernel wait, cause unknown (an event from another
+    /// stream, a copy engine).
+    Other,
+}
+
+impl IdleCause {
+    /// Every cause, in this order.
+    pub const ALL: [IdleCause; 6] = [
+        IdleCause::HostWait,
+        IdleCause::DataLoading,
+        IdleCause::HostSync,
+        IdleCause::KernelWait,
+        IdleCause::CommunicationWait,
+        IdleCause::Other,
+    ];
+
+    /// Its name in summary.json and the tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleCause::HostWait => "host_wait",
+            IdleCause::DataLoading => "data_loading",
+            IdleCause::HostSync => "host_sync",
+            IdleCause::KernelWait => "kernel_wait",
+            IdleCause::CommunicationWait => "communication_wait",
+            IdleCause::Other => "other",
+        }
+    }
+
+    /// HolisticTraceAnalysis's category it falls under (`get_idle_time_breakdown`).
+    pub fn hta(self) -> &'static str {
+        match self {
+            IdleCause::HostWait | IdleCause::DataLoading | IdleCause::HostSync => "host_wait",
+            IdleCause::KernelWait => "kernel_wait",
+            IdleCause::CommunicationWait | IdleCause::Other => "other",
+        }
+    }
+}
+
+/// An op idle time is charged to: the outermost op around the late launch (host causes), the
+/// collective waited for, or the activity that started late.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleOp {
+    /// Its name (a node name where the op is a node).
+    pub op: String,
+    /// Idle time charged to it per iteration (the iterations' sum over their number), s.
+    pub idle_s: f64,
+}
+
+/// Why the GPU waits, on the stream that does the most work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleSummary {
+    /// CUDA device.
+    pub device: i64,
+    /// CUDA stream.
+    pub stream: i64,
+    /// Idle time per iteration by cause (the iterations' sum over their number), s.
+    pub per_iteration_s: BTreeMap<IdleCause, f64>,
+    /// Per cause, the ops most of it is charged to (at most 5, most first).
+    pub top_ops: BTreeMap<IdleCause, Vec<IdleOp>>,
+}
+
 /// One kind of collective's kernels on a rank (FSDP2's all-gathers against its
 /// reduce-scatters): their merged time, and how much of it ran beside computation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -602,6 +682,10 @@ pub struct Summary {
     /// shows, lowered by the profiler's own host work wherever the step is host-bound.
     #[serde(default)]
     pub gpu_utilization_profiled: f64,
+    /// Why the GPU waits: the idle time of its busiest stream by cause (`idle_time.csv` has
+    /// every stream); `None` without GPU activity in the iterations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleSummary>,
     /// Median sum of GPU activity durations per iteration, s.
     pub gpu_time_s: f64,
     /// Largest `Total Allocated` inside the profiled iterations.

@@ -4,6 +4,7 @@
 pub mod collectives;
 pub mod flops;
 pub mod graphs;
+pub mod idle;
 pub mod intervals;
 mod joins;
 pub mod kernels;
@@ -68,6 +69,8 @@ pub struct Analysis {
     pub liveness: liveness::Liveness,
     /// Per kernel name and per stream, over the whole trace.
     pub kernels: kernels::Kernels,
+    /// Each stream's idle time by cause (why the GPU waits).
+    pub idle: idle::Idle,
     /// Collectives launched in the iterations, with their metadata.
     pub collectives: Vec<collectives::Call>,
     /// The run's memory snapshot replayed over its whole history, with the node that made
@@ -168,6 +171,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
     let n_iter = step.iterations.len().max(1) as u64;
     let matmul_flops_by_op = by_type.into_iter().map(|(k, v)| (k, v / n_iter)).collect();
     let kernels = kernels::compute(t);
+    let idle = idle::compute(t, &step);
     let (collectives, outside) = collectives::calls(t, &step);
     if outside > 0 && !collectives.is_empty() {
         diag.warn(
@@ -183,11 +187,13 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
         live: &live,
         flop_rows: &flop_rows,
         kernels: &kernels,
+        idle: &idle,
     };
     let summary = summary::build(&parts, peaks, &facts, diag);
     let mut a = Analysis {
         module_fqns: facts.module_fqns,
         kernels,
+        idle,
         step,
         node_stats,
         summary,

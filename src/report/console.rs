@@ -73,6 +73,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     }
     if !cpu_only {
         o += &utilization_line(s);
+        o += &idle_line(s);
     }
     if let Some(line) = phase_line(s, cpu_only) {
         o += &line;
@@ -451,10 +452,51 @@ pub(crate) fn utilization_line(s: &crate::analysis::Summary) -> String {
             human_time(s.step_time_s),
             human_time(s.gpu_time_s)
         ),
+        None if s.profiler_overhead.is_some() => format!(
+            "GPU busy {} ({profiled:.0}% of the profiled step), more than the program's own {} step: no utilisation (gpu_busy_exceeds_step), GPU kernel time {}\n",
+            human_time(s.gpu_busy_s),
+            human_time(s.step_time_s),
+            human_time(s.gpu_time_s)
+        ),
         None => format!(
             "GPU busy {} ({profiled:.0}% of the profiled step, which the profiler's host work lengthens; the program's own step is not known: `steptrace capture` times it), GPU kernel time {}\n",
             human_time(s.gpu_busy_s),
             human_time(s.gpu_time_s)
         ),
     }
+}
+
+/// Why the GPU waits, in one line: the busiest stream's idle time per iteration by cause,
+/// largest first, and the op the largest is charged to.
+pub(crate) fn idle_line(s: &crate::analysis::Summary) -> String {
+    let Some(idle) = &s.idle else {
+        return String::new();
+    };
+    let mut causes: Vec<_> = idle
+        .per_iteration_s
+        .iter()
+        .filter(|(_, v)| **v > 0.0)
+        .collect();
+    causes.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+    if causes.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|(c, v)| format!("{} {}", c.as_str().replace('_', " "), human_time(**v)))
+        .collect();
+    let mut line = format!(
+        "GPU idle per iteration on stream {}: {}",
+        idle.stream,
+        parts.join(", ")
+    );
+    if let Some(op) = idle.top_ops.get(causes[0].0).and_then(|v| v.first()) {
+        line += &format!(
+            " (most {} before {}: {})",
+            causes[0].0.as_str().replace('_', " "),
+            op.op,
+            human_time(op.idle_s)
+        );
+    }
+    line + "\n"
 }

@@ -264,6 +264,13 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
                     100.0 - profiled
                 ),
             ],
+            None if s.profiler_overhead.is_some() => vec![
+                "GPU busy (median)".into(),
+                format!(
+                    "{} ({profiled:.0}% of the profiled step), more than the program's own step: no utilisation (see the warnings)",
+                    human_time(s.gpu_busy_s),
+                ),
+            ],
             None => vec![
                 "GPU busy (median)".into(),
                 format!(
@@ -272,6 +279,13 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
                 ),
             ],
         });
+        let idle = super::console::idle_line(s);
+        if let Some(rest) = idle.trim_end().strip_prefix("GPU idle per iteration ") {
+            rows.push(vec![
+                "why the GPU waits (idle per iteration)".into(),
+                rest.into(),
+            ]);
+        }
     }
     let phases = super::console::phase_parts(s, s.gpu_busy_s == 0.0);
     if !phases.is_empty() {

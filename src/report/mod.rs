@@ -30,8 +30,8 @@ pub(crate) use self::shared::{
 };
 pub(crate) use self::tables::write_json;
 use self::tables::{
-    write_graph_profile, write_iterations, write_kernels, write_node_iterations, write_node_stats,
-    write_streams, write_summary,
+    write_graph_profile, write_idle_time, write_iterations, write_kernels, write_node_iterations,
+    write_node_stats, write_streams, write_summary,
 };
 
 pub use console::{console_summary, human_bytes, human_time};
@@ -183,6 +183,7 @@ pub fn write_into(
         named("graph.json/dot", Box::new(|| memory::write_graph(dir, a))),
         file(dir, "kernels.csv", |p| write_kernels(p, a)),
         file(dir, "streams.csv", |p| write_streams(p, a)),
+        file(dir, "idle_time.csv", |p| write_idle_time(p, a)),
     ]);
     #[cfg(feature = "parquet")]
     for table in frames::TABLES {

@@ -134,6 +134,56 @@ pub(super) fn write_kernels(path: &Path, a: &Analysis) -> Result<(), Error> {
     })
 }
 
+/// `idle_time.csv`'s rows: each stream's idle time by cause, over the whole trace (`trace`)
+/// and per iteration; every cause of a stream that has a row, zeros included.
+pub(crate) fn idle_rows(
+    a: &Analysis,
+) -> Vec<(
+    &str,
+    &crate::analysis::idle::StreamIdle,
+    crate::analysis::idle::IdleCause,
+)> {
+    use crate::analysis::idle::IdleCause;
+    let mut rows = Vec::new();
+    for s in &a.idle.streams {
+        let scope = match s.iteration {
+            None => "trace",
+            Some(i) => a.step.iterations[i as usize].label.as_str(),
+        };
+        for c in IdleCause::ALL {
+            rows.push((scope, s, c));
+        }
+    }
+    rows
+}
+
+pub(super) fn write_idle_time(path: &Path, a: &Analysis) -> Result<(), Error> {
+    let header = [
+        "scope",
+        "device",
+        "stream",
+        "cause",
+        "hta_category",
+        "idle_s",
+        "gaps",
+    ];
+    let rows = idle_rows(a);
+    write_table(path, &header, &rows, |w, (scope, s, c)| {
+        let i = crate::analysis::idle::IdleCause::ALL
+            .iter()
+            .position(|x| x == c)
+            .unwrap_or(0);
+        w.text(scope)
+            .num(s.device)
+            .num(s.stream)
+            .text(c.as_str())
+            .text(c.hta())
+            .text(&secs(s.idle_ns[i] as f64 * 1e-9))
+            .num(s.gaps[i])
+            .end();
+    })
+}
+
 pub(super) fn write_streams(path: &Path, a: &Analysis) -> Result<(), Error> {
     let header = ["device", "stream", "activities", "busy_ns"];
     write_table(path, &header, &a.kernels.streams, |w, s| {

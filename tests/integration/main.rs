@@ -10,6 +10,7 @@ mod formats;
 mod gen_ranks;
 mod golden;
 mod hostile;
+mod idle;
 mod liveness;
 mod memory_snapshot;
 mod outputs;

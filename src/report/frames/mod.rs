@@ -38,10 +38,12 @@ pub enum Table {
     FlopsByOp,
     /// `flops_by_module`: FLOPs and time summed per top-level module.
     FlopsByModule,
+    /// `idle_time`: each stream's idle time by cause (why the GPU waits).
+    IdleTime,
 }
 
 /// Every table, in the order their files are listed.
-pub const TABLES: [Table; 10] = [
+pub const TABLES: [Table; 11] = [
     Table::NodeStats,
     Table::ActivationStats,
     Table::MemoryTimeline,
@@ -52,6 +54,7 @@ pub const TABLES: [Table; 10] = [
     Table::Streams,
     Table::FlopsByOp,
     Table::FlopsByModule,
+    Table::IdleTime,
 ];
 
 impl Table {
@@ -68,6 +71,7 @@ impl Table {
             Table::Streams => "streams",
             Table::FlopsByOp => "flops_by_op",
             Table::FlopsByModule => "flops_by_module",
+            Table::IdleTime => "idle_time",
         }
     }
 
@@ -90,6 +94,7 @@ impl Table {
             Table::FlopsByModule => {
                 steps::rollup_columns("module", &crate::report::flops::by_module(a))
             }
+            Table::IdleTime => steps::idle_columns(a),
         }
     }
 

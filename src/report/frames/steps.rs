@@ -164,3 +164,38 @@ pub(super) fn rollup_columns(label: &str, rows: &[Rollup]) -> Vec<Column> {
         ),
     ]
 }
+
+pub(super) fn idle_columns(a: &Analysis) -> Vec<Column> {
+    use crate::analysis::idle::IdleCause;
+    let rows = crate::report::tables::idle_rows(a);
+    let at = |c: IdleCause| IdleCause::ALL.iter().position(|&x| x == c).unwrap_or(0);
+    vec![
+        col("scope", rows.iter().map(|r| r.0).collect::<Vec<&str>>()),
+        col(
+            "device",
+            rows.iter().map(|r| r.1.device).collect::<Vec<i64>>(),
+        ),
+        col(
+            "stream",
+            rows.iter().map(|r| r.1.stream).collect::<Vec<i64>>(),
+        ),
+        col(
+            "cause",
+            rows.iter().map(|r| r.2.as_str()).collect::<Vec<&str>>(),
+        ),
+        col(
+            "hta_category",
+            rows.iter().map(|r| r.2.hta()).collect::<Vec<&str>>(),
+        ),
+        col(
+            "idle_s",
+            rows.iter()
+                .map(|r| r.1.idle_ns[at(r.2)] as f64 * 1e-9)
+                .collect::<Vec<f64>>(),
+        ),
+        col(
+            "gaps",
+            rows.iter().map(|r| r.1.gaps[at(r.2)]).collect::<Vec<u64>>(),
+        ),
+    ]
+}

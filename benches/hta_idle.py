@@ -1,0 +1,66 @@
+"""HolisticTraceAnalysis's idle time breakdown for the traces in a directory, as JSON on stdout:
+the reference steptrace's `idle_time.csv` is checked against (sample_traces/*/hta_idle.json,
+docs/analysis.md, tests/integration/idle.rs).
+
+    python3 benches/hta_idle.py DIR [OUT.json]   # needs `pip install HolisticTraceAnalysis "pandas<3"`
+
+Per rank and CUDA stream: host wait, kernel wait and other idle time (HTA's `idle_time` in its
+trace's time unit, µs), with HTA's default `consecutive_kernel_delay` (30). As in
+hta_breakdown.py, trace files only are copied into a temporary directory first."""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+
+def main():
+    src = sys.argv[1]
+    from hta.trace_analysis import TraceAnalysis
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in sorted(os.listdir(src)):
+            if name.startswith("trace") and (name.endswith(".json") or name.endswith(".json.gz")):
+                shutil.copy(os.path.join(src, name), tmp)
+        # HTA leaves out the kernels launched in the last ProfilerStep unless told (it may be
+        # cut short); steptrace's iterations are whole, so it is told to keep them.
+        ta = TraceAnalysis(trace_dir=tmp, include_last_profiler_step=True)
+        ranks = sorted(ta.t.traces.keys())
+        out = {
+            "hta_version": _version(),
+            "consecutive_kernel_delay": 30,
+            "include_last_profiler_step": True,
+            "ranks": {},
+        }
+        for r in ranks:
+            df, _ = ta.get_idle_time_breakdown(ranks=[r], visualize=False)
+            streams = {}
+            for _, row in df.iterrows():
+                s = streams.setdefault(str(int(row["stream"])), {})
+                # A stream with no idle time has no ratio (NaN, which JSON cannot hold).
+                ratio = float(row["idle_time_ratio"])
+                s[str(row["idle_category"])] = {
+                    "idle_time_us": float(row["idle_time"]),
+                    "idle_time_ratio": None if ratio != ratio else ratio,
+                }
+            out["ranks"][str(r)] = {"streams": streams}
+    text = json.dumps(out, indent=1, sort_keys=True) + "\n"
+    if len(sys.argv) > 2:
+        with open(sys.argv[2], "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _version():
+    try:
+        from importlib.metadata import version
+
+        return version("HolisticTraceAnalysis")
+    except Exception:
+        return "unknown"
+
+
+if __name__ == "__main__":
+    main()

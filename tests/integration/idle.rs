@@ -1,0 +1,114 @@
+//! Why the GPU waits (issue 79), against HolisticTraceAnalysis 0.5 on the same files: each
+//! stream's idle time split into HTA's host wait, kernel wait and other, over the whole trace
+//! (HTA's `get_idle_time_breakdown`, run by benches/hta_idle.py with the last ProfilerStep kept;
+//! `hta_idle.json` beside each sample), within 2 points of HTA's shares. Where HTA's rounding
+//! moves its figures (it floors every time to whole µs: CUDA graphs' kernels run µs apart),
+//! the reference is a recount from the trace at full precision (benches/idle_recount.py,
+//! `idle_recount.json`), to 0.01%.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use steptrace::analysis::idle::IdleCause;
+
+/// Our whole-trace idle time per stream by HTA category, µs, for one rank of a sample.
+fn ours(dir: &Path, rank: Option<i64>) -> BTreeMap<String, BTreeMap<&'static str, f64>> {
+    let props = steptrace::AnalyzeProps {
+        input: dir.to_path_buf(),
+        rank,
+        top: 10,
+        ..Default::default()
+    };
+    let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
+    let mut out: BTreeMap<String, BTreeMap<&'static str, f64>> = BTreeMap::new();
+    for s in a.idle.streams.iter().filter(|s| s.iteration.is_none()) {
+        let row = out.entry(s.stream.to_string()).or_default();
+        for (i, c) in IdleCause::ALL.iter().enumerate() {
+            *row.entry(c.hta()).or_default() += s.idle_ns[i] as f64 / 1e3;
+        }
+    }
+    out
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+const CATEGORIES: [&str; 3] = ["host_wait", "kernel_wait", "other"];
+
+#[test]
+fn idle_causes_are_htas_within_2_points_on_every_sample_it_reads() {
+    let root = crate::common::root().join("sample_traces");
+    let mut dirs: Vec<_> = ["", "corpus/"]
+        .iter()
+        .flat_map(|sub| std::fs::read_dir(root.join(sub)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("hta_idle.json").is_file() && !p.join("idle_recount.json").is_file())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 10, "{dirs:?}");
+    let mut checked = 0;
+    for dir in dirs {
+        let hta = json(&dir.join("hta_idle.json"));
+        let ranks = hta["ranks"].as_object().unwrap();
+        for (rank, r) in ranks {
+            let rank_arg = (ranks.len() > 1).then(|| rank.parse::<i64>().unwrap());
+            let ours = ours(&dir, rank_arg);
+            for (stream, cats) in r["streams"].as_object().unwrap() {
+                let theirs: Vec<f64> = CATEGORIES
+                    .iter()
+                    .map(|c| cats[c]["idle_time_us"].as_f64().unwrap_or(0.0))
+                    .collect();
+                let mine: Vec<f64> = CATEGORIES
+                    .iter()
+                    .map(|c| {
+                        ours.get(stream)
+                            .and_then(|m| m.get(c))
+                            .copied()
+                            .unwrap_or(0.0)
+                    })
+                    .collect();
+                let (ts, ms): (f64, f64) = (theirs.iter().sum(), mine.iter().sum());
+                // HTA keeps only the activities launched by the last ProfilerStep's end;
+                // ours are the whole trace's (a rank's kernels after its window: ddp_torchrun's
+                // rank 1 has 10% more idle time there). So the totals agree to 15%, and each
+                // share to 2 points.
+                assert!(
+                    (ms - ts).abs() <= 0.15 * ts.max(1.0),
+                    "{} rank {rank} stream {stream}: idle {ms} µs against HTA's {ts}",
+                    dir.display()
+                );
+                for (i, c) in CATEGORIES.iter().enumerate() {
+                    let (m, t) = (
+                        100.0 * mine[i] / ms.max(1e-9),
+                        100.0 * theirs[i] / ts.max(1e-9),
+                    );
+                    assert!(
+                        (m - t).abs() <= 2.0,
+                        "{} rank {rank} stream {stream} {c}: {m:.2}% against HTA's {t:.2}%",
+                        dir.display()
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "{checked} streams checked");
+}
+
+#[test]
+fn idle_causes_under_cuda_graphs_are_the_traces_own_count() {
+    let dir = crate::common::root().join("sample_traces/corpus/vit_cudagraphs");
+    let recount = json(&dir.join("idle_recount.json"));
+    let ours = ours(&dir, None);
+    for (stream, cats) in recount["streams"].as_object().unwrap() {
+        for c in CATEGORIES {
+            let want = cats[c].as_f64().unwrap();
+            let got = ours[stream][c];
+            assert!(
+                (got - want).abs() <= 1e-4 * want.max(1.0),
+                "stream {stream} {c}: {got} against {want}"
+            );
+        }
+    }
+}
