@@ -219,6 +219,45 @@ pub(super) fn write(
     super::write_file(&path, o.as_bytes())
 }
 
+/// The summary table's GPU rows: the utilisation (against the program's own step where it is
+/// known) and why the GPU waits.
+fn gpu_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
+    let profiled = 100.0 * s.gpu_utilization_profiled;
+    let mut rows = vec![match s.gpu_utilization {
+            Some(u) => vec![
+                "GPU utilisation".into(),
+                format!(
+                    "{:.0}%: busy {} of the program's own step (under the profiler {profiled:.0}%, its idle {:.0}% largely the profiler's host work)",
+                    100.0 * u,
+                    human_time(s.gpu_busy_s),
+                    100.0 - profiled
+                ),
+            ],
+            None if s.profiler_overhead.is_some() => vec![
+                "GPU busy (median)".into(),
+                format!(
+                    "{} ({profiled:.0}% of the profiled step), more than the program's own step: no utilisation (see the warnings)",
+                    human_time(s.gpu_busy_s),
+                ),
+            ],
+            None => vec![
+                "GPU busy (median)".into(),
+                format!(
+                    "{} ({profiled:.0}% of the profiled step, which the profiler's host work lengthens; the program's own step is not known)",
+                    human_time(s.gpu_busy_s),
+                ),
+            ],
+        }];
+    let idle = super::console::idle_line(s);
+    if let Some(rest) = idle.trim_end().strip_prefix("GPU idle per iteration ") {
+        rows.push(vec![
+            "why the GPU waits (idle per iteration)".into(),
+            rest.into(),
+        ]);
+    }
+    rows
+}
+
 /// The report's summary table: what was analysed and the headline figures.
 fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
     let mut rows = vec![
@@ -253,39 +292,7 @@ fn summary_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
     ];
     // What the input does not hold is left out, not shown blank or as 0.
     if s.gpu_busy_s > 0.0 {
-        let profiled = 100.0 * s.gpu_utilization_profiled;
-        rows.push(match s.gpu_utilization {
-            Some(u) => vec![
-                "GPU utilisation".into(),
-                format!(
-                    "{:.0}%: busy {} of the program's own step (under the profiler {profiled:.0}%, its idle {:.0}% largely the profiler's host work)",
-                    100.0 * u,
-                    human_time(s.gpu_busy_s),
-                    100.0 - profiled
-                ),
-            ],
-            None if s.profiler_overhead.is_some() => vec![
-                "GPU busy (median)".into(),
-                format!(
-                    "{} ({profiled:.0}% of the profiled step), more than the program's own step: no utilisation (see the warnings)",
-                    human_time(s.gpu_busy_s),
-                ),
-            ],
-            None => vec![
-                "GPU busy (median)".into(),
-                format!(
-                    "{} ({profiled:.0}% of the profiled step, which the profiler's host work lengthens; the program's own step is not known)",
-                    human_time(s.gpu_busy_s),
-                ),
-            ],
-        });
-        let idle = super::console::idle_line(s);
-        if let Some(rest) = idle.trim_end().strip_prefix("GPU idle per iteration ") {
-            rows.push(vec![
-                "why the GPU waits (idle per iteration)".into(),
-                rest.into(),
-            ]);
-        }
+        rows.extend(gpu_rows(s));
     }
     let phases = super::console::phase_parts(s, s.gpu_busy_s == 0.0);
     if !phases.is_empty() {

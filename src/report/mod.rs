@@ -25,14 +25,12 @@ mod shared;
 pub mod snapshot;
 mod snapshot_view;
 mod tables;
+mod tasks;
 pub(crate) use self::shared::{
     create, input_lacks, io, nodes_by_time, nodes_without_gpu_time, secs, write_file,
 };
 pub(crate) use self::tables::write_json;
-use self::tables::{
-    write_graph_profile, write_idle_time, write_iterations, write_kernels, write_node_iterations,
-    write_node_stats, write_streams, write_summary,
-};
+use self::tasks::{file, named, Task};
 
 pub use console::{console_summary, human_bytes, human_time};
 pub use out_dir::OutDir;
@@ -142,19 +140,6 @@ pub fn write_into(
     }
     let svgs: Vec<std::sync::Mutex<Option<String>>> =
         plots.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    type Job<'a> = Box<dyn Fn() -> Result<(), Error> + Send + Sync + 'a>;
-    type Task<'a> = (String, Job<'a>);
-    fn named<'a>(name: &str, f: Job<'a>) -> Task<'a> {
-        (name.to_owned(), f)
-    }
-    // A task writing the one file `name` in `dir`.
-    fn file<'a>(
-        dir: &'a Path,
-        name: &'static str,
-        w: impl Fn(&Path) -> Result<(), Error> + Send + Sync + 'a,
-    ) -> Task<'a> {
-        named(name, Box::new(move || w(&dir.join(name))))
-    }
     let mut tasks: Vec<Task<'_>> = Vec::new();
     // The annotated trace first: the longest task (tens of MB formatted, and for a gzip input
     // compressed), started while the short ones fill the other threads.
@@ -164,32 +149,7 @@ pub fn write_into(
             annotated::write(p, t, a, opts.compact, h)
         }));
     }
-    tasks.extend([
-        file(dir, "summary.json", |p| write_summary(p, a)),
-        file(dir, "node_stats.csv", |p| write_node_stats(p, t, a)),
-        file(dir, "node_iterations.csv", |p| {
-            write_node_iterations(p, t, a)
-        }),
-        file(dir, "iterations.csv", |p| write_iterations(p, a)),
-        file(dir, "flops.csv", |p| flops::write_flops_csv(p, a)),
-        named("flops rollups", Box::new(|| flops::write_rollups(dir, a))),
-        file(dir, "graph_profile.json", |p| write_graph_profile(p, a)),
-        file(dir, "activation_stats.csv", |p| {
-            memory::write_activation_stats(p, a)
-        }),
-        file(dir, "memory_timeline.csv", |p| {
-            memory::write_timeline(p, t, a)
-        }),
-        named("graph.json/dot", Box::new(|| memory::write_graph(dir, a))),
-        file(dir, "kernels.csv", |p| write_kernels(p, a)),
-        file(dir, "streams.csv", |p| write_streams(p, a)),
-        file(dir, "idle_time.csv", |p| write_idle_time(p, a)),
-    ]);
-    #[cfg(feature = "parquet")]
-    for table in frames::TABLES {
-        let name = table.file_name();
-        tasks.push(named(&name, Box::new(move || table.write(dir, t, a))));
-    }
+    tasks.extend(tasks::tables(dir, t, a));
     for (job, slot) in plots.iter().zip(&svgs) {
         let plot_dir = &plot_dir;
         tasks.push(named(
