@@ -233,8 +233,8 @@ pub(crate) fn is_distributed_run(path: PathBuf) -> bool {
 }
 
 /// Analyses every rank of a distributed run into `out` (`rank<N>/` per rank, the cross-rank
-/// files at the top), as `steptrace analyze` of the run does; returns ranks.json's text and
-/// the console summary.
+/// files at the top), as `steptrace analyze` of the run does; returns ranks.json's text, the
+/// console summary and ranks.parquet's bytes (the table, no text between).
 #[pyfunction]
 #[pyo3(signature = (path, out, *, threads=None))]
 pub(crate) fn analyze_ranks(
@@ -242,7 +242,7 @@ pub(crate) fn analyze_ranks(
     path: PathBuf,
     out: PathBuf,
     threads: Option<usize>,
-) -> PyResult<(String, String)> {
+) -> PyResult<(String, String, Py<PyBytes>)> {
     let mut props = steptrace::AnalyzeProps {
         input: path,
         out: Some(out),
@@ -264,5 +264,7 @@ pub(crate) fn analyze_ranks(
         })?
         .map_err(raise)?;
     let json = serde_json::to_string(&outcome.ranks).map_err(|e| Error::new_err(e.to_string()))?;
-    Ok((json, outcome.console))
+    let table = steptrace::report::frames::ranks_parquet_bytes(&outcome.ranks)
+        .map_err(|e| raise(steptrace::Error::Output(e)))?;
+    Ok((json, outcome.console, PyBytes::new(py, &table).unbind()))
 }

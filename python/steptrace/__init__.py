@@ -142,24 +142,22 @@ class SnapshotAnalysis(_Results):
 
 class Ranks:
     """Every rank of a distributed run, analysed as `steptrace analyze` of the run directory
-    does: `summary` is ranks.json as a dict (stragglers, matched collectives), `ranks` its
-    ranks.csv as a DataFrame (a row per rank), `rank(n)` that rank's `Analysis`."""
+    does: `summary` is ranks.json as a dict (stragglers, matched collectives), `ranks` the
+    cross-rank table as a DataFrame (a row per rank), `rank(n)` that rank's `Analysis`."""
 
     def __init__(self, path, threads):
         self._path = path
         self._threads = threads
         self._dir = tempfile.TemporaryDirectory(prefix="steptrace-ranks-")
-        text, self._console = _native.analyze_ranks(path, self._dir.name, threads=threads)
+        text, self._console, self._table = _native.analyze_ranks(path, self._dir.name, threads=threads)
         self.summary = json.loads(text)
         self._frame = None
 
     @property
     def ranks(self):
-        """ranks.csv as a DataFrame (read back from the command's file: a row per rank)."""
+        """The cross-rank table (the command's ranks.parquet, a row per rank) as a DataFrame."""
         if self._frame is None:
-            import polars as pl
-
-            self._frame = pl.read_csv(os.path.join(self._dir.name, "ranks.csv"))
+            self._frame = _frame(self._table)
         return self._frame
 
     def rank(self, n):

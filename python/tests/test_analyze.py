@@ -183,6 +183,8 @@ def test_a_distributed_run_gives_every_rank_as_the_command(tmp_path):
     r = steptrace.analyze(run)
     assert isinstance(r, steptrace.Ranks)
     assert r.summary == json.loads((tmp_path / "cli" / "ranks.json").read_text())
+    assert r.ranks.equals(pl.read_parquet(tmp_path / "cli" / "ranks.parquet"))
+    assert r.ranks.columns == pl.read_csv(tmp_path / "cli" / "ranks.csv", n_rows=1).columns
     assert r.ranks.height == 2
     assert r.rank(1).summary == json.loads((tmp_path / "cli" / "rank1" / "summary.json").read_text())
     r.write(tmp_path / "py")

@@ -82,7 +82,8 @@ fn pct2(p: Option<f64>) -> String {
     p.map_or(String::new(), |p| format!("{p:.2}"))
 }
 
-/// Writes `ranks.csv` and `ranks.json` into `dir` (made if missing), and with `plots` the
+/// Writes `ranks.csv` and `ranks.json` (and with the `parquet` feature `ranks.parquet`) into
+/// `dir` (made if missing), and with `plots` the
 /// cross-rank plots (`plots/ranks_gpu_breakdown`, `plots/ranks_step_times`, SVG and PNG) and
 /// `report.html`; then gives them their final names.
 pub fn write(dir: &Path, r: &Ranks, plots: bool) -> Result<(), Error> {
@@ -192,6 +193,8 @@ fn write_tables(dir: &Path, r: &Ranks) -> Result<(), Error> {
                 .end();
         },
     )?;
+    #[cfg(feature = "parquet")]
+    super::frames::write_ranks_table(dir, r)?;
     super::write_json(&dir.join("ranks.json"), r)
 }
 

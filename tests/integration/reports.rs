@@ -580,6 +580,42 @@ fn parquet_tables_hold_the_csv_values() {
     }
 }
 
+/// The cross-rank table's Parquet copy holds ranks.csv, column by column and cell by cell
+/// (the Python module's `Ranks.ranks` is this file).
+#[test]
+fn ranks_parquet_holds_the_csv_values() {
+    for run in ["sample_traces/ddp_mlp", "sample_traces/corpus/fsdp2_mp"] {
+        let dir = tempfile::tempdir().unwrap();
+        let props = steptrace::AnalyzeProps {
+            input: crate::common::root().join(run),
+            out: Some(dir.path().join("out")),
+            top: 5,
+            ..Default::default()
+        };
+        let layout = steptrace::distributed_run(&props).expect("a distributed run");
+        steptrace::analyze_ranks(&props, &layout).unwrap();
+        let out = dir.path().join("out");
+        let df = crate::common::read_parquet(&out.join("ranks.parquet"));
+        let (h, rows) = csv(&out.join("ranks.csv"));
+        let names: Vec<String> = df
+            .get_column_names()
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(names, h, "{run}");
+        assert_eq!(df.height(), rows.len(), "{run}");
+        for (j, c) in df.columns().iter().enumerate() {
+            for (i, row) in rows.iter().enumerate() {
+                same_cell(
+                    &c.get(i).unwrap(),
+                    &row[j],
+                    &format!("{run} ranks.{}[{i}]", h[j]),
+                );
+            }
+        }
+    }
+}
+
 /// A Parquet value against its CSV cell: texts equal (or the CSV's formula-safe `'` before
 /// it), numbers equal, floats within the CSV's rounding, a null an empty cell.
 fn same_cell(v: &polars::prelude::AnyValue, cell: &str, at: &str) {

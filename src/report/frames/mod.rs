@@ -8,10 +8,13 @@ use crate::analysis::Analysis;
 use crate::model::Trace;
 
 mod columns;
+mod cross_ranks;
 mod ranks;
 mod steps;
 mod tables;
 use columns::{col, write};
+pub use cross_ranks::ranks_parquet_bytes;
+pub(crate) use cross_ranks::write_ranks_table;
 pub use ranks::{read_ranks, write_rank};
 
 /// A table of an analysis with a typed Parquet copy: its columns and values are those of the
