@@ -80,9 +80,12 @@ impl Pickle {
         if let Some(r) = self.record(id) {
             return r.get(key);
         }
+        // The last pair with the key: a key set twice keeps its later value, as Python's
+        // dict does when it unpickles the same bytes.
         self.maps
             .get(id.data())
             .iter()
+            .rev()
             .find(|(k, _)| k.kind() == Kind::Str && self.text_is(k.data(), key))
             .map(|(_, v)| *v)
     }

@@ -167,7 +167,17 @@ fn from_stream<'a>(
             ),
         );
     }
-    let (stacks, lists) = sink.finish();
+    let (stacks, lists, bad_sizes) = sink.finish();
+    if bad_sizes > 0 {
+        diag.warn_n(
+            "snapshot_size_not_bytes",
+            bad_sizes,
+            format!(
+                "{}: {bad_sizes} history entries give a size that is no whole number of bytes (NaN, negative, a string, past 2^63): counted as 0 bytes, so the figures built on them are low",
+                path.display()
+            ),
+        );
+    }
     let s = Extractor::new(path, &read.pickle, diag, stacks, lists).run()?;
     Ok((s, collect))
 }

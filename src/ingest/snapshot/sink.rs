@@ -30,6 +30,9 @@ pub(super) struct EntrySink<'h> {
     /// one id per text), and reading each one's bytes to match them was a tenth of the
     /// sink's work for an entry.
     actions: [(ValueId, Action); ACTION_LINES],
+    /// Entries whose `size` is there but no whole number of bytes (NaN, negative, a string,
+    /// 2^64 - 1): counted as 0, and said.
+    bad_sizes: u64,
 }
 
 /// Lines of [`EntrySink::actions`], a power of two.
@@ -64,6 +67,7 @@ impl<'h> EntrySink<'h> {
             out,
             in_order: true,
             actions: [(ValueId::ABSENT, Action::Other); ACTION_LINES],
+            bad_sizes: 0,
         }
     }
 
@@ -93,10 +97,14 @@ impl<'h> EntrySink<'h> {
             // the list: a table by list number grew by a word for every entry's new list.
             self.stacks.stack_of(pk, frames)
         };
+        let bytes = u64_of(size);
+        if bytes.is_none() && size.is_some() {
+            self.bad_sizes += 1;
+        }
         TraceEntry {
             action: action.unwrap_or(Action::Other),
             addr: u64_of(addr).unwrap_or(0),
-            size: u64_of(size).unwrap_or(0),
+            size: bytes.unwrap_or(0),
             stream: stream.and_then(|v| pk.as_i64(v)).unwrap_or(0),
             time_us: time_us.and_then(|v| pk.as_i64(v)),
             stack,
@@ -185,8 +193,10 @@ impl<'h> EntrySink<'h> {
         }
     }
 
-    pub(super) fn finish(self) -> (Stacks, FxHashMap<usize, ListCount>) {
-        (self.stacks, self.lists)
+    /// The stacks, what each list was given, and how many entries had a size that is no
+    /// whole number of bytes.
+    pub(super) fn finish(self) -> (Stacks, FxHashMap<usize, ListCount>, u64) {
+        (self.stacks, self.lists, self.bad_sizes)
     }
 }
 

@@ -12,7 +12,8 @@ fn sample() -> Vec<u8> {
 }
 
 /// A protocol-2 pickle of `{'segments': [], 'device_traces': [[entries...]]}`, each entry a
-/// dict of (key, value) pairs (a string value when it starts with a letter, else an int),
+/// dict of (key, value) pairs (a string value when it starts with a letter, else an int;
+/// `NaN`, a negative number and `2^64-1` as a float, a 4-byte int and a 9-byte long),
 /// given one SETITEM at a time when `pairwise` (as protocols 0 and 1 write a dict), else
 /// with one SETITEMS.
 fn history_pickle(entries: &[&[(&str, &str)]], pairwise: bool) -> Vec<u8> {
@@ -42,6 +43,20 @@ fn history_batches(batches: &[&[&[(&str, &str)]]], pairwise: bool) -> Vec<u8> {
                 match v.parse::<u8>() {
                     Ok(n) => p.extend_from_slice(&[b'K', n]),
                     Err(_) if *v == "[]" => p.push(b']'),
+                    // BINFLOAT (big-endian), BININT, and LONG1 of 2^64 - 1 (nine bytes).
+                    Err(_) if *v == "NaN" => {
+                        p.push(b'G');
+                        p.extend_from_slice(&f64::NAN.to_be_bytes());
+                    }
+                    Err(_) if v.starts_with('-') => {
+                        p.push(b'J');
+                        p.extend_from_slice(&v.parse::<i32>().unwrap().to_le_bytes());
+                    }
+                    Err(_) if *v == "2^64-1" => {
+                        p.extend_from_slice(&[0x8a, 9]);
+                        p.extend_from_slice(&[0xff; 8]);
+                        p.push(0);
+                    }
                     Err(_) => text(&mut p, v),
                 }
                 if pairwise {
@@ -104,6 +119,61 @@ fn entries_with_members_beyond_the_shape_are_read_and_entries_without_an_action_
         let t = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
         assert_eq!(t.device_traces, s.device_traces, "pairwise: {pairwise}");
         assert_eq!(diag.count("snapshot_entry_without_action"), 2);
+    }
+}
+
+/// Issue 80: a size that is no whole number of bytes (NaN, negative, a string, 2^64 - 1) is
+/// counted as 0 and said, never taken as 0 without a word.
+#[test]
+fn sizes_that_are_no_whole_number_of_bytes_are_warned_about() {
+    let entry = |size: &'static str| -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("action", "alloc"),
+            ("addr", "16"),
+            ("size", size),
+            ("stream", "0"),
+            ("time_us", "1"),
+            ("frames", "[]"),
+        ]
+    };
+    let (a, b, c, d, e) = (
+        entry("NaN"),
+        entry("-5"),
+        entry("x"),
+        entry("2^64-1"),
+        entry("64"),
+    );
+    let p = history_pickle(&[&a, &b, &c, &d, &e], false);
+    let mut diag = Diagnostics::default();
+    let s = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
+    let sizes: Vec<u64> = s.device_traces[0].iter().map(|e| e.size).collect();
+    assert_eq!(sizes, [0, 0, 0, 0, 64]);
+    assert_eq!(
+        diag.count("snapshot_size_not_bytes"),
+        4,
+        "{:?}",
+        diag.lines()
+    );
+}
+
+/// Issue 80: a key given twice keeps its later value, as Python's unpickled dict does (the
+/// first was taken), whether the dict comes whole or a pair at a time.
+#[test]
+fn a_key_given_twice_keeps_its_later_value() {
+    let e: Vec<(&str, &str)> = vec![
+        ("action", "alloc"),
+        ("addr", "16"),
+        ("size", "64"),
+        ("stream", "0"),
+        ("time_us", "1"),
+        ("frames", "[]"),
+        ("size", "32"),
+    ];
+    for pairwise in [false, true] {
+        let p = history_pickle(&[&e], pairwise);
+        let mut diag = Diagnostics::default();
+        let s = from_bytes(Path::new("h.pickle"), &p, &mut diag).unwrap();
+        assert_eq!(s.device_traces[0][0].size, 32, "pairwise: {pairwise}");
     }
 }
 
