@@ -610,6 +610,7 @@ fn inflate(
     loop {
         // Over a slice, the decoder's reader is what it has not consumed yet.
         let mut dec = flate2::bufread::GzDecoder::new(rest);
+        let member_start = out.len();
         loop {
             if out.capacity() - out.len() < PIECE {
                 out.try_reserve(PIECE.max(out.len() / 2))
@@ -632,7 +633,13 @@ fn inflate(
                     {
                         Ok((out, true))
                     } else {
-                        Err(InflateError::Corrupt(text))
+                        let consumed = rest.len() - dec.get_ref().len();
+                        let trailer = consumed.checked_sub(8).map(|at| &rest[at..consumed]);
+                        Err(InflateError::Corrupt(
+                            trailer
+                                .and_then(|t| trailer_fault(&out[member_start..], t))
+                                .unwrap_or(text),
+                        ))
                     };
                 }
             };
@@ -659,6 +666,23 @@ fn inflate(
             return Ok((out, false));
         }
     }
+}
+
+/// Which check of a member's trailer (CRC-32, then ISIZE: the size mod 2^32) fails for the
+/// text it inflated to, said as `gzip -t` says it; `None` where both hold. flate2 reports
+/// either as "does not have a matching checksum".
+fn trailer_fault(inflated: &[u8], trailer: &[u8]) -> Option<String> {
+    let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let (crc, size) = (word(&trailer[..4]), word(&trailer[4..8]));
+    if crc32fast::hash(inflated) != crc {
+        return Some("invalid checksum (CRC-32) in a member's trailer".into());
+    }
+    let len = inflated.len() as u64;
+    (len as u32 != size).then(|| {
+        format!(
+            "length error: a member inflates to {len} bytes, its trailer states {size} (mod 2^32)"
+        )
+    })
 }
 
 /// The usual gzip trace (torch's `.json.gz`: one member, nothing after it but zero padding)
