@@ -1,5 +1,6 @@
-"""HolisticTraceAnalysis's idle time breakdown for the traces in a directory, as JSON on stdout:
-the reference steptrace's `idle_time.csv` is checked against (sample_traces/*/hta_idle.json,
+"""HolisticTraceAnalysis's idle time breakdown and queue length summary for the traces in a
+directory, as JSON on stdout: the reference steptrace's `idle_time.csv` and `streams.csv`'s
+queue columns are checked against (sample_traces/*/hta_idle.json,
 docs/analysis.md, tests/integration/idle.rs).
 
     python3 benches/hta_idle.py DIR [OUT.json]   # needs `pip install HolisticTraceAnalysis "pandas<3"`
@@ -44,7 +45,19 @@ def main():
                     "idle_time_us": float(row["idle_time"]),
                     "idle_time_ratio": None if ratio != ratio else ratio,
                 }
-            out["ranks"][str(r)] = {"streams": streams}
+            # Queue length per stream (`get_queue_length_summary`: statistics over the change
+            # points of launches minus starts).
+            queue = {}
+            ql = ta.get_queue_length_summary(ranks=[r])
+            if ql is not None:
+                for (_, stream), row in ql.iterrows():
+                    queue[str(int(stream))] = {
+                        "count": float(row[("queue_length", "count")]),
+                        "mean": float(row[("queue_length", "mean")]),
+                        "median": float(row[("queue_length", "50%")]),
+                        "max": float(row[("queue_length", "max")]),
+                    }
+            out["ranks"][str(r)] = {"streams": streams, "queue": queue}
     text = json.dumps(out, indent=1, sort_keys=True) + "\n"
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as f:

@@ -11,6 +11,7 @@ pub mod kernels;
 pub mod liveness;
 pub mod memory;
 pub mod node_stats;
+pub mod queue;
 pub mod ranks;
 pub mod snapshot;
 pub mod step;
@@ -71,6 +72,8 @@ pub struct Analysis {
     pub kernels: kernels::Kernels,
     /// Each stream's idle time by cause (why the GPU waits).
     pub idle: idle::Idle,
+    /// Each stream's queue of launched work not yet started.
+    pub queues: Vec<queue::StreamQueue>,
     /// Collectives launched in the iterations, with their metadata.
     pub collectives: Vec<collectives::Call>,
     /// The run's memory snapshot replayed over its whole history, with the node that made
@@ -172,6 +175,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
     let matmul_flops_by_op = by_type.into_iter().map(|(k, v)| (k, v / n_iter)).collect();
     let kernels = kernels::compute(t);
     let idle = idle::compute(t, &step);
+    let queues = queue::compute(t);
     let (collectives, outside) = collectives::calls(t, &step);
     if outside > 0 && !collectives.is_empty() {
         diag.warn(
@@ -194,6 +198,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
         module_fqns: facts.module_fqns,
         kernels,
         idle,
+        queues,
         step,
         node_stats,
         summary,

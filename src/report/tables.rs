@@ -184,13 +184,39 @@ pub(super) fn write_idle_time(path: &Path, a: &Analysis) -> Result<(), Error> {
     })
 }
 
+/// The queue of stream (`device`, `stream`), where it has launches.
+pub(crate) fn queue_of(
+    a: &Analysis,
+    device: i64,
+    stream: i64,
+) -> Option<&crate::analysis::queue::StreamQueue> {
+    a.queues
+        .iter()
+        .find(|q| (q.device, q.stream) == (device, stream))
+}
+
 pub(super) fn write_streams(path: &Path, a: &Analysis) -> Result<(), Error> {
-    let header = ["device", "stream", "activities", "busy_ns"];
+    let header = [
+        "device",
+        "stream",
+        "activities",
+        "busy_ns",
+        "queue_mean",
+        "queue_median",
+        "queue_max",
+        "queue_time_mean",
+    ];
+    let f3 = |v: f64| format!("{v:.3}");
     write_table(path, &header, &a.kernels.streams, |w, s| {
+        let q = queue_of(a, s.device, s.stream);
         w.num(s.device)
             .num(s.stream)
             .num(s.activities)
             .num(s.busy_ns)
+            .text(&q.map_or(String::new(), |q| f3(q.mean)))
+            .text(&q.map_or(String::new(), |q| f3(q.median)))
+            .text(&q.map_or(String::new(), |q| q.max.to_string()))
+            .text(&q.map_or(String::new(), |q| f3(q.time_mean)))
             .end();
     })
 }

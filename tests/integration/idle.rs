@@ -112,3 +112,53 @@ fn idle_causes_under_cuda_graphs_are_the_traces_own_count() {
         }
     }
 }
+
+/// Queue length per stream against HTA's `get_queue_length_summary` (statistics over the
+/// change points of launches minus starts): the same number of points, median and longest
+/// queue, and the mean within 0.05 (ties at one instant order differently: HTA floors times to
+/// whole µs and sorts them unstably).
+#[test]
+fn queue_lengths_are_htas() {
+    let root = crate::common::root().join("sample_traces");
+    let mut checked = 0;
+    for sub in ["", "corpus/"] {
+        let mut dirs: Vec<_> = std::fs::read_dir(root.join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("hta_idle.json").is_file())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let hta = json(&dir.join("hta_idle.json"));
+            let ranks = hta["ranks"].as_object().unwrap();
+            for (rank, r) in ranks {
+                let props = steptrace::AnalyzeProps {
+                    input: dir.clone(),
+                    rank: (ranks.len() > 1).then(|| rank.parse::<i64>().unwrap()),
+                    top: 10,
+                    ..Default::default()
+                };
+                let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
+                for (stream, q) in r["queue"].as_object().unwrap() {
+                    let ours = a
+                        .queues
+                        .iter()
+                        .find(|x| x.stream.to_string() == *stream)
+                        .unwrap_or_else(|| panic!("{} stream {stream}", dir.display()));
+                    let at = format!("{} rank {rank} stream {stream}", dir.display());
+                    assert_eq!(ours.points as f64, q["count"].as_f64().unwrap(), "{at}");
+                    assert_eq!(ours.median, q["median"].as_f64().unwrap(), "{at}");
+                    assert_eq!(ours.max as f64, q["max"].as_f64().unwrap(), "{at}");
+                    let mean = q["mean"].as_f64().unwrap();
+                    assert!(
+                        (ours.mean - mean).abs() <= 0.05,
+                        "{at}: {} against {mean}",
+                        ours.mean
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 20, "{checked} streams checked");
+}

@@ -126,7 +126,16 @@ pub(super) fn kernels_columns(_: &Trace, a: &Analysis) -> Vec<Column> {
 }
 
 pub(super) fn streams_columns(_: &Trace, a: &Analysis) -> Vec<Column> {
+    use crate::report::tables::queue_of;
     let s = &a.kernels.streams;
+    let queue = |name: &str, f: &dyn Fn(&crate::analysis::queue::StreamQueue) -> f64| {
+        col(
+            name,
+            s.iter()
+                .map(|x| queue_of(a, x.device, x.stream).map(f))
+                .collect::<Vec<Option<f64>>>(),
+        )
+    };
     vec![
         col("device", s.iter().map(|x| x.device).collect::<Vec<i64>>()),
         col("stream", s.iter().map(|x| x.stream).collect::<Vec<i64>>()),
@@ -135,6 +144,15 @@ pub(super) fn streams_columns(_: &Trace, a: &Analysis) -> Vec<Column> {
             s.iter().map(|x| x.activities as u64).collect::<Vec<u64>>(),
         ),
         col("busy_ns", s.iter().map(|x| x.busy_ns).collect::<Vec<i64>>()),
+        queue("queue_mean", &|q| q.mean),
+        queue("queue_median", &|q| q.median),
+        col(
+            "queue_max",
+            s.iter()
+                .map(|x| queue_of(a, x.device, x.stream).map(|q| q.max))
+                .collect::<Vec<Option<i64>>>(),
+        ),
+        queue("queue_time_mean", &|q| q.time_mean),
     ]
 }
 
