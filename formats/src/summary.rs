@@ -394,6 +394,22 @@ pub struct IdleSummary {
     pub top_ops: BTreeMap<IdleCause, Vec<IdleOp>>,
 }
 
+/// Kernel launches summed up (HolisticTraceAnalysis's `get_cuda_kernel_launch_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSummary {
+    /// GPU activities paired with their launch call.
+    pub launches: usize,
+    /// Of those, ran shorter on the GPU than their launch call took on the host (a call of at
+    /// most 50 µs): work the host cannot queue as fast as the GPU finishes it.
+    pub shorter_than_launch: usize,
+    /// Launch calls over 50 µs.
+    pub runtime_outliers: usize,
+    /// Launch delays over 100 µs.
+    pub delay_outliers: usize,
+    /// Median launch delay (the call's end to the activity's start), s.
+    pub median_delay_s: f64,
+}
+
 /// One kind of collective's kernels on a rank (FSDP2's all-gathers against its
 /// reduce-scatters): their merged time, and how much of it ran beside computation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -686,6 +702,9 @@ pub struct Summary {
     /// every stream); `None` without GPU activity in the iterations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleSummary>,
+    /// Kernel launches: how many ran shorter than their own launch; `None` without launches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches: Option<LaunchSummary>,
     /// Median sum of GPU activity durations per iteration, s.
     pub gpu_time_s: f64,
     /// Largest `Total Allocated` inside the profiled iterations.

@@ -8,6 +8,7 @@ pub mod idle;
 pub mod intervals;
 mod joins;
 pub mod kernels;
+pub mod launches;
 pub mod liveness;
 pub mod memory;
 pub mod node_stats;
@@ -74,6 +75,8 @@ pub struct Analysis {
     pub idle: idle::Idle,
     /// Each stream's queue of launched work not yet started.
     pub queues: Vec<queue::StreamQueue>,
+    /// Each launched GPU activity's launch call, GPU time and launch delay.
+    pub launches: launches::Launches,
     /// Collectives launched in the iterations, with their metadata.
     pub collectives: Vec<collectives::Call>,
     /// The run's memory snapshot replayed over its whole history, with the node that made
@@ -176,6 +179,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
     let kernels = kernels::compute(t);
     let idle = idle::compute(t, &step);
     let queues = queue::compute(t);
+    let launches = launches::compute(t);
     let (collectives, outside) = collectives::calls(t, &step);
     if outside > 0 && !collectives.is_empty() {
         diag.warn(
@@ -192,6 +196,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
         flop_rows: &flop_rows,
         kernels: &kernels,
         idle: &idle,
+        launches: &launches,
     };
     let summary = summary::build(&parts, peaks, &facts, diag);
     let mut a = Analysis {
@@ -199,6 +204,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
         kernels,
         idle,
         queues,
+        launches,
         step,
         node_stats,
         summary,

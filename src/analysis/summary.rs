@@ -39,6 +39,7 @@ pub(super) struct Parts<'a> {
     pub(super) flop_rows: &'a [flops::FlopRow],
     pub(super) kernels: &'a kernels::Kernels,
     pub(super) idle: &'a super::idle::Idle,
+    pub(super) launches: &'a super::launches::Launches,
 }
 
 /// summary.json.
@@ -94,6 +95,15 @@ pub(super) fn build(
         gpu_utilization,
         gpu_utilization_profiled: ratio(clock.gpu_busy_s, clock.instrumented_s),
         idle: p.idle.summary.clone(),
+        launches: (!p.launches.each.is_empty()).then_some(
+            steptrace_formats::summary::LaunchSummary {
+                launches: p.launches.each.len(),
+                shorter_than_launch: p.launches.short,
+                runtime_outliers: p.launches.runtime_outliers,
+                delay_outliers: p.launches.delay_outliers,
+                median_delay_s: p.launches.median_delay_ns as f64 * 1e-9,
+            },
+        ),
         gpu_time_s: clock.gpu_time_s,
         peak_allocated_bytes: peak.map(|p| p.0),
         peak_node,

@@ -74,6 +74,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
     if !cpu_only {
         o += &utilization_line(s);
         o += &idle_line(s);
+        o += &launch_line(s);
     }
     if let Some(line) = phase_line(s, cpu_only) {
         o += &line;
@@ -499,4 +500,20 @@ pub(crate) fn idle_line(s: &crate::analysis::Summary) -> String {
         );
     }
     line + "\n"
+}
+
+/// The launches in one line: how many kernels ran shorter than their own launch call (the
+/// host cannot keep such a GPU busy) and the median delay from launch to start.
+pub(crate) fn launch_line(s: &crate::analysis::Summary) -> String {
+    let Some(l) = &s.launches else {
+        return String::new();
+    };
+    let share = 100.0 * l.shorter_than_launch as f64 / l.launches.max(1) as f64;
+    format!(
+        "launches: {} of {} GPU activities ran shorter than their launch call ({share:.0}%{}), median launch delay {}\n",
+        l.shorter_than_launch,
+        l.launches,
+        if share >= 50.0 { ": launch-bound" } else { "" },
+        human_time(l.median_delay_s)
+    )
 }

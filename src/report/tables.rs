@@ -184,6 +184,39 @@ pub(super) fn write_idle_time(path: &Path, a: &Analysis) -> Result<(), Error> {
     })
 }
 
+/// `launches.csv`: each launched GPU activity, in trace order: its launch call's host time,
+/// its GPU time and the delay between (HolisticTraceAnalysis's launch statistics).
+pub(super) fn write_launches(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+    let header = [
+        "correlation",
+        "name",
+        "stream",
+        "op",
+        "cpu_duration_ns",
+        "gpu_duration_ns",
+        "launch_delay_ns",
+        "shorter_than_launch",
+    ];
+    write_table(path, &header, &a.launches.each, |w, l| {
+        let g = &t.kineto.gpu[l.gpu as usize];
+        w.num(l.correlation)
+            .text(t.kineto.str(g.name))
+            .num(g.stream)
+            .text(launching_op(t, l.gpu as usize))
+            .num(l.cpu_ns)
+            .num(l.gpu_ns)
+            .num(l.delay_ns)
+            .text(if l.short() { "true" } else { "false" })
+            .end();
+    })
+}
+
+/// The op whose launch call made GPU activity `gpu` (the innermost op around the call), or ""
+/// where the call ran outside every op.
+pub(crate) fn launching_op(t: &Trace, gpu: usize) -> &str {
+    t.launch[gpu].map_or("", |(op, _)| t.op_name(op))
+}
+
 /// The queue of stream (`device`, `stream`), where it has launches.
 pub(crate) fn queue_of(
     a: &Analysis,

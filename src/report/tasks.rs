@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::tables::{
-    write_graph_profile, write_idle_time, write_iterations, write_kernels, write_node_iterations,
-    write_node_stats, write_streams, write_summary,
+    write_graph_profile, write_idle_time, write_iterations, write_kernels, write_launches,
+    write_node_iterations, write_node_stats, write_streams, write_summary,
 };
 use super::{flops, memory, Error};
 use crate::analysis::Analysis;
@@ -53,6 +53,7 @@ pub(super) fn tables<'a>(dir: &'a Path, t: &'a Trace, a: &'a Analysis) -> Vec<Ta
         file(dir, "kernels.csv", |p| write_kernels(p, a)),
         file(dir, "streams.csv", |p| write_streams(p, a)),
         file(dir, "idle_time.csv", |p| write_idle_time(p, a)),
+        file(dir, "launches.csv", |p| write_launches(p, t, a)),
     ];
     #[cfg(feature = "parquet")]
     for table in super::frames::TABLES {

@@ -162,3 +162,71 @@ fn queue_lengths_are_htas() {
     }
     assert!(checked >= 20, "{checked} streams checked");
 }
+
+/// Kernel launch statistics against HTA's `get_cuda_kernel_launch_stats`, event by event
+/// (`hta_launches.json`, benches/hta_launches.py): every launch HTA pairs we pair too, with
+/// the same call and GPU durations to HTA's whole µs (it rounds start and end to whole µs
+/// inward, so a duration is within 2 µs and a delay, three rounded times apart, within 3),
+/// where HTA's own figure is not negative (its rounding makes a few 0 µs kernels last -1 µs).
+#[test]
+fn launch_statistics_are_htas_event_by_event() {
+    let root = crate::common::root().join("sample_traces");
+    let mut checked = 0;
+    for dir in ["resnet18", "ddp_mlp", "corpus/py_mnist"].map(|d| root.join(d)) {
+        let hta = json(&dir.join("hta_launches.json"));
+        let ranks = hta["ranks"].as_object().unwrap();
+        for (rank, rows) in ranks {
+            let props = steptrace::AnalyzeProps {
+                input: dir.clone(),
+                rank: (ranks.len() > 1).then(|| rank.parse::<i64>().unwrap()),
+                top: 10,
+                ..Default::default()
+            };
+            let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
+            let ours: BTreeMap<i64, &steptrace::analysis::launches::Launch> =
+                a.launches.each.iter().map(|l| (l.correlation, l)).collect();
+            let mut negative = 0;
+            for row in rows.as_array().unwrap() {
+                let r: Vec<f64> = row
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect();
+                let at = format!("{} rank {rank} correlation {}", dir.display(), r[0]);
+                let l = ours
+                    .get(&(r[0] as i64))
+                    .unwrap_or_else(|| panic!("{at}: not paired"));
+                let us = |ns: i64| ns as f64 / 1e3;
+                assert!(
+                    (us(l.cpu_ns) - r[1]).abs() <= 2.0,
+                    "{at}: call {} µs, HTA {}",
+                    us(l.cpu_ns),
+                    r[1]
+                );
+                if r[2] < 0.0 {
+                    negative += 1;
+                } else {
+                    assert!(
+                        (us(l.gpu_ns) - r[2]).abs() <= 2.0,
+                        "{at}: GPU {} µs, HTA {}",
+                        us(l.gpu_ns),
+                        r[2]
+                    );
+                }
+                assert!(
+                    (us(l.delay_ns) - r[3]).abs() <= 3.0,
+                    "{at}: delay {} µs, HTA {}",
+                    us(l.delay_ns),
+                    r[3]
+                );
+                checked += 1;
+            }
+            assert!(
+                negative * 20 <= rows.as_array().unwrap().len(),
+                "{negative} negative"
+            );
+        }
+    }
+    assert!(checked > 1000, "{checked} launches checked");
+}

@@ -43,10 +43,12 @@ pub enum Table {
     FlopsByModule,
     /// `idle_time`: each stream's idle time by cause (why the GPU waits).
     IdleTime,
+    /// `launches`: each launched GPU activity's launch call, GPU time and launch delay.
+    Launches,
 }
 
 /// Every table, in the order their files are listed.
-pub const TABLES: [Table; 11] = [
+pub const TABLES: [Table; 12] = [
     Table::NodeStats,
     Table::ActivationStats,
     Table::MemoryTimeline,
@@ -58,6 +60,7 @@ pub const TABLES: [Table; 11] = [
     Table::FlopsByOp,
     Table::FlopsByModule,
     Table::IdleTime,
+    Table::Launches,
 ];
 
 impl Table {
@@ -75,6 +78,7 @@ impl Table {
             Table::FlopsByOp => "flops_by_op",
             Table::FlopsByModule => "flops_by_module",
             Table::IdleTime => "idle_time",
+            Table::Launches => "launches",
         }
     }
 
@@ -98,6 +102,7 @@ impl Table {
                 steps::rollup_columns("module", &crate::report::flops::by_module(a))
             }
             Table::IdleTime => steps::idle_columns(a),
+            Table::Launches => steps::launches_columns(t, a),
         }
     }
 

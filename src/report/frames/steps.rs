@@ -217,3 +217,34 @@ pub(super) fn idle_columns(a: &Analysis) -> Vec<Column> {
         ),
     ]
 }
+
+pub(super) fn launches_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
+    let l = &a.launches.each;
+    let k = &t.kineto;
+    let num = |name: &str, f: &dyn Fn(&crate::analysis::launches::Launch) -> i64| {
+        col(name, l.iter().map(f).collect::<Vec<i64>>())
+    };
+    vec![
+        num("correlation", &|x| x.correlation),
+        col(
+            "name",
+            l.iter()
+                .map(|x| k.str(k.gpu[x.gpu as usize].name))
+                .collect::<Vec<&str>>(),
+        ),
+        num("stream", &|x| k.gpu[x.gpu as usize].stream),
+        col(
+            "op",
+            l.iter()
+                .map(|x| crate::report::tables::launching_op(t, x.gpu as usize))
+                .collect::<Vec<&str>>(),
+        ),
+        num("cpu_duration_ns", &|x| x.cpu_ns),
+        num("gpu_duration_ns", &|x| x.gpu_ns),
+        num("launch_delay_ns", &|x| x.delay_ns),
+        col(
+            "shorter_than_launch",
+            l.iter().map(|x| x.short()).collect::<Vec<bool>>(),
+        ),
+    ]
+}
