@@ -9,23 +9,15 @@ copied into a temporary directory first, trace files only (HTA would also try th
 and Execution Trace files beside them)."""
 
 import json
-import os
-import shutil
 import sys
-import tempfile
+
+from hta_common import emit, hta_over, hta_version
 
 
 def main():
-    src = sys.argv[1]
-    from hta.trace_analysis import TraceAnalysis
-
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in sorted(os.listdir(src)):
-            if name.startswith("trace") and (name.endswith(".json") or name.endswith(".json.gz")):
-                shutil.copy(os.path.join(src, name), tmp)
-        ta = TraceAnalysis(trace_dir=tmp)
+    with hta_over(sys.argv[1]) as ta:
         tb = ta.get_temporal_breakdown(visualize=False)
-        out = {"hta_version": _version(), "ranks": {}}
+        out = {"hta_version": hta_version(), "ranks": {}}
         for _, row in tb.iterrows():
             out["ranks"][str(int(row["rank"]))] = {
                 "idle_time_us": float(row["idle_time(us)"]),
@@ -43,19 +35,7 @@ def main():
                 out["ranks"][str(int(row["rank"]))]["comp_comm_overlap_pctg"] = None if v != v else v
         except Exception as exc:  # no communication kernels: HTA divides by zero
             out["overlap_error"] = "%s: %s" % (type(exc).__name__, exc)
-    text = json.dumps(out, indent=1, sort_keys=True) + "\n"
-    if len(sys.argv) > 2:
-        open(sys.argv[2], "w").write(text)
-    sys.stdout.write(text)
-
-
-def _version():
-    try:
-        from importlib.metadata import version
-
-        return version("HolisticTraceAnalysis")
-    except Exception:
-        return None
+    emit(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,26 +10,18 @@ trace's time unit, µs), with HTA's default `consecutive_kernel_delay` (30). As 
 hta_breakdown.py, trace files only are copied into a temporary directory first."""
 
 import json
-import os
-import shutil
 import sys
-import tempfile
+
+from hta_common import emit, hta_over, hta_version
 
 
 def main():
-    src = sys.argv[1]
-    from hta.trace_analysis import TraceAnalysis
-
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in sorted(os.listdir(src)):
-            if name.startswith("trace") and (name.endswith(".json") or name.endswith(".json.gz")):
-                shutil.copy(os.path.join(src, name), tmp)
-        # HTA leaves out the kernels launched in the last ProfilerStep unless told (it may be
-        # cut short); steptrace's iterations are whole, so it is told to keep them.
-        ta = TraceAnalysis(trace_dir=tmp, include_last_profiler_step=True)
+    # HTA leaves out the kernels launched in the last ProfilerStep unless told (it may be cut
+    # short); steptrace's iterations are whole, so it is told to keep them.
+    with hta_over(sys.argv[1], include_last_profiler_step=True) as ta:
         ranks = sorted(ta.t.traces.keys())
         out = {
-            "hta_version": _version(),
+            "hta_version": hta_version(),
             "consecutive_kernel_delay": 30,
             "include_last_profiler_step": True,
             "ranks": {},
@@ -58,21 +50,7 @@ def main():
                         "max": float(row[("queue_length", "max")]),
                     }
             out["ranks"][str(r)] = {"streams": streams, "queue": queue}
-    text = json.dumps(out, indent=1, sort_keys=True) + "\n"
-    if len(sys.argv) > 2:
-        with open(sys.argv[2], "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-
-
-def _version():
-    try:
-        from importlib.metadata import version
-
-        return version("HolisticTraceAnalysis")
-    except Exception:
-        return "unknown"
+    emit(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -37,10 +37,7 @@ impl Analysis {
     fn table_parquet<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyBytes>> {
         let table = Table::from_name(name).ok_or_else(|| {
             let names: Vec<&str> = TABLES.iter().map(|t| t.name()).collect();
-            pyo3::exceptions::PyKeyError::new_err(format!(
-                "no table {name:?} (one of {})",
-                names.join(", ")
-            ))
+            crate::no_table(name, &names)
         })?;
         let bytes = py
             .detach(|| table.parquet_bytes(&self.trace, &self.analysis))

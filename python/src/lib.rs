@@ -45,6 +45,14 @@ fn raise(e: steptrace::Error) -> PyErr {
     }
 }
 
+/// The KeyError for a table name that is none of `names`.
+fn no_table(name: &str, names: &[&str]) -> PyErr {
+    pyo3::exceptions::PyKeyError::new_err(format!(
+        "no table {name:?} (one of {})",
+        names.join(", ")
+    ))
+}
+
 /// Runs `f` on a pool of `threads` threads (rayon's global pool when `None`).
 fn on_threads<T: Send>(threads: Option<usize>, f: impl FnOnce() -> T + Send) -> PyResult<T> {
     match threads {

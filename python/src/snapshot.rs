@@ -34,12 +34,7 @@ impl SnapshotAnalysis {
     fn table_parquet<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = py
             .detach(|| snapshot_parquet_bytes(name, &self.analysis))
-            .ok_or_else(|| {
-                pyo3::exceptions::PyKeyError::new_err(format!(
-                    "no table {name:?} (one of {})",
-                    SNAPSHOT_TABLES.join(", ")
-                ))
-            })?
+            .ok_or_else(|| crate::no_table(name, &SNAPSHOT_TABLES))?
             .map_err(|e| raise(steptrace::Error::Output(e)))?;
         Ok(PyBytes::new(py, &bytes))
     }

@@ -11,15 +11,20 @@ use std::path::Path;
 
 use steptrace::analysis::idle::IdleCause;
 
-/// Our whole-trace idle time per stream by HTA category, µs, for one rank of a sample.
-fn ours(dir: &Path, rank: Option<i64>) -> BTreeMap<String, BTreeMap<&'static str, f64>> {
+/// The analysis of one rank of a sample (`rank` where the sample has several).
+fn analysis(dir: &Path, rank: Option<i64>) -> steptrace::analysis::Analysis {
     let props = steptrace::AnalyzeProps {
         input: dir.to_path_buf(),
         rank,
         top: 10,
         ..Default::default()
     };
-    let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
+    steptrace::run_analysis(&props).unwrap().1
+}
+
+/// Our whole-trace idle time per stream by HTA category, µs, for one rank of a sample.
+fn ours(dir: &Path, rank: Option<i64>) -> BTreeMap<String, BTreeMap<&'static str, f64>> {
+    let a = analysis(dir, rank);
     let mut out: BTreeMap<String, BTreeMap<&'static str, f64>> = BTreeMap::new();
     for s in a.idle.streams.iter().filter(|s| s.iteration.is_none()) {
         let row = out.entry(s.stream.to_string()).or_default();
@@ -132,13 +137,10 @@ fn queue_lengths_are_htas() {
             let hta = json(&dir.join("hta_idle.json"));
             let ranks = hta["ranks"].as_object().unwrap();
             for (rank, r) in ranks {
-                let props = steptrace::AnalyzeProps {
-                    input: dir.clone(),
-                    rank: (ranks.len() > 1).then(|| rank.parse::<i64>().unwrap()),
-                    top: 10,
-                    ..Default::default()
-                };
-                let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
+                let a = analysis(
+                    &dir,
+                    (ranks.len() > 1).then(|| rank.parse::<i64>().unwrap()),
+                );
                 for (stream, q) in r["queue"].as_object().unwrap() {
                     let ours = a
                         .queues
@@ -176,13 +178,10 @@ fn launch_statistics_are_htas_event_by_event() {
         let hta = json(&dir.join("hta_launches.json"));
         let ranks = hta["ranks"].as_object().unwrap();
         for (rank, rows) in ranks {
-            let props = steptrace::AnalyzeProps {
-                input: dir.clone(),
-                rank: (ranks.len() > 1).then(|| rank.parse::<i64>().unwrap()),
-                top: 10,
-                ..Default::default()
-            };
-            let (_t, a, _d) = steptrace::run_analysis(&props).unwrap();
+            let a = analysis(
+                &dir,
+                (ranks.len() > 1).then(|| rank.parse::<i64>().unwrap()),
+            );
             let ours: BTreeMap<i64, &steptrace::analysis::launches::Launch> =
                 a.launches.each.iter().map(|l| (l.correlation, l)).collect();
             let mut negative = 0;

@@ -562,20 +562,33 @@ fn parquet_tables_hold_the_csv_values() {
         // (the Python module's DataFrames are these files).
         for table in steptrace::report::frames::TABLES {
             let t = table.name();
-            let df = read(out.out_dir.join(table.file_name()));
-            let (h, rows) = csv(&out.out_dir.join(format!("{t}.csv")));
-            let names: Vec<String> = df
-                .get_column_names()
-                .iter()
-                .map(|n| n.to_string())
-                .collect();
-            assert_eq!(names, h, "{t}");
-            assert_eq!(df.height(), rows.len(), "{t}");
-            for (j, c) in df.columns().iter().enumerate() {
-                for (i, row) in rows.iter().enumerate() {
-                    same_cell(&c.get(i).unwrap(), &row[j], &format!("{t}.{}[{i}]", h[j]));
-                }
-            }
+            holds_its_csv(
+                &out.out_dir.join(table.file_name()),
+                &out.out_dir.join(format!("{t}.csv")),
+                t,
+            );
+        }
+    }
+}
+
+/// A Parquet file has its CSV file's columns, in order, its rows, and its values cell by cell.
+fn holds_its_csv(parquet: &std::path::Path, csv_path: &std::path::Path, label: &str) {
+    let df = crate::common::read_parquet(parquet);
+    let (h, rows) = csv(csv_path);
+    let names: Vec<String> = df
+        .get_column_names()
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(names, h, "{label}");
+    assert_eq!(df.height(), rows.len(), "{label}");
+    for (j, c) in df.columns().iter().enumerate() {
+        for (i, row) in rows.iter().enumerate() {
+            same_cell(
+                &c.get(i).unwrap(),
+                &row[j],
+                &format!("{label}.{}[{i}]", h[j]),
+            );
         }
     }
 }
@@ -595,24 +608,11 @@ fn ranks_parquet_holds_the_csv_values() {
         let layout = steptrace::distributed_run(&props).expect("a distributed run");
         steptrace::analyze_ranks(&props, &layout).unwrap();
         let out = dir.path().join("out");
-        let df = crate::common::read_parquet(&out.join("ranks.parquet"));
-        let (h, rows) = csv(&out.join("ranks.csv"));
-        let names: Vec<String> = df
-            .get_column_names()
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
-        assert_eq!(names, h, "{run}");
-        assert_eq!(df.height(), rows.len(), "{run}");
-        for (j, c) in df.columns().iter().enumerate() {
-            for (i, row) in rows.iter().enumerate() {
-                same_cell(
-                    &c.get(i).unwrap(),
-                    &row[j],
-                    &format!("{run} ranks.{}[{i}]", h[j]),
-                );
-            }
-        }
+        holds_its_csv(
+            &out.join("ranks.parquet"),
+            &out.join("ranks.csv"),
+            &format!("{run} ranks"),
+        );
     }
 }
 
