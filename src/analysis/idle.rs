@@ -87,22 +87,6 @@ impl HostFacts {
     }
 }
 
-/// The launch of each GPU activity: (thread, start) of the runtime call with its correlation
-/// id (the first call with an id keeps it, as the model does).
-fn launches(t: &Trace) -> Vec<Option<(u32, i64)>> {
-    let k = &t.kineto;
-    let mut by_corr: FxHashMap<i64, (u32, i64)> = FxHashMap::default();
-    for r in &k.runtime {
-        if let Some(c) = r.correlation {
-            by_corr.entry(c).or_insert((r.thread.0, r.start));
-        }
-    }
-    k.gpu
-        .iter()
-        .map(|g| g.correlation.and_then(|c| by_corr.get(&c).copied()))
-        .collect()
-}
-
 /// The name idle time before activity `gi` is charged to: for host causes the outermost op
 /// around its launch (the node that launched late), else the activity itself, or the
 /// collective it waited for.
@@ -130,13 +114,20 @@ fn charged_to(t: &Trace, gi: usize, cause: IdleCause, waited_for: Option<usize>)
     }
 }
 
-/// Classifies every stream's gaps.
-pub fn compute(t: &Trace, step: &Step) -> Idle {
+/// Classifies every stream's gaps; `calls` is [`crate::model::launch_calls`]'s.
+pub fn compute(t: &Trace, step: &Step, calls: &[Option<u32>]) -> Idle {
     let k = &t.kineto;
     if k.gpu.is_empty() {
         return Idle::default();
     }
-    let launch = launches(t);
+    // Each activity's launch: the calling thread and the call's start.
+    let launch: Vec<Option<(u32, i64)>> = calls
+        .iter()
+        .map(|c| {
+            c.map(|i| &k.runtime[i as usize])
+                .map(|r| (r.thread.0, r.start))
+        })
+        .collect();
     let mut sync_ends: FxHashMap<u32, Vec<i64>> = FxHashMap::default();
     for r in &k.runtime {
         if crate::model::is_host_sync(k.str(r.name)) {
@@ -348,7 +339,8 @@ mod tests {
         let mut t = crate::model::from_events(EVENTS);
         let mut d = crate::diagnostics::Diagnostics::default();
         let step = super::super::step::compute(&mut t, None, &mut d);
-        compute(&t, &step)
+        let calls = crate::model::launch_calls(&t.kineto);
+        compute(&t, &step, &calls)
     }
 
     #[test]

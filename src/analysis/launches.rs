@@ -5,8 +5,6 @@
 //! run shorter than their own launch are what makes a step launch-bound: the host cannot queue
 //! work as fast as the GPU finishes it.
 
-use rustc_hash::FxHashMap;
-
 use crate::model::Trace;
 
 /// The launch calls HTA pairs with their GPU work.
@@ -61,30 +59,25 @@ pub struct Launches {
     pub median_delay_ns: i64,
 }
 
-/// Pairs every launch call with its activity.
-pub fn compute(t: &Trace) -> Launches {
+/// Pairs every launch call with its activity; `calls` is [`crate::model::launch_calls`]'s.
+pub fn compute(t: &Trace, calls: &[Option<u32>]) -> Launches {
     let k = &t.kineto;
-    let mut calls: FxHashMap<i64, (i64, i64)> = FxHashMap::default();
-    for r in &k.runtime {
-        if let Some(c) = r.correlation {
-            if LAUNCHES.contains(&k.str(r.name)) {
-                calls.entry(c).or_insert((r.start, r.dur));
-            }
-        }
-    }
     let each: Vec<Launch> = k
         .gpu
         .iter()
+        .zip(calls)
         .enumerate()
-        .filter_map(|(i, g)| {
-            let c = g.correlation?;
-            let &(start, dur) = calls.get(&c)?;
+        .filter_map(|(i, (g, call))| {
+            let r = &k.runtime[(*call)? as usize];
+            if !LAUNCHES.contains(&k.str(r.name)) {
+                return None;
+            }
             Some(Launch {
                 gpu: i as u32,
-                correlation: c,
-                cpu_ns: dur,
+                correlation: g.correlation?,
+                cpu_ns: r.dur,
                 gpu_ns: g.dur,
-                delay_ns: (g.start - start - dur).max(0),
+                delay_ns: (g.start - r.start - r.dur).max(0),
             })
         })
         .collect();
@@ -121,7 +114,7 @@ mod tests {
 {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":21,"dur":8,"args":{"correlation":2}},
 {"ph":"X","cat":"kernel","name":"big","pid":0,"tid":7,"ts":27,"dur":200,"args":{"stream":7,"device":0,"correlation":2}}"#,
         );
-        let l = compute(&t);
+        let l = compute(&t, &crate::model::launch_calls(&t.kineto));
         let got: Vec<(i64, i64, i64, bool)> = l
             .each
             .iter()

@@ -177,9 +177,11 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
     let n_iter = step.iterations.len().max(1) as u64;
     let matmul_flops_by_op = by_type.into_iter().map(|(k, v)| (k, v / n_iter)).collect();
     let kernels = kernels::compute(t);
-    let idle = idle::compute(t, &step);
-    let queues = queue::compute(t);
-    let launches = launches::compute(t);
+    // Each GPU activity's launch call, once for the three analyses that pair them.
+    let calls = crate::model::launch_calls(&t.kineto);
+    let idle = idle::compute(t, &step, &calls);
+    let queues = queue::compute(t, &calls);
+    let launches = launches::compute(t, &calls);
     let (collectives, outside) = collectives::calls(t, &step);
     if outside > 0 && !collectives.is_empty() {
         diag.warn(

@@ -5,7 +5,6 @@
 //! the GPU. A queue that stays near 0 is a GPU waiting on its host (launch-bound); a long one,
 //! a host running ahead of a busy GPU.
 
-use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 use crate::model::Trace;
@@ -39,23 +38,20 @@ pub struct StreamQueue {
     pub time_mean: f64,
 }
 
-/// Every stream's queue, in (device, stream) order.
-pub fn compute(t: &Trace) -> Vec<StreamQueue> {
+/// Every stream's queue, in (device, stream) order; `calls` is
+/// [`crate::model::launch_calls`]'s.
+pub fn compute(t: &Trace, calls: &[Option<u32>]) -> Vec<StreamQueue> {
     let k = &t.kineto;
-    let mut launch_at: FxHashMap<i64, i64> = FxHashMap::default();
-    for r in &k.runtime {
-        if let Some(c) = r.correlation {
-            if LAUNCHES.contains(&k.str(r.name)) {
-                launch_at.entry(c).or_insert(r.start);
-            }
-        }
-    }
     // (time, +1 launch / -1 start) per stream; a launch sorts before a start at one instant.
     let mut changes: BTreeMap<(i64, i64), Vec<(i64, i64)>> = BTreeMap::new();
-    for g in &k.gpu {
-        let Some(&l) = g.correlation.and_then(|c| launch_at.get(&c)) else {
+    for (g, call) in k.gpu.iter().zip(calls) {
+        let Some(r) = call.map(|i| &k.runtime[i as usize]) else {
             continue;
         };
+        if !LAUNCHES.contains(&k.str(r.name)) {
+            continue;
+        }
+        let l = r.start;
         let v = changes.entry((g.device, g.stream)).or_default();
         v.push((l, 1));
         v.push((g.start, -1));
@@ -134,7 +130,7 @@ mod tests {
         }
         ev.pop();
         let t = crate::model::from_events(&ev);
-        let q = compute(&t);
+        let q = compute(&t, &crate::model::launch_calls(&t.kineto));
         assert_eq!(q.len(), 1);
         let s = &q[0];
         assert_eq!((s.device, s.stream, s.points, s.max), (0, 7, 6, 3));

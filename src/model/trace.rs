@@ -559,6 +559,23 @@ fn module_paths(
     (out, paths, per_call)
 }
 
+/// For each GPU activity, the runtime call that launched it: the index in
+/// [`KinetoTrace::runtime`] of the first call with its correlation id (a repeated id is corrupt
+/// data, counted by the model's launch attribution). What the idle-time, queue and launch
+/// analyses pair activities with.
+pub fn launch_calls(k: &KinetoTrace) -> Vec<Option<u32>> {
+    let mut by_corr: FxHashMap<i64, u32> = FxHashMap::default();
+    for (i, r) in k.runtime.iter().enumerate() {
+        if let Some(c) = r.correlation {
+            by_corr.entry(c).or_insert(i as u32);
+        }
+    }
+    k.gpu
+        .iter()
+        .map(|g| g.correlation.and_then(|c| by_corr.get(&c).copied()))
+        .collect()
+}
+
 /// Whether a CUDA runtime (or driver) call makes the host wait for the GPU: a stream, device
 /// or event synchronisation, or a blocking copy (`.item()`, `torch.equal`, `.cpu()` reach the
 /// runtime as `cudaMemcpyAsync` and then `cudaStreamSynchronize`).
