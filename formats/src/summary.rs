@@ -349,6 +349,11 @@ impl IdleCause {
         IdleCause::Other,
     ];
 
+    /// Its place in [`IdleCause::ALL`] (a table indexed by cause).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// Its name in summary.json and the tables.
     pub fn as_str(self) -> &'static str {
         match self {

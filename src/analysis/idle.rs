@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use super::kernels::{classify, KernelClass};
 use super::step::{Phase, Step};
+use crate::intern::StrId;
 use crate::model::Trace;
 pub use steptrace_formats::summary::{IdleCause, IdleOp, IdleSummary};
 
@@ -51,10 +52,6 @@ pub struct Idle {
     pub summary: Option<IdleSummary>,
 }
 
-fn cause_index(c: IdleCause) -> usize {
-    IdleCause::ALL.iter().position(|&x| x == c).unwrap_or(0)
-}
-
 /// What the host was doing before a late launch, from what ran on its thread in between.
 struct HostFacts {
     /// Host syncs' ends by thread, sorted.
@@ -87,30 +84,25 @@ impl HostFacts {
     }
 }
 
-/// The name idle time before activity `gi` is charged to: for host causes the outermost op
-/// around its launch (the node that launched late), else the activity itself, or the
-/// collective it waited for.
-fn charged_to(t: &Trace, gi: usize, cause: IdleCause, waited_for: Option<usize>) -> String {
+/// What idle time before activity `gi` is charged to: for host causes the outermost op around
+/// its launch (the node that launched late; `None` for a launch outside every op), else the
+/// activity itself, or the collective it waited for. An interned name: the gaps are many, the
+/// names few, and they are made text once ([`headline`]).
+fn charged_to(t: &Trace, gi: usize, cause: IdleCause, waited_for: Option<usize>) -> Option<StrId> {
     let k = &t.kineto;
     match cause {
-        IdleCause::CommunicationWait => {
-            let c = waited_for.unwrap_or(gi);
-            k.str(k.gpu[c].name).to_owned()
-        }
-        IdleCause::KernelWait | IdleCause::Other => k.str(k.gpu[gi].name).to_owned(),
-        _ => match t.launch[gi] {
-            Some((op, _)) => {
-                let mut top = op;
-                while let Some(p) = t.parent[top.0 as usize] {
-                    if t.kineto.ops[p.0 as usize].kind != crate::model::kineto::OpKind::Op {
-                        break;
-                    }
-                    top = p;
+        IdleCause::CommunicationWait => Some(k.gpu[waited_for.unwrap_or(gi)].name),
+        IdleCause::KernelWait | IdleCause::Other => Some(k.gpu[gi].name),
+        _ => t.launch[gi].map(|(op, _)| {
+            let mut top = op;
+            while let Some(p) = t.parent[top.0 as usize] {
+                if k.ops[p.0 as usize].kind != crate::model::kineto::OpKind::Op {
+                    break;
                 }
-                t.op_name(top).to_owned()
+                top = p;
             }
-            None => "(launch outside every op)".to_owned(),
-        },
+            t.op(top).name
+        }),
     }
 }
 
@@ -142,7 +134,7 @@ pub fn compute(t: &Trace, step: &Step, calls: &[Option<u32>]) -> Idle {
     }
     // The batch's building: the DataLoader's own ranges (Python between its ops included) and
     // the data-loading nodes (a libtorch program's, which has no such range).
-    let mut data_loading: Vec<(i64, i64)> = step
+    let data_loading: Vec<(i64, i64)> = step
         .nodes
         .iter()
         .filter(|n| n.phase == Phase::DataLoading)
@@ -157,7 +149,6 @@ pub fn compute(t: &Trace, step: &Step, calls: &[Option<u32>]) -> Idle {
                 .map(|o| (o.start, o.end())),
         )
         .collect();
-    data_loading.sort_unstable();
     let data_loading = super::intervals::merged(data_loading);
     let host = HostFacts {
         sync_ends,
@@ -184,7 +175,7 @@ pub fn compute(t: &Trace, step: &Step, calls: &[Option<u32>]) -> Idle {
         (i > 0 && ts < its[i - 1].end).then(|| (i - 1) as u32)
     };
     let mut rows: BTreeMap<(Option<u32>, i64, i64), StreamIdle> = BTreeMap::new();
-    let mut charged: BTreeMap<(i64, i64, IdleCause, String), i64> = BTreeMap::new();
+    let mut charged: BTreeMap<(i64, i64, IdleCause, Option<StrId>), i64> = BTreeMap::new();
     for (&(device, stream), ids) in &mut by_stream {
         ids.sort_by_key(|&i| (k.gpu[i].start, i));
         for w in ids.windows(2) {
@@ -212,7 +203,7 @@ pub fn compute(t: &Trace, step: &Step, calls: &[Option<u32>]) -> Idle {
                     }
                 }
             };
-            let ci = cause_index(cause);
+            let ci = cause.index();
             let at = launch[gi].map_or(g.start, |(_, l)| l);
             let it = iter_of(at);
             // The whole trace's row, and the iteration's where the gap falls in one.
@@ -244,7 +235,7 @@ fn headline(
     t: &Trace,
     step: &Step,
     streams: &[StreamIdle],
-    charged: &BTreeMap<(i64, i64, IdleCause, String), i64>,
+    charged: &BTreeMap<(i64, i64, IdleCause, Option<StrId>), i64>,
 ) -> Option<IdleSummary> {
     let n = step.iterations.len();
     if n == 0 {
@@ -264,7 +255,7 @@ fn headline(
     let (&(device, stream), _) = busy.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
     let mut per_iteration_s = BTreeMap::new();
     for c in IdleCause::ALL {
-        let ci = cause_index(c);
+        let ci = c.index();
         let sum: i64 = streams
             .iter()
             .filter(|r| r.iteration.is_some() && (r.device, r.stream) == (device, stream))
@@ -276,7 +267,9 @@ fn headline(
     for ((d, s, c, name), ns) in charged {
         if (*d, *s) == (device, stream) {
             top_ops.entry(*c).or_default().push(IdleOp {
-                op: name.clone(),
+                op: name
+                    .map_or("(launch outside every op)", |n| k.str(n))
+                    .to_owned(),
                 idle_s: *ns as f64 * 1e-9 / n as f64,
             });
         }
@@ -351,7 +344,7 @@ mod tests {
             .iter()
             .find(|r| r.iteration.is_none() && r.stream == 7)
             .expect("stream 7's row");
-        let us = |c: IdleCause| whole.idle_ns[cause_index(c)] / 1000;
+        let us = |c: IdleCause| whole.idle_ns[c.index()] / 1000;
         assert_eq!(us(IdleCause::HostWait), 90);
         assert_eq!(us(IdleCause::KernelWait), 10);
         assert_eq!(us(IdleCause::HostSync), 65);

@@ -169,10 +169,7 @@ pub(super) fn write_idle_time(path: &Path, a: &Analysis) -> Result<(), Error> {
     ];
     let rows = idle_rows(a);
     write_table(path, &header, &rows, |w, (scope, s, c)| {
-        let i = crate::analysis::idle::IdleCause::ALL
-            .iter()
-            .position(|x| x == c)
-            .unwrap_or(0);
+        let i = c.index();
         w.text(scope)
             .num(s.device)
             .num(s.stream)

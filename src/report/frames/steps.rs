@@ -184,9 +184,7 @@ pub(super) fn rollup_columns(label: &str, rows: &[Rollup]) -> Vec<Column> {
 }
 
 pub(super) fn idle_columns(a: &Analysis) -> Vec<Column> {
-    use crate::analysis::idle::IdleCause;
     let rows = crate::report::tables::idle_rows(a);
-    let at = |c: IdleCause| IdleCause::ALL.iter().position(|&x| x == c).unwrap_or(0);
     vec![
         col("scope", rows.iter().map(|r| r.0).collect::<Vec<&str>>()),
         col(
@@ -208,12 +206,14 @@ pub(super) fn idle_columns(a: &Analysis) -> Vec<Column> {
         col(
             "idle_s",
             rows.iter()
-                .map(|r| r.1.idle_ns[at(r.2)] as f64 * 1e-9)
+                .map(|r| r.1.idle_ns[r.2.index()] as f64 * 1e-9)
                 .collect::<Vec<f64>>(),
         ),
         col(
             "gaps",
-            rows.iter().map(|r| r.1.gaps[at(r.2)]).collect::<Vec<u64>>(),
+            rows.iter()
+                .map(|r| r.1.gaps[r.2.index()])
+                .collect::<Vec<u64>>(),
         ),
     ]
 }
