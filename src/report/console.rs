@@ -487,7 +487,7 @@ pub(crate) fn idle_line(s: &crate::analysis::Summary) -> String {
         .map(|(c, v)| format!("{} {}", c.as_str().replace('_', " "), human_time(**v)))
         .collect();
     let mut line = format!(
-        "GPU idle per iteration on stream {}: {}",
+        "GPU idle per profiled iteration on stream {}: {}",
         idle.stream,
         parts.join(", ")
     );
@@ -499,7 +499,8 @@ pub(crate) fn idle_line(s: &crate::analysis::Summary) -> String {
             human_time(op.idle_s)
         );
     }
-    line + "\n"
+    // Measured under the profiler, whose host work lengthens every gap the host causes.
+    line + ", host causes lengthened by the profiler\n"
 }
 
 /// The launches in one line: how many kernels ran shorter than their own launch call (the
@@ -510,7 +511,7 @@ pub(crate) fn launch_line(s: &crate::analysis::Summary) -> String {
     };
     let share = 100.0 * l.shorter_than_launch as f64 / l.launches.max(1) as f64;
     format!(
-        "launches: {} of {} GPU activities ran shorter than their launch call ({share:.0}%{}), median launch delay {}\n",
+        "launches (under the profiler): {} of {} GPU activities ran shorter than their launch call ({share:.0}%{}), median launch delay {}\n",
         l.shorter_than_launch,
         l.launches,
         if share >= 50.0 { ": launch-bound" } else { "" },

@@ -249,9 +249,12 @@ fn gpu_rows(s: &crate::analysis::Summary) -> Vec<Vec<String>> {
             ],
         }];
     let idle = super::console::idle_line(s);
-    if let Some(rest) = idle.trim_end().strip_prefix("GPU idle per iteration ") {
+    if let Some(rest) = idle
+        .trim_end()
+        .strip_prefix("GPU idle per profiled iteration ")
+    {
         rows.push(vec![
-            "why the GPU waits (idle per iteration)".into(),
+            "why the GPU waits (idle per profiled iteration)".into(),
             rest.into(),
         ]);
     }

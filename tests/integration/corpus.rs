@@ -459,4 +459,20 @@ fn utilisation_is_against_the_programs_own_step_and_the_profiled_share_is_labell
     assert!(plain
         .console
         .contains("the program's own step is not known"));
+    // The idle and launch lines say they are the profiled iterations', and the launch count is
+    // the table's (checked against HTA event by event in idle.rs).
+    let l = &plain.analysis.launches;
+    let short = l.each.iter().filter(|x| x.short()).count();
+    assert_eq!(short, l.short);
+    assert!(
+        plain.console.contains(&format!(
+            "launches (under the profiler): {short} of {} GPU activities ran shorter",
+            l.each.len()
+        )),
+        "{}",
+        plain.console
+    );
+    assert!(plain
+        .console
+        .contains("GPU idle per profiled iteration on stream 7: host wait"));
 }
