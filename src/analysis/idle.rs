@@ -61,6 +61,45 @@ struct HostFacts {
 }
 
 impl HostFacts {
+    /// The host syncs' ends by thread and the batch's building, from the trace and the step.
+    fn of(t: &Trace, step: &Step) -> HostFacts {
+        let k = &t.kineto;
+        let mut sync_ends: FxHashMap<u32, Vec<i64>> = FxHashMap::default();
+        for r in &k.runtime {
+            if crate::model::is_host_sync(k.str(r.name)) {
+                sync_ends
+                    .entry(r.thread.0)
+                    .or_default()
+                    .push(r.start + r.dur);
+            }
+        }
+        for v in sync_ends.values_mut() {
+            v.sort_unstable();
+        }
+        // The batch's building: the DataLoader's own ranges (Python between its ops included) and
+        // the data-loading nodes (a libtorch program's, which has no such range).
+        let data_loading: Vec<(i64, i64)> = step
+            .nodes
+            .iter()
+            .filter(|n| n.phase == Phase::DataLoading)
+            .map(|n| {
+                let op = t.op(n.op);
+                (op.start, op.end())
+            })
+            .chain(
+                k.ops
+                    .iter()
+                    .filter(|o| k.str(o.name).starts_with(DATA_LOADER_NEXT))
+                    .map(|o| (o.start, o.end())),
+            )
+            .collect();
+        let data_loading = super::intervals::merged(data_loading);
+        HostFacts {
+            sync_ends,
+            data_loading,
+        }
+    }
+
     fn cause(&self, thread: u32, from: i64, launch: i64) -> IdleCause {
         let synced = self.sync_ends.get(&thread).is_some_and(|ends| {
             let i = ends.partition_point(|&e| e < from);
@@ -120,40 +159,7 @@ pub fn compute(t: &Trace, step: &Step, calls: &[Option<u32>]) -> Idle {
                 .map(|r| (r.thread.0, r.start))
         })
         .collect();
-    let mut sync_ends: FxHashMap<u32, Vec<i64>> = FxHashMap::default();
-    for r in &k.runtime {
-        if crate::model::is_host_sync(k.str(r.name)) {
-            sync_ends
-                .entry(r.thread.0)
-                .or_default()
-                .push(r.start + r.dur);
-        }
-    }
-    for v in sync_ends.values_mut() {
-        v.sort_unstable();
-    }
-    // The batch's building: the DataLoader's own ranges (Python between its ops included) and
-    // the data-loading nodes (a libtorch program's, which has no such range).
-    let data_loading: Vec<(i64, i64)> = step
-        .nodes
-        .iter()
-        .filter(|n| n.phase == Phase::DataLoading)
-        .map(|n| {
-            let op = t.op(n.op);
-            (op.start, op.end())
-        })
-        .chain(
-            k.ops
-                .iter()
-                .filter(|o| k.str(o.name).starts_with(DATA_LOADER_NEXT))
-                .map(|o| (o.start, o.end())),
-        )
-        .collect();
-    let data_loading = super::intervals::merged(data_loading);
-    let host = HostFacts {
-        sync_ends,
-        data_loading,
-    };
+    let host = HostFacts::of(t, step);
     // Collectives' ends per device, sorted: what a late activity may have waited for.
     let mut comm_ends: BTreeMap<i64, Vec<(i64, usize)>> = BTreeMap::new();
     let mut by_stream: BTreeMap<(i64, i64), Vec<usize>> = BTreeMap::new();
