@@ -105,16 +105,13 @@ impl Analysis {
         let threads = self.threads;
         py.detach(|| {
             on_threads(threads, || {
-                let mut dir = steptrace::report::OutDir::prepare(&out)?;
-                dir.start_annotated(&self.trace.kineto, &self.props.report);
-                steptrace::report::write_into(
-                    dir,
+                steptrace::report::write_all(
+                    &out,
                     &self.trace,
                     &self.analysis,
                     &self.diagnostics,
                     &self.props.report,
-                )?;
-                Ok::<_, steptrace::report::Error>(())
+                )
             })
         })?
         .map_err(|e| raise(steptrace::Error::Output(e)))?;

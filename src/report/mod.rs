@@ -95,7 +95,9 @@ pub const FILES: [&str; 4] = [
     "iterations.csv",
 ];
 
-/// Writes every output file into `dir` (created if missing).
+/// Writes every output file into `dir` (created if missing), the annotated trace's copy of
+/// the input started first, as `analyze` does: for an analysis made before (the Python
+/// module's `write`).
 pub fn write_all(
     dir: &Path,
     t: &Trace,
@@ -103,7 +105,9 @@ pub fn write_all(
     diag: &Diagnostics,
     opts: &ReportOptions,
 ) -> Result<(), Error> {
-    write_into(OutDir::prepare(dir)?, t, a, diag, opts).map(drop)
+    let mut out = OutDir::prepare(dir)?;
+    out.start_annotated(&t.kineto, opts);
+    write_into(out, t, a, diag, opts).map(drop)
 }
 
 /// Writes every output file into a prepared directory and commits them; returns when each
