@@ -58,12 +58,13 @@ pub(super) fn measured_iterations(
             .iter()
             .map(|n| (t.op(n.op).start, n.gpu_time as f64 * 1e-9))
             .collect();
+        let syncs = host_waits(t, it.start, it.end);
         iter_index.insert(it.index, iters.len());
         iters.push(Iter {
             label: it.label.clone(),
             start: it.start,
             measured: m,
-            lane: Lane::new(it.start, it.end, cpu_scale, slots),
+            lane: Lane::new(it.start, it.end, cpu_scale, slots, syncs),
         });
     }
     if iters.is_empty() {
@@ -72,6 +73,19 @@ pub(super) fn measured_iterations(
         ));
     }
     Ok((iters, iter_index))
+}
+
+/// The host's waits for the GPU inside `[start, end]`: its synchronising runtime calls, on
+/// every thread.
+fn host_waits(t: &Trace, start: i64, end: i64) -> Vec<(i64, i64)> {
+    let k = &t.kineto;
+    k.runtime
+        .iter()
+        .filter(|r| {
+            r.start < end && r.start + r.dur > start && crate::model::is_host_sync(k.str(r.name))
+        })
+        .map(|r| (r.start, r.start + r.dur))
+        .collect()
 }
 
 /// The CPU-time scale, the swap bandwidth each way (and where it came from) and the wrappers'

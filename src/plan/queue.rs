@@ -33,49 +33,86 @@ pub(super) struct Lane {
     scale: f64,
     /// Each node's launch (its start, ns) and its GPU time, s, by start.
     slots: Vec<(i64, f64)>,
+    /// The host's waits for the GPU (synchronising calls), ns, disjoint and by start, each
+    /// with the waiting time before it: a wait is replayed as a drain of the queue, not as
+    /// the host time the profiled GPU made it, so a lane whose forward waits (Lightning's
+    /// `nn.Transformer` and its `torch.equal`) idles its GPU there as the program does.
+    syncs: Vec<(i64, i64, i64)>,
     /// [`Lane::finish`] with nothing added.
     base: f64,
 }
 
 impl Lane {
-    pub(super) fn new(start: i64, end: i64, scale: f64, mut slots: Vec<(i64, f64)>) -> Lane {
+    /// A lane of `slots`, the host waiting for the GPU over `syncs` (start, end; ns).
+    pub(super) fn new(
+        start: i64,
+        end: i64,
+        scale: f64,
+        mut slots: Vec<(i64, f64)>,
+        syncs: Vec<(i64, i64)>,
+    ) -> Lane {
         slots.sort_by_key(|s| s.0);
         let mut l = Lane {
             start,
             end,
             scale,
             slots,
+            syncs: disjoint(syncs, start, end),
             base: 0.0,
         };
         l.base = l.finish(&[]);
         l
     }
 
+    /// The host's own time from the iteration's start to `ts` (its waits left out), at the
+    /// program's speed, s.
+    fn at(&self, ts: i64) -> f64 {
+        let ts = ts.clamp(self.start, self.end.max(self.start));
+        let k = self.syncs.partition_point(|s| s.0 < ts);
+        let waited = match k.checked_sub(1).map(|j| self.syncs[j]) {
+            Some((s, e, before)) => before + (ts.min(e) - s),
+            None => 0,
+        };
+        (ts - self.start - waited).max(0) as f64 * 1e-9 * self.scale
+    }
+
     /// When the iteration is done with `work` (sorted by time) added, s from its start: the
     /// later of the host's last launch and the GPU's last kernel.
     pub(super) fn finish(&self, work: &[Work]) -> f64 {
-        let at = |ts: i64| (ts - self.start).max(0) as f64 * 1e-9 * self.scale;
-        let (mut shift, mut gpu, mut w) = (0.0f64, 0.0f64, 0usize);
-        // Work past the iteration's end (none is put there) runs at its end.
+        let (mut shift, mut gpu) = (0.0f64, 0.0f64);
+        // The host waits for everything queued at a sync (the program's own or a replayed one).
+        let drain = |t: f64, shift: &mut f64, gpu: f64| *shift += (gpu - (t + *shift)).max(0.0);
         let add = |x: &Work, shift: &mut f64, gpu: &mut f64| {
             if x.drain {
-                *shift += (*gpu - (at(x.ts.min(self.end)) + *shift)).max(0.0);
+                drain(self.at(x.ts), shift, *gpu);
             }
-            let t = at(x.ts.min(self.end)) + *shift;
+            let t = self.at(x.ts) + *shift;
             *gpu = (gpu.max(t) + x.gpu_s).max(t + x.host_s);
             *shift += x.host_s;
         };
+        let (mut w, mut y) = (0usize, 0usize);
         for &(ts, g) in &self.slots {
-            while w < work.len() && work[w].ts <= ts {
-                add(&work[w], &mut shift, &mut gpu);
-                w += 1;
+            // Work and waits before this launch, in time order (work first at a tie).
+            loop {
+                let wt = work.get(w).map_or(i64::MAX, |x| x.ts);
+                let st = self.syncs.get(y).map_or(i64::MAX, |s| s.0);
+                if wt <= ts && wt <= st {
+                    add(&work[w], &mut shift, &mut gpu);
+                    w += 1;
+                } else if st <= ts {
+                    drain(self.at(st), &mut shift, gpu);
+                    y += 1;
+                } else {
+                    break;
+                }
             }
-            gpu = gpu.max(at(ts) + shift) + g;
+            gpu = gpu.max(self.at(ts) + shift) + g;
         }
+        // Work past the last launch (or the iteration's end) runs at its end.
         for x in &work[w..] {
             add(x, &mut shift, &mut gpu);
         }
-        (at(self.end) + shift).max(gpu)
+        (self.at(self.end) + shift).max(gpu)
     }
 
     /// What `work` adds to the iteration, s.
@@ -85,6 +122,27 @@ impl Lane {
         }
         (self.finish(work) - self.base).max(0.0)
     }
+}
+
+/// `spans` clipped to `[start, end]`, overlaps merged, by start, each with the total length of
+/// those before it.
+fn disjoint(mut spans: Vec<(i64, i64)>, start: i64, end: i64) -> Vec<(i64, i64, i64)> {
+    spans.sort_unstable();
+    let mut out: Vec<(i64, i64, i64)> = Vec::new();
+    for (s, e) in spans {
+        let (s, e) = (s.max(start), e.min(end));
+        if e <= s {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => {
+                let before = out.last().map_or(0, |l| l.2 + (l.1 - l.0));
+                out.push((s, e, before));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -102,7 +160,7 @@ mod tests {
         let slots = (0..10)
             .map(|i| (i * every_ms * MS, kernel_ms * 1e-3))
             .collect();
-        Lane::new(0, end_ms * MS, scale, slots)
+        Lane::new(0, end_ms * MS, scale, slots, Vec::new())
     }
 
     fn w(ms: i64, host_ms: f64, gpu_ms: f64) -> Work {
@@ -161,7 +219,7 @@ mod tests {
         let slots = (0..10)
             .map(|i| (i * MS, if i < 5 { 3e-3 } else { 1e-4 }))
             .collect();
-        let l = Lane::new(0, 10 * MS, 1.0, slots);
+        let l = Lane::new(0, 10 * MS, 1.0, slots, Vec::new());
         assert!(close(l.base, 0.0155));
         // A sync at 5 ms: the host waits until 15 ms, then launches the last five, one per
         // ms: the step ends with the host at 20 ms.
@@ -174,6 +232,45 @@ mod tests {
         assert!(close(gpu_bound.added(&[drain(5, 2.0)]), 0.002));
         // A launch-bound lane (1 ms kernels every 2 ms) has no lead: a sync costs nothing.
         assert!(close(lane(2, 1.0, 20, 1.0).added(&[drain(9, 0.0)]), 0.0));
+    }
+
+    #[test]
+    fn issue75_the_hosts_own_waits_are_replayed_as_drains_not_as_host_time() {
+        // Five 3 ms kernels launched one per ms, the host waiting 5-12 ms under the profiler,
+        // then five 0.1 ms kernels launched 12-16 ms, the iteration ending at 17 ms.
+        let slots = (0..10)
+            .map(|i| {
+                if i < 5 {
+                    (i * MS, 3e-3)
+                } else {
+                    ((i + 7) * MS, 1e-4)
+                }
+            })
+            .collect::<Vec<_>>();
+        let waits = vec![(5 * MS, 12 * MS)];
+        let l = Lane::new(0, 17 * MS, 1.0, slots.clone(), waits.clone());
+        // The wait lasts until the queue is empty, at 15 ms (not the profiled 7 ms): the
+        // host's 5 ms after it end at 20 ms.
+        assert!(close(l.base, 0.020));
+        // At half the host's speed: the same wait ends at 15 ms, the 2.5 ms after it at 17.5.
+        assert!(close(
+            Lane::new(0, 17 * MS, 0.5, slots.clone(), waits).base,
+            0.0175
+        ));
+        // Without the wait known, the replay took the profiled 7 ms as host time: 17 ms.
+        assert!(close(
+            Lane::new(0, 17 * MS, 1.0, slots, Vec::new()).base,
+            0.017
+        ));
+        // Host work after the wait is paid in full; before it, hidden by the drain.
+        assert!(close(l.added(&[w(14, 1.0, 0.0)]), 0.001));
+        assert!(close(l.added(&[w(3, 1.0, 0.0)]), 0.0));
+    }
+
+    #[test]
+    fn issue75_overlapping_waits_count_once_and_are_clipped_to_the_iteration() {
+        let d = disjoint(vec![(8, 12), (-5, 2), (10, 15), (20, 40)], 0, 30);
+        assert_eq!(d, vec![(0, 2, 0), (8, 15, 2), (20, 30, 9)]);
     }
 
     #[test]

@@ -87,11 +87,13 @@ impl Ctx<'_> {
                 }
                 _ => {
                     // A loss read for logging (`.item()`) and the input copies before the
-                    // first compute op are not forward work. Compute is what runs on the GPU:
+                    // first compute op are not forward work (a read inside a module's forward,
+                    // `torch.equal` in `nn.Transformer`'s mask check, is: a recompute of the
+                    // module waits there again). Compute is what runs on the GPU:
                     // a DataLoader's CPU-side ops (`empty`, `set_` of a received batch) come
                     // before the copies too, and where the program marks no DataLoader range
                     // (libtorch), the host-only ops before the first copy build the batch.
-                    if is_dtoh_read(t, gpus) {
+                    if is_dtoh_read(t, gpus) && t.module[o.0 as usize].is_none() {
                         Phase::Other
                     } else if !*seen_compute
                         && gpus.is_empty()
