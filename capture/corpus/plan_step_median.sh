@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 75: step-time predictions against the median of several runs, for a program whose own
+# step moves between runs of one command by more than a plan adds (Lightning's demo). Each of
+# REPS rounds captures the program without a plan, then with each plan applied from its first
+# step (`capture --plan`, every step with the plan), alternately, so drift hits all alike. Each
+# round's capture without a plan is kept whole: the plans' steps are then predicted from each
+# of them (`steptrace plan BASE --modules ...`, off the GPU) and set against the planned runs'
+# median.
+#
+#   REPS=3 bash capture/corpus/plan_step_median.sh NAME PLAN...   # NAME: pl, plb (plan_programs.sh)
+# PLAN: capture/corpus/plans/*.json (plans whose decisions name modules by qualified name).
+# Writes $OUT/plan_step_median.jsonl (a line per run) and $OUT/plan_step_median_NAME_base_R.tar.gz.
+set -u
+ROOT=$(pwd)
+ST=${ST:-$ROOT/target/release/steptrace}
+name=${1:?name}
+shift
+W=/tmp/psm
+rm -rf $W && mkdir -p $W/fw/data $W/runs $W/logs
+cp $ROOT/capture/corpus/programs/*.py $W/fw/
+. "$ROOT/capture/corpus/plan_programs.sh"
+write_wikitext $W/fw/data/wikitext-2.txt
+export PYTHONUNBUFFERED=1 STEPTRACE_CACHE=$W/cache
+for rep in $(seq 1 ${REPS:-3}); do
+  for plan in base "$@"; do
+    label=$(basename "$plan" .json)
+    tag=${name}_${label}_$rep
+    if [ "$plan" = base ]; then
+      (cd $W/fw && timeout 200 $ST capture --out $W/runs/$tag -- $(prog $name) >$W/logs/$tag.out 2>$W/logs/$tag.err)
+    else
+      (cd $W/fw && timeout 200 $ST capture --out $W/runs/$tag --plan $ROOT/$plan -- $(prog $name) \
+        >$W/logs/$tag.out 2>$W/logs/$tag.err)
+    fi
+    python3 - "$name" "$label" "$rep" "$?" "$W/runs/$tag" <<'PY' | tee -a $OUT/plan_step_median.jsonl
+import json, statistics, sys
+name, label, rep, rc, d = sys.argv[1:]
+row = {"name": name, "plan": label, "rep": int(rep), "rc": int(rc)}
+try:
+    m = json.load(open(f"{d}/manifest.json"))
+    row["step_time_s"] = m.get("step_time_s")
+    row["step_time_source"] = m.get("step_time_source")
+    s = json.load(open(f"{d}/shim.json"))
+    aw = s.get("after_window_ns") or []
+    row["after_window_steps"] = max(0, len(aw) - 1)
+    row["after_window_median_ms"] = (round(statistics.median([(b - a) / 1e6 for a, b in zip(aw, aw[1:])]), 3)
+                                     if len(aw) > 1 else None)
+    p = s.get("plan") or {}
+    row["applied"] = len(p.get("applied") or [])
+    row["from_first_call"] = len(p.get("from_first_call") or [])
+except Exception as exc:
+    row["error"] = str(exc)
+print(json.dumps(row))
+PY
+    [ "$plan" = base ] && tar czf $OUT/plan_step_median_${name}_base_$rep.tar.gz -C $W/runs $tag
+  done
+done
