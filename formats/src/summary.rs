@@ -376,6 +376,97 @@ impl IdleCause {
     }
 }
 
+/// What a stretch of a step's critical path is ([`CriticalPathSummary`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathKind {
+    /// The host's own work (profiled: the profiler's host work is in it).
+    Host,
+    /// From a launch call's start to its activity's start, the GPU having nothing before it.
+    LaunchDelay,
+    /// A kernel running.
+    Kernel,
+    /// A copy running.
+    Memcpy,
+    /// A memset running.
+    Memset,
+    /// Between two activities of one stream, the second launched in time.
+    StreamGap,
+    /// An activity that waited for another stream's work (an event, a collective).
+    CrossStream,
+    /// The host waiting in a synchronising call after the GPU work it waited for ended.
+    Sync,
+}
+
+impl PathKind {
+    /// Every kind, in this order.
+    pub const ALL: [PathKind; 8] = [
+        PathKind::Host,
+        PathKind::LaunchDelay,
+        PathKind::Kernel,
+        PathKind::Memcpy,
+        PathKind::Memset,
+        PathKind::StreamGap,
+        PathKind::CrossStream,
+        PathKind::Sync,
+    ];
+
+    /// Its place in [`PathKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in summary.json and the tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathKind::Host => "host",
+            PathKind::LaunchDelay => "launch_delay",
+            PathKind::Kernel => "kernel",
+            PathKind::Memcpy => "memcpy",
+            PathKind::Memset => "memset",
+            PathKind::StreamGap => "stream_gap",
+            PathKind::CrossStream => "cross_stream",
+            PathKind::Sync => "sync",
+        }
+    }
+
+    /// Whether the GPU is running work of its own over it.
+    pub fn is_gpu_work(self) -> bool {
+        matches!(self, PathKind::Kernel | PathKind::Memcpy | PathKind::Memset)
+    }
+}
+
+/// An op on the critical path and how much of it the path holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathOp {
+    /// The node (host work) or the op that launched it (GPU work), by name.
+    pub op: String,
+    /// Its time on the path per iteration (the iterations' sum over their number), s.
+    pub path_s: f64,
+}
+
+/// The critical path of the profiled iterations (single rank): what each stretch of the step
+/// waited for, walked back from its end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CriticalPathSummary {
+    /// The path's length per iteration (first launch to the later of the host's and the GPU's
+    /// end; the iterations' sum over their number), s.
+    pub length_s: f64,
+    /// Its length by kind, per iteration, s.
+    pub per_iteration_s: BTreeMap<PathKind, f64>,
+    /// The host's share of the path (host and sync kinds), under the profiler.
+    pub host_share: f64,
+    /// `host` where the host's own work is most of the path, else `gpu`.
+    pub bound: String,
+    /// The host's time on the path at the program's own speed: profiled host time times the
+    /// program's host time over the profiled one (its step less the host's lead over the
+    /// profiled step); `None` without the program's own step time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_s_at_program_speed: Option<f64>,
+    /// The ops holding most of the path (at most 10, most first).
+    pub top_ops: Vec<PathOp>,
+}
+
 /// An op idle time is charged to: the outermost op around the late launch (host causes), the
 /// collective waited for, or the activity that started late.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -707,6 +798,9 @@ pub struct Summary {
     /// every stream); `None` without GPU activity in the iterations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleSummary>,
+    /// The profiled iterations' critical path; `None` without GPU activity in them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critical_path: Option<CriticalPathSummary>,
     /// Kernel launches: how many ran shorter than their own launch; `None` without launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launches: Option<LaunchSummary>,

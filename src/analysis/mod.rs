@@ -2,6 +2,7 @@
 //! report stage writes out.
 
 pub mod collectives;
+pub mod critical_path;
 pub mod flops;
 pub mod graphs;
 pub mod idle;
@@ -77,6 +78,8 @@ pub struct Analysis {
     pub queues: Vec<queue::StreamQueue>,
     /// Each launched GPU activity's launch call, GPU time and launch delay.
     pub launches: launches::Launches,
+    /// Each profiled iteration's critical path.
+    pub critical_path: critical_path::CriticalPath,
     /// Collectives launched in the iterations, with their metadata.
     pub collectives: Vec<collectives::Call>,
     /// The run's memory snapshot replayed over its whole history, with the node that made
@@ -182,6 +185,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
     let idle = idle::compute(t, &step, &calls);
     let queues = queue::compute(t, &calls);
     let launches = launches::compute(t, &calls);
+    let critical_path = critical_path::compute(t, &step, &calls);
     let (collectives, outside) = collectives::calls(t, &step);
     if outside > 0 && !collectives.is_empty() {
         diag.warn(
@@ -199,6 +203,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
         kernels: &kernels,
         idle: &idle,
         launches: &launches,
+        critical_path: &critical_path,
     };
     let summary = summary::build(&parts, peaks, &facts, diag);
     let mut a = Analysis {
@@ -207,6 +212,7 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
         idle,
         queues,
         launches,
+        critical_path,
         step,
         node_stats,
         summary,

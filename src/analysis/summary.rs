@@ -40,6 +40,7 @@ pub(super) struct Parts<'a> {
     pub(super) kernels: &'a kernels::Kernels,
     pub(super) idle: &'a super::idle::Idle,
     pub(super) launches: &'a super::launches::Launches,
+    pub(super) critical_path: &'a super::critical_path::CriticalPath,
 }
 
 /// summary.json.
@@ -71,6 +72,7 @@ pub(super) fn build(
         Clock::of(StepTimes::of(step), facts.program_step_time.as_ref(), diag)
     };
     let gpu_utilization = clock.utilization(diag);
+    let critical_path = super::critical_path::summary(t, step, p.critical_path, clock.host_scale());
     Summary {
         format_version: steptrace_formats::summary::FORMAT_VERSION,
         steptrace_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -95,6 +97,7 @@ pub(super) fn build(
         gpu_utilization,
         gpu_utilization_profiled: ratio(clock.gpu_busy_s, clock.instrumented_s),
         idle: p.idle.summary.clone(),
+        critical_path,
         launches: (!p.launches.each.is_empty()).then_some(
             steptrace_formats::summary::LaunchSummary {
                 launches: p.launches.each.len(),
@@ -154,6 +157,18 @@ struct Clock {
     each_s: Vec<f64>,
     gpu_busy_s: f64,
     gpu_time_s: f64,
+}
+
+impl Clock {
+    /// The program's host time over the profiled one: its step less the host's lead over the
+    /// profiled step; `None` where the step is the profiled one.
+    fn host_scale(&self) -> Option<f64> {
+        if !self.source.is_programs_own() || self.instrumented_s <= 0.0 {
+            return None;
+        }
+        let host = self.step_s - self.host_lead_s.unwrap_or(0.0).max(0.0);
+        Some((host / self.instrumented_s).clamp(0.0, 1.0))
+    }
 }
 
 /// `part / whole`, 0 where `whole` is not positive.

@@ -75,6 +75,7 @@ pub fn console_summary(t: &Trace, a: &Analysis, diag: &Diagnostics, top: usize) 
         o += &utilization_line(s);
         o += &idle_line(s);
         o += &launch_line(s);
+        o += &path_line(s);
     }
     if let Some(line) = phase_line(s, cpu_only) {
         o += &line;
@@ -501,6 +502,40 @@ pub(crate) fn idle_line(s: &crate::analysis::Summary) -> String {
     }
     // Measured under the profiler, whose host work lengthens every gap the host causes.
     line + ", host causes lengthened by the profiler\n"
+}
+
+/// The critical path in one line: its length per profiled iteration by kind (largest first),
+/// whether the host or the GPU bounds it, the host's part at the program's own speed, and the
+/// op holding most of it.
+pub(crate) fn path_line(s: &crate::analysis::Summary) -> String {
+    let Some(p) = &s.critical_path else {
+        return String::new();
+    };
+    let mut kinds: Vec<_> = p
+        .per_iteration_s
+        .iter()
+        .filter(|(_, v)| **v > 0.0)
+        .collect();
+    kinds.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+    let parts: Vec<String> = kinds
+        .iter()
+        .take(4)
+        .map(|(k, v)| format!("{} {}", k.as_str().replace('_', " "), human_time(**v)))
+        .collect();
+    let mut line = format!(
+        "critical path per profiled iteration: {} ({}), {}-bound ({:.0}% host, under the profiler)",
+        human_time(p.length_s),
+        parts.join(", "),
+        p.bound,
+        100.0 * p.host_share
+    );
+    if let Some(h) = p.host_s_at_program_speed {
+        line += &format!("; its host work at the program's speed {}", human_time(h));
+    }
+    if let Some(op) = p.top_ops.first() {
+        line += &format!("; most on it: {} {}", op.op, human_time(op.path_s));
+    }
+    line + "\n"
 }
 
 /// The launches in one line: how many kernels ran shorter than their own launch call (the

@@ -191,6 +191,7 @@ pub(super) fn write(
         let (what, rest) = l.split_once(": ").unwrap_or((l, ""));
         let _ = write!(o, "<p><b>{}</b>: {}</p>", esc(what), esc(rest));
     }
+    super::waits::section(&mut o, s);
     if s.peak_allocated_bytes.is_some() {
         o.push_str("<h2>Memory at the peak</h2>");
         table(

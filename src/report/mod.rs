@@ -26,6 +26,7 @@ pub mod snapshot;
 mod snapshot_view;
 mod tables;
 mod tasks;
+mod waits;
 pub(crate) use self::shared::{
     create, input_lacks, io, nodes_by_time, nodes_without_gpu_time, secs, write_file,
 };

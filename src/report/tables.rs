@@ -208,6 +208,64 @@ pub(super) fn write_launches(path: &Path, t: &Trace, a: &Analysis) -> Result<(),
     })
 }
 
+/// One row of `critical_path.csv`: the iteration's index, its path's start, and a stretch.
+pub(crate) type PathRow<'a> = (u32, i64, &'a crate::analysis::critical_path::Segment);
+
+/// The critical paths' stretches, iteration by iteration, in time order.
+pub(crate) fn path_rows(a: &Analysis) -> Vec<PathRow<'_>> {
+    a.critical_path
+        .iterations
+        .iter()
+        .flat_map(|p| {
+            let start = p.segments.first().map_or(0, |s| s.start);
+            p.segments.iter().map(move |s| (p.iteration, start, s))
+        })
+        .collect()
+}
+
+/// The op a stretch of the path is charged to: the node of a host stretch, the op that
+/// launched a GPU one (or the activity a gap or a wait came before).
+pub(crate) fn path_op<'a>(
+    t: &'a Trace,
+    a: &'a Analysis,
+    s: &crate::analysis::critical_path::Segment,
+) -> &'a str {
+    match (s.node, s.gpu) {
+        (Some(n), _) => &a.step.nodes[n as usize].name,
+        (None, Some(g)) => launching_op(t, g as usize),
+        _ => "",
+    }
+}
+
+/// `critical_path.csv`: each iteration's critical path, stretch by stretch: when (from the
+/// path's start), how long, what it is, the op it is charged to, and the GPU activity.
+pub(super) fn write_critical_path(path: &Path, t: &Trace, a: &Analysis) -> Result<(), Error> {
+    let header = [
+        "iteration",
+        "offset_ns",
+        "duration_ns",
+        "kind",
+        "op",
+        "activity",
+        "stream",
+    ];
+    let k = &t.kineto;
+    write_table(path, &header, &path_rows(a), |w, (it, start, s)| {
+        w.num(*it)
+            .num(s.start - start)
+            .num(s.end - s.start)
+            .text(s.kind.as_str())
+            .text(path_op(t, a, s));
+        match s.gpu {
+            Some(g) => w
+                .text(k.str(k.gpu[g as usize].name))
+                .num(k.gpu[g as usize].stream),
+            None => w.text("").text(""),
+        };
+        w.end();
+    })
+}
+
 /// The op whose launch call made GPU activity `gpu` (the innermost op around the call), or ""
 /// where the call ran outside every op.
 pub(crate) fn launching_op(t: &Trace, gpu: usize) -> &str {

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::tables::{
-    write_graph_profile, write_idle_time, write_iterations, write_kernels, write_launches,
-    write_node_iterations, write_node_stats, write_streams, write_summary,
+    write_critical_path, write_graph_profile, write_idle_time, write_iterations, write_kernels,
+    write_launches, write_node_iterations, write_node_stats, write_streams, write_summary,
 };
 use super::{flops, memory, Error};
 use crate::analysis::Analysis;
@@ -54,6 +54,7 @@ pub(super) fn tables<'a>(dir: &'a Path, t: &'a Trace, a: &'a Analysis) -> Vec<Ta
         file(dir, "streams.csv", |p| write_streams(p, a)),
         file(dir, "idle_time.csv", |p| write_idle_time(p, a)),
         file(dir, "launches.csv", |p| write_launches(p, t, a)),
+        file(dir, "critical_path.csv", |p| write_critical_path(p, t, a)),
     ];
     #[cfg(feature = "parquet")]
     for table in super::frames::TABLES {

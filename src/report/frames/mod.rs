@@ -45,10 +45,12 @@ pub enum Table {
     IdleTime,
     /// `launches`: each launched GPU activity's launch call, GPU time and launch delay.
     Launches,
+    /// `critical_path`: each iteration's critical path, stretch by stretch.
+    CriticalPath,
 }
 
 /// Every table, in the order their files are listed.
-pub const TABLES: [Table; 12] = [
+pub const TABLES: [Table; 13] = [
     Table::NodeStats,
     Table::ActivationStats,
     Table::MemoryTimeline,
@@ -61,6 +63,7 @@ pub const TABLES: [Table; 12] = [
     Table::FlopsByModule,
     Table::IdleTime,
     Table::Launches,
+    Table::CriticalPath,
 ];
 
 impl Table {
@@ -79,6 +82,7 @@ impl Table {
             Table::FlopsByModule => "flops_by_module",
             Table::IdleTime => "idle_time",
             Table::Launches => "launches",
+            Table::CriticalPath => "critical_path",
         }
     }
 
@@ -103,6 +107,7 @@ impl Table {
             }
             Table::IdleTime => steps::idle_columns(a),
             Table::Launches => steps::launches_columns(t, a),
+            Table::CriticalPath => steps::critical_path_columns(t, a),
         }
     }
 

@@ -248,3 +248,45 @@ pub(super) fn launches_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
         ),
     ]
 }
+
+pub(super) fn critical_path_columns(t: &Trace, a: &Analysis) -> Vec<Column> {
+    let rows = crate::report::tables::path_rows(a);
+    let k = &t.kineto;
+    vec![
+        col("iteration", rows.iter().map(|r| r.0).collect::<Vec<u32>>()),
+        col(
+            "offset_ns",
+            rows.iter().map(|r| r.2.start - r.1).collect::<Vec<i64>>(),
+        ),
+        col(
+            "duration_ns",
+            rows.iter()
+                .map(|r| r.2.end - r.2.start)
+                .collect::<Vec<i64>>(),
+        ),
+        col(
+            "kind",
+            rows.iter()
+                .map(|r| r.2.kind.as_str())
+                .collect::<Vec<&str>>(),
+        ),
+        col(
+            "op",
+            rows.iter()
+                .map(|r| crate::report::tables::path_op(t, a, r.2))
+                .collect::<Vec<&str>>(),
+        ),
+        col(
+            "activity",
+            rows.iter()
+                .map(|r| r.2.gpu.map(|g| k.str(k.gpu[g as usize].name)))
+                .collect::<Vec<Option<&str>>>(),
+        ),
+        col(
+            "stream",
+            rows.iter()
+                .map(|r| r.2.gpu.map(|g| k.gpu[g as usize].stream))
+                .collect::<Vec<Option<i64>>>(),
+        ),
+    ]
+}
