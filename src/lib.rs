@@ -356,9 +356,9 @@ pub fn compare_runs(
                 top: 10,
                 ..Default::default()
             };
-            let a = run_analysis(&props)?.1;
+            let (t, a, _) = run_analysis(&props)?;
             let label = label.unwrap_or_else(|| a.summary.name.clone());
-            report::compare::Run::analysed(label, &a)
+            report::compare::Run::analysed(label, &t, &a)
         };
         runs.push(run);
     }

@@ -16,6 +16,7 @@ pub(crate) fn run(args: cli::CompareArgs) -> anyhow::Result<u8> {
     steptrace::report::compare::write(&args.out, "compare", "configuration", &runs)?;
     let mut out = std::io::stdout().lock();
     out.write_all(terminal_safe(&steptrace::report::compare::table(&runs)).as_bytes())?;
+    out.write_all(terminal_safe(&steptrace::report::compare::ops_lines(&runs, 10)).as_bytes())?;
     // A run captured with --plan: the plan's prediction against what it measured.
     for (r, run) in args.runs.iter().zip(&runs) {
         if !r.is_dir() {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use steptrace::analysis::Analysis;
 use steptrace::plan::{Budget, Options, Policy};
+use steptrace::report::compare::Run;
 use steptrace::report::plan::PlannedRun;
 
 use crate::cli::{PolicyArg, SweepArgs};
@@ -32,6 +33,14 @@ fn props(dir: &Path) -> steptrace::AnalyzeProps {
 
 fn analyze(dir: &Path) -> anyhow::Result<Analysis> {
     Ok(steptrace::run_analysis(&props(dir))?.1)
+}
+
+/// A run's analysis and its row for the comparison (which reads op names from the trace,
+/// dropped after).
+fn analyze_run(dir: &Path, label: String) -> anyhow::Result<(Analysis, Run)> {
+    let (t, a, _) = steptrace::run_analysis(&props(dir))?;
+    let run = Run::analysed(label, &t, &a);
+    Ok((a, run))
 }
 
 /// Captures the program into `out` (with `plan` applied), saying so; a program that fails is
@@ -171,15 +180,13 @@ fn values(args: SweepArgs) -> anyhow::Result<u8> {
         }
         dirs
     };
-    let analyses = dirs
-        .iter()
-        .map(|d| analyze(d))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let runs: Vec<steptrace::report::compare::Run> = analyses
+    let (analyses, runs): (Vec<Analysis>, Vec<Run>) = dirs
         .iter()
         .zip(&args.values)
-        .map(|(a, v)| steptrace::report::compare::Run::analysed(v.trim().to_owned(), a))
-        .collect();
+        .map(|(d, v)| analyze_run(d, v.trim().to_owned()))
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
     steptrace::report::compare::write(&args.out, "sweep", &args.name, &runs)?;
     let curves: Vec<(f64, &steptrace_formats::summary::Summary)> = values
         .iter()

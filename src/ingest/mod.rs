@@ -18,7 +18,7 @@ use manifest::{program_step_time, secs_to_ns, Manifest, ManifestFiles};
 pub use manifest::{PlanProbe, PlanTimedBothWays, ProgramStepTime};
 use ranks::rank_traces;
 pub use ranks::{rank_layout, rank_of_trace, RankLayout};
-pub use results::{is_results_dir, read_results, AnalysisResults};
+pub use results::{is_results_dir, read_results, AnalysisResults, OpTotals};
 
 use crate::file_error::FileError;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! `steptrace_formats`) and the per-node peaks of `node_stats.csv`, so that `compare` sets
 //! runs side by side from what `analyze` wrote instead of analysing them again.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use steptrace_formats::summary::Summary;
@@ -22,6 +23,19 @@ pub struct AnalysisResults {
     /// Each node's median peak memory by execution rank, bytes (`node_stats.csv`; empty where
     /// the folder has none).
     pub node_peaks: Vec<(u32, i64)>,
+    /// Its ops' and kernels' totals (`node_stats.csv`, `kernels.csv`; empty where absent).
+    pub ops: OpTotals,
+}
+
+/// What a run's ops and kernels add up to, by name: for `compare`'s op-level diff
+/// (HolisticTraceAnalysis's trace diff).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpTotals {
+    /// Per op (the nodes' op), its nodes per iteration and their CPU time per iteration, s
+    /// (the nodes' medians, each weighted by the share of iterations it ran in).
+    pub ops: BTreeMap<String, (f64, f64)>,
+    /// Per GPU activity name, its count and GPU time over the trace, s.
+    pub kernels: BTreeMap<String, (f64, f64)>,
 }
 
 /// Whether `path` is a folder `analyze` wrote (it holds `summary.json`); a capture's run
@@ -47,10 +61,78 @@ pub fn read_results(dir: &Path) -> Result<AnalysisResults, Error> {
     let text = std::str::from_utf8(&bytes).map_err(|_| bad("not UTF-8 text".into()))?;
     let summary = Summary::from_json(text).map_err(|e| bad(e.to_string()))?;
     let node_peaks = read_node_peaks(&dir.join("node_stats.csv"))?;
+    let iterations = summary.iterations.max(1) as f64;
+    let ops = OpTotals {
+        ops: read_sums(
+            &dir.join("node_stats.csv"),
+            "op",
+            ["iterations_present", "median_cpu_time_s"],
+            |[present, cpu]| (present / iterations, cpu * present / iterations),
+        )?,
+        kernels: read_sums(
+            &dir.join("kernels.csv"),
+            "name",
+            ["count", "total_ns"],
+            |[count, ns]| (count, ns * 1e-9),
+        )?,
+    };
     Ok(AnalysisResults {
         summary,
         node_peaks,
+        ops,
     })
+}
+
+/// Sums per `key` of `f` of the two numeric columns `cols`, over the rows of a table
+/// `analyze` wrote; nothing when the file is absent.
+fn read_sums(
+    path: &Path,
+    key: &str,
+    cols: [&str; 2],
+    f: impl Fn([f64; 2]) -> (f64, f64),
+) -> Result<BTreeMap<String, (f64, f64)>, Error> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(FileError::new(path, e).into()),
+    };
+    let bad = |what: String| Error::Format {
+        path: path.to_path_buf(),
+        what,
+    };
+    let mut r = csv::Reader::from_reader(std::io::BufReader::new(file));
+    let headers = r.headers().map_err(|e| bad(e.to_string()))?.clone();
+    let col = |name: &str| {
+        headers
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| bad(format!("no column {name}")))
+    };
+    let (k, a, b) = (col(key)?, col(cols[0])?, col(cols[1])?);
+    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (i, rec) in r.records().enumerate() {
+        if i >= MAX_NODES {
+            return Err(bad(format!("more than {MAX_NODES} rows")));
+        }
+        let rec = rec.map_err(|e| bad(e.to_string()))?;
+        let num = |c: usize, name: &str| -> Result<f64, Error> {
+            let v = rec.get(c).unwrap_or("");
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "line {}: {name} {v:?} is not a count or a time",
+                        i + 2
+                    ))
+                })
+        };
+        let (x, y) = f([num(a, cols[0])?, num(b, cols[1])?]);
+        let e = out.entry(rec.get(k).unwrap_or("").to_owned()).or_default();
+        e.0 += x;
+        e.1 += y;
+    }
+    Ok(out)
 }
 
 /// `rank` and `median_peak_mem_bytes` of each row; nothing when the file is absent.

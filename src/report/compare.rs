@@ -1,13 +1,15 @@
 //! Several runs side by side: `steptrace compare` (the seed's configuration table) and
 //! `steptrace sweep` (memory and latency against a swept value such as the batch size).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{csv_err, human_bytes, human_time, io, plot, Error};
 use crate::analysis::memory::CATEGORIES;
 use crate::analysis::Analysis;
-use crate::ingest::AnalysisResults;
+use crate::ingest::{AnalysisResults, OpTotals};
+use crate::model::Trace;
 use steptrace_formats::summary::Summary;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -22,11 +24,13 @@ pub struct Run {
     pub summary: Summary,
     /// Each node's median peak memory by execution rank, bytes.
     pub node_peaks: Vec<(u32, i64)>,
+    /// Its ops' and kernels' totals, for the op-level diff.
+    pub ops: OpTotals,
 }
 
 impl Run {
     /// A run analysed in this process.
-    pub fn analysed(label: String, a: &Analysis) -> Run {
+    pub fn analysed(label: String, t: &Trace, a: &Analysis) -> Run {
         Run {
             label,
             summary: a.summary.clone(),
@@ -35,6 +39,7 @@ impl Run {
                 .iter()
                 .map(|n| (n.rank, n.median_peak_mem_bytes))
                 .collect(),
+            ops: op_totals(t, a),
         }
     }
 
@@ -44,8 +49,148 @@ impl Run {
             label,
             summary: r.summary,
             node_peaks: r.node_peaks,
+            ops: r.ops,
         }
     }
+}
+
+/// The totals `read_results` reads back from `node_stats.csv` and `kernels.csv`, from the
+/// analysis itself: the same figures either way.
+fn op_totals(t: &Trace, a: &Analysis) -> OpTotals {
+    let iterations = a.summary.iterations.max(1) as f64;
+    let mut o = OpTotals::default();
+    for n in &a.node_stats {
+        // As node_stats.csv writes them, so that a run read back diffs to zero against itself.
+        let present: f64 = n.iterations_present as f64;
+        let cpu: f64 = super::secs(n.median_cpu_time_s).parse().unwrap_or(0.0);
+        let e = o.ops.entry(t.kineto.str(n.op).to_owned()).or_default();
+        e.0 += present / iterations;
+        e.1 += cpu * present / iterations;
+    }
+    for k in &a.kernels.by_name {
+        let e = o.kernels.entry(k.name.clone()).or_default();
+        e.0 += k.count as f64;
+        e.1 += k.total_ns as f64 * 1e-9;
+    }
+    o
+}
+
+/// How an op or kernel changed from the first run to another.
+fn status(base: Option<(f64, f64)>, run: Option<(f64, f64)>) -> &'static str {
+    match (base, run) {
+        (None, Some(_)) => "added",
+        (Some(_), None) => "removed",
+        (Some(b), Some(r)) => {
+            // A change under 1% of the time and 1 µs is none: the same op measured twice.
+            let (d, dc) = (r.1 - b.1, r.0 - b.0);
+            let same_time = d.abs() <= (0.01 * b.1).max(1e-6);
+            if same_time && dc.abs() < 1e-9 {
+                "unchanged"
+            } else if (!same_time && d > 0.0) || (same_time && dc > 0.0) {
+                "increased"
+            } else {
+                "decreased"
+            }
+        }
+        (None, None) => "",
+    }
+}
+
+/// `<stem>_ops.csv` (`compare_ops.csv`): per op (nodes per iteration and their CPU time) and per GPU activity
+/// name (count and GPU time over the trace), each run's figures, the last run's change from
+/// the first, and whether it was added, removed, increased, decreased or unchanged
+/// (HolisticTraceAnalysis's trace diff). Largest time change first.
+fn write_ops(path: &Path, runs: &[Run]) -> Result<(), Error> {
+    let (first, last) = (&runs[0], &runs[runs.len() - 1]);
+    let mut w = super::csv_writer(path)?;
+    let mut header = vec!["kind".to_owned(), "name".into()];
+    for r in runs {
+        header.push(format!("{}_count", r.label));
+        header.push(format!("{}_time_s", r.label));
+    }
+    header.extend(["count_change", "time_change_s", "status"].map(String::from));
+    w.write_record(&header).map_err(csv_err(path))?;
+    let mut rows: Vec<(&str, &str, f64)> = Vec::new();
+    for (kind, pick) in [
+        (
+            "op",
+            (|o: &OpTotals| &o.ops) as fn(&OpTotals) -> &BTreeMap<String, (f64, f64)>,
+        ),
+        ("kernel", |o: &OpTotals| &o.kernels),
+    ] {
+        let names: std::collections::BTreeSet<&str> = runs
+            .iter()
+            .flat_map(|r| pick(&r.ops).keys().map(String::as_str))
+            .collect();
+        for name in names {
+            let b = pick(&first.ops).get(name).map_or(0.0, |v| v.1);
+            let l = pick(&last.ops).get(name).map_or(0.0, |v| v.1);
+            rows.push((kind, name, l - b));
+        }
+    }
+    rows.sort_by(|a, b| {
+        b.2.abs()
+            .total_cmp(&a.2.abs())
+            .then(a.0.cmp(b.0))
+            .then(a.1.cmp(b.1))
+    });
+    for (kind, name, _) in rows {
+        let pick = |o: &OpTotals| -> Option<(f64, f64)> {
+            if kind == "op" {
+                o.ops.get(name).copied()
+            } else {
+                o.kernels.get(name).copied()
+            }
+        };
+        let mut rec = vec![kind.to_owned(), name.to_owned()];
+        for r in runs {
+            let (c, s) = pick(&r.ops).unwrap_or((0.0, 0.0));
+            rec.push(format!("{c}"));
+            rec.push(super::secs(s));
+        }
+        let (b, l) = (pick(&first.ops), pick(&last.ops));
+        let (b0, l0) = (b.unwrap_or((0.0, 0.0)), l.unwrap_or((0.0, 0.0)));
+        rec.push(format!("{}", l0.0 - b0.0));
+        rec.push(super::secs(l0.1 - b0.1));
+        rec.push(status(b, l).to_owned());
+        w.write_record(&rec).map_err(csv_err(path))?;
+    }
+    w.flush().map_err(io(path))
+}
+
+/// The op-level diff in a few lines: what changed most between the first run and the last.
+pub fn ops_lines(runs: &[Run], top: usize) -> String {
+    let (first, last) = (&runs[0], &runs[runs.len() - 1]);
+    let mut all: Vec<(&str, &str, f64, &'static str)> = Vec::new();
+    for (kind, b, l) in [
+        ("op", &first.ops.ops, &last.ops.ops),
+        ("kernel", &first.ops.kernels, &last.ops.kernels),
+    ] {
+        let names: std::collections::BTreeSet<&String> = b.keys().chain(l.keys()).collect();
+        for n in names {
+            let (bv, lv) = (b.get(n).copied(), l.get(n).copied());
+            let d = lv.map_or(0.0, |v| v.1) - bv.map_or(0.0, |v| v.1);
+            all.push((kind, n, d, status(bv, lv)));
+        }
+    }
+    all.retain(|x| x.3 != "unchanged");
+    if all.is_empty() {
+        return String::new();
+    }
+    all.sort_by(|a, b| b.2.abs().total_cmp(&a.2.abs()).then(a.1.cmp(b.1)));
+    let mut o = format!(
+        "\nlargest changes, {} against {} (ops: CPU time per iteration; kernels: GPU time over the trace):\n",
+        last.label, first.label
+    );
+    for (kind, name, d, st) in all.into_iter().take(top) {
+        let sign = if d >= 0.0 { "+" } else { "-" };
+        let _ = writeln!(
+            o,
+            "  {kind:<6} {st:<9} {sign}{:>10}  {name}",
+            human_time(d.abs())
+        );
+    }
+    o
 }
 
 fn pct(v: f64, base: f64) -> String {
@@ -90,7 +235,8 @@ pub fn table(runs: &[Run]) -> String {
     o
 }
 
-/// Writes `<stem>.csv`, the memory-vs-rank overlay and the breakdown bars; returns the files.
+/// Writes `<stem>.csv`, the op-level diff `<stem>_ops.csv`, the memory-vs-rank overlay and the
+/// breakdown bars; returns the files.
 pub fn write(
     dir: &Path,
     stem: &str,
@@ -145,6 +291,9 @@ pub fn write(
     }
     w.flush().map_err(io(&p))?;
     files.push(p);
+    let ops = dir.join(format!("{stem}_ops.csv"));
+    write_ops(&ops, runs)?;
+    files.push(ops);
     let overlay: Vec<(String, Vec<(u32, f64)>)> = runs
         .iter()
         .map(|r| {
@@ -225,4 +374,22 @@ pub fn write_sweep_curves(
     );
     folder.finish()?;
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status;
+
+    #[test]
+    fn each_change_has_its_status() {
+        let s = |b: Option<(f64, f64)>, r: Option<(f64, f64)>| status(b, r);
+        assert_eq!(s(None, Some((1.0, 1e-3))), "added");
+        assert_eq!(s(Some((1.0, 1e-3)), None), "removed");
+        assert_eq!(s(Some((1.0, 1e-3)), Some((1.0, 1.005e-3))), "unchanged");
+        assert_eq!(s(Some((1.0, 1e-3)), Some((1.0, 1.2e-3))), "increased");
+        assert_eq!(s(Some((1.0, 1e-3)), Some((1.0, 0.8e-3))), "decreased");
+        // More calls in the same time (or less than a µs apart) is a change all the same.
+        assert_eq!(s(Some((1.0, 0.0)), Some((3.0, 0.0))), "increased");
+        assert_eq!(s(Some((3.0, 0.0)), Some((1.0, 0.0))), "decreased");
+    }
 }

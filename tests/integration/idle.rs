@@ -229,3 +229,63 @@ fn launch_statistics_are_htas_event_by_event() {
     }
     assert!(checked > 1000, "{checked} launches checked");
 }
+
+/// `compare` at op level (HolisticTraceAnalysis's trace diff), issue 79. The same run read back
+/// from the folder `analyze` wrote and analysed from its trace diffs to nothing; the GPT example
+/// against the same program checkpointing each of its four Blocks shows the recompute: every
+/// Block's four `aten::linear` once more per iteration (17 to 33, the output head not
+/// recomputed), and the checkpoint's own `_NoopSaveInputs` added.
+#[test]
+fn compare_diffs_ops_and_kernels_between_runs() {
+    let out = tempfile::tempdir().unwrap();
+    let folder = out.path().join("gpt_bf16");
+    let props = steptrace::AnalyzeProps {
+        input: crate::common::root().join("sample_traces/gpt_bf16"),
+        out: Some(folder.clone()),
+        ..Default::default()
+    };
+    steptrace::analyze(&props).unwrap();
+    let rows = |runs: &[std::path::PathBuf], dir: &std::path::Path| {
+        let runs = steptrace::compare_runs(runs, &["a".into(), "b".into()]).unwrap();
+        steptrace::report::compare::write(dir, "compare", "configuration", &runs).unwrap();
+        crate::common::csv(&dir.join("compare_ops.csv"))
+    };
+    let (header, same) = rows(
+        &[
+            folder.clone(),
+            crate::common::root().join("sample_traces/gpt_bf16"),
+        ],
+        &out.path().join("same"),
+    );
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    assert!(same.len() > 50, "{}", same.len());
+    for r in &same {
+        assert_eq!(r[col("status")], "unchanged", "{r:?}");
+        assert_eq!(r[col("time_change_s")], "0", "{r:?}");
+    }
+    let (header, diff) = rows(
+        &[
+            folder,
+            crate::common::root().join("sample_traces/gpt_bf16_ckpt"),
+        ],
+        &out.path().join("diff"),
+    );
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let find = |kind: &str, name: &str| {
+        diff.iter()
+            .find(|r| r[0] == kind && r[1] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+    };
+    let linear = find("op", "aten::linear");
+    assert_eq!(
+        (&linear[col("a_count")][..], &linear[col("b_count")][..]),
+        ("17", "33")
+    );
+    assert_eq!(linear[col("status")], "increased");
+    assert_eq!(find("op", "_NoopSaveInputs")[col("status")], "added");
+    // Largest time change first.
+    let change = |r: &Vec<String>| r[col("time_change_s")].parse::<f64>().unwrap().abs();
+    for w in diff.windows(2) {
+        assert!(change(&w[0]) >= change(&w[1]));
+    }
+}
