@@ -206,7 +206,8 @@ class Plan:
 
 class Comparison:
     """Runs side by side (`steptrace compare`): `runs` is a list of (label, summary dict);
-    `table()` is what the command prints, `frame` its compare.csv as a DataFrame."""
+    `table()` is what the command prints, `frame` its compare.csv and `ops` its
+    compare_ops.csv (the op-level diff) as DataFrames."""
 
     def __init__(self, paths, labels, threads):
         self._args = ([os.fspath(p) for p in paths], list(labels or []), threads)
@@ -214,20 +215,37 @@ class Comparison:
         self._text = text
         self.runs = [(label, json.loads(s)) for label, s in each]
         self._frame = None
+        self._ops = None
 
     def table(self):
         return self._text
+
+    def _read(self):
+        import polars as pl
+
+        with tempfile.TemporaryDirectory() as d:
+            self.write(d)
+            self._frame = pl.read_csv(os.path.join(d, "compare.csv"))
+            # Names and labels stay text: a kernel or a label may look like a number.
+            self._ops = pl.read_csv(
+                os.path.join(d, "compare_ops.csv"),
+                schema_overrides={"kind": pl.Utf8, "name": pl.Utf8, "status": pl.Utf8},
+            )
 
     @property
     def frame(self):
         """compare.csv as a DataFrame (a few rows, read back from the command's file)."""
         if self._frame is None:
-            import polars as pl
-
-            with tempfile.TemporaryDirectory() as d:
-                self.write(d)
-                self._frame = pl.read_csv(os.path.join(d, "compare.csv"))
+            self._read()
         return self._frame
+
+    @property
+    def ops(self):
+        """compare_ops.csv as a DataFrame: per op and GPU activity name, each run's count and
+        time, the change from the first run to the last, and its status."""
+        if self._ops is None:
+            self._read()
+        return self._ops
 
     def write(self, out):
         """Writes the files `steptrace compare --out OUT` writes; returns the folder."""

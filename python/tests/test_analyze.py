@@ -175,6 +175,9 @@ def test_a_comparison_is_the_commands(tmp_path):
     c.write(tmp_path / "py")
     assert (tmp_path / "py" / "compare.csv").read_bytes() == (tmp_path / "cli" / "compare.csv").read_bytes()
     assert c.frame.height == 2
+    assert (tmp_path / "py" / "compare_ops.csv").read_bytes() == (tmp_path / "cli" / "compare_ops.csv").read_bytes()
+    linear = c.ops.filter((c.ops["kind"] == "op") & (c.ops["name"] == "aten::linear")).row(0, named=True)
+    assert (linear["gpt_bf16_count"], linear["gpt_bf16_ckpt_count"], linear["status"]) == (17, 33, "increased")
 
 
 def test_a_distributed_run_gives_every_rank_as_the_command(tmp_path):
