@@ -288,4 +288,24 @@ fn compare_diffs_ops_and_kernels_between_runs() {
     for w in diff.windows(2) {
         assert!(change(&w[0]) >= change(&w[1]));
     }
+    // Against HTA 0.5's trace diff of the same two traces, GPU activities over every iteration
+    // (benches/hta_trace_diff.py): every name and count equal; the times HTA floors to whole
+    // µs (a memset's total comes out negative), so ours are at most 2 µs an activity above.
+    let hta = crate::common::json(
+        &crate::common::root().join("sample_traces/gpt_bf16_ckpt/hta_trace_diff.json"),
+    );
+    let hta = hta["kernels"].as_object().unwrap();
+    let ours: Vec<&Vec<String>> = diff.iter().filter(|r| r[0] == "kernel").collect();
+    assert_eq!(ours.len(), hta.len());
+    for r in ours {
+        let h = hta[&r[1]].as_array().unwrap();
+        let num = |c: &str| r[col(c)].parse::<f64>().unwrap();
+        for (count, time, hc, ht) in [("a_count", "a_time_s", 0, 1), ("b_count", "b_time_s", 2, 3)]
+        {
+            let n = h[hc].as_f64().unwrap();
+            assert_eq!(num(count), n, "{}", r[1]);
+            let d = num(time) * 1e6 - h[ht].as_f64().unwrap();
+            assert!((0.0..=2.0 * n + 1e-6).contains(&d), "{}: {d} µs over", r[1]);
+        }
+    }
 }
