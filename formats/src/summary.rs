@@ -456,7 +456,11 @@ pub struct CriticalPathSummary {
     pub per_iteration_s: BTreeMap<PathKind, f64>,
     /// The host's share of the path (host and sync kinds), under the profiler.
     pub host_share: f64,
-    /// `host` where the host's own work is most of the path, else `gpu`.
+    /// The step a host that cost nothing would leave: the GPU's busy time per iteration
+    /// (median), what CUDA graphs or a faster host tend to at most, s.
+    pub host_free_step_s: f64,
+    /// `host` where such a host would take a tenth or more off the step (the program's own
+    /// where capture timed it, else the profiled one), else `gpu`.
     pub bound: String,
     /// The host's time on the path at the program's own speed: profiled host time times the
     /// program's host time over the profiled one (its step less the host's lead over the

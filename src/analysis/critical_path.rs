@@ -371,14 +371,26 @@ pub fn compute(t: &Trace, step: &Step, calls: &[Option<u32>]) -> CriticalPath {
     CriticalPath { iterations }
 }
 
+/// The step as the summary gives it: the program's own (else the profiled one), the GPU's
+/// busy time in it, and the program's host time over the profiled one where known.
+#[derive(Debug, Clone, Copy)]
+pub struct StepFacts {
+    /// The step, s.
+    pub step_s: f64,
+    /// The GPU's busy time per iteration (median), s.
+    pub gpu_busy_s: f64,
+    /// The program's host time over the profiled one (`None`: the step is the profiled one).
+    pub host_scale: Option<f64>,
+}
+
 /// The paths summed up: their length by kind per iteration, the host's share, and the ops
-/// holding most of them (host stretches by node, GPU work by its launching op). `host_scale`:
-/// the program's host time over the profiled one, where the program's step is known.
+/// holding most of them (host stretches by node, GPU work by its launching op); the verdict
+/// from the step against what a free host would leave of it.
 pub fn summary(
     t: &Trace,
     step: &Step,
     cp: &CriticalPath,
-    host_scale: Option<f64>,
+    facts: StepFacts,
 ) -> Option<CriticalPathSummary> {
     let n = cp.iterations.len();
     if n == 0 {
@@ -420,8 +432,16 @@ pub fn summary(
             .map(|&k| (k, per(kinds[k.index()])))
             .collect(),
         host_share,
-        bound: if host_share > 0.5 { "host" } else { "gpu" }.into(),
-        host_s_at_program_speed: host_scale.map(|k| per(kinds[PathKind::Host.index()]) * k),
+        host_free_step_s: facts.gpu_busy_s,
+        bound: if facts.gpu_busy_s < 0.9 * facts.step_s {
+            "host"
+        } else {
+            "gpu"
+        }
+        .into(),
+        host_s_at_program_speed: facts
+            .host_scale
+            .map(|k| per(kinds[PathKind::Host.index()]) * k),
         top_ops: top
             .into_iter()
             .take(10)

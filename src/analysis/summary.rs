@@ -72,7 +72,16 @@ pub(super) fn build(
         Clock::of(StepTimes::of(step), facts.program_step_time.as_ref(), diag)
     };
     let gpu_utilization = clock.utilization(diag);
-    let critical_path = super::critical_path::summary(t, step, p.critical_path, clock.host_scale());
+    let critical_path = super::critical_path::summary(
+        t,
+        step,
+        p.critical_path,
+        super::critical_path::StepFacts {
+            step_s: clock.step_s,
+            gpu_busy_s: clock.gpu_busy_s,
+            host_scale: clock.host_scale(),
+        },
+    );
     Summary {
         format_version: steptrace_formats::summary::FORMAT_VERSION,
         steptrace_version: env!("CARGO_PKG_VERSION").to_owned(),

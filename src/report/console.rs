@@ -523,11 +523,13 @@ pub(crate) fn path_line(s: &crate::analysis::Summary) -> String {
         .map(|(k, v)| format!("{} {}", k.as_str().replace('_', " "), human_time(**v)))
         .collect();
     let mut line = format!(
-        "critical path per profiled iteration: {} ({}), {}-bound ({:.0}% host, under the profiler)",
+        "critical path per profiled iteration: {} ({}; {:.0}% host under the profiler); {}-bound: a host that cost nothing would leave the GPU's {} of the {} step",
         human_time(p.length_s),
         parts.join(", "),
+        100.0 * p.host_share,
         p.bound,
-        100.0 * p.host_share
+        human_time(p.host_free_step_s),
+        human_time(s.step_time_s)
     );
     if let Some(h) = p.host_s_at_program_speed {
         line += &format!("; its host work at the program's speed {}", human_time(h));

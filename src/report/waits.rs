@@ -36,7 +36,8 @@ fn cause_colour(c: IdleCause) -> &'static str {
     }
 }
 
-/// One horizontal bar of `parts` (label, seconds, colour), widths by share of their sum.
+/// One horizontal bar of `parts` (label, seconds, colour), widths by share of their sum, drawn
+/// with boxes rather than SVG (the report's SVGs are its plots), and its legend.
 fn bar(o: &mut String, title: &str, parts: &[(String, f64, &str)]) {
     let total: f64 = parts.iter().map(|p| p.1).sum();
     if total <= 0.0 {
@@ -44,28 +45,24 @@ fn bar(o: &mut String, title: &str, parts: &[(String, f64, &str)]) {
     }
     let _ = write!(
         o,
-        "<p>{}</p><svg width=\"{BAR_W}\" height=\"24\" role=\"img\">",
+        "<p>{}</p><div role=\"img\" style=\"display:flex;width:{BAR_W}px;height:24px;border:1px solid #eee\">",
         esc(title)
     );
-    let mut x = 0.0;
     for (label, v, colour) in parts.iter().filter(|p| p.1 > 0.0) {
-        let w = v / total * BAR_W;
         let _ = write!(
             o,
-            "<rect x=\"{x:.1}\" y=\"0\" width=\"{w:.1}\" height=\"24\" fill=\"{colour}\"><title>{}: {} ({:.1}%)</title></rect>",
+            "<div title=\"{}: {} ({:.1}%)\" style=\"width:{:.3}%;background:{colour}\"></div>",
             esc(label),
             human_time(*v),
+            100.0 * v / total,
             100.0 * v / total
         );
-        x += w;
     }
-    o.push_str(
-        "</svg><table><thead><tr><th></th><th>per iteration</th><th>share</th></tr></thead><tbody>",
-    );
+    o.push_str("</div><table><thead><tr><th>part</th><th>per iteration</th><th>share</th></tr></thead><tbody>");
     for (label, v, colour) in parts.iter().filter(|p| p.1 > 0.0) {
         let _ = write!(
             o,
-            "<tr><td><svg width=\"12\" height=\"12\"><rect width=\"12\" height=\"12\" fill=\"{colour}\"/></svg> {}</td><td>{}</td><td>{:.1}%</td></tr>",
+            "<tr><td><span style=\"display:inline-block;width:12px;height:12px;background:{colour}\"></span> {}</td><td>{}</td><td>{:.1}%</td></tr>",
             esc(label),
             human_time(*v),
             100.0 * v / total
@@ -89,9 +86,8 @@ pub(super) fn section(o: &mut String, s: &Summary) {
             })
             .collect();
         let mut title = format!(
-            "The critical path of a profiled iteration, {}: {}-bound, the host {:.0}% of it (host time under the profiler",
+            "The critical path of a profiled iteration, {}: the host {:.0}% of it (host time under the profiler",
             human_time(p.length_s),
-            p.bound,
             100.0 * p.host_share
         );
         match p.host_s_at_program_speed {
@@ -105,6 +101,13 @@ pub(super) fn section(o: &mut String, s: &Summary) {
             None => title.push(')'),
         }
         bar(o, &title, &parts);
+        let _ = write!(
+            o,
+            "<p>{}-bound: a host that cost nothing (CUDA graphs, a faster host) would leave the GPU's busy time, {}, of the {} step.</p>",
+            esc(&p.bound),
+            human_time(p.host_free_step_s),
+            human_time(s.step_time_s)
+        );
         if !p.top_ops.is_empty() {
             o.push_str("<p>What holds the path (host stretches by node, GPU work by the op that launched it):</p>");
             table(
