@@ -278,6 +278,9 @@ pub fn load_snapshot(
     let replay = replay.join();
     let s = s?;
     let a = analysis::snapshot::analyze_streamed(&s, replay);
+    if let Some(w) = analysis::snapshot::devices_left_out_warning(&a, path) {
+        diag.warn("snapshot_devices_left_out", w);
+    }
     if s.legacy_layout {
         diag.warn(
             "legacy_snapshot",

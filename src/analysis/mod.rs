@@ -175,6 +175,11 @@ pub fn run(t: &mut Trace, opts: &Options, facts: RunFacts, diag: &mut Diagnostic
             (flops::compute(t, &step), history)
         },
     );
+    if let (Some(h), Some(s)) = (&history, &t.snapshot) {
+        if let Some(w) = snapshot::devices_left_out_warning(h, &s.path) {
+            diag.warn("snapshot_devices_left_out", w);
+        }
+    }
     let peaks = device_peaks(t, opts, diag);
     let flop_rows = flops::rows(t, &step, &node_flops, &node_stats, peaks.as_ref());
     let n_iter = step.iterations.len().max(1) as u64;

@@ -46,6 +46,53 @@ pub const TOP: usize = 50;
 /// default and summarises the rest); the view lays each out in the browser.
 pub const KEPT_INTERVALS: usize = 5_000;
 
+/// Most devices analysed: a machine has a few (16 GPUs on the largest hosts); each costs its
+/// timeline and its part of the page, so a snapshot naming thousands (a forged one) would cost
+/// memory and output out of proportion to what it holds.
+pub const MAX_DEVICES: usize = 64;
+
+/// Cuts `devices` (sorted) to the [`MAX_DEVICES`] with the most segment bytes and history
+/// entries, kept in device order; returns how many were left out.
+fn keep_largest_devices(
+    s: &Snapshot,
+    r: &Replay,
+    lists: &[Option<usize>],
+    devices: &mut Vec<i64>,
+) -> usize {
+    if devices.len() <= MAX_DEVICES {
+        return 0;
+    }
+    let mut weight: rustc_hash::FxHashMap<i64, (u64, usize)> = Default::default();
+    for g in &s.segments {
+        weight.entry(g.device).or_default().0 += g.total_size;
+    }
+    for (d, l) in lists.iter().enumerate() {
+        if let Some(l) = l {
+            weight.entry(d as i64).or_default().1 += r.len(*l);
+        }
+    }
+    let n = devices.len();
+    devices.sort_by_key(|d| {
+        let w = weight.get(d).copied().unwrap_or_default();
+        (std::cmp::Reverse(w), *d)
+    });
+    devices.truncate(MAX_DEVICES);
+    devices.sort_unstable();
+    n - MAX_DEVICES
+}
+
+/// The warning for devices [`keep_largest_devices`] left out, if any.
+pub fn devices_left_out_warning(a: &SnapshotAnalysis, path: &std::path::Path) -> Option<String> {
+    (a.devices_left_out > 0).then(|| {
+        format!(
+            "{}: the snapshot names {} devices; the {MAX_DEVICES} with the most memory and history are analysed, {} left out",
+            path.display(),
+            a.devices.len() + a.devices_left_out,
+            a.devices_left_out
+        )
+    })
+}
+
 /// Analyses a snapshot whose history was read whole (`device_traces`).
 pub fn analyze(s: &Snapshot) -> SnapshotAnalysis {
     let mut r = Replay::default();
@@ -74,6 +121,7 @@ fn finish(s: &Snapshot, mut r: Replay, lists: &[Option<usize>]) -> SnapshotAnaly
     );
     devices.sort_unstable();
     devices.dedup();
+    let devices_left_out = keep_largest_devices(s, &r, lists, &mut devices);
     let phases = phases(s);
     let t0_us = r
         .t_min()
@@ -97,6 +145,7 @@ fn finish(s: &Snapshot, mut r: Replay, lists: &[Option<usize>]) -> SnapshotAnaly
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         entries: devices.iter().map(|d| d.entries).sum(),
+        devices_left_out,
         legacy_layout: s.legacy_layout,
         t0_us,
         devices,

@@ -9,6 +9,8 @@ pub struct SnapshotAnalysis {
     pub file: String,
     /// History entries on all devices.
     pub entries: usize,
+    /// Devices past [`super::MAX_DEVICES`] not analysed (the smallest).
+    pub devices_left_out: usize,
     /// Whether the snapshot predates PyTorch 2.1's timed `device_traces`.
     pub legacy_layout: bool,
     /// Earliest `time_us` of any entry or annotation (the zero of every `time_ms`).

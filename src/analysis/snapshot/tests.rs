@@ -425,3 +425,36 @@ fn control_characters_in_frames_are_escaped() {
     assert!(!line.contains('\n') && !line.contains('\x1b'), "{line:?}");
     assert!(line.contains("\\n") && line.contains("\\u{1b}"), "{line:?}");
 }
+
+/// Issue 80, item 10: a snapshot naming 1,000 devices (a forged one: a machine has a few) is
+/// analysed on the 64 holding the most, the rest counted and warned of; the page and the
+/// outputs stay bounded.
+#[test]
+fn a_snapshot_of_a_thousand_devices_keeps_the_largest_sixty_four() {
+    let mut b = Build::new();
+    for d in 0..1000u64 {
+        b.segment(d << 32, 2 << 20, &[]);
+        let seg = b.s.segments.last_mut().unwrap();
+        seg.device = d as i64;
+        // Device 500 and up hold twice the bytes: the kept ones are the top 64 of those.
+        if d >= 500 {
+            seg.total_size = 4 << 20;
+        }
+    }
+    let a = analyze(&b.s);
+    assert_eq!(a.devices.len(), MAX_DEVICES);
+    assert_eq!(a.devices_left_out, 1000 - MAX_DEVICES);
+    let kept: Vec<i64> = a.devices.iter().map(|d| d.device).collect();
+    assert_eq!(kept, (500..564).collect::<Vec<i64>>());
+    let w = devices_left_out_warning(&a, &b.s.path).unwrap();
+    assert!(
+        w.contains("1000 devices") && w.contains("936 left out"),
+        "{w}"
+    );
+    // A snapshot of a few devices keeps them all and says nothing.
+    let mut few = Build::new();
+    few.segment(0, 2 << 20, &[]);
+    let a = analyze(&few.s);
+    assert_eq!((a.devices.len(), a.devices_left_out), (1, 0));
+    assert!(devices_left_out_warning(&a, &few.s.path).is_none());
+}
