@@ -83,6 +83,45 @@ pub fn read_results(dir: &Path) -> Result<AnalysisResults, Error> {
     })
 }
 
+/// A table `analyze` wrote, open, with the places of the columns asked for.
+struct Table {
+    r: csv::Reader<std::io::BufReader<std::fs::File>>,
+    cols: Vec<usize>,
+}
+
+impl Table {
+    /// `None` when the file is absent; an error naming the file when a column is missing.
+    fn open(path: &Path, names: &[&str]) -> Result<Option<Table>, Error> {
+        let file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(FileError::new(path, e).into()),
+        };
+        let mut r = csv::Reader::from_reader(std::io::BufReader::new(file));
+        let headers = r
+            .headers()
+            .map_err(|e| format_error(path, e.to_string()))?
+            .clone();
+        let cols = names
+            .iter()
+            .map(|name| {
+                headers
+                    .iter()
+                    .position(|h| h == *name)
+                    .ok_or_else(|| format_error(path, format!("no column {name}")))
+            })
+            .collect::<Result<Vec<usize>, Error>>()?;
+        Ok(Some(Table { r, cols }))
+    }
+}
+
+fn format_error(path: &Path, what: String) -> Error {
+    Error::Format {
+        path: path.to_path_buf(),
+        what,
+    }
+}
+
 /// Sums per `key` of `f` of the two numeric columns `cols`, over the rows of a table
 /// `analyze` wrote; nothing when the file is absent.
 fn read_sums(
@@ -91,24 +130,11 @@ fn read_sums(
     cols: [&str; 2],
     f: impl Fn([f64; 2]) -> (f64, f64),
 ) -> Result<BTreeMap<String, (f64, f64)>, Error> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(FileError::new(path, e).into()),
+    let Some(Table { mut r, cols: c }) = Table::open(path, &[key, cols[0], cols[1]])? else {
+        return Ok(BTreeMap::new());
     };
-    let bad = |what: String| Error::Format {
-        path: path.to_path_buf(),
-        what,
-    };
-    let mut r = csv::Reader::from_reader(std::io::BufReader::new(file));
-    let headers = r.headers().map_err(|e| bad(e.to_string()))?.clone();
-    let col = |name: &str| {
-        headers
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| bad(format!("no column {name}")))
-    };
-    let (k, a, b) = (col(key)?, col(cols[0])?, col(cols[1])?);
+    let bad = |what: String| format_error(path, what);
+    let (k, a, b) = (c[0], c[1], c[2]);
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for (i, rec) in r.records().enumerate() {
         if i >= MAX_NODES {
@@ -137,24 +163,12 @@ fn read_sums(
 
 /// `rank` and `median_peak_mem_bytes` of each row; nothing when the file is absent.
 fn read_node_peaks(path: &Path) -> Result<Vec<(u32, i64)>, Error> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(FileError::new(path, e).into()),
+    let Some(Table { mut r, cols: c }) = Table::open(path, &["rank", "median_peak_mem_bytes"])?
+    else {
+        return Ok(Vec::new());
     };
-    let bad = |what: String| Error::Format {
-        path: path.to_path_buf(),
-        what,
-    };
-    let mut r = csv::Reader::from_reader(std::io::BufReader::new(file));
-    let headers = r.headers().map_err(|e| bad(e.to_string()))?.clone();
-    let col = |name: &str| {
-        headers
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| bad(format!("no column {name}")))
-    };
-    let (rank, peak) = (col("rank")?, col("median_peak_mem_bytes")?);
+    let bad = |what: String| format_error(path, what);
+    let (rank, peak) = (c[0], c[1]);
     let mut out = Vec::new();
     for (i, rec) in r.records().enumerate() {
         if i >= MAX_NODES {
