@@ -81,7 +81,7 @@ fn keep_largest_devices(
     n - MAX_DEVICES
 }
 
-/// The warning for devices [`keep_largest_devices`] left out, if any.
+/// The warning for the devices past [`MAX_DEVICES`] left out, if any.
 pub fn devices_left_out_warning(a: &SnapshotAnalysis, path: &std::path::Path) -> Option<String> {
     (a.devices_left_out > 0).then(|| {
         format!(
