@@ -15,7 +15,7 @@ pub use steptrace_formats::summary::{CriticalPathSummary, PathKind, PathOp};
 
 use crate::model::kineto::GpuKind;
 use crate::model::step::{Iteration, Step};
-use crate::model::{is_host_sync, Trace};
+use crate::model::Trace;
 
 /// A cross-stream edge is taken where an activity started this soon after another stream's
 /// activity ended, and its own stream and launch were ready this long before.
@@ -113,11 +113,10 @@ impl<'a> Index<'a> {
             .map(|(i, a)| (a.start + a.dur, i as u32))
             .collect();
         by_end.sort_unstable();
-        let mut syncs: Vec<(i64, i64)> = k
-            .runtime
-            .iter()
-            .filter(|r| is_host_sync(k.str(r.name)))
-            .map(|r| (r.start + r.dur, r.start))
+        let mut syncs: Vec<(i64, i64)> = t
+            .host_sync_spans()
+            .into_iter()
+            .map(|(s, e)| (e, s))
             .collect();
         syncs.sort_unstable();
         Index {

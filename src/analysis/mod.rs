@@ -98,6 +98,18 @@ pub struct SnapshotHistory {
     pub makers: Vec<Vec<Option<usize>>>,
 }
 
+/// The scale from profiled host time to the program's own: its host time per step (the step
+/// less the host's lead over the GPU at the step's end) over the profiled step, in [0, 1]; 1
+/// without a profiled step. What the planner's step model and the critical path's host time
+/// at the program's speed both use.
+pub fn host_scale(step_s: f64, instrumented_s: f64, lead_s: Option<f64>) -> f64 {
+    if instrumented_s <= 0.0 {
+        return 1.0;
+    }
+    let lead = lead_s.unwrap_or(0.0).max(0.0);
+    ((step_s - lead) / instrumented_s).clamp(0.0, 1.0)
+}
+
 /// `part` as a percentage of `whole`; `None` when `whole` is not positive.
 pub fn percent(part: f64, whole: f64) -> Option<f64> {
     (whole > 0.0).then(|| 100.0 * part / whole)

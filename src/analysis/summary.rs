@@ -172,11 +172,8 @@ impl Clock {
     /// The program's host time over the profiled one: its step less the host's lead over the
     /// profiled step; `None` where the step is the profiled one.
     fn host_scale(&self) -> Option<f64> {
-        if !self.source.is_programs_own() || self.instrumented_s <= 0.0 {
-            return None;
-        }
-        let host = self.step_s - self.host_lead_s.unwrap_or(0.0).max(0.0);
-        Some((host / self.instrumented_s).clamp(0.0, 1.0))
+        (self.source.is_programs_own() && self.instrumented_s > 0.0)
+            .then(|| super::host_scale(self.step_s, self.instrumented_s, self.host_lead_s))
     }
 }
 

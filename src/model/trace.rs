@@ -595,6 +595,20 @@ pub fn is_host_sync(runtime_call: &str) -> bool {
 }
 
 impl Trace {
+    /// The host synchronisations' spans (start, end; ns), every thread's, by start
+    /// ([`is_host_sync`]): where the host waited for the GPU.
+    pub fn host_sync_spans(&self) -> Vec<(i64, i64)> {
+        let k = &self.kineto;
+        let mut v: Vec<(i64, i64)> = k
+            .runtime
+            .iter()
+            .filter(|r| is_host_sync(k.str(r.name)))
+            .map(|r| (r.start, r.start + r.dur))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The host synchronisations' starts by thread ([`is_host_sync`]), sorted: whether an op
     /// waited for the GPU is a range query on its thread.
     pub fn host_syncs(&self) -> Vec<(ThreadId, i64)> {

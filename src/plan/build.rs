@@ -29,6 +29,7 @@ pub(super) fn measured_iterations(
     let mem = &a.memory;
     let mut iters: Vec<Iter> = Vec::new();
     let mut iter_index: BTreeMap<u32, usize> = BTreeMap::new();
+    let waits = t.host_sync_spans();
     for it in &a.step.iterations {
         let lo = t.memory.partition_point(|m| m.ts < it.start);
         let hi = t.memory.partition_point(|m| m.ts <= it.end);
@@ -58,7 +59,14 @@ pub(super) fn measured_iterations(
             .iter()
             .map(|n| (t.op(n.op).start, n.gpu_time as f64 * 1e-9))
             .collect();
-        let syncs = host_waits(t, it.start, it.end);
+        // The spans starting inside the iteration and those before it still running at its
+        // start; the lane clips them to it.
+        let hi = waits.partition_point(|w| w.0 < it.end);
+        let mut lo = waits[..hi].partition_point(|w| w.0 < it.start);
+        while lo > 0 && waits[lo - 1].1 > it.start {
+            lo -= 1;
+        }
+        let syncs = waits[lo..hi].to_vec();
         iter_index.insert(it.index, iters.len());
         iters.push(Iter {
             label: it.label.clone(),
@@ -73,19 +81,6 @@ pub(super) fn measured_iterations(
         ));
     }
     Ok((iters, iter_index))
-}
-
-/// The host's waits for the GPU inside `[start, end]`: its synchronising runtime calls, on
-/// every thread.
-fn host_waits(t: &Trace, start: i64, end: i64) -> Vec<(i64, i64)> {
-    let k = &t.kineto;
-    k.runtime
-        .iter()
-        .filter(|r| {
-            r.start < end && r.start + r.dur > start && crate::model::is_host_sync(k.str(r.name))
-        })
-        .map(|r| (r.start, r.start + r.dur))
-        .collect()
 }
 
 /// The CPU-time scale, the swap bandwidth each way (and where it came from) and the wrappers'
@@ -140,12 +135,10 @@ fn host_clock(step_s: Option<f64>, instrumented_s: f64, lead_s: Option<f64>) -> 
         return (0.0, 1.0);
     };
     let lead = lead_s.unwrap_or(0.0).max(0.0);
-    let scale = if instrumented_s > 0.0 {
-        ((step - lead) / instrumented_s).clamp(0.0, 1.0)
-    } else {
-        1.0
-    };
-    (lead, scale)
+    (
+        lead,
+        crate::analysis::host_scale(step, instrumented_s, lead_s),
+    )
 }
 
 /// The budget curve: no plan, then the prediction after each round.
