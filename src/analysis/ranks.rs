@@ -228,7 +228,7 @@ pub fn combine(mut ranks: Vec<RankResult>, top_nodes: usize) -> Ranks {
     let by_iteration = collectives::by_iteration(&matching)
         .into_iter()
         .map(|(iteration, rank, caused, all)| IterationStraggler {
-            iteration,
+            iteration: iteration.to_string(),
             rank,
             wait_caused_s: caused as f64 * 1e-9,
             wait_s: all as f64 * 1e-9,

@@ -12,15 +12,17 @@ use super::out_dir::OutDir;
 use super::{io, write_json, Error};
 use crate::analysis::snapshot::{self as snap, SnapshotAnalysis};
 use crate::diagnostics::Diagnostics;
-use crate::model::snapshot::Snapshot;
+use crate::model::snapshot::{Snapshot, StackId};
+use rustc_hash::FxHashMap;
 use steptrace_formats::summary::{DeviceSummary, SnapshotSummary};
 
 /// The files written, besides `report.html` (unless turned off) and, with the `parquet`
 /// feature, [`PARQUET_FILES`].
-pub const FILES: [&str; 9] = [
+pub const FILES: [&str; 10] = [
     "summary.json",
     "memory_timeline.csv",
     "peak_allocations.csv",
+    "peak_stacks.csv",
     "top_sites.csv",
     "stacks_at_peak.txt",
     "stacks_at_end.txt",
@@ -176,7 +178,7 @@ pub fn write(
     let dir = out.path().to_path_buf();
     let summary = summary(a, diag);
     write_timeline(&dir.join("memory_timeline.csv"), a)?;
-    write_peak_allocations(&dir.join("peak_allocations.csv"), s, a)?;
+    write_peak_allocations(&dir, s, a)?;
     write_top_sites(&dir.join("top_sites.csv"), a)?;
     write_stacks(
         &dir.join("stacks_at_peak.txt"),
@@ -231,13 +233,18 @@ fn write_timeline(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error
     w.flush().map_err(io(p))
 }
 
+/// `peak_allocations.csv`, a row per block alive at the peak, and `peak_stacks.csv`, a row
+/// per distinct stack among them (by its text) with the blocks and bytes it holds: each
+/// stack's text is written once. A stack's text runs to 16 KiB, and written on every block's
+/// row it made 49 MB of CSV from a 515 KB pickle whose blocks shared one long frame.
 fn write_peak_allocations(
-    p: &std::path::Path,
+    dir: &std::path::Path,
     s: &Snapshot,
     a: &SnapshotAnalysis,
 ) -> Result<(), Error> {
-    let mut w = csv_writer(p)?;
-    let e = csv_err(p);
+    let p = dir.join("peak_allocations.csv");
+    let mut w = csv_writer(&p)?;
+    let e = csv_err(&p);
     w.write_record([
         "device",
         "address",
@@ -248,12 +255,27 @@ fn write_peak_allocations(
         "freed_at_entry",
         "python_frame",
         "cpp_frame",
-        "stack",
+        "stack_id",
     ])
     .map_err(&e)?;
     let opt = |v: Option<usize>| v.map(|v| v.to_string()).unwrap_or_default();
+    // Each stack formatted once, then known by its text: two stacks the pickle stored apart
+    // with the same frames are one.
+    let mut text_of: FxHashMap<StackId, usize> = FxHashMap::default();
+    let mut by_text: FxHashMap<String, usize> = FxHashMap::default();
+    let mut stacks: Vec<(String, usize, u64)> = Vec::new(); // (text, blocks, bytes)
     for d in &a.devices {
         for b in &d.peak.alive {
+            let id = *text_of.entry(b.stack).or_insert_with(|| {
+                let text = snap::sites::fragment(s, b.stack);
+                let next = stacks.len();
+                *by_text.entry(text.clone()).or_insert_with(|| {
+                    stacks.push((text, 0, 0));
+                    next
+                })
+            });
+            stacks[id].1 += 1;
+            stacks[id].2 = stacks[id].2.saturating_add(b.size);
             let frames = s.stack(b.stack);
             w.write_record([
                 d.device.to_string(),
@@ -265,12 +287,22 @@ fn write_peak_allocations(
                 opt(b.freed_at),
                 snap::sites::python_site(s, frames).unwrap_or_default(),
                 snap::sites::cpp_site(s, frames).unwrap_or_default(),
-                snap::sites::fragment(s, b.stack),
+                id.to_string(),
             ])
             .map_err(&e)?;
         }
     }
-    w.flush().map_err(io(p))
+    w.flush().map_err(io(&p))?;
+    let p = dir.join("peak_stacks.csv");
+    let mut w = csv_writer(&p)?;
+    let e = csv_err(&p);
+    w.write_record(["stack_id", "blocks", "bytes", "stack"])
+        .map_err(&e)?;
+    for (id, (text, blocks, bytes)) in stacks.into_iter().enumerate() {
+        w.write_record([id.to_string(), blocks.to_string(), bytes.to_string(), text])
+            .map_err(&e)?;
+    }
+    w.flush().map_err(io(&p))
 }
 
 fn write_top_sites(p: &std::path::Path, a: &SnapshotAnalysis) -> Result<(), Error> {

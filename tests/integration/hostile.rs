@@ -337,7 +337,7 @@ fn a_manifest_whose_ranks_name_one_trace_is_refused() {
 /// written), so the page stays a small multiple of its input.
 #[test]
 fn issue80_a_repeated_long_frame_does_not_blow_up_the_report() {
-    const N: i32 = 10; // history entries
+    const N: i32 = 50; // history entries
     const K: usize = 100; // references to the one frame in each entry's stack
     let mut p = Pickle::default();
     p.op(0x80).op(4).op(b'}').op(b'(');
@@ -389,6 +389,25 @@ fn issue80_a_repeated_long_frame_does_not_blow_up_the_report() {
         html.len()
     );
     assert!(html.contains("frames)"), "the frames left out are counted");
+    // Each block's row carried its stack's 16 KiB (820 KB for these 50 blocks); the stack is
+    // written once, in peak_stacks.csv, and the rows name it.
+    let size = |f: &str| {
+        std::fs::metadata(dir.path().join("out").join(f))
+            .unwrap()
+            .len()
+    };
+    let (rows, stacks) = (size("peak_allocations.csv"), size("peak_stacks.csv"));
+    assert!(
+        rows + stacks < 40_000,
+        "{rows} + {stacks} bytes from {input_len}"
+    );
+    let stacks = std::fs::read_to_string(dir.path().join("out/peak_stacks.csv")).unwrap();
+    assert_eq!(stacks.lines().count(), 2, "one stack, its {N} blocks");
+    assert!(stacks
+        .lines()
+        .nth(1)
+        .unwrap()
+        .starts_with(&format!("0,{N},{},", N * 512)));
 }
 
 /// Issue 80, low: Python pickles a string holding a lone surrogate (`'\ud800'`) as bytes that

@@ -128,11 +128,25 @@ struct Frame {
 /// corpus run), a row per collective call of the window, a row per kind of collective.
 #[derive(Debug, Clone, Copy)]
 enum MaxRows {
-    Summary = 1,
-    Iterations = 1 << 20,
-    Nodes = 1 << 22,
-    Collectives = 1 << 24,
-    Overlap = 1 << 16,
+    Summary,
+    Iterations,
+    Nodes,
+    Collectives,
+    Overlap,
+}
+
+impl MaxRows {
+    const fn rows(self) -> usize {
+        match self {
+            MaxRows::Summary => 1,
+            MaxRows::Iterations => 1 << 20,
+            MaxRows::Nodes => 1 << 22,
+            // Each row read costs about 250 bytes until the merge is written (two ranks of
+            // 4M: 2.0 GB); a window of FSDP over a 100-layer model launches about 10^4.
+            MaxRows::Collectives => 1 << 22,
+            MaxRows::Overlap => 1 << 16,
+        }
+    }
 }
 
 impl Frame {
@@ -154,14 +168,14 @@ impl Frame {
         let f = std::fs::File::open(&path).map_err(crate::report::io(&path))?;
         let mut reader = ParquetReader::new(f);
         let rows = reader.num_rows().map_err(|e| Frame::bad(&path, e))?;
-        if rows > max_rows as usize {
+        if rows > max_rows.rows() {
             return Err(Error::from(FileError::new(
                 &path,
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!(
                         "declares {rows} rows, more than a rank's table of this kind holds (at most {}): not a table steptrace wrote",
-                        max_rows as usize
+                        max_rows.rows()
                     ),
                 ),
             )));
@@ -250,31 +264,58 @@ fn read_collective_overlap(
 
 /// The collectives of a `rank<N>.collectives.parquet`.
 fn read_calls(f: &Frame) -> Result<Vec<crate::analysis::collectives::Call>, Error> {
-    let (it, pg, op, dtype) = (
-        f.strs("iteration")?,
-        f.strs("pg")?,
-        f.strs("op")?,
-        f.strs("dtype")?,
+    use crate::analysis::collectives::{Call, Names};
+    let bad = |e| Frame::bad(&f.path, e);
+    let text = |c| f.column(c, &DataType::String);
+    let int = |c| f.column(c, &DataType::Int64);
+    let (it, pg, op, dtype) = (text("iteration")?, text("pg")?, text("op")?, text("dtype")?);
+    let (seq, inn, out) = (int("seq")?, int("in_nelems")?, int("out_nelems")?);
+    let (start, dur) = (int("start_ns")?, int("dur_ns")?);
+    // Straight from the columns: a rank's collectives run to millions of rows, and a vector
+    // per column beside the frame more than doubled what reading them took. The few texts
+    // they repeat are shared names.
+    let mut names = Names::default();
+    let mut rows = Vec::with_capacity(it.len());
+    let texts = it
+        .str()
+        .map_err(bad)?
+        .iter()
+        .zip(pg.str().map_err(bad)?.iter());
+    let texts = texts.zip(
+        op.str()
+            .map_err(bad)?
+            .iter()
+            .zip(dtype.str().map_err(bad)?.iter()),
     );
-    let (seq, inn, out) = (f.i64s("seq")?, f.i64s("in_nelems")?, f.i64s("out_nelems")?);
-    let (start, dur) = (f.i64s("start_ns")?, f.i64s("dur_ns")?);
-    (0..it.len())
-        .map(|i| {
-            let s = seq[i].unwrap_or(0);
-            let seq = u32::try_from(s).map_err(|_| out_of_range(&f.path, "seq", s))?;
-            Ok(crate::analysis::collectives::Call {
-                iteration: it[i].clone(),
-                pg: pg[i].clone(),
-                seq,
-                op: op[i].clone(),
-                dtype: dtype[i].clone(),
-                in_nelems: inn[i],
-                out_nelems: out[i],
-                start_ns: start[i].unwrap_or(0),
-                dur_ns: dur[i].unwrap_or(0),
-            })
-        })
-        .collect()
+    let sizes = inn
+        .i64()
+        .map_err(bad)?
+        .iter()
+        .zip(out.i64().map_err(bad)?.iter());
+    let times = start
+        .i64()
+        .map_err(bad)?
+        .iter()
+        .zip(dur.i64().map_err(bad)?.iter());
+    let cells = texts
+        .zip(seq.i64().map_err(bad)?.iter())
+        .zip(sizes.zip(times));
+    for ((((i, p), (o, d)), s), ((inn, out), (start, dur))) in cells {
+        let s = s.unwrap_or(0);
+        let mut name = |v: Option<&str>| names.get(v.unwrap_or_default());
+        rows.push(Call {
+            iteration: name(i),
+            pg: name(p),
+            seq: u32::try_from(s).map_err(|_| out_of_range(&f.path, "seq", s))?,
+            op: name(o),
+            dtype: name(d),
+            in_nelems: inn,
+            out_nelems: out,
+            start_ns: start.unwrap_or(0),
+            dur_ns: dur.unwrap_or(0),
+        });
+    }
+    Ok(rows)
 }
 
 /// One rank's results: its summary file at `p` and the files beside it.
@@ -327,7 +368,7 @@ fn read_rank(p: &std::path::Path) -> Result<crate::analysis::ranks::RankResult, 
         trace: s.strs("trace")?.into_iter().next().unwrap_or_default(),
         iterations: {
             let n = s.i64_first("iterations")?;
-            if !(0..=MaxRows::Iterations as i64).contains(&n) {
+            if !(0..=MaxRows::Iterations.rows() as i64).contains(&n) {
                 return Err(out_of_range(p, "iterations", n));
             }
             n as usize
