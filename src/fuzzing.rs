@@ -60,6 +60,17 @@ pub fn pickle(data: &[u8]) {
             let alive: u64 = d.peak.alive.iter().map(|b| b.size).sum();
             assert_eq!(alive, d.peak.allocated_bytes);
         }
+        // A stack's text is bounded however often the pickle's memo repeats a long frame
+        // (issue 80: one 64 KiB frame shared by every block's stack took 6.5 GB).
+        let mut seen = std::collections::HashSet::new();
+        let peak = a.devices.iter().flat_map(|d| &d.peak.alive);
+        for b in peak.filter(|b| seen.insert(b.stack)).take(64) {
+            let text = crate::analysis::snapshot::sites::fragment(&s, b.stack);
+            let most = crate::analysis::snapshot::sites::STACK_TEXT_MAX
+                + crate::analysis::snapshot::sites::FRAME_TEXT_MAX
+                + 64;
+            assert!(text.len() <= most, "a {}-byte stack", text.len());
+        }
     }
 }
 

@@ -57,10 +57,12 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             | steptrace::plan::Error::UnknownModule { .. }
             | steptrace::plan::Error::AmbiguousModule { .. },
         )) => 2,
-        // `--out` naming a file, or a folder that is a link: bad usage, as README says.
+        // `--out` naming a file, a folder that is a link, or holding a folder where an output
+        // goes: bad usage, as README says.
         Some(steptrace::Error::Output(
             steptrace::report::Error::NotADirectory { .. }
-            | steptrace::report::Error::SymlinkedFolder { .. },
+            | steptrace::report::Error::SymlinkedFolder { .. }
+            | steptrace::report::Error::InTheWay { .. },
         )) => 2,
         Some(_) => 1,
         None => 1,

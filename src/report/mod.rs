@@ -79,6 +79,13 @@ pub enum Error {
         /// The link.
         path: PathBuf,
     },
+    /// Something other than a file (a folder, a FIFO) sits where an output goes: replacing it
+    /// would remove what the user put there.
+    #[error("{}: not a file, where steptrace writes this output: remove it or choose another --out", path.display())]
+    InTheWay {
+        /// Where the output goes.
+        path: PathBuf,
+    },
     /// An output would replace the input it is made from (`--out` the input's own folder, the
     /// input named as that output).
     #[error("{}: the input itself, where this output would be written: choose another --out", path.display())]

@@ -106,6 +106,8 @@ impl Writer {
     /// removed first, the other files renamed, the marks last.
     pub fn finish(self) -> Result<(), Error> {
         let parts = parts(&self.dir);
+        let finals: Vec<PathBuf> = parts.iter().map(|p| final_path(p)).collect();
+        nothing_in_the_way(finals.iter().map(PathBuf::as_path))?;
         let (marks, files): (Vec<PathBuf>, Vec<PathBuf>) =
             parts.into_iter().partition(|p| is_mark(&final_path(p)));
         for m in &marks {
@@ -227,6 +229,23 @@ fn remove_own_file(dir: &Path, path: &Path) {
     let _ = std::fs::remove_file(at);
 }
 
+/// Refuses when any of `paths` exists as something other than a regular file or a link (a
+/// folder, a FIFO): renaming an output there fails, or would replace what the user keeps
+/// there; checked before anything is renamed, so that nothing is half given its name.
+fn nothing_in_the_way<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<(), Error> {
+    for p in paths {
+        let Ok(m) = std::fs::symlink_metadata(p) else {
+            continue;
+        };
+        if !(m.is_file() || m.file_type().is_symlink()) {
+            return Err(Error::InTheWay {
+                path: p.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// An output directory being written.
 #[derive(Debug)]
 pub struct OutDir {
@@ -247,6 +266,9 @@ impl OutDir {
     pub fn prepare(dir: &Path) -> Result<OutDir, Error> {
         let created = !dir.exists();
         let writer = Writer::open(dir)?;
+        // Every run writes these two: a folder in their place is refused before the analysis,
+        // not after it.
+        nothing_in_the_way([dir.join(LIST).as_path(), &dir.join("summary.json")])?;
         let previous = read_list(dir);
         Ok(OutDir {
             dir: dir.to_path_buf(),
@@ -341,7 +363,10 @@ impl OutDir {
     pub(super) fn commit(mut self) -> Result<(), Error> {
         let mut written = Vec::new();
         let mut summary = None;
-        for p in parts(&self.dir) {
+        let parts = parts(&self.dir);
+        let finals: Vec<PathBuf> = parts.iter().map(|p| final_path(p)).collect();
+        nothing_in_the_way(finals.iter().map(PathBuf::as_path))?;
+        for p in parts {
             let fin = final_path(&p);
             if fin.file_name().is_some_and(|n| n == "summary.json")
                 && fin.parent() == Some(&self.dir)

@@ -579,3 +579,31 @@ fn an_output_that_would_replace_its_input_is_refused() {
     one_line_error(&out.stderr, "the input itself");
     assert_eq!(std::fs::read(&input).unwrap(), bytes);
 }
+
+/// Issue 80 (low): a folder where `summary.json`, `.steptrace-outputs` or another output goes
+/// failed the run after its analysis, exit 1 with the OS's words. It is refused as bad usage
+/// naming it (exit 2), before anything is renamed, and the folder is kept.
+#[test]
+fn a_folder_where_an_output_goes_is_refused_naming_it() {
+    for name in ["summary.json", ".steptrace-outputs", "node_stats.csv"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out_dir = dir.path().join("out");
+        std::fs::create_dir_all(out_dir.join(name).join("keep")).unwrap();
+        let out = steptrace()
+            .args(["analyze", "-q", "--no-plots"])
+            .arg(root().join("sample_traces/resnet18/trace.json.gz"))
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        one_line_error(&out.stderr, &format!("{name}: not a file"));
+        assert!(out_dir.join(name).join("keep").is_dir(), "{name}");
+        // Nothing was given its final name beside it.
+        let names: Vec<_> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, [name], "{name}");
+    }
+}
