@@ -480,10 +480,30 @@ mod tests {
         std::fs::write(d.join("rank0.summary.parquet"), b"old").unwrap();
         let w = Writer::open(d).unwrap();
         std::fs::write(part_path(&d.join("rank0.summary.parquet")), b"new").unwrap();
-        std::fs::write(part_path(&d.join("rank0.nodes.parquet")), b"new").unwrap();
-        // A non-empty folder under the nodes file's final name: its rename fails.
-        std::fs::create_dir_all(d.join("rank0.nodes.parquet").join("x")).unwrap();
+        // The nodes table's part a folder, its final name a file: that rename fails (a
+        // folder where an output goes is refused before any rename, below).
+        std::fs::create_dir_all(part_path(&d.join("rank0.nodes.parquet")).join("x")).unwrap();
+        std::fs::write(d.join("rank0.nodes.parquet"), b"old").unwrap();
         assert!(w.finish().is_err());
         assert!(!d.join("rank0.summary.parquet").exists());
+    }
+
+    /// A folder where an output goes is refused before anything is renamed or removed: the
+    /// previous run's files stay whole, the folder is kept.
+    #[test]
+    fn a_folder_in_the_way_is_refused_before_any_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("rank0.summary.parquet"), b"old").unwrap();
+        let w = Writer::open(d).unwrap();
+        std::fs::write(part_path(&d.join("rank0.summary.parquet")), b"new").unwrap();
+        std::fs::write(part_path(&d.join("rank0.nodes.parquet")), b"new").unwrap();
+        std::fs::create_dir_all(d.join("rank0.nodes.parquet").join("x")).unwrap();
+        assert!(matches!(w.finish(), Err(Error::InTheWay { .. })));
+        assert_eq!(
+            std::fs::read(d.join("rank0.summary.parquet")).unwrap(),
+            b"old"
+        );
+        assert!(d.join("rank0.nodes.parquet").join("x").is_dir());
     }
 }
