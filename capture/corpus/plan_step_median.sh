@@ -10,6 +10,8 @@
 #   REPS=3 bash capture/corpus/plan_step_median.sh NAME PLAN...   # NAME: pl, plb (plan_programs.sh)
 # PLAN: capture/corpus/plans/*.json (plans whose decisions name modules by qualified name).
 # Writes $OUT/plan_step_median.jsonl (a line per run) and $OUT/plan_step_median_NAME_base_R.tar.gz.
+# PIN=CPUS (a taskset list, such as 0-7) runs every capture on those CPUs: the host's speed
+# then moves less between runs (the row records it).
 set -u
 ROOT=$(pwd)
 ST=${ST:-$ROOT/target/release/steptrace}
@@ -21,20 +23,22 @@ cp $ROOT/capture/corpus/programs/*.py $W/fw/
 . "$ROOT/capture/corpus/plan_programs.sh"
 write_wikitext $W/fw/data/wikitext-2.txt
 export PYTHONUNBUFFERED=1 STEPTRACE_CACHE=$W/cache
+pin=""
+[ -n "${PIN:-}" ] && pin="taskset -c $PIN"
 for rep in $(seq 1 ${REPS:-3}); do
   for plan in base "$@"; do
     label=$(basename "$plan" .json)
     tag=${name}_${label}_$rep
     if [ "$plan" = base ]; then
-      (cd $W/fw && timeout 200 $ST capture --out $W/runs/$tag -- $(prog $name) >$W/logs/$tag.out 2>$W/logs/$tag.err)
+      (cd $W/fw && timeout 200 $pin $ST capture --out $W/runs/$tag -- $(prog $name) >$W/logs/$tag.out 2>$W/logs/$tag.err)
     else
-      (cd $W/fw && timeout 200 $ST capture --out $W/runs/$tag --plan $ROOT/$plan -- $(prog $name) \
+      (cd $W/fw && timeout 200 $pin $ST capture --out $W/runs/$tag --plan $ROOT/$plan -- $(prog $name) \
         >$W/logs/$tag.out 2>$W/logs/$tag.err)
     fi
-    python3 - "$name" "$label" "$rep" "$?" "$W/runs/$tag" <<'PY' | tee -a $OUT/plan_step_median.jsonl
+    python3 - "$name" "$label" "$rep" "$?" "$W/runs/$tag" "${PIN:-}" <<'PY' | tee -a $OUT/plan_step_median.jsonl
 import json, statistics, sys
-name, label, rep, rc, d = sys.argv[1:]
-row = {"name": name, "plan": label, "rep": int(rep), "rc": int(rc)}
+name, label, rep, rc, d, pin = sys.argv[1:]
+row = {"name": name, "plan": label, "rep": int(rep), "rc": int(rc), "pin": pin or None}
 try:
     m = json.load(open(f"{d}/manifest.json"))
     row["step_time_s"] = m.get("step_time_s")
