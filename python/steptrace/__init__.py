@@ -142,8 +142,9 @@ class SnapshotAnalysis(_Results):
 
 class Ranks:
     """Every rank of a distributed run, analysed as `steptrace analyze` of the run directory
-    does: `summary` is ranks.json as a dict (stragglers, matched collectives), `ranks` the
-    cross-rank table as a DataFrame (a row per rank), `rank(n)` that rank's `Analysis`."""
+    does: `summary` is ranks.json as a dict (stragglers, the matched collectives' first 10,000
+    and their count), `ranks` the cross-rank table as a DataFrame (a row per rank), `rank(n)`
+    that rank's `Analysis`."""
 
     def __init__(self, path, threads):
         self._path = path
