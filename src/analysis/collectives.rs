@@ -13,7 +13,7 @@
 //! the collective itself; every other rank's excess over it is time that rank spent waiting.
 //! Clocks of different hosts need not agree for this.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -79,9 +79,15 @@ impl Serialize for Name {
     }
 }
 
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Hands out one shared [`Name`] per distinct text.
 #[derive(Debug, Default)]
-pub struct Names(HashMap<Box<str>, Name>);
+pub struct Names(HashSet<Name>);
 
 impl Names {
     /// The shared name for `s`.
@@ -90,7 +96,7 @@ impl Names {
             return n.clone();
         }
         let n = Name::from(s);
-        self.0.insert(s.into(), n.clone());
+        self.0.insert(n.clone());
         n
     }
 }
