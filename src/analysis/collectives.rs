@@ -215,15 +215,13 @@ pub struct Arrivals {
     pub waited_ns: i64,
 }
 
-/// The collectives of every rank, matched.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// The collectives of every rank, matched. In ranks.json: `matched` (the first
+/// [`MATCHED_IN_JSON`]; collectives.csv has every one), `matched_count` (how many in all),
+/// then the other fields.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Matching {
-    /// Matched collectives, by iteration (in the order first seen), group, order; ranks.json
-    /// lists the first [`MATCHED_IN_JSON`] (collectives.csv every one).
-    #[serde(serialize_with = "first_matched")]
+    /// Matched collectives, by iteration (in the order first seen), group, order.
     pub matched: Vec<Matched>,
-    /// How many were matched in all.
-    pub matched_count: usize,
     /// Per rank, in rank order.
     pub arrivals: Vec<Arrivals>,
     /// Collectives only one rank ran in its window (no peer to match).
@@ -242,8 +240,25 @@ const SHOWN_DISAGREEMENTS: usize = 5;
 /// collectives each wrote a 1.3 GB ranks.json; every one is in collectives.csv.
 pub const MATCHED_IN_JSON: usize = 10_000;
 
-fn first_matched<S: serde::Serializer>(m: &[Matched], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(m.iter().take(MATCHED_IN_JSON))
+impl Serialize for Matching {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        /// The first [`MATCHED_IN_JSON`] of the list, as a sequence.
+        struct First<'a>(&'a [Matched]);
+        impl Serialize for First<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.iter().take(MATCHED_IN_JSON))
+            }
+        }
+        let mut st = s.serialize_struct("Matching", 6)?;
+        st.serialize_field("matched", &First(&self.matched))?;
+        st.serialize_field("matched_count", &self.matched.len())?;
+        st.serialize_field("arrivals", &self.arrivals)?;
+        st.serialize_field("unmatched", &self.unmatched)?;
+        st.serialize_field("disagreements", &self.disagreements)?;
+        st.serialize_field("disagreeing", &self.disagreeing)?;
+        st.end()
+    }
 }
 
 /// Matches the collectives of `ranks` (rank, its calls), given in rank order.
@@ -268,7 +283,6 @@ pub fn match_ranks(ranks: &[(i64, &[Call])]) -> Matching {
         }));
         match_one(&calls, &mut m);
     }
-    m.matched_count = m.matched.len();
     m
 }
 
@@ -579,7 +593,7 @@ mod tests {
             .map(|s| call("ProfilerStep#1", s, "allreduce", 8, 1))
             .collect();
         let m = match_ranks(&[(0, &r0), (1, &r1)]);
-        assert_eq!((m.matched.len(), m.matched_count), (n as usize, n as usize));
+        assert_eq!(m.matched.len(), n as usize);
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(v["matched"].as_array().unwrap().len(), MATCHED_IN_JSON);
         assert_eq!(v["matched_count"], n as usize);

@@ -261,21 +261,22 @@ fn write_peak_allocations(
     let opt = |v: Option<usize>| v.map(|v| v.to_string()).unwrap_or_default();
     // Each stack formatted once, then known by its text: two stacks the pickle stored apart
     // with the same frames are one.
-    let mut text_of: FxHashMap<StackId, usize> = FxHashMap::default();
+    let mut id_of: FxHashMap<StackId, usize> = FxHashMap::default();
     let mut by_text: FxHashMap<String, usize> = FxHashMap::default();
-    let mut stacks: Vec<(String, usize, u64)> = Vec::new(); // (text, blocks, bytes)
+    let mut held: Vec<(usize, u64)> = Vec::new(); // per stack id: (blocks, bytes)
     for d in &a.devices {
         for b in &d.peak.alive {
-            let id = *text_of.entry(b.stack).or_insert_with(|| {
-                let text = snap::sites::fragment(s, b.stack);
-                let next = stacks.len();
-                *by_text.entry(text.clone()).or_insert_with(|| {
-                    stacks.push((text, 0, 0));
-                    next
-                })
+            let id = *id_of.entry(b.stack).or_insert_with(|| {
+                let next = by_text.len();
+                *by_text
+                    .entry(snap::sites::fragment(s, b.stack))
+                    .or_insert(next)
             });
-            stacks[id].1 += 1;
-            stacks[id].2 = stacks[id].2.saturating_add(b.size);
+            if id == held.len() {
+                held.push((0, 0));
+            }
+            held[id].0 += 1;
+            held[id].1 = held[id].1.saturating_add(b.size);
             let frames = s.stack(b.stack);
             w.write_record([
                 d.device.to_string(),
@@ -298,7 +299,10 @@ fn write_peak_allocations(
     let e = csv_err(&p);
     w.write_record(["stack_id", "blocks", "bytes", "stack"])
         .map_err(&e)?;
-    for (id, (text, blocks, bytes)) in stacks.into_iter().enumerate() {
+    let mut texts: Vec<(usize, String)> = by_text.into_iter().map(|(t, id)| (id, t)).collect();
+    texts.sort_unstable_by_key(|x| x.0);
+    for (id, text) in texts {
+        let (blocks, bytes) = held[id];
         w.write_record([id.to_string(), blocks.to_string(), bytes.to_string(), text])
             .map_err(&e)?;
     }
