@@ -33,6 +33,8 @@ fn the_manifest_written_reads_back_through_the_same_type() {
             first_step: Some(1),
             host_lead_s: None,
             optimizer_step_s: Some(0.01),
+            forward_host_s: Some(0.004),
+            backward_host_s: Some(0.006),
         }),
         after_window: Some(finalize::AfterWindow {
             steps: 60,

@@ -338,6 +338,8 @@ impl From<TimingRepr> for Timing {
                 first_step: f.first_step,
                 host_lead_s: f.host_lead_s,
                 optimizer_step_s: f.optimizer_step_s,
+                forward_host_s: None,
+                backward_host_s: None,
             })
         });
         Timing {
@@ -443,6 +445,16 @@ pub struct PhaseTiming {
     /// other).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_step_s: Option<f64>,
+    /// Median host time of the model's outermost forward call in the phase, seconds (Python
+    /// programs): what the profiler's forward takes at the program's own speed. The profiler
+    /// slows a Python forward more than the autograd engine's backward, so the plan's step
+    /// model scales each by its own figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_host_s: Option<f64>,
+    /// Median host time of a `torch.autograd.backward` call in the phase, seconds (Python
+    /// programs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward_host_s: Option<f64>,
 }
 
 impl PhaseTiming {

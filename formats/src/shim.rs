@@ -99,6 +99,14 @@ pub struct ShimStatus {
     /// nothing recorded.
     #[serde(default)]
     pub timing_optimizer_ns: Vec<i64>,
+    /// Host time of each call of the model's outermost forward in the timing phase, ns (Python
+    /// programs): the forward at the program's own speed, for the plan's step model.
+    #[serde(default)]
+    pub timing_forward_ns: Vec<i64>,
+    /// Host time of each `torch.autograd.backward` call in the timing phase, ns (Python
+    /// programs): the backward at the program's own speed.
+    #[serde(default)]
+    pub timing_backward_ns: Vec<i64>,
     /// Where the shim was when it last wrote: before_window, window, timing, reference,
     /// finished.
     #[serde(default)]

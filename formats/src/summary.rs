@@ -774,6 +774,14 @@ pub struct Summary {
     /// distributed run, this rank's host speed at the same work as the others'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_step_host_s: Option<f64>,
+    /// The program's own host time of its model's outermost forward call, s (capture's timing
+    /// phase, Python programs): the profiler slows a Python forward more than the autograd
+    /// engine's backward, and the plan's step model scales each by its own figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_host_s: Option<f64>,
+    /// The program's own host time of a backward call, s (as `forward_host_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward_host_s: Option<f64>,
     /// What checkpointing and swapping cost on the capture's machine (its manifest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_probe: Option<PlanProbe>,

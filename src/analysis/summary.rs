@@ -98,6 +98,8 @@ pub(super) fn build(
         plan_timed_both_ways: clock.plan_ab,
         host_lead_s: clock.host_lead_s,
         optimizer_step_host_s: clock.optimizer_step_host_s,
+        forward_host_s: clock.forward_host_s,
+        backward_host_s: clock.backward_host_s,
         plan_probe: facts.plan_probe,
         gpu_breakdown,
         collective_overlap,
@@ -163,6 +165,8 @@ struct Clock {
     plan_ab: Option<crate::model::run::PlanTimedBothWays>,
     host_lead_s: Option<f64>,
     optimizer_step_host_s: Option<f64>,
+    forward_host_s: Option<f64>,
+    backward_host_s: Option<f64>,
     each_s: Vec<f64>,
     gpu_busy_s: f64,
     gpu_time_s: f64,
@@ -246,6 +250,8 @@ impl Clock {
             plan_ab: None,
             host_lead_s: None,
             optimizer_step_host_s: None,
+            forward_host_s: None,
+            backward_host_s: None,
             each_s: times.each_s,
             gpu_busy_s: times.gpu_busy_s,
             gpu_time_s: times.gpu_time_s,
@@ -264,6 +270,8 @@ impl Clock {
                 c.plan_ab = p.plan_ab;
                 c.host_lead_s = p.host_lead_s;
                 c.optimizer_step_host_s = p.optimizer_step_s;
+                c.forward_host_s = p.forward_host_s;
+                c.backward_host_s = p.backward_host_s;
                 if let Some((stop, steps)) = &p.unsettled {
                     let cap = match stop {
                         steptrace_formats::summary::TimingStop::TimeCap => "time",
@@ -400,6 +408,8 @@ mod tests {
             plan_ab: None,
             host_lead_s: None,
             optimizer_step_s: None,
+            forward_host_s: None,
+            backward_host_s: None,
             passes_per_step: None,
         }
     }

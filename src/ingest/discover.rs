@@ -182,6 +182,8 @@ pub(super) fn discover_dir(dir: &Path, rank: Option<i64>) -> Result<Inputs, Erro
                             plan_ab: None,
                             host_lead_s: None,
                             optimizer_step_s: None,
+                            forward_host_s: None,
+                            backward_host_s: None,
                             passes_per_step: None,
                         }),
                 };

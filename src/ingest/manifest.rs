@@ -55,6 +55,12 @@ pub(super) fn program_step_time(t: &Timing) -> Option<ProgramStepTime> {
         optimizer_step_s: phase
             .and_then(|p| p.optimizer_step_s)
             .filter(|l| l.is_finite() && *l > 0.0),
+        forward_host_s: phase
+            .and_then(|p| p.forward_host_s)
+            .filter(|l| l.is_finite() && *l > 0.0),
+        backward_host_s: phase
+            .and_then(|p| p.backward_host_s)
+            .filter(|l| l.is_finite() && *l > 0.0),
         passes_per_step: t
             .after_window
             .as_ref()

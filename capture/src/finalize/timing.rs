@@ -51,6 +51,8 @@ pub fn program_timing(st: &ShimStatus) -> Option<Timing> {
             None
         },
         optimizer_step_s: median_s(&st.timing_optimizer_ns),
+        forward_host_s: median_s(&st.timing_forward_ns),
+        backward_host_s: median_s(&st.timing_backward_ns),
         ..t
     });
     let after = st.after_window_start_ns.and_then(|start| {
@@ -284,6 +286,8 @@ pub fn timing_phase(
         first_step: None,
         host_lead_s: None,
         optimizer_step_s: None,
+        forward_host_s: None,
+        backward_host_s: None,
         unplanned,
     })
 }

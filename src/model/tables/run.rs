@@ -23,6 +23,11 @@ pub struct ProgramStepTime {
     /// Median host time of the program's `optimizer.step()` in the timing phase, s: this
     /// rank's host speed at the same work as the others', with nothing recorded.
     pub optimizer_step_s: Option<f64>,
+    /// Median host time of the model's outermost forward call in the timing phase, s: the
+    /// forward at the program's own speed (Python programs).
+    pub forward_host_s: Option<f64>,
+    /// Median host time of a backward call in the timing phase, s.
+    pub backward_host_s: Option<f64>,
     /// Backward passes a step holds, where capture counted them per step (a program whose
     /// steps it marks by their backward passes: libtorch).
     pub passes_per_step: Option<usize>,

@@ -233,3 +233,20 @@ fn passes_that_do_not_repeat_per_step_give_no_count() {
         (TimingSource::TimingPhase, None)
     );
 }
+
+#[test]
+fn issue75_the_forward_and_backward_calls_are_timed_by_their_medians() {
+    let mut st = status(10, 13, 100, 1);
+    st.timing_forward_ns = vec![7_000_000, 9_000_000, 6_000_000];
+    st.timing_backward_ns = vec![0, 12_000_000, 10_000_000];
+    let p = program_timing(&st).unwrap().timing_phase.unwrap();
+    assert_eq!(p.forward_host_s, Some(0.007));
+    // A reading of 0 (a clock that did not move) is no time.
+    assert_eq!(p.backward_host_s, Some(0.011));
+    // A shim that did not time them (an older one, or C++ programs): none.
+    let p = program_timing(&status(10, 13, 100, 1))
+        .unwrap()
+        .timing_phase
+        .unwrap();
+    assert_eq!((p.forward_host_s, p.backward_host_s), (None, None));
+}
