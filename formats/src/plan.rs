@@ -95,6 +95,24 @@ pub struct CurvePoint {
     pub step_time_s: f64,
 }
 
+/// Profiled host time to the program's own, as the step model scales it: the profiler slows
+/// a Python forward more than the autograd engine's backward, and both more or less than a
+/// DataLoader's collation, so where capture timed the program's forward and backward each
+/// scales by its own figure and the rest of the step by what is left of its host time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostScale {
+    /// The step's host time outside the forward and the backward (the whole step's where
+    /// those are not timed): the program's own over the profiled.
+    pub rest: f64,
+    /// The forward's (its outermost module's host time in capture's timing phase over the
+    /// profiled forward), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward: Option<f64>,
+    /// The backward's (a backward call's host time over the profiled backward), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward: Option<f64>,
+}
+
 /// The host work a checkpoint or a swap adds beyond its module's own ops, s: the capture
 /// shim's probe on the capture's machine, or none where the run has no probe (the prediction
 /// then leaves it out, and says so).
@@ -170,6 +188,9 @@ pub struct Plan {
     /// 0 where not measured): the program's own host time per step is the step less it.
     #[serde(default)]
     pub host_lead_s: f64,
+    /// How the step model turned profiled host time into the program's own.
+    #[serde(default)]
+    pub host_scale: HostScale,
     /// The measured peak (the allocator's, over the profiled iterations).
     #[serde(default)]
     pub measured_peak_bytes: i64,

@@ -90,7 +90,9 @@ pub(super) struct Ctx<'a> {
     pub(super) bwd_starts: &'a [i64],
     /// Host synchronisations by thread ([`Trace::host_syncs`]).
     pub(super) syncs: &'a [(crate::model::kineto::ThreadId, i64)],
-    pub(super) cpu_scale: f64,
+    /// Profiled host time of the forward's ops to the program's own (a recompute runs them
+    /// again).
+    pub(super) forward_scale: f64,
     pub(super) htod: f64,
     pub(super) dtoh: f64,
     pub(super) ov: Overheads,
@@ -429,7 +431,7 @@ fn replay_work(cx: &Ctx<'_>, fwd: &[usize], t0: i64, lead_s: f64) -> Vec<Work> {
     };
     for ni in order {
         let n = &step.nodes[ni];
-        cur.host_s += n.cpu_time as f64 * cx.cpu_scale * 1e-9;
+        cur.host_s += n.cpu_time as f64 * cx.forward_scale * 1e-9;
         cur.gpu_s += n.gpu_time as f64 * 1e-9;
         let o = t.op(n.op);
         let lo = cx.syncs.partition_point(|&s| s < (o.thread, o.start));

@@ -162,6 +162,7 @@ pub(super) fn build_candidates(
 ) -> Vec<Candidate> {
     let Rates {
         cpu_scale,
+        phases,
         htod_gbps: htod,
         dtoh_gbps: dtoh,
         overheads: ov,
@@ -195,7 +196,7 @@ pub(super) fn build_candidates(
         autocast: &autocast,
         bwd_starts: &bwd_starts,
         syncs: &syncs,
-        cpu_scale,
+        forward_scale: phases.map_or(cpu_scale, |p| p.0),
         htod,
         dtoh,
         ov,

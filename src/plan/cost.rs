@@ -27,8 +27,11 @@ pub(super) fn overheads_of(probe: Option<&crate::model::run::PlanProbe>) -> Over
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rates {
     /// The program's own host time per step (its step less the host's lead) over the
-    /// instrumented step: profiled host time to real.
+    /// instrumented step: profiled host time to real. Where `phases` is known, the same for
+    /// the step's host time outside the forward and the backward.
     pub cpu_scale: f64,
+    /// The forward's and the backward's own scales (capture timed both: Python programs).
+    pub phases: Option<(f64, f64)>,
     /// How far the host ran ahead of the GPU at the end of a step, s (capture's timing phase;
     /// 0 where not measured or the step time is the instrumented one).
     pub host_lead_s: f64,

@@ -134,8 +134,8 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     plannable(t, a)?;
     let ids = a.liveness.identities.as_ref();
     let mut notes = build::first_notes(a);
-    let (rates, bw_source) = build::rates(a, opts, &mut notes);
-    let (iters, iter_index) = build::measured_iterations(t, a, rates.cpu_scale)?;
+    let (rates, bw_source) = build::rates(t, a, opts, &mut notes);
+    let (iters, iter_index) = build::measured_iterations(t, a, &rates)?;
     let s = &a.summary;
     let base_step = s.step_time_s;
     let replayed = candidates::replayed_forward_paths(t, &a.step);
@@ -216,6 +216,11 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         overheads: rates.overheads,
         gpu_busy_s: s.gpu_busy_s,
         host_lead_s: rates.host_lead_s,
+        host_scale: steptrace_formats::plan::HostScale {
+            rest: rates.cpu_scale,
+            forward: rates.phases.map(|p| p.0),
+            backward: rates.phases.map(|p| p.1),
+        },
         measured_peak_bytes: measured_peak,
         measured_step_time_s: base_step,
         step_time_source: s.step_time_source,

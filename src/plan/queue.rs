@@ -31,6 +31,10 @@ pub(super) struct Lane {
     end: i64,
     /// Trace host time to the program's own: the profiler slows the host, not the GPU.
     scale: f64,
+    /// Spans (start, end, ns; disjoint, by start) whose host time scales by their own figure
+    /// instead: the forward and the backward where the program's own speed at each is known
+    /// (the profiler slows a Python forward more than the autograd engine's backward).
+    scaled: Vec<(i64, i64, f64)>,
     /// Each node's launch (its start, ns) and its GPU time, s, by start.
     slots: Vec<(i64, f64)>,
     /// The host's waits for the GPU (synchronising calls), ns, disjoint and by start, each
@@ -43,19 +47,22 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    /// A lane of `slots`, the host waiting for the GPU over `syncs` (start, end; ns).
+    /// A lane of `slots`, the host waiting for the GPU over `syncs` (start, end; ns), its host
+    /// time scaled by `scale` but over the `scaled` spans (start, end, scale).
     pub(super) fn new(
         start: i64,
         end: i64,
-        scale: f64,
+        (scale, mut scaled): (f64, Vec<(i64, i64, f64)>),
         mut slots: Vec<(i64, f64)>,
         syncs: Vec<(i64, i64)>,
     ) -> Lane {
         slots.sort_by_key(|s| s.0);
+        scaled.sort_by_key(|s| s.0);
         let mut l = Lane {
             start,
             end,
             scale,
+            scaled,
             slots,
             syncs: disjoint(syncs, start, end),
             base: 0.0,
@@ -64,16 +71,29 @@ impl Lane {
         l
     }
 
+    /// The host's waits from the iteration's start to `ts`, ns.
+    fn waited(&self, ts: i64) -> i64 {
+        let k = self.syncs.partition_point(|s| s.0 < ts);
+        match k.checked_sub(1).map(|j| self.syncs[j]) {
+            Some((s, e, before)) => before + (ts.min(e) - s),
+            None => 0,
+        }
+    }
+
     /// The host's own time from the iteration's start to `ts` (its waits left out), at the
     /// program's speed, s.
     fn at(&self, ts: i64) -> f64 {
-        let ts = ts.clamp(self.start, self.end.max(self.start));
-        let k = self.syncs.partition_point(|s| s.0 < ts);
-        let waited = match k.checked_sub(1).map(|j| self.syncs[j]) {
-            Some((s, e, before)) => before + (ts.min(e) - s),
-            None => 0,
-        };
-        (ts - self.start - waited).max(0) as f64 * 1e-9 * self.scale
+        let clamp = |x: i64| x.clamp(self.start, self.end.max(self.start));
+        let ts = clamp(ts);
+        let own = |a: i64, b: i64| ((b - a) - (self.waited(b) - self.waited(a))).max(0) as f64;
+        let mut t = own(self.start, ts) * self.scale;
+        for &(s, e, k) in &self.scaled {
+            let (s, e) = (clamp(s), clamp(e).min(ts));
+            if e > s {
+                t += own(s, e) * (k - self.scale);
+            }
+        }
+        t.max(0.0) * 1e-9
     }
 
     /// When the iteration is done with `work` (sorted by time) added, s from its start: the
@@ -112,6 +132,7 @@ impl Lane {
         for x in &work[w..] {
             add(x, &mut shift, &mut gpu);
         }
+
         (self.at(self.end) + shift).max(gpu)
     }
 
@@ -160,7 +181,7 @@ mod tests {
         let slots = (0..10)
             .map(|i| (i * every_ms * MS, kernel_ms * 1e-3))
             .collect();
-        Lane::new(0, end_ms * MS, scale, slots, Vec::new())
+        Lane::new(0, end_ms * MS, (scale, Vec::new()), slots, Vec::new())
     }
 
     fn w(ms: i64, host_ms: f64, gpu_ms: f64) -> Work {
@@ -219,7 +240,7 @@ mod tests {
         let slots = (0..10)
             .map(|i| (i * MS, if i < 5 { 3e-3 } else { 1e-4 }))
             .collect();
-        let l = Lane::new(0, 10 * MS, 1.0, slots, Vec::new());
+        let l = Lane::new(0, 10 * MS, (1.0, Vec::new()), slots, Vec::new());
         assert!(close(l.base, 0.0155));
         // A sync at 5 ms: the host waits until 15 ms, then launches the last five, one per
         // ms: the step ends with the host at 20 ms.
@@ -248,18 +269,18 @@ mod tests {
             })
             .collect::<Vec<_>>();
         let waits = vec![(5 * MS, 12 * MS)];
-        let l = Lane::new(0, 17 * MS, 1.0, slots.clone(), waits.clone());
+        let l = Lane::new(0, 17 * MS, (1.0, Vec::new()), slots.clone(), waits.clone());
         // The wait lasts until the queue is empty, at 15 ms (not the profiled 7 ms): the
         // host's 5 ms after it end at 20 ms.
         assert!(close(l.base, 0.020));
         // At half the host's speed: the same wait ends at 15 ms, the 2.5 ms after it at 17.5.
         assert!(close(
-            Lane::new(0, 17 * MS, 0.5, slots.clone(), waits).base,
+            Lane::new(0, 17 * MS, (0.5, Vec::new()), slots.clone(), waits).base,
             0.0175
         ));
         // Without the wait known, the replay took the profiled 7 ms as host time: 17 ms.
         assert!(close(
-            Lane::new(0, 17 * MS, 1.0, slots, Vec::new()).base,
+            Lane::new(0, 17 * MS, (1.0, Vec::new()), slots, Vec::new()).base,
             0.017
         ));
         // Host work after the wait is paid in full; before it, hidden by the drain.
@@ -271,6 +292,41 @@ mod tests {
     fn issue75_overlapping_waits_count_once_and_are_clipped_to_the_iteration() {
         let d = disjoint(vec![(8, 12), (-5, 2), (10, 15), (20, 40)], 0, 30);
         assert_eq!(d, vec![(0, 2, 0), (8, 15, 2), (20, 30, 9)]);
+    }
+
+    #[test]
+    fn issue75_a_span_of_its_own_scale_paces_the_host_there() {
+        // 10 ms of host time at 0.5, but 4-8 ms at 1.0: a launch at 8 ms comes at 6 ms.
+        let l = Lane::new(
+            0,
+            10 * MS,
+            (0.5, vec![(4 * MS, 8 * MS, 1.0)]),
+            Vec::new(),
+            Vec::new(),
+        );
+        assert!(close(l.at(8 * MS), 0.006));
+        assert!(close(l.at(6 * MS), 0.004));
+        assert!(close(l.at(3 * MS), 0.0015));
+        assert!(close(l.finish(&[]), 0.007));
+        // A wait inside the span is no host time at either scale.
+        let l = Lane::new(
+            0,
+            10 * MS,
+            (0.5, vec![(4 * MS, 8 * MS, 1.0)]),
+            Vec::new(),
+            vec![(5 * MS, 6 * MS)],
+        );
+        assert!(close(l.at(8 * MS), 0.0055 - 0.0005));
+        // The launch paced by the span: GPU work queued after the slow backward.
+        let slots = vec![(8 * MS, 0.002)];
+        let l = Lane::new(
+            0,
+            10 * MS,
+            (0.5, vec![(4 * MS, 8 * MS, 1.0)]),
+            slots,
+            Vec::new(),
+        );
+        assert!(close(l.finish(&[]), 0.008));
     }
 
     #[test]
