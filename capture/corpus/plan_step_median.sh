@@ -10,6 +10,8 @@
 #   REPS=3 bash capture/corpus/plan_step_median.sh NAME PLAN...   # NAME: pl, plb (plan_programs.sh)
 # PLAN: capture/corpus/plans/*.json (plans whose decisions name modules by qualified name).
 # Writes $OUT/plan_step_median.jsonl (a line per run) and $OUT/plan_step_median_NAME_base_R.tar.gz.
+# A PLAN of the form own:FLAGS is the program with its own switch instead (FLAGS added to its
+# command, nothing of steptrace loaded), timed by the steps it prints (from the 6th on).
 # PIN=CPUS (a taskset list, such as 0-7) runs every capture on those CPUs: the host's speed
 # then moves less between runs (the row records it).
 set -u
@@ -28,8 +30,11 @@ pin=""
 for rep in $(seq 1 ${REPS:-3}); do
   for plan in base "$@"; do
     label=$(basename "$plan" .json)
+    case "$plan" in own:*) label=own$(echo "${plan#own:}" | tr -c 'A-Za-z0-9\n' '_') ;; esac
     tag=${name}_${label}_$rep
-    if [ "$plan" = base ]; then
+    if [ "${plan#own:}" != "$plan" ]; then
+      (cd $W/fw && timeout 200 $pin $(prog $name) ${plan#own:} >$W/logs/$tag.out 2>$W/logs/$tag.err)
+    elif [ "$plan" = base ]; then
       (cd $W/fw && timeout 200 $pin $ST capture --out $W/runs/$tag -- $(prog $name) >$W/logs/$tag.out 2>$W/logs/$tag.err)
     else
       (cd $W/fw && timeout 200 $pin $ST capture --out $W/runs/$tag --plan $ROOT/$plan -- $(prog $name) \
@@ -40,6 +45,16 @@ import json, statistics, sys
 name, label, rep, rc, d, pin = sys.argv[1:]
 row = {"name": name, "plan": label, "rep": int(rep), "rc": int(rc), "pin": pin or None}
 try:
+  if label.startswith("own"):
+    import re
+    out = open(d.replace("/runs/", "/logs/") + ".out").read()
+    steps = [float(x) for x in re.findall(r"time ([0-9.]+)ms", out)][5:]
+    peak = re.findall(r"^max_memory_allocated (\d+)", out, re.M)
+    row["own_steps"] = len(steps)
+    row["step_time_s"] = round(statistics.fmean(steps) / 1e3, 6) if steps else None
+    row["median_ms"] = round(statistics.median(steps), 3) if steps else None
+    row["run_max_memory_allocated"] = int(peak[-1]) if peak else None
+  else:
     m = json.load(open(f"{d}/manifest.json"))
     row["step_time_s"] = m.get("step_time_s")
     row["step_time_source"] = m.get("step_time_source")

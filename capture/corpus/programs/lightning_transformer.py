@@ -41,6 +41,8 @@ def main():
     # truth for a plan that recomputes the decoder layers): each layer's forward under
     # non-reentrant torch.utils.checkpoint.
     p.add_argument("--checkpoint-decoder-layers", action="store_true")
+    # The same for the whole nn.Transformer (the plan that recomputes `model.transformer`).
+    p.add_argument("--checkpoint-transformer", action="store_true")
     args = p.parse_args()
     L.seed_everything(0)
     dataset = WikiText2()
@@ -52,6 +54,12 @@ def main():
         for layer in model.model.transformer.decoder.layers:
             forward = layer.forward
             layer.forward = lambda *a, _f=forward, **k: checkpoint(_f, *a, use_reentrant=False, **k)
+    if args.checkpoint_transformer:
+        from torch.utils.checkpoint import checkpoint
+
+        t = model.model.transformer
+        forward = t.forward
+        t.forward = lambda *a, _f=forward, **k: checkpoint(_f, *a, use_reentrant=False, **k)
     trainer = L.Trainer(max_steps=args.max_steps, precision="bf16-mixed", accelerator="gpu", devices=1,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         callbacks=[StepTimer()])
