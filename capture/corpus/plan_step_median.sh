@@ -9,7 +9,8 @@
 #
 #   REPS=3 bash capture/corpus/plan_step_median.sh NAME PLAN...   # NAME: pl, plb (plan_programs.sh)
 # PLAN: capture/corpus/plans/*.json (plans whose decisions name modules by qualified name).
-# Writes $OUT/plan_step_median.jsonl (a line per run) and $OUT/plan_step_median_NAME_base_R.tar.gz.
+# Writes $OUT/plan_step_median.jsonl (a line per run), $OUT/plan_step_median_NAME_base_R.tar.gz
+# and $OUT/plan_step_median_NAME_status.tar.gz (every run's manifest and shim status).
 # A PLAN of the form own:FLAGS is the program with its own switch instead (FLAGS added to its
 # command, nothing of steptrace loaded), timed by the steps it prints (from the 6th on).
 # PIN=CPUS (a taskset list, such as 0-7) runs every capture on those CPUs: the host's speed
@@ -73,3 +74,6 @@ PY
     [ "$plan" = base ] && tar czf $OUT/plan_step_median_${name}_base_$rep.tar.gz -C $W/runs $tag
   done
 done
+# Every run's manifest and shim status (the planned runs' own forward and backward times, set
+# against the plan's host_phases), in one file: $OUT brings back few.
+(cd $W/runs && tar czf $OUT/plan_step_median_${name}_status.tar.gz */manifest.json */shim.json)

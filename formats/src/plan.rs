@@ -113,6 +113,21 @@ pub struct HostScale {
     pub backward: Option<f64>,
 }
 
+/// The host's time in the forward and in the backward, s, as the step model replays a step
+/// (median over the profiled iterations): each from its phase's first op to its last, waits
+/// for the GPU included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostPhases {
+    /// The forward without the plan.
+    pub forward_s: f64,
+    /// The backward without the plan.
+    pub backward_s: f64,
+    /// The forward with the plan (a checkpoint's and a swap's own work in it).
+    pub planned_forward_s: f64,
+    /// The backward with the plan (recomputes, copies back and the waits they cause).
+    pub planned_backward_s: f64,
+}
+
 /// The host work a checkpoint or a swap adds beyond its module's own ops, s: the capture
 /// shim's probe on the capture's machine, or none where the run has no probe (the prediction
 /// then leaves it out, and says so).
@@ -191,6 +206,13 @@ pub struct Plan {
     /// How the step model turned profiled host time into the program's own.
     #[serde(default)]
     pub host_scale: HostScale,
+    /// The host's time in the forward and in the backward as the step model replays them,
+    /// without the plan and with it: what capture's `forward_host_s` and `backward_host_s`
+    /// time in a run without the plan and in the planned run, to see which phase a step
+    /// prediction misses in. None where the profiled iterations have no single forward and
+    /// backward.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_phases: Option<HostPhases>,
     /// The measured peak (the allocator's, over the profiled iterations).
     #[serde(default)]
     pub measured_peak_bytes: i64,

@@ -69,7 +69,8 @@ pub(super) fn measured_iterations(
         }
         let syncs = waits[lo..hi].to_vec();
         // The forward and the backward at their own speeds, where capture timed both.
-        let scaled = match (rates.phases, phase_spans(t, &a.step, it)) {
+        let phases = phase_spans(t, &a.step, it);
+        let scaled = match (rates.phases, phases) {
             (Some((f, b)), Some((fs, bs))) => vec![(fs.0, fs.1, f), (bs.0, bs.1, b)],
             _ => Vec::new(),
         };
@@ -79,6 +80,7 @@ pub(super) fn measured_iterations(
             start: it.start,
             measured: m,
             lane: Lane::new(it.start, it.end, (rates.cpu_scale, scaled), slots, syncs),
+            phases,
         });
     }
     if iters.is_empty() {
@@ -205,6 +207,31 @@ fn split_scales(own: (f64, f64, f64), profiled: (f64, f64, f64)) -> Option<(f64,
     let rest = (host - f - b) / (step - fp - bp);
     (rest.is_finite() && rest > 0.0 && fp > 0.0 && bp > 0.0)
         .then(|| ((f / fp).min(1.0), (b / bp).min(1.0), rest.min(1.0)))
+}
+
+/// The host's time in the forward and in the backward as the replay has them, without the
+/// plan and with `chosen`.
+pub(super) fn host_phases(
+    ev: &Evaluator<'_>,
+    chosen: &[Choice],
+) -> Option<steptrace_formats::plan::HostPhases> {
+    let ((forward_s, backward_s), (planned_forward_s, planned_backward_s)) =
+        ev.phase_times(&[]).zip(ev.phase_times(chosen))?;
+    Some(steptrace_formats::plan::HostPhases {
+        forward_s,
+        backward_s,
+        planned_forward_s,
+        planned_backward_s,
+    })
+}
+
+/// The scales from profiled host time to the program's own that the rates hold.
+pub(super) fn host_scale(rates: &Rates) -> steptrace_formats::plan::HostScale {
+    steptrace_formats::plan::HostScale {
+        rest: rates.cpu_scale,
+        forward: rates.phases.map(|p| p.0),
+        backward: rates.phases.map(|p| p.1),
+    }
 }
 
 /// The budget curve: no plan, then the prediction after each round.

@@ -216,11 +216,8 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
         overheads: rates.overheads,
         gpu_busy_s: s.gpu_busy_s,
         host_lead_s: rates.host_lead_s,
-        host_scale: steptrace_formats::plan::HostScale {
-            rest: rates.cpu_scale,
-            forward: rates.phases.map(|p| p.0),
-            backward: rates.phases.map(|p| p.1),
-        },
+        host_phases: build::host_phases(&ev, chosen),
+        host_scale: build::host_scale(&rates),
         measured_peak_bytes: measured_peak,
         measured_step_time_s: base_step,
         step_time_source: s.step_time_source,

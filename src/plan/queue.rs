@@ -99,6 +99,27 @@ impl Lane {
     /// When the iteration is done with `work` (sorted by time) added, s from its start: the
     /// later of the host's last launch and the GPU's last kernel.
     pub(super) fn finish(&self, work: &[Work]) -> f64 {
+        self.replay(work, &mut Vec::new())
+    }
+
+    /// How long the host spends between `from` and `to` (trace clock, ns) with `work` added,
+    /// s: its own time there at the program's speed, the plan's host work and the waits for
+    /// the GPU (a drain's included). What capture's `forward_host_s` and `backward_host_s`
+    /// time in a run, for a phase's span.
+    pub(super) fn host_span(&self, work: &[Work], (from, to): (i64, i64)) -> f64 {
+        let mut moves = Vec::new();
+        self.replay(work, &mut moves);
+        // The host's delay at a point: every move before it (and at it, for the span's end).
+        let shift = |ts: i64, closed: bool| {
+            let k = moves.partition_point(|m| m.0 < ts || (closed && m.0 == ts));
+            k.checked_sub(1).map_or(0.0, |j| moves[j].1)
+        };
+        (self.at(to) + shift(to, true) - self.at(from) - shift(from, false)).max(0.0)
+    }
+
+    /// [`Lane::finish`], with every move of the host's delay (where, its new value) into
+    /// `moves`, in time order.
+    fn replay(&self, work: &[Work], moves: &mut Vec<(i64, f64)>) -> f64 {
         let (mut shift, mut gpu) = (0.0f64, 0.0f64);
         // The host waits for everything queued at a sync (the program's own or a replayed one).
         let drain = |t: f64, shift: &mut f64, gpu: f64| *shift += (gpu - (t + *shift)).max(0.0);
@@ -118,9 +139,11 @@ impl Lane {
                 let st = self.syncs.get(y).map_or(i64::MAX, |s| s.0);
                 if wt <= ts && wt <= st {
                     add(&work[w], &mut shift, &mut gpu);
+                    moves.push((wt, shift));
                     w += 1;
                 } else if st <= ts {
                     drain(self.at(st), &mut shift, gpu);
+                    moves.push((st, shift));
                     y += 1;
                 } else {
                     break;
@@ -131,8 +154,8 @@ impl Lane {
         // Work past the last launch (or the iteration's end) runs at its end.
         for x in &work[w..] {
             add(x, &mut shift, &mut gpu);
+            moves.push((x.ts, shift));
         }
-
         (self.at(self.end) + shift).max(gpu)
     }
 
@@ -327,6 +350,30 @@ mod tests {
             Vec::new(),
         );
         assert!(close(l.finish(&[]), 0.008));
+    }
+
+    #[test]
+    fn issue75_a_phase_spans_its_own_time_the_plans_work_and_its_waits() {
+        // A 5 ms kernel launched at 2 ms; at 4 ms the plan drains the queue (3 ms of waiting)
+        // and works 1 ms on the host.
+        let l = Lane::new(
+            0,
+            10 * MS,
+            (1.0, Vec::new()),
+            vec![(2 * MS, 0.005)],
+            Vec::new(),
+        );
+        let work = [Work {
+            ts: 4 * MS,
+            host_s: 0.001,
+            gpu_s: 0.0,
+            drain: true,
+        }];
+        assert!(close(l.host_span(&work, (3 * MS, 6 * MS)), 0.007));
+        // A span that starts where the work is holds it; one after it does not.
+        assert!(close(l.host_span(&work, (4 * MS, 6 * MS)), 0.006));
+        assert!(close(l.host_span(&work, (5 * MS, 6 * MS)), 0.001));
+        assert!(close(l.host_span(&[], (3 * MS, 6 * MS)), 0.003));
     }
 
     #[test]

@@ -72,25 +72,39 @@ impl Evaluator<'_> {
         worst.expect("at least one iteration")
     }
 
+    /// The work `chosen` adds to iteration `k`, by time.
+    fn work(&self, chosen: &[Choice], k: usize) -> Vec<Work> {
+        let mut work: Vec<Work> = chosen
+            .iter()
+            .filter_map(|&(c, act)| self.cands[c].work.get(k)?.get(&act))
+            .flatten()
+            .copied()
+            .collect();
+        work.sort_by_key(|w| w.ts);
+        work
+    }
+
     /// The predicted step time, s: the program's step and what the plan's work adds to each
     /// profiled iteration replayed on the GPU queue ([`queue::Lane`]), the median over them.
     pub(super) fn step(&self, chosen: &[Choice]) -> f64 {
-        let mut added: Vec<f64> = self
-            .iters
-            .iter()
-            .enumerate()
-            .map(|(k, it)| {
-                let mut work: Vec<Work> = chosen
-                    .iter()
-                    .filter_map(|&(c, act)| self.cands[c].work.get(k)?.get(&act))
-                    .flatten()
-                    .copied()
-                    .collect();
-                work.sort_by_key(|w| w.ts);
-                it.lane.added(&work)
-            })
+        let mut added: Vec<f64> = (0..self.iters.len())
+            .map(|k| self.iters[k].lane.added(&self.work(chosen, k)))
             .collect();
         self.base_step + median(&mut added).unwrap_or(0.0)
+    }
+
+    /// The host's time in the forward and in the backward with `chosen`, s (the median over
+    /// the iterations that have one of each): what capture times as `forward_host_s` and
+    /// `backward_host_s`, set against a planned run's own to see where a prediction is off.
+    pub(super) fn phase_times(&self, chosen: &[Choice]) -> Option<(f64, f64)> {
+        let (mut f, mut b): (Vec<f64>, Vec<f64>) = (0..self.iters.len())
+            .filter_map(|k| {
+                let (fs, bs) = self.iters[k].phases?;
+                let (lane, work) = (&self.iters[k].lane, self.work(chosen, k));
+                Some((lane.host_span(&work, fs), lane.host_span(&work, bs)))
+            })
+            .unzip();
+        Some((median(&mut f)?, median(&mut b)?))
     }
 }
 
