@@ -102,19 +102,24 @@ impl Lane {
         self.replay(work, &mut Vec::new())
     }
 
-    /// How long the host spends between `from` and `to` (trace clock, ns) with `work` added,
-    /// s: its own time there at the program's speed, the plan's host work and the waits for
-    /// the GPU (a drain's included). What capture's `forward_host_s` and `backward_host_s`
-    /// time in a run, for a phase's span.
-    pub(super) fn host_span(&self, work: &[Work], (from, to): (i64, i64)) -> f64 {
+    /// How long the host spends in each of `spans` (from, to; trace clock, ns) with `work`
+    /// added, s: its own time there at the program's speed, the plan's host work and the
+    /// waits for the GPU (a drain's included). What capture's `forward_host_s` and
+    /// `backward_host_s` time in a run, for a phase's span.
+    pub(super) fn host_spans(&self, work: &[Work], spans: &[(i64, i64)]) -> Vec<f64> {
         let mut moves = Vec::new();
         self.replay(work, &mut moves);
-        // The host's delay at a point: every move before it (and at it, for the span's end).
+        // The host's delay at a point: every move before it (and at it, for a span's end).
         let shift = |ts: i64, closed: bool| {
             let k = moves.partition_point(|m| m.0 < ts || (closed && m.0 == ts));
             k.checked_sub(1).map_or(0.0, |j| moves[j].1)
         };
-        (self.at(to) + shift(to, true) - self.at(from) - shift(from, false)).max(0.0)
+        spans
+            .iter()
+            .map(|&(from, to)| {
+                (self.at(to) + shift(to, true) - self.at(from) - shift(from, false)).max(0.0)
+            })
+            .collect()
     }
 
     /// [`Lane::finish`], with every move of the host's delay (where, its new value) into
@@ -369,11 +374,13 @@ mod tests {
             gpu_s: 0.0,
             drain: true,
         }];
-        assert!(close(l.host_span(&work, (3 * MS, 6 * MS)), 0.007));
         // A span that starts where the work is holds it; one after it does not.
-        assert!(close(l.host_span(&work, (4 * MS, 6 * MS)), 0.006));
-        assert!(close(l.host_span(&work, (5 * MS, 6 * MS)), 0.001));
-        assert!(close(l.host_span(&[], (3 * MS, 6 * MS)), 0.003));
+        let spans = [(3 * MS, 6 * MS), (4 * MS, 6 * MS), (5 * MS, 6 * MS)];
+        let got = l.host_spans(&work, &spans);
+        for (g, want) in got.iter().zip([0.007, 0.006, 0.001]) {
+            assert!(close(*g, want), "{got:?}");
+        }
+        assert!(close(l.host_spans(&[], &spans[..1])[0], 0.003));
     }
 
     #[test]

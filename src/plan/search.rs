@@ -100,8 +100,10 @@ impl Evaluator<'_> {
         let (mut f, mut b): (Vec<f64>, Vec<f64>) = (0..self.iters.len())
             .filter_map(|k| {
                 let (fs, bs) = self.iters[k].phases?;
-                let (lane, work) = (&self.iters[k].lane, self.work(chosen, k));
-                Some((lane.host_span(&work, fs), lane.host_span(&work, bs)))
+                let t = self.iters[k]
+                    .lane
+                    .host_spans(&self.work(chosen, k), &[fs, bs]);
+                Some((t[0], t[1]))
             })
             .unzip();
         Some((median(&mut f)?, median(&mut b)?))
