@@ -147,8 +147,9 @@ class _State:
         self.after_start_ns = None
         self.backward_ns = []
         self.module_hooks = []
-        # id() of the models whose outermost forward is timed in the timing phase (_time_forward).
-        self.timed_roots = []
+        # Hooks timing the models' outermost forward calls in the timing phase (_time_forward);
+        # gone when the window opens, so the steps after it run without them.
+        self.forward_timers = []
         # What takes the run-long hooks back out (steptrace.profile's end, in-process).
         self.undo = []
         self.in_process = False
@@ -306,6 +307,7 @@ def _boundary(kind):
             _start_timing()
         elif n == _S.active_start:
             st["phase"] = "window"
+            _drop_forward_timers()
             _cuda_profiler_range(True)
             _untear_if_cpu_only()
             _start_et()
@@ -922,7 +924,7 @@ def _time_forward(root):
     Lightning's demo at batch 512, the forward 8.3 times, the backward 7.2, the DataLoader's
     collation 9.5). Hooks on the root alone, not the global ones the window's module names
     need."""
-    if len(_S.timed_roots) >= 4:
+    if len(_S.forward_timers) >= 8 or _S.status["phase"] not in ("before_window", "timing"):
         return
     t0 = []
 
@@ -941,8 +943,13 @@ def _time_forward(root):
     except Exception as exc:
         _S.error("forward timing", exc)
         return
-    _S.timed_roots.append(id(root))
-    _S.undo.extend(h.remove for h in hooks)
+    _S.forward_timers.extend(hooks)
+
+
+def _drop_forward_timers():
+    for h in _S.forward_timers:
+        h.remove()
+    _S.forward_timers = []
 
 
 def _install_hooks(torch):
@@ -1021,6 +1028,7 @@ def _install_hooks(torch):
 
     torch.autograd.backward = backward
     _S.undo.append(lambda: setattr(torch.autograd, "backward", orig_backward))
+    _S.undo.append(_drop_forward_timers)  # a window that never opened leaves them
 
     try:
         # A GradScaler that finds inf/NaN gradients skips optimizer.step(); its update() still

@@ -26,12 +26,13 @@ pub(super) fn measured_iterations(
     t: &Trace,
     a: &Analysis,
     rates: &Rates,
+    spans: &[PhaseSpans],
 ) -> Result<(Vec<Iter>, BTreeMap<u32, usize>), Error> {
     let mem = &a.memory;
     let mut iters: Vec<Iter> = Vec::new();
     let mut iter_index: BTreeMap<u32, usize> = BTreeMap::new();
     let waits = t.host_sync_spans();
-    for it in &a.step.iterations {
+    for (it, &phases) in a.step.iterations.iter().zip(spans) {
         let lo = t.memory.partition_point(|m| m.ts < it.start);
         let hi = t.memory.partition_point(|m| m.ts <= it.end);
         if lo >= hi {
@@ -69,7 +70,6 @@ pub(super) fn measured_iterations(
         }
         let syncs = waits[lo..hi].to_vec();
         // The forward and the backward at their own speeds, where capture timed both.
-        let phases = phase_spans(t, &a.step, it);
         let scaled = match (rates.phases, phases) {
             (Some((f, b)), Some((fs, bs))) => vec![(fs.0, fs.1, f), (bs.0, bs.1, b)],
             _ => Vec::new(),
@@ -94,7 +94,7 @@ pub(super) fn measured_iterations(
 /// The CPU-time scale, the swap bandwidth each way (and where it came from) and the wrappers'
 /// own host work; a note when the run has no probe of the latter.
 pub(super) fn rates(
-    t: &Trace,
+    spans: &[PhaseSpans],
     a: &Analysis,
     opts: &Options,
     notes: &mut Vec<String>,
@@ -107,7 +107,7 @@ pub(super) fn rates(
     let (host_lead_s, mut cpu_scale) =
         host_clock(own_step, s.step_time_instrumented_s, s.host_lead_s);
     let phases = own_step.and_then(|step| {
-        let (f, b, rest) = phase_scales(t, a, step - host_lead_s)?;
+        let (f, b, rest) = phase_scales(spans, a, step - host_lead_s)?;
         cpu_scale = rest;
         Some((f, b))
     });
@@ -155,10 +155,21 @@ fn host_clock(step_s: Option<f64>, instrumented_s: f64, lead_s: Option<f64>) -> 
     )
 }
 
+/// An iteration's forward and backward spans (trace clock, ns), where it has one of each.
+pub(super) type PhaseSpans = Option<((i64, i64), (i64, i64))>;
+
+/// [`phase_spans`] of each iteration, in order.
+pub(super) fn all_phase_spans(t: &Trace, step: &Step) -> Vec<PhaseSpans> {
+    step.iterations
+        .iter()
+        .map(|it| phase_spans(t, step, it))
+        .collect()
+}
+
 /// The iteration's forward (its first forward node's start to the last one's end before the
 /// backward) and backward spans, ns; none where it has no backward or several passes (a
 /// micro-batch's forward inside the backward's span).
-fn phase_spans(t: &Trace, step: &Step, it: &Iteration) -> Option<((i64, i64), (i64, i64))> {
+fn phase_spans(t: &Trace, step: &Step, it: &Iteration) -> PhaseSpans {
     let bw = it.backward.filter(|_| it.backward_passes <= 1)?;
     let fwd = step.nodes[it.nodes.clone()]
         .iter()
@@ -179,14 +190,12 @@ fn phase_spans(t: &Trace, step: &Step, it: &Iteration) -> Option<((i64, i64), (i
 /// 8.3 times, the backward 7.2, a DataLoader collating 512 samples op by op 9.5), and a plan
 /// whose recompute drains the queue runs the rest of the backward at the host's pace, at the
 /// backward's own. None where a figure is missing or the rest would not be positive.
-fn phase_scales(t: &Trace, a: &Analysis, host_s: f64) -> Option<(f64, f64, f64)> {
+fn phase_scales(spans: &[PhaseSpans], a: &Analysis, host_s: f64) -> Option<(f64, f64, f64)> {
     let s = &a.summary;
     let (fwd_s, bwd_s) = (s.forward_host_s?, s.backward_host_s?);
-    let (mut fp, mut bp): (Vec<f64>, Vec<f64>) = a
-        .step
-        .iterations
+    let (mut fp, mut bp): (Vec<f64>, Vec<f64>) = spans
         .iter()
-        .filter_map(|it| phase_spans(t, &a.step, it))
+        .flatten()
         .map(|(f, b)| ((f.1 - f.0) as f64 * 1e-9, (b.1 - b.0) as f64 * 1e-9))
         .unzip();
     split_scales(

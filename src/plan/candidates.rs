@@ -37,7 +37,7 @@ pub(super) struct Iter {
     /// Its launches, for the step model.
     pub(super) lane: Lane,
     /// Its forward's and backward's spans (trace clock, ns), where it has one of each.
-    pub(super) phases: Option<((i64, i64), (i64, i64))>,
+    pub(super) phases: super::build::PhaseSpans,
 }
 
 /// Whether `c` sits inside another module of its class name: instances of a block class stand

@@ -134,8 +134,9 @@ pub fn plan(t: &Trace, a: &Analysis, opts: &Options) -> Result<Plan, Error> {
     plannable(t, a)?;
     let ids = a.liveness.identities.as_ref();
     let mut notes = build::first_notes(a);
-    let (rates, bw_source) = build::rates(t, a, opts, &mut notes);
-    let (iters, iter_index) = build::measured_iterations(t, a, &rates)?;
+    let spans = build::all_phase_spans(t, &a.step);
+    let (rates, bw_source) = build::rates(&spans, a, opts, &mut notes);
+    let (iters, iter_index) = build::measured_iterations(t, a, &rates, &spans)?;
     let s = &a.summary;
     let base_step = s.step_time_s;
     let replayed = candidates::replayed_forward_paths(t, &a.step);
