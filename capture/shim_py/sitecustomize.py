@@ -1365,10 +1365,11 @@ def _planned_forward(torch, orig, action, params):
 
 
 def _probe_fit(med, lengths):
-    """Per call and per op, ((recompute), (swap)), from the probe's medians (`med[(variant, n)]`,
-    s per step) at two chain lengths of n linear+gelu pairs (2n ops): what a checkpoint adds
-    beyond the chain as written and its replayed forward, what the swap hooks add beyond the
-    chain, each fitted as per_call + per_op * ops through the two lengths, never below 0."""
+    """Per call and per op, ((recompute), (swap), (recompute's forward part)), from the probe's
+    medians (`med[(variant, n)]`, s per step) at two chain lengths of n linear+gelu pairs (2n
+    ops): what a checkpoint adds beyond the chain as written and its replayed forward, what the
+    swap hooks add beyond the chain, and what the checkpoint adds to the forward call alone,
+    each fitted as per_call + per_op * ops through the two lengths, never below 0."""
     lo, hi = lengths
 
     def fit(extra):
@@ -1377,7 +1378,8 @@ def _probe_fit(med, lengths):
 
     rec = fit({n: med[("recompute", n)] - med[("plain", n)] - med[("forward", n)] for n in lengths})
     swap = fit({n: med[("swap", n)] - med[("plain", n)] for n in lengths})
-    return rec, swap
+    rec_fwd = fit({n: med[("recompute_forward", n)] - med[("forward", n)] for n in lengths})
+    return rec, swap, rec_fwd
 
 
 def _plan_probe(torch):
@@ -1430,6 +1432,10 @@ def _plan_probe(torch):
 
     bodies = [(k, step, f) for k, f in sorted(fns.items())]
     bodies += [(("forward", n), forward_only, fns[("plain", n)]) for n in lengths]
+    # The checkpoint's forward alone: how much of its own work lands before the backward (its
+    # saved-tensor hooks pack once there; the recompute packs again and the backward unpacks,
+    # so the backward's share is the larger: 13 and 25 us an op on an H200).
+    bodies += [(("recompute_forward", n), forward_only, fns[("recompute", n)]) for n in lengths]
     reps, rounds = 8, 7
     times = {k: [] for k, _, _ in bodies}
     was_on = _S.plan_on
@@ -1449,7 +1455,7 @@ def _plan_probe(torch):
         for w in [w_in] + ws:
             w.grad = None
     med = {k: _median(v) for k, v in times.items()}
-    (rec_call, rec_op), (swap_call, swap_op) = _probe_fit(med, lengths)
+    (rec_call, rec_op), (swap_call, swap_op), (fwd_call, fwd_op) = _probe_fit(med, lengths)
 
     def bandwidth(to_host):
         nbytes = 64 << 20
@@ -1469,6 +1475,8 @@ def _plan_probe(torch):
     return {
         "recompute_call_s": rec_call,
         "recompute_per_op_s": rec_op,
+        "recompute_forward_call_s": fwd_call,
+        "recompute_forward_per_op_s": fwd_op,
         "swap_call_s": swap_call,
         "swap_per_op_s": swap_op,
         "dtoh_gbps": bandwidth(True),

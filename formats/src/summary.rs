@@ -659,6 +659,16 @@ pub struct PlanProbe {
     /// Its host time per op of the module, beyond the op's replay (saved-tensor hooks in the
     /// forward and the recompute), s.
     pub recompute_per_op_s: f64,
+    /// Of the checkpoint's time per call, what its forward call takes, s (the rest is the
+    /// backward's); `None` in a capture by an older steptrace. Recorded for the step model's
+    /// checks: `steptrace plan` still puts half of the checkpoint's own work in each phase
+    /// (docs/planner.md, "Where the checkpoint's own work lands").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute_forward_call_s: Option<f64>,
+    /// Of its time per op, what the forward takes (the hooks pack once there; the recompute
+    /// packs again and the backward unpacks), s; `None` in a capture by an older steptrace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute_forward_per_op_s: Option<f64>,
     /// The swap hooks' host time per call, s.
     pub swap_call_s: f64,
     /// Their host time per op (pack and unpack, the copies' launches), s.

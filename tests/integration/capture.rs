@@ -1074,8 +1074,9 @@ print(json.dumps({"run": st.get("run_max_memory_allocated"), "ways": ways,
 
 /// Issue 20: the plan probe's fit. Medians made from known costs (a checkpoint 0.8 ms a call
 /// and 30 us an op beyond the chain and its replayed forward, the swap hooks 0.2 ms and 50 us;
-/// the chain 40 us an op, its forward alone 15 us an op) at 1 and 12 linear+gelu pairs give
-/// those costs back; a variant no dearer than the chain gives 0, never a negative cost.
+/// the chain 40 us an op, its forward alone 15 us an op; of the checkpoint's cost, 0.3 ms a call
+/// and 10 us an op in the forward call) at 1 and 12 linear+gelu pairs give those costs back; a
+/// variant no dearer than the chain gives 0, never a negative cost.
 #[test]
 fn issue20_the_plan_probe_fits_per_call_and_per_op_costs_through_two_lengths() {
     let v = drive_python_shim(
@@ -1087,11 +1088,12 @@ for n in (1, 12):
     med[("forward", n)] = 0.1e-3 + 15e-6 * ops
     med[("recompute", n)] = med[("plain", n)] + med[("forward", n)] + 0.8e-3 + 30e-6 * ops
     med[("swap", n)] = med[("plain", n)] + 0.2e-3 + 50e-6 * ops
-rec, swap = m._probe_fit(med, (1, 12))
+    med[("recompute_forward", n)] = med[("forward", n)] + 0.3e-3 + 10e-6 * ops
+rec, swap, fwd = m._probe_fit(med, (1, 12))
 for n in (1, 12):
     med[("swap", n)] = med[("plain", n)] - 1e-6
-_, cheaper = m._probe_fit(med, (1, 12))
-print(json.dumps({"rec": rec, "swap": swap, "cheaper": cheaper}))
+_, cheaper, _ = m._probe_fit(med, (1, 12))
+print(json.dumps({"rec": rec, "swap": swap, "fwd": fwd, "cheaper": cheaper}))
 "#,
     );
     let pair = |k: &str| -> (f64, f64) { serde_json::from_value(v[k].clone()).unwrap() };
@@ -1099,6 +1101,7 @@ print(json.dumps({"rec": rec, "swap": swap, "cheaper": cheaper}))
         |(a, b): (f64, f64), (x, y): (f64, f64)| (a - x).abs() < 1e-12 && (b - y).abs() < 1e-12;
     assert!(close(pair("rec"), (0.8e-3, 30e-6)), "{v}");
     assert!(close(pair("swap"), (0.2e-3, 50e-6)), "{v}");
+    assert!(close(pair("fwd"), (0.3e-3, 10e-6)), "{v}");
     assert!(close(pair("cheaper"), (0.0, 0.0)), "{v}");
 }
 

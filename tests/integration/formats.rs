@@ -122,4 +122,21 @@ fn issue77_newer_manifest_and_shim_formats_are_refused_in_one_line() {
         (p.figures.htod_gbps, p.medians_s["plain_1"], p.rounds),
         (51.0, 5e-4, Some(6))
     );
+    // A probe by an older shim has no forward part; a newer one's is read.
+    assert_eq!(p.figures.recompute_forward_per_op_s, None);
+    let newer = probe.replace(
+        r#""recompute_per_op_s": 2e-5,"#,
+        r#""recompute_per_op_s": 2e-5, "recompute_forward_call_s": 4e-4, "recompute_forward_per_op_s": 7e-6,"#,
+    );
+    let p = Manifest::from_json(newer.as_bytes()).unwrap().ranks[0]
+        .plan_probe
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (
+            p.figures.recompute_forward_call_s,
+            p.figures.recompute_forward_per_op_s
+        ),
+        (Some(4e-4), Some(7e-6))
+    );
 }
