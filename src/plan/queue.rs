@@ -99,7 +99,7 @@ impl Lane {
     /// When the iteration is done with `work` (sorted by time) added, s from its start: the
     /// later of the host's last launch and the GPU's last kernel.
     pub(super) fn finish(&self, work: &[Work]) -> f64 {
-        self.replay(work, &mut Vec::new())
+        self.replay(work, |_, _| {})
     }
 
     /// How long the host spends in each of `spans` (from, to; trace clock, ns) with `work`
@@ -108,7 +108,7 @@ impl Lane {
     /// `backward_host_s` time in a run, for a phase's span.
     pub(super) fn host_spans(&self, work: &[Work], spans: &[(i64, i64)]) -> Vec<f64> {
         let mut moves = Vec::new();
-        self.replay(work, &mut moves);
+        self.replay(work, |ts, shift| moves.push((ts, shift)));
         // The host's delay at a point: every move before it (and at it, for a span's end).
         let shift = |ts: i64, closed: bool| {
             let k = moves.partition_point(|m| m.0 < ts || (closed && m.0 == ts));
@@ -122,9 +122,9 @@ impl Lane {
             .collect()
     }
 
-    /// [`Lane::finish`], with every move of the host's delay (where, its new value) into
-    /// `moves`, in time order.
-    fn replay(&self, work: &[Work], moves: &mut Vec<(i64, f64)>) -> f64 {
+    /// [`Lane::finish`], with every move of the host's delay (where, its new value) handed to
+    /// `moved`, in time order (a no-op in the search's hot path: nothing is kept there).
+    fn replay(&self, work: &[Work], mut moved: impl FnMut(i64, f64)) -> f64 {
         let (mut shift, mut gpu) = (0.0f64, 0.0f64);
         // The host waits for everything queued at a sync (the program's own or a replayed one).
         let drain = |t: f64, shift: &mut f64, gpu: f64| *shift += (gpu - (t + *shift)).max(0.0);
@@ -144,11 +144,11 @@ impl Lane {
                 let st = self.syncs.get(y).map_or(i64::MAX, |s| s.0);
                 if wt <= ts && wt <= st {
                     add(&work[w], &mut shift, &mut gpu);
-                    moves.push((wt, shift));
+                    moved(wt, shift);
                     w += 1;
                 } else if st <= ts {
                     drain(self.at(st), &mut shift, gpu);
-                    moves.push((st, shift));
+                    moved(st, shift);
                     y += 1;
                 } else {
                     break;
@@ -159,7 +159,7 @@ impl Lane {
         // Work past the last launch (or the iteration's end) runs at its end.
         for x in &work[w..] {
             add(x, &mut shift, &mut gpu);
-            moves.push((x.ts, shift));
+            moved(x.ts, shift);
         }
         (self.at(self.end) + shift).max(gpu)
     }
