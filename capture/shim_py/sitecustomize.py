@@ -1382,6 +1382,27 @@ def _probe_fit(med, lengths):
     return rec, swap, rec_fwd
 
 
+def _probe_chain(torch, dev):
+    """The probe's chain on `dev`: its input layer's weight, the 12 pairs' weights, the input,
+    and `chain(n)`, a function of n linear+gelu pairs (2n ops; a pair saves 3 tensors for the
+    backward: mm's two, gelu's one). Also what `capture/corpus/ckpt_split.py` times."""
+    F = torch.nn.functional
+    gen = torch.Generator(device=dev).manual_seed(0)
+    d = 64
+    w_in = torch.randn(d, d, device=dev, generator=gen).mul_(0.1).requires_grad_()
+    ws = [torch.randn(d, d, device=dev, generator=gen).mul_(0.1).requires_grad_() for _ in range(12)]
+    x0 = torch.randn(8, d, device=dev, generator=gen)
+
+    def chain(n):
+        def f(x):
+            for w in ws[:n]:
+                x = F.gelu(F.linear(x, w))
+            return x
+        return f
+
+    return w_in, ws, x0, chain
+
+
 def _plan_probe(torch):
     """What the plan's wrappers cost on this machine, with this torch and Python,
     for `steptrace plan`'s step-time prediction; None without CUDA in use.
@@ -1399,19 +1420,8 @@ def _plan_probe(torch):
         return None
     F = torch.nn.functional
     dev = torch.device("cuda", torch.cuda.current_device())
-    gen = torch.Generator(device=dev).manual_seed(0)
-    d = 64
-    w_in = torch.randn(d, d, device=dev, generator=gen).mul_(0.1).requires_grad_()
-    ws = [torch.randn(d, d, device=dev, generator=gen).mul_(0.1).requires_grad_() for _ in range(12)]
-    x0 = torch.randn(8, d, device=dev, generator=gen)
+    w_in, ws, x0, chain = _probe_chain(torch, dev)
     lengths = (1, 12)
-
-    def chain(n):
-        def f(x):
-            for w in ws[:n]:
-                x = F.gelu(F.linear(x, w))
-            return x
-        return f
 
     params = lambda: iter(ws)  # noqa: E731 - what a module's parameters() would give
     fns = {}
