@@ -30,6 +30,9 @@ from torch.utils.checkpoint import checkpoint
 
 from lightning.pytorch.demos import LightningTransformer
 
+sys.path.insert(0, os.path.dirname(__file__))
+import shim_module  # noqa: E402
+
 
 def wrap(module, timer):
     """`module.forward` under checkpoint; calls made during a backward are timed into `timer`."""
@@ -112,21 +115,8 @@ def model_rows(batch, steps, vocab, seq):
                           **{k + "_ms": round(statistics.median(x), 4) for k, x in g.items()}}), flush=True)
 
 
-def _shim():
-    """The capture shim's own module, loaded from its file, so that the chain timed here is the
-    probe's (`_probe_chain`). Without steptrace's environment it installs nothing."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), "..", "shim_py", "sitecustomize.py")
-    spec = importlib.util.spec_from_file_location("steptrace_shim", path)
-    m = importlib.util.module_from_spec(spec)
-    sys.modules["steptrace_shim"] = m
-    spec.loader.exec_module(m)
-    return m
-
-
 def chain_rows(steps):
-    w_in, _, x0, chain = _shim()._probe_chain(torch, torch.device("cuda"))
+    w_in, _, x0, chain = shim_module.load()._probe_chain(torch, torch.device("cuda"))
     got = {}
     for r in range(steps + 3):
         for n in (1, 12):

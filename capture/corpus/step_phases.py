@@ -24,22 +24,11 @@ from torch.utils.checkpoint import checkpoint
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT  # noqa: E402
 
-
-def _shim():
-    """The capture shim's own module, loaded from its file, so that the swap hooks timed here
-    are the ones a plan runs (`_swap_hooks`). Without steptrace's environment it installs
-    nothing."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), "..", "shim_py", "sitecustomize.py")
-    spec = importlib.util.spec_from_file_location("steptrace_shim", path)
-    m = importlib.util.module_from_spec(spec)
-    sys.modules["steptrace_shim"] = m
-    spec.loader.exec_module(m)
-    return m
+sys.path.insert(0, os.path.dirname(__file__))
+import shim_module  # noqa: E402
 
 
-SHIM = _shim()
+SHIM = shim_module.load()
 
 
 def swap_hooks(params, args):
